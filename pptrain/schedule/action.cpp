@@ -1,0 +1,104 @@
+#include "pptrain/schedule/action.h"
+
+#include <cctype>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+struct OpName {
+  Op op;
+  const char* name;
+};
+// Longest names first, so that "SEND_F" is not read as "S" + ... when matching prefixes.
+constexpr OpName kOpNames[] = {
+    {Op::OVERLAP_F_B, "OVERLAP_F_B"}, {Op::SEND_F, "SEND_F"}, {Op::RECV_F, "RECV_F"},
+    {Op::SEND_B, "SEND_B"},           {Op::RECV_B, "RECV_B"}, {Op::F, "F"},
+    {Op::I, "I"},                     {Op::W, "W"},           {Op::B, "B"},
+};
+
+// Reads a non-negative decimal number at text[pos...]; returns -1 if there is none.
+int read_number(std::string_view text, size_t& pos) {
+  size_t start = pos;
+  long value = 0;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) {
+    value = value * 10 + (text[pos] - '0');
+    if (value > 1'000'000'000) return -1;
+    ++pos;
+  }
+  return pos == start ? -1 : static_cast<int>(value);
+}
+
+}  // namespace
+
+bool Action::operator==(const Action& other) const {
+  return op == other.op && stage == other.stage && microbatch == other.microbatch &&
+         parts == other.parts;
+}
+
+const char* op_name(Op op) {
+  for (const auto& entry : kOpNames) {
+    if (entry.op == op) return entry.name;
+  }
+  PPTRAIN_ASSERT(false, "unknown op");
+}
+
+bool is_compute(Op op) {
+  return op == Op::F || op == Op::I || op == Op::W || op == Op::B || op == Op::OVERLAP_F_B;
+}
+bool is_comm(Op op) { return !is_compute(op); }
+bool is_backward(Op op) { return op == Op::I || op == Op::B; }
+
+std::string to_string(const Action& action) {
+  if (action.op == Op::OVERLAP_F_B) {
+    std::string text = "(";
+    for (size_t i = 0; i < action.parts.size(); ++i) {
+      if (i) text += ";";
+      text += to_string(action.parts[i]);
+    }
+    return text + ")" + op_name(action.op);
+  }
+  return std::to_string(action.stage) + op_name(action.op) + std::to_string(action.microbatch);
+}
+
+Action parse_action(std::string_view text) {
+  auto fail = [&]() {
+    throw UserError("'" + std::string(text) +
+                    "' is not an action (expected <stage><op><microbatch> such as 0F1, 2W5, "
+                    "1SEND_F3, or (0F7;7B3)OVERLAP_F_B)");
+  };
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  if (text.empty()) fail();
+  if (text.front() == '(') {
+    const std::string_view suffix = ")OVERLAP_F_B";
+    if (text.size() <= suffix.size() + 1 || text.substr(text.size() - suffix.size()) != suffix) fail();
+    std::string_view inner = text.substr(1, text.size() - suffix.size() - 1);
+    Action composite{Op::OVERLAP_F_B, -1, -1, {}};
+    while (!inner.empty()) {
+      size_t cut = inner.find(';');
+      composite.parts.push_back(parse_action(inner.substr(0, cut)));
+      if (composite.parts.back().op == Op::OVERLAP_F_B) fail();
+      if (cut == std::string_view::npos) break;
+      inner.remove_prefix(cut + 1);
+    }
+    if (composite.parts.size() < 2) fail();
+    return composite;
+  }
+  size_t pos = 0;
+  int stage = read_number(text, pos);
+  if (stage < 0) fail();
+  for (const auto& entry : kOpNames) {
+    std::string_view name = entry.name;
+    if (entry.op == Op::OVERLAP_F_B || text.substr(pos, name.size()) != name) continue;
+    size_t after = pos + name.size();
+    int microbatch = read_number(text, after);
+    if (microbatch < 0 || after != text.size()) fail();
+    return Action::make(entry.op, stage, microbatch);
+  }
+  fail();
+  return {};
+}
+
+}  // namespace pptrain

@@ -1,0 +1,50 @@
+// One step of a pipeline schedule, and its text form.
+//
+// The text form is the one torch.distributed.pipelining writes, so schedules can be exchanged
+// with it: `<stage><op><microbatch>`, e.g. `0F1` (stage 0, forward of microbatch 1), `3I0`,
+// `2W5`, `1B2`, `0SEND_F3`, `1RECV_B0`; a composite is `(0F7;7B3)OVERLAP_F_B`.
+//
+//   Action a = parse_action("2W5");   // {Op::W, stage 2, microbatch 5}
+//   to_string(a) == "2W5";
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pptrain {
+
+enum class Op {
+  F,            // forward of one stage for one microbatch
+  I,            // backward for the stage's input (the zero-bubble paper's B)
+  W,            // backward for the stage's weights
+  B,            // full backward: I and W fused
+  SEND_F,       // stage sends its forward output to stage + 1
+  RECV_F,       // stage receives its forward input from stage - 1
+  SEND_B,       // stage sends the gradient of its input to stage - 1
+  RECV_B,       // stage receives the gradient of its output from stage + 1
+  OVERLAP_F_B,  // composite: a forward and a backward run together (see Action::parts)
+};
+
+struct Action {
+  Op op = Op::F;
+  int stage = 0;       // global stage index, 0 .. num_stages-1 (-1 for a composite)
+  int microbatch = 0;  // 0 .. num_microbatches-1 (-1 for a composite)
+  std::vector<Action> parts;  // only for OVERLAP_F_B: the overlapped actions, in order
+
+  static Action make(Op op, int stage, int microbatch) { return Action{op, stage, microbatch, {}}; }
+  bool operator==(const Action& other) const;
+  bool operator!=(const Action& other) const { return !(*this == other); }
+};
+
+// Short op name as it appears in the text form: "F", "I", "SEND_F", ...
+const char* op_name(Op op);
+bool is_compute(Op op);       // F, I, W, B, OVERLAP_F_B
+bool is_comm(Op op);          // SEND_F, RECV_F, SEND_B, RECV_B
+bool is_backward(Op op);      // I or B: the action that consumes a stage's activations
+
+std::string to_string(const Action& action);
+// Parses the text form. Throws UserError naming the text if it is not an action.
+Action parse_action(std::string_view text);
+
+}  // namespace pptrain

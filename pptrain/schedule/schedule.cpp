@@ -1,0 +1,191 @@
+#include "pptrain/schedule/schedule.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+std::vector<int> Schedule::stages_of(int rank) const {
+  std::vector<int> stages;
+  for (int s = 0; s < num_stages; ++s) {
+    if (stage_to_rank[s] == rank) stages.push_back(s);
+  }
+  return stages;
+}
+
+bool Schedule::has_comms() const {
+  for (const auto& list : actions) {
+    for (const auto& a : list) {
+      if (is_comm(a.op)) return true;
+    }
+  }
+  return false;
+}
+
+bool Schedule::has_split_backward() const {
+  for (const auto& list : actions) {
+    for (const auto& a : list) {
+      if (a.op == Op::I || a.op == Op::W) return true;
+      for (const auto& part : a.parts) {
+        if (part.op == Op::I || part.op == Op::W) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool Schedule::operator==(const Schedule& other) const {
+  return num_ranks == other.num_ranks && num_stages == other.num_stages &&
+         num_microbatches == other.num_microbatches && stage_to_rank == other.stage_to_rank &&
+         actions == other.actions && flushes == other.flushes;
+}
+
+Schedule strip_comms(const Schedule& schedule) {
+  Schedule out = schedule;
+  for (auto& list : out.actions) {
+    list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return is_comm(a.op); }),
+               list.end());
+  }
+  return out;
+}
+
+std::string to_csv(const Schedule& schedule) {
+  std::string text;
+  for (const auto& list : schedule.actions) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (i) text += ',';
+      text += to_string(list[i]);
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+namespace {
+
+// Splits one CSV line into cells. Our cells never hold commas or quotes; a quoted cell (as a
+// spreadsheet may write) is unquoted.
+std::vector<std::string> split_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::string cell;
+  for (char c : line) {
+    if (c == ',') {
+      cells.push_back(cell);
+      cell.clear();
+    } else if (c != '"' && c != '\r') {
+      cell += c;
+    }
+  }
+  cells.push_back(cell);
+  return cells;
+}
+
+void note_stage(std::vector<int>& stage_to_rank, int stage, int rank, int row) {
+  if (stage >= static_cast<int>(stage_to_rank.size())) stage_to_rank.resize(stage + 1, -1);
+  PPTRAIN_CHECK(stage_to_rank[stage] == -1 || stage_to_rank[stage] == rank, "schedule row ", row,
+                ": stage ", stage, " also appears on rank ", stage_to_rank[stage],
+                " (a stage must live on one rank)");
+  stage_to_rank[stage] = rank;
+}
+
+}  // namespace
+
+Schedule parse_csv(const std::string& text, const std::string& name) {
+  Schedule schedule;
+  schedule.name = name;
+  std::istringstream in(text);
+  std::string line;
+  int max_microbatch = -1;
+  std::vector<int> stage_to_rank;
+  while (std::getline(in, line)) {
+    const int rank = static_cast<int>(schedule.actions.size());
+    const int row = rank + 1;
+    std::vector<Action> list;
+    const auto cells = split_cells(line);
+    for (size_t col = 0; col < cells.size(); ++col) {
+      if (cells[col].find_first_not_of(" \t") == std::string::npos) continue;  // idle step
+      Action a;
+      try {
+        a = parse_action(cells[col]);
+      } catch (const UserError& e) {
+        throw UserError("schedule row " + std::to_string(row) + " cell " + std::to_string(col + 1) +
+                        ": " + e.what());
+      }
+      const auto& atoms = a.op == Op::OVERLAP_F_B ? a.parts : std::vector<Action>{a};
+      for (const auto& atom : atoms) {
+        max_microbatch = std::max(max_microbatch, atom.microbatch);
+        note_stage(stage_to_rank, atom.stage, rank, row);
+      }
+      list.push_back(std::move(a));
+    }
+    schedule.actions.push_back(std::move(list));
+  }
+  // Trailing empty lines are not ranks.
+  while (!schedule.actions.empty() && schedule.actions.back().empty()) schedule.actions.pop_back();
+  schedule.num_ranks = static_cast<int>(schedule.actions.size());
+  PPTRAIN_CHECK(schedule.num_ranks > 0, "schedule file has no actions");
+  for (size_t s = 0; s < stage_to_rank.size(); ++s) {
+    PPTRAIN_CHECK(stage_to_rank[s] != -1, "schedule has no action for stage ", s,
+                  " (stages must be numbered 0..", stage_to_rank.size() - 1, ")");
+  }
+  schedule.num_stages = static_cast<int>(stage_to_rank.size());
+  schedule.num_microbatches = max_microbatch + 1;
+  schedule.stage_to_rank = std::move(stage_to_rank);
+  PPTRAIN_CHECK(schedule.num_stages % schedule.num_ranks == 0, "schedule has ", schedule.num_stages,
+                " stages on ", schedule.num_ranks, " ranks; every rank must hold the same number of stages");
+  return schedule;
+}
+
+Schedule read_schedule_csv(const std::string& path) {
+  std::ifstream in(path);
+  PPTRAIN_CHECK(in.good(), "cannot read schedule file '", path, "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_csv(text.str());
+}
+
+void write_schedule_csv(const Schedule& schedule, const std::string& path) {
+  std::ofstream out(path);
+  PPTRAIN_CHECK(out.good(), "cannot write schedule file '", path, "'");
+  out << to_csv(schedule);
+}
+
+Schedule lower(const Schedule& schedule) {
+  if (schedule.has_comms()) return schedule;
+  Schedule out = schedule;
+  const auto rank_of = [&](int stage) { return schedule.stage_to_rank[stage]; };
+  const int last = schedule.num_stages - 1;
+  for (int r = 0; r < schedule.num_ranks; ++r) {
+    std::vector<Action> lowered;
+    for (const Action& a : schedule.actions[r]) {
+      const auto& atoms = a.op == Op::OVERLAP_F_B ? a.parts : std::vector<Action>{a};
+      // Receives first: everything the (possibly composite) action consumes.
+      for (const Action& atom : atoms) {
+        const int s = atom.stage, mb = atom.microbatch;
+        if (atom.op == Op::F && s > 0 && rank_of(s - 1) != r) {
+          lowered.push_back(Action::make(Op::RECV_F, s, mb));
+        }
+        if (is_backward(atom.op) && s < last && rank_of(s + 1) != r) {
+          lowered.push_back(Action::make(Op::RECV_B, s, mb));
+        }
+      }
+      lowered.push_back(a);
+      for (const Action& atom : atoms) {
+        const int s = atom.stage, mb = atom.microbatch;
+        if (atom.op == Op::F && s < last && rank_of(s + 1) != r) {
+          lowered.push_back(Action::make(Op::SEND_F, s, mb));
+        }
+        if (is_backward(atom.op) && s > 0 && rank_of(s - 1) != r) {
+          lowered.push_back(Action::make(Op::SEND_B, s, mb));
+        }
+      }
+    }
+    out.actions[r] = std::move(lowered);
+  }
+  return out;
+}
+
+}  // namespace pptrain

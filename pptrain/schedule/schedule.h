@@ -1,0 +1,61 @@
+// A pipeline schedule as plain data: which ranks run which stages, and each rank's ordered list
+// of actions. Generators write it, lowering adds communication, the validator checks it, the
+// simulator and the runtime both read it.
+//
+// Virtual stages are simply more stages than ranks: interleaved 1F1B is stage s on rank s % P,
+// ZB-V is stages r and 2P-1-r on rank r. Nothing else in the schedule knows about them.
+//
+// CSV form (as torch.distributed.pipelining writes it): one row per rank, one action per cell,
+// empty cells allowed (an idle step; it carries no meaning and is dropped on import).
+//
+//   Schedule s = read_schedule_csv("1f1b.csv");   // infers P, stages, M and placement
+//   write_schedule_csv(s, "copy.csv");
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "pptrain/schedule/action.h"
+
+namespace pptrain {
+
+struct Schedule {
+  std::string name;           // e.g. "1f1b"; "imported" for a file
+  int num_ranks = 0;          // P: worker processes in the pipeline
+  int num_stages = 0;         // P * V: consecutive pieces of the model
+  int num_microbatches = 0;   // M: microbatches per mini-batch
+  std::vector<int> stage_to_rank;            // [num_stages] -> rank that runs the stage
+  std::vector<std::vector<Action>> actions;  // [num_ranks] -> actions in execution order
+  bool flushes = true;  // true: synchronous (all microbatches drain before the optimizer step)
+
+  int chunks() const { return num_ranks ? num_stages / num_ranks : 0; }  // V
+  // Stages held by a rank, in increasing order.
+  std::vector<int> stages_of(int rank) const;
+  // True if any rank's list holds a SEND or RECV action.
+  bool has_comms() const;
+  // True if the schedule splits backward into I and W anywhere.
+  bool has_split_backward() const;
+  bool operator==(const Schedule& other) const;
+};
+
+// The same schedule with every SEND/RECV action removed.
+Schedule strip_comms(const Schedule& schedule);
+
+// CSV text of the schedule (one row per rank). Composite actions keep their ';' inside one cell.
+std::string to_csv(const Schedule& schedule);
+// Parses CSV text. Infers P (rows), the number of stages and microbatches (largest index + 1)
+// and stage_to_rank (the rank whose row holds the stage's compute actions). Throws UserError
+// naming the row and cell for a bad action, or a stage that appears on two ranks.
+Schedule parse_csv(const std::string& text, const std::string& name = "imported");
+Schedule read_schedule_csv(const std::string& path);
+void write_schedule_csv(const Schedule& schedule, const std::string& path);
+
+// Insert SEND/RECV actions into a compute-only schedule wherever stage s and s+1 live on
+// different ranks: a send right after the action that produces the tensor, a receive right
+// before the action that consumes it. Sends never block (the runtime waits on them lazily), so
+// if the compute order is free of cross-rank cycles, the lowered schedule cannot deadlock; the
+// validator checks that. A schedule that already has communication actions is returned as is.
+Schedule lower(const Schedule& schedule);
+
+}  // namespace pptrain

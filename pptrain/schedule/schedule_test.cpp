@@ -1,0 +1,66 @@
+#include "pptrain/schedule/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+TEST(ActionText, RoundTripsEveryOp) {
+  for (const char* text : {"0F1", "3I0", "2W5", "1B2", "0SEND_F3", "1RECV_F3", "2SEND_B0",
+                           "1RECV_B0", "(0F7;7B3)OVERLAP_F_B", "12F345"}) {
+    EXPECT_EQ(to_string(parse_action(text)), text);
+  }
+  EXPECT_EQ(parse_action("2W5"), Action::make(Op::W, 2, 5));
+  EXPECT_EQ(parse_action(" 1B2 "), Action::make(Op::B, 1, 2));
+}
+
+TEST(ActionText, RejectsMalformedText) {
+  for (const char* text : {"", "F1", "0F", "0X1", "0F1x", "(0F1)OVERLAP_F_B", "(0F1;1B0)", "-1F0",
+                           "0SEND1"}) {
+    EXPECT_THROW(parse_action(text), UserError) << text;
+  }
+}
+
+TEST(ScheduleCsv, InfersShapeAndPlacement) {
+  // Interleaved placement: stage s on rank s % 2.
+  Schedule s = parse_csv("0F0,2F0,,2B0,0B0\n1F0,3F0,3B0,1B0\n");
+  EXPECT_EQ(s.num_ranks, 2);
+  EXPECT_EQ(s.num_stages, 4);
+  EXPECT_EQ(s.chunks(), 2);
+  EXPECT_EQ(s.num_microbatches, 1);
+  EXPECT_EQ(s.stage_to_rank, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(s.actions[0].size(), 4u);  // the empty cell is an idle step, not an action
+  EXPECT_EQ(parse_csv(to_csv(s)), s);
+}
+
+TEST(ScheduleCsv, RejectsStageOnTwoRanksAndBadCells) {
+  EXPECT_THROW(parse_csv("0F0\n0B0\n"), UserError);
+  try {
+    parse_csv("0F0,0Q0\n");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 1 cell 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_csv("1F0\n"), UserError);  // stage 0 missing
+}
+
+TEST(Lowering, InsertsSendAfterProducerAndRecvBeforeConsumer) {
+  Schedule s = parse_csv("0F0,0B0\n1F0,1B0\n");
+  Schedule lowered = lower(s);
+  EXPECT_EQ(to_csv(lowered), "0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n");
+  EXPECT_TRUE(lowered.has_comms());
+  EXPECT_EQ(strip_comms(lowered), s);
+  EXPECT_EQ(lower(lowered), lowered);
+  EXPECT_EQ(parse_csv(to_csv(lowered)), lowered);
+}
+
+TEST(Lowering, NoCommunicationBetweenStagesOnOneRank) {
+  // V-shape on one rank: stages 0 and 1 both on rank 0.
+  Schedule s = parse_csv("0F0,1F0,1B0,0B0\n");
+  EXPECT_EQ(lower(s), s);
+}
+
+}  // namespace
+}  // namespace pptrain
