@@ -1,0 +1,80 @@
+// Layer-list models for pipeline training: GPT (character-level) and a residual MLP.
+//
+// A model is a flat list of layers; a pipeline stage is a consecutive range of them. Each rank
+// builds only its own layers with make_layer(options, index); every layer is initialised from
+// its own seed, so the same model split 1, 2 or 4 ways starts from identical weights.
+//
+//   ModelOptions model;                       // gpt, 4 blocks, d_model 64
+//   auto ranges = uniform_split(model, 2);    // {{0, 2}, {3, 5}}
+//   torch::nn::Sequential stage;
+//   for (int i = ranges[0].first; i <= ranges[0].second; ++i) stage->push_back(make_layer(model, i));
+//
+// Layer lists:
+//   gpt: [embedding, block 0 .. block N-1, head]   num_layers = N + 2, num_blocks = N
+//        embedding: int64 tokens [mb, T] -> float [mb, T, D] (token + learned position embedding)
+//        block:     [mb, T, D] -> [mb, T, D] (pre-norm: LN, causal self-attention, LN, MLP 4D GELU)
+//        head:      [mb, T, D] -> logits [mb, T, vocab] (final LayerNorm + LM head)
+//   mlp: [block 0 .. block N-1]                   num_layers = N, num_blocks = N
+//        block:     float [mb, D] -> [mb, D]: x + W2 gelu(W1 LN(x)), hidden 4D
+//        No input/output projection: the synthetic task maps [mb, D] to [mb, D].
+// Every matrix product is a PipeLinear (pipe_linear.h), so its weight gradient can be deferred.
+// No dropout: runs are deterministic.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pptrain {
+
+struct ModelOptions {
+  std::string kind = "gpt";  // "gpt" or "mlp"
+  int layers = 4;            // transformer / residual MLP blocks
+  int d_model = 64;
+  int heads = 4;             // gpt only
+  int seq_len = 32;          // gpt: tokens per sample; mlp: ignored
+  int vocab_size = 256;      // gpt: byte-level characters
+  uint64_t seed = 0;
+};
+
+// UserError on bad values (unknown kind, layers < 1, d_model % heads != 0, ...).
+void check_options(const ModelOptions& options);
+
+// Length of the layer list (gpt: layers + 2; mlp: layers).
+int num_layers(const ModelOptions& options);
+
+// Number of transformer / MLP blocks: what "more stages than layers" compares against.
+int num_blocks(const ModelOptions& options);
+
+// "embedding", "block3", "head" (gpt); "block3" (mlp).
+std::string layer_name(const ModelOptions& options, int index);
+
+// Builds layer `index` of the list, initialised from seed * 1000003 + index. Independent of
+// which other layers this process builds and of the global RNG state (which it leaves as found).
+torch::nn::AnyModule make_layer(const ModelOptions& options, int index);
+
+// Default split of the layer list into `stages` consecutive ranges [first, last] (inclusive),
+// balancing blocks: the gpt embedding goes with the first stage, the head with the last.
+// UserError if stages < 1 or stages > num_blocks.
+std::vector<std::pair<int, int>> uniform_split(const ModelOptions& options, int stages);
+
+// Loss of the last stage's output against the targets, a mean over the microbatch's elements:
+// gpt: cross-entropy of logits [mb, T, vocab] vs int64 targets [mb, T];
+// mlp: mean squared error of [mb, D] vs [mb, D].
+torch::Tensor compute_loss(const ModelOptions& options, const torch::Tensor& output,
+                           const torch::Tensor& target);
+
+// Shape of the input layer `index` receives for a microbatch of `microbatch_size` samples, and
+// its dtype: gpt embedding takes int64 [mb, T]; the others float [mb, T, D] (gpt) or [mb, D] (mlp).
+std::vector<int64_t> layer_input_shape(const ModelOptions& options, int index,
+                                       int64_t microbatch_size);
+torch::Dtype layer_input_dtype(const ModelOptions& options, int index);
+
+// Shape of what layer `index` outputs (what a cut after it sends), always float.
+std::vector<int64_t> layer_output_shape(const ModelOptions& options, int index,
+                                        int64_t microbatch_size);
+
+}  // namespace pptrain
