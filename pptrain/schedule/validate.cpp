@@ -1,0 +1,465 @@
+#include "pptrain/schedule/validate.h"
+
+#include <algorithm>
+#include <array>
+
+#include "pptrain/render/grid.h"
+
+namespace pptrain {
+namespace {
+
+// Ops recorded per (stage, microbatch): F .. RECV_B. Composites are checked through their parts.
+constexpr int kAtomOps = static_cast<int>(Op::OVERLAP_F_B);
+// Grids of longer schedules are cut to this many positions either side of the marked action.
+constexpr int kGridWindow = 12;
+// Deadlock messages list at most this many stuck ranks.
+constexpr size_t kMaxStuckListed = 8;
+
+int op_index(Op op) {
+  return static_cast<int>(op);
+}
+
+// Where an atomic action sits: rank, position in the rank's list, and part index inside a
+// composite (0 otherwise).
+struct Where {
+  int rank = -1;
+  int position = -1;
+  int part = 0;
+
+  bool found() const { return rank >= 0; }
+  bool before(const Where& other) const {
+    return position < other.position || (position == other.position && part < other.part);
+  }
+};
+
+template <typename Fn>
+void for_each_atom(const Action& action, Fn fn) {
+  if (action.op != Op::OVERLAP_F_B) {
+    fn(action, 0);
+    return;
+  }
+  for (size_t k = 0; k < action.parts.size(); ++k) fn(action.parts[k], static_cast<int>(k));
+}
+
+std::string text_of(Op op, int stage, int microbatch) {
+  return to_string(Action::make(op, stage, microbatch));
+}
+
+class Validator {
+ public:
+  explicit Validator(const Schedule& schedule) : s_(schedule) {}
+
+  void run() {
+    check_shape();
+    M_ = s_.num_microbatches;
+    seen_.assign(static_cast<size_t>(s_.num_stages) * M_, {});
+    with_comms_ = s_.has_comms();
+    record_actions();
+    check_completeness();
+    check_order();
+    if (with_comms_) {
+      check_matching();
+      check_deadlock(s_, /*compute_only_source=*/false);
+    } else {
+      check_deadlock(lower(s_), /*compute_only_source=*/true);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(int rank, int position, const std::string& message) const {
+    std::string text;
+    if (rank >= 0) {
+      text = "rank " + std::to_string(rank);
+      if (position >= 0) {
+        text += ", position " + std::to_string(position) + " (" +
+                to_string(s_.actions[rank][position]) + ")";
+      }
+      text += ": ";
+    }
+    text += message;
+    if (rank >= 0) {
+      GridOptions grid;
+      grid.mark_rank = rank;
+      grid.mark_position = position;
+      size_t longest = 0;
+      for (const auto& list : s_.actions) longest = std::max(longest, list.size());
+      if (longest > 2 * kGridWindow + 8) grid.window = kGridWindow;
+      text += "\n" + render_grid(s_, grid);
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+    }
+    throw ScheduleError(rank, position, message, text);
+  }
+  [[noreturn]] void fail_at(const Where& where, const std::string& message) const {
+    fail(where.rank, where.position, message);
+  }
+
+  int last_stage() const { return s_.num_stages - 1; }
+  Where& slot(Op op, int stage, int microbatch) {
+    return seen_[static_cast<size_t>(stage) * M_ + microbatch][op_index(op)];
+  }
+  // The backward (B or I) of (stage, microbatch), whichever the schedule has.
+  const Where& backward(int stage, int microbatch) {
+    const Where& b = slot(Op::B, stage, microbatch);
+    return b.found() ? b : slot(Op::I, stage, microbatch);
+  }
+  std::string backward_text(int stage, int microbatch) {
+    return text_of(slot(Op::B, stage, microbatch).found() ? Op::B : Op::I, stage, microbatch);
+  }
+
+  // The fields agree with each other; nothing here has a rank or position.
+  template <typename... Parts>
+  void require(bool cond, const Parts&... parts) const {
+    if (!cond) fail(-1, -1, detail::concat(parts...));
+  }
+
+  void check_shape() const {
+    const Schedule& s = s_;
+    require(s.num_ranks >= 1, "schedule has ", s.num_ranks, " ranks; expected at least 1");
+    require(static_cast<int>(s.actions.size()) == s.num_ranks, "schedule has ", s.actions.size(),
+            " action lists for ", s.num_ranks, " ranks; expected one list per rank");
+    require(s.num_stages >= 1, "schedule has ", s.num_stages, " stages; expected at least 1");
+    require(s.num_microbatches >= 1, "schedule has ", s.num_microbatches,
+            " microbatches; expected at least 1");
+    require(static_cast<int>(s.stage_to_rank.size()) == s.num_stages, "stage_to_rank has ",
+            s.stage_to_rank.size(), " entries for ", s.num_stages,
+            " stages; expected one per stage");
+    std::vector<int> stages_per_rank(s.num_ranks, 0);
+    for (int stage = 0; stage < s.num_stages; ++stage) {
+      const int r = s.stage_to_rank[stage];
+      require(r >= 0 && r < s.num_ranks, "stage ", stage, " is placed on rank ", r,
+              "; expected a rank in 0..", s.num_ranks - 1);
+      ++stages_per_rank[r];
+    }
+    for (int r = 0; r < s.num_ranks; ++r) {
+      require(stages_per_rank[r] > 0, "rank ", r, " holds no stage; every rank needs one");
+    }
+  }
+
+  // Each action by itself: in range, on its rank, a sensible peer, and not a duplicate.
+  void record_actions() {
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      const auto& list = s_.actions[r];
+      for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+        const Action& action = list[i];
+        if (action.op == Op::OVERLAP_F_B) {
+          if (action.parts.size() < 2) fail(r, i, "a composite needs at least two parts");
+          for (const Action& part : action.parts) {
+            if (!is_compute(part.op) || part.op == Op::OVERLAP_F_B) {
+              fail(r, i,
+                   "a composite may hold only F, I, W and B actions, not " +
+                       std::string(op_name(part.op)));
+            }
+          }
+        }
+        for_each_atom(action, [&](const Action& a, int part) { record(a, Where{r, i, part}); });
+      }
+    }
+  }
+
+  void record(const Action& a, const Where& here) {
+    const int r = here.rank, i = here.position;
+    if (a.stage < 0 || a.stage >= s_.num_stages) {
+      fail(r, i,
+           "stage " + std::to_string(a.stage) + " is out of range (the schedule has " +
+               std::to_string(s_.num_stages) + " stages, 0.." + std::to_string(s_.num_stages - 1) +
+               ")");
+    }
+    if (a.microbatch < 0 || a.microbatch >= M_) {
+      fail(r, i,
+           "microbatch " + std::to_string(a.microbatch) + " is out of range (the schedule has " +
+               std::to_string(M_) + " microbatches, 0.." + std::to_string(M_ - 1) + ")");
+    }
+    const int owner = s_.stage_to_rank[a.stage];
+    if (owner != r) {
+      fail(r, i,
+           "stage " + std::to_string(a.stage) + " runs on rank " + std::to_string(owner) +
+               " (stage_to_rank), not on rank " + std::to_string(r));
+    }
+    if (is_comm(a.op)) check_peer(a, here);
+
+    const int s = a.stage, mb = a.microbatch;
+    Where& where = slot(a.op, s, mb);
+    if (where.found()) {
+      fail(r, i,
+           "second " + to_string(a) + " (the first is at rank " + std::to_string(where.rank) +
+               ", position " + std::to_string(where.position) + ")");
+    }
+    // A backward is either one B, or an I and a W; never both kinds.
+    const bool fused = a.op == Op::B;
+    const bool split = a.op == Op::I || a.op == Op::W;
+    if (fused || split) {
+      for (Op other : fused ? std::vector<Op>{Op::I, Op::W} : std::vector<Op>{Op::B}) {
+        const Where& o = slot(other, s, mb);
+        if (o.found()) {
+          fail(r, i,
+               "stage " + std::to_string(s) + " microbatch " + std::to_string(mb) +
+                   " already has " + text_of(other, s, mb) + " at position " +
+                   std::to_string(o.position) + "; a backward is either one B, or an I then a W");
+        }
+      }
+    }
+    where = here;
+  }
+
+  // A communication action must have a peer stage that exists and lives on another rank.
+  void check_peer(const Action& a, const Where& here) const {
+    const bool to_next = a.op == Op::SEND_F || a.op == Op::RECV_B;
+    const int peer = to_next ? a.stage + 1 : a.stage - 1;
+    if (peer < 0 || peer > last_stage()) {
+      fail(here.rank, here.position,
+           "stage " + std::to_string(a.stage) + " has no " + (to_next ? "next" : "previous") +
+               " stage to " +
+               (a.op == Op::SEND_F || a.op == Op::SEND_B ? "send to" : "receive from"));
+    }
+    if (s_.stage_to_rank[peer] == here.rank) {
+      fail(here.rank, here.position,
+           "stages " + std::to_string(std::min(a.stage, peer)) + " and " +
+               std::to_string(std::max(a.stage, peer)) + " are both on rank " +
+               std::to_string(here.rank) + "; nothing to communicate");
+    }
+  }
+
+  // Every (stage, microbatch) has one F and one backward (B, or I and W).
+  void check_completeness() {
+    for (int s = 0; s < s_.num_stages; ++s) {
+      for (int mb = 0; mb < M_; ++mb) {
+        const std::string what = "stage " + std::to_string(s) + " microbatch " + std::to_string(mb);
+        const Where &f = slot(Op::F, s, mb), &i = slot(Op::I, s, mb), &w = slot(Op::W, s, mb),
+                    &b = slot(Op::B, s, mb);
+        if (!f.found()) {
+          const Where& any = b.found() ? b : i.found() ? i : w;
+          if (!any.found()) {
+            fail(s_.stage_to_rank[s], -1,
+                 what + " has no actions (expected " + text_of(Op::F, s, mb) + " and " +
+                     text_of(Op::B, s, mb) + ", or " + text_of(Op::F, s, mb) + ", " +
+                     text_of(Op::I, s, mb) + " and " + text_of(Op::W, s, mb) + ")");
+          }
+          fail_at(any, what + " has no forward " + text_of(Op::F, s, mb));
+        }
+        if (w.found() && !i.found()) {
+          fail_at(w, text_of(Op::W, s, mb) + " has no " + text_of(Op::I, s, mb) +
+                         " (a W follows the I of its microbatch)");
+        }
+        if (!b.found() && !i.found()) {
+          fail_at(f, "forward of " + what + " has no backward (expected " + text_of(Op::B, s, mb) +
+                         ", or " + text_of(Op::I, s, mb) + " then " + text_of(Op::W, s, mb) + ")");
+        }
+        if (i.found() && !w.found()) {
+          fail_at(i, text_of(Op::I, s, mb) + " has no " + text_of(Op::W, s, mb) +
+                         " (the weight gradient is never computed)");
+        }
+      }
+    }
+  }
+
+  // Requires `dep` to come before `here` on the same rank; `what` describes the action at `here`
+  // and `dep_role` what the dependency gives it.
+  void require_before(const Where& here, const Where& dep, const std::string& dep_text,
+                      const std::string& what, const std::string& dep_role) {
+    if (!dep.found()) {
+      fail_at(here, what + " needs " + dep_text + " (" + dep_role + "), but the schedule has none");
+    }
+    if (!dep.before(here)) {
+      fail_at(here, what + " runs before " + dep_text + " (position " +
+                        std::to_string(dep.position) + ", " + dep_role + ")");
+    }
+  }
+
+  // Dependencies inside one rank, in list order. Across ranks, order is the deadlock check's.
+  void check_order() {
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      const auto& list = s_.actions[r];
+      for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+        for_each_atom(list[i], [&](const Action& a, int part) {
+          check_deps(a, Where{r, i, part});
+        });
+      }
+    }
+  }
+
+  void check_deps(const Action& a, const Where& here) {
+    const int s = a.stage, mb = a.microbatch, r = here.rank;
+    const std::string of = " of stage " + std::to_string(s) + " microbatch " + std::to_string(mb);
+    const auto on_this_rank = [&](int stage) { return s_.stage_to_rank[stage] == r; };
+    switch (a.op) {
+      case Op::F:
+        if (s == 0) break;
+        if (on_this_rank(s - 1)) {
+          if (!slot(Op::F, s - 1, mb).before(here)) {
+            fail_at(here, "forward" + of + " runs before its input's forward " +
+                              text_of(Op::F, s - 1, mb) + " (position " +
+                              std::to_string(slot(Op::F, s - 1, mb).position) + ")");
+          }
+        } else if (with_comms_) {
+          require_before(
+              here, slot(Op::RECV_F, s, mb), text_of(Op::RECV_F, s, mb), "forward" + of,
+              "it receives the input from rank " + std::to_string(s_.stage_to_rank[s - 1]));
+        }
+        break;
+      case Op::I:
+      case Op::B: {
+        const Where& f = slot(Op::F, s, mb);
+        if (!f.before(here)) {
+          fail_at(here, "backward" + of + " runs before its forward " + text_of(Op::F, s, mb) +
+                            " (position " + std::to_string(f.position) + ")");
+        }
+        if (s == last_stage()) break;
+        if (on_this_rank(s + 1)) {
+          const Where& next = backward(s + 1, mb);
+          if (!next.before(here)) {
+            fail_at(here, "backward" + of + " runs before " + backward_text(s + 1, mb) +
+                              " (position " + std::to_string(next.position) +
+                              ") that produces its output gradient");
+          }
+        } else if (with_comms_) {
+          require_before(here, slot(Op::RECV_B, s, mb), text_of(Op::RECV_B, s, mb), "backward" + of,
+                         "it receives the output gradient from rank " +
+                             std::to_string(s_.stage_to_rank[s + 1]));
+        }
+        break;
+      }
+      case Op::W: {
+        const Where& i = slot(Op::I, s, mb);
+        if (!i.before(here)) {
+          fail_at(here, "weight backward" + of + " runs before " + text_of(Op::I, s, mb) +
+                            " (position " + std::to_string(i.position) + ")");
+        }
+        break;
+      }
+      case Op::SEND_F:
+        require_before(here, slot(Op::F, s, mb), text_of(Op::F, s, mb), to_string(a),
+                       "it produces the output sent");
+        break;
+      case Op::SEND_B:
+        require_before(here, backward(s, mb), backward_text(s, mb), to_string(a),
+                       "it produces the input gradient sent");
+        break;
+      default:  // receives wait for their sender, which is the deadlock check's business
+        break;
+    }
+  }
+
+  // The action that matches a communication action on the peer rank.
+  static Action peer_of(const Action& a) {
+    switch (a.op) {
+      case Op::SEND_F:
+        return Action::make(Op::RECV_F, a.stage + 1, a.microbatch);
+      case Op::RECV_F:
+        return Action::make(Op::SEND_F, a.stage - 1, a.microbatch);
+      case Op::SEND_B:
+        return Action::make(Op::RECV_B, a.stage - 1, a.microbatch);
+      case Op::RECV_B:
+        return Action::make(Op::SEND_B, a.stage + 1, a.microbatch);
+      default:
+        PPTRAIN_ASSERT(false, "not a communication action: ", to_string(a));
+    }
+  }
+
+  // Every SEND has its RECV on the peer rank and vice versa.
+  void check_matching() {
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      const auto& list = s_.actions[r];
+      for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+        const Action& a = list[i];
+        if (!is_comm(a.op)) continue;
+        const Action peer = peer_of(a);
+        if (!slot(peer.op, peer.stage, peer.microbatch).found()) {
+          fail(r, i,
+               "no matching " + to_string(peer) + " on rank " +
+                   std::to_string(s_.stage_to_rank[peer.stage]));
+        }
+      }
+    }
+  }
+
+  // Runs `lowered` in order on every rank, receives blocking until their send has run, sends
+  // never blocking. Each rank runs until it blocks; a send wakes the rank waiting for it, so the
+  // whole run is linear in the number of actions. If some rank cannot finish, it is a deadlock.
+  // With `compute_only_source`, `lowered` is lower(s_) and positions are mapped back to s_.
+  void check_deadlock(const Schedule& lowered, bool compute_only_source) {
+    const int P = lowered.num_ranks;
+    const size_t S = static_cast<size_t>(lowered.num_stages);
+    // A message is named by its receive: (direction, receiving stage, microbatch).
+    const auto message = [&](const Action& recv) {
+      const size_t direction = recv.op == Op::RECV_F ? 0 : 1;
+      return (direction * S + recv.stage) * M_ + recv.microbatch;
+    };
+    std::vector<char> arrived(2 * S * M_, 0);
+    std::vector<int> waiter(2 * S * M_, -1);
+    std::vector<size_t> pc(P, 0);
+    std::vector<int> runnable(P);
+    for (int r = 0; r < P; ++r) runnable[r] = P - 1 - r;
+    while (!runnable.empty()) {
+      const int r = runnable.back();
+      runnable.pop_back();
+      const auto& list = lowered.actions[r];
+      while (pc[r] < list.size()) {
+        const Action& a = list[pc[r]];
+        if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
+          const size_t m = message(a);
+          if (!arrived[m]) {
+            waiter[m] = r;
+            break;
+          }
+        } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
+          const size_t m = message(peer_of(a));
+          arrived[m] = 1;
+          if (waiter[m] >= 0) runnable.push_back(waiter[m]);
+          waiter[m] = -1;
+        }
+        ++pc[r];
+      }
+    }
+
+    std::vector<int> stuck;
+    for (int r = 0; r < P; ++r) {
+      if (pc[r] < lowered.actions[r].size()) stuck.push_back(r);
+    }
+    if (stuck.empty()) return;
+    // Position in s_ of the action rank r is stuck at. In a lowered compute-only schedule a
+    // receive sits right before its consumer, whose position in s_ is the number of compute
+    // actions before it.
+    const auto source_position = [&](int r) {
+      if (!compute_only_source) return static_cast<int>(pc[r]);
+      const auto& list = lowered.actions[r];
+      return static_cast<int>(std::count_if(list.begin(), list.begin() + pc[r],
+                                            [](const Action& a) { return is_compute(a.op); }));
+    };
+    std::string message_text = "deadlock: no rank can progress;";
+    for (size_t k = 0; k < stuck.size() && k < kMaxStuckListed; ++k) {
+      const int r = stuck[k];
+      const Action& recv = lowered.actions[r][pc[r]];
+      const Action send = peer_of(recv);
+      const int from = s_.stage_to_rank[send.stage];
+      std::string awaited;
+      if (compute_only_source) {
+        awaited = recv.op == Op::RECV_F
+                      ? "its input from " + text_of(Op::F, send.stage, send.microbatch)
+                      : "its output gradient from " + backward_text(send.stage, send.microbatch);
+      } else {
+        awaited = to_string(send);
+      }
+      message_text += std::string(k ? "," : "") + " rank " + std::to_string(r) +
+                      " waits at position " + std::to_string(source_position(r)) + " (" +
+                      to_string(s_.actions[r][source_position(r)]) + ") for " + awaited +
+                      " on rank " + std::to_string(from);
+    }
+    if (stuck.size() > kMaxStuckListed) {
+      message_text += ", and " + std::to_string(stuck.size() - kMaxStuckListed) + " more ranks";
+    }
+    fail(stuck[0], source_position(stuck[0]), message_text);
+  }
+
+  const Schedule& s_;
+  int M_ = 0;
+  bool with_comms_ = false;
+  std::vector<std::array<Where, kAtomOps>> seen_;  // [stage * M + microbatch][op]
+};
+
+}  // namespace
+
+void validate(const Schedule& schedule) {
+  Validator(schedule).run();
+}
+
+}  // namespace pptrain

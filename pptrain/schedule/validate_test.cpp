@@ -1,0 +1,229 @@
+#include "pptrain/schedule/validate.h"
+
+#include <gtest/gtest.h>
+
+#include "pptrain/render/grid.h"
+
+namespace pptrain {
+namespace {
+
+// Runs validate and returns the error it throws; fails the test if it throws none.
+ScheduleError error_of(const Schedule& schedule) {
+  try {
+    validate(schedule);
+  } catch (const ScheduleError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "validate accepted:\n" << render_grid(schedule);
+  return ScheduleError(-2, -2, "", "");
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// 1F1B on two ranks, two microbatches, compute only.
+const char* const kOneFOneB = "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+
+TEST(Validate, AcceptsCorrectSchedulesWithAndWithoutComms) {
+  const Schedule s = parse_csv(kOneFOneB);
+  EXPECT_NO_THROW(validate(s));
+  EXPECT_NO_THROW(validate(lower(s)));
+  // Interleaved placement (stage s on rank s % 2) with split backward.
+  const Schedule v = parse_csv(
+      "0F0,2F0,2I0,2W0,0I0,0W0\n"
+      "1F0,3F0,3I0,1I0,3W0,1W0\n");
+  EXPECT_NO_THROW(validate(v));
+  EXPECT_NO_THROW(validate(lower(v)));
+  // A V shape: stages 1 and 2 on rank 1 pass their tensors without communication.
+  const Schedule shape = parse_csv("0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n");
+  EXPECT_EQ(shape.stage_to_rank, (std::vector<int>{0, 1, 1, 0}));
+  EXPECT_NO_THROW(validate(lower(shape)));
+}
+
+TEST(Validate, MessageNamesRankPositionActionAndShowsTheGrid) {
+  // The task's example: rank 1 runs 1B0 before 1F0.
+  const ScheduleError e = error_of(parse_csv("0F0,0F1,0B0,0B1\n1F1,1B0,1B1,1F0\n"));
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 1);
+  EXPECT_TRUE(contains(e.what(),
+                       "rank 1, position 1 (1B0): backward of stage 1 microbatch 0 "
+                       "runs before its forward 1F0 (position 3)"))
+      << e.what();
+  EXPECT_TRUE(contains(e.what(), "\nrank 0 | 0F0  0F1  0B0  0B1\nrank 1 | 1F1 [1B0] 1B1  1F0"))
+      << e.what();
+}
+
+TEST(Validate, MissingAction) {
+  // 1B1 is missing: the error points at the forward whose backward never runs.
+  ScheduleError e = error_of(parse_csv("0F0,0F1,0B0,0B1\n1F0,1B0,1F1\n"));
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 2);
+  EXPECT_TRUE(contains(e.message(), "forward of stage 1 microbatch 1 has no backward")) << e.what();
+  // A W without its I.
+  e = error_of(parse_csv("0F0,0W0\n1F0,1B0\n"));
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 1);
+  EXPECT_TRUE(contains(e.message(), "0W0 has no 0I0")) << e.what();
+  // An I without its W.
+  e = error_of(parse_csv("0F0,0I0\n1F0,1B0\n"));
+  EXPECT_EQ(e.position(), 1);
+  EXPECT_TRUE(contains(e.message(), "0I0 has no 0W0")) << e.what();
+  // Nothing at all for one (stage, microbatch): only the rank can be named.
+  Schedule s = parse_csv(kOneFOneB);
+  s.num_microbatches = 3;
+  e = error_of(s);
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), -1);
+  EXPECT_TRUE(contains(e.what(), "rank 0: stage 0 microbatch 2 has no actions")) << e.what();
+}
+
+TEST(Validate, DuplicateAction) {
+  ScheduleError e = error_of(parse_csv("0F0,0F1,0B0,0F1,0B1\n1F0,1B0,1F1,1B1\n"));
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 3);
+  EXPECT_TRUE(contains(e.message(), "second 0F1 (the first is at rank 0, position 1)")) << e.what();
+  // B and I for the same microbatch.
+  e = error_of(parse_csv("0F0,0B0,0I0\n1F0,1B0\n"));
+  EXPECT_EQ(e.position(), 2);
+  EXPECT_TRUE(contains(e.message(), "already has 0B0")) << e.what();
+  // A duplicated receive in a lowered schedule.
+  Schedule lowered = lower(parse_csv(kOneFOneB));
+  lowered.actions[1].insert(lowered.actions[1].begin() + 1, Action::make(Op::RECV_F, 1, 0));
+  e = error_of(lowered);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 1);
+  EXPECT_TRUE(contains(e.message(), "second 1RECV_F0")) << e.what();
+}
+
+TEST(Validate, WrongOrderOnOneRank) {
+  // W before I.
+  ScheduleError e = error_of(parse_csv("0F0,0W0,0I0\n1F0,1B0\n"));
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 1);
+  EXPECT_TRUE(contains(e.message(), "runs before 0I0 (position 2)")) << e.what();
+  // V shape: stage 2 (rank 1) runs its forward before stage 1's on the same rank.
+  e = error_of(parse_csv("0F0,3F0,3B0,0B0\n2F0,1F0,2B0,1B0\n"));
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 0);
+  EXPECT_TRUE(contains(e.message(), "runs before its input's forward 1F0 (position 1)"))
+      << e.what();
+  // V shape: stage 1's backward before stage 2's on the same rank.
+  e = error_of(parse_csv("0F0,3F0,3B0,0B0\n1F0,2F0,1B0,2B0\n"));
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 2);
+  EXPECT_TRUE(contains(e.message(), "runs before 2B0 (position 3) that produces its output"))
+      << e.what();
+  // With comms: the send before the forward that produces it.
+  Schedule lowered = lower(parse_csv(kOneFOneB));
+  ASSERT_EQ(to_string(lowered.actions[0][1]), "0SEND_F0");
+  std::swap(lowered.actions[0][0], lowered.actions[0][1]);
+  e = error_of(lowered);
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 0);
+  EXPECT_TRUE(contains(e.message(), "0SEND_F0 runs before 0F0 (position 1")) << e.what();
+}
+
+TEST(Validate, WrongRank) {
+  Schedule s = parse_csv(kOneFOneB);
+  s.stage_to_rank = {1, 0};  // the lists say otherwise
+  ScheduleError e = error_of(s);
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 0);
+  EXPECT_TRUE(contains(e.message(), "stage 0 runs on rank 1 (stage_to_rank), not on rank 0"))
+      << e.what();
+}
+
+TEST(Validate, OutOfRangeIndex) {
+  Schedule s = parse_csv(kOneFOneB);
+  s.actions[1][2] = Action::make(Op::F, 1, 7);
+  ScheduleError e = error_of(s);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 2);
+  EXPECT_TRUE(contains(e.message(),
+                       "microbatch 7 is out of range (the schedule has 2 "
+                       "microbatches, 0..1)"))
+      << e.what();
+  s = parse_csv(kOneFOneB);
+  s.actions[0][3] = Action::make(Op::B, 5, 1);
+  e = error_of(s);
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 3);
+  EXPECT_TRUE(contains(e.message(), "stage 5 is out of range")) << e.what();
+  // Shape errors concern the whole schedule.
+  s = parse_csv(kOneFOneB);
+  s.stage_to_rank = {0, 2};
+  e = error_of(s);
+  EXPECT_EQ(e.rank(), -1);
+  EXPECT_TRUE(contains(e.what(), "stage 1 is placed on rank 2; expected a rank in 0..1"))
+      << e.what();
+}
+
+TEST(Validate, UnmatchedSendAndReceive) {
+  Schedule lowered = lower(parse_csv(kOneFOneB));
+  Schedule no_recv = lowered;
+  auto& l = no_recv.actions[1];
+  // Remove 1RECV_F1 from rank 1: 0SEND_F1 is left without a receive, and 1F1 has no input.
+  const auto it = std::find(l.begin(), l.end(), Action::make(Op::RECV_F, 1, 1));
+  ASSERT_NE(it, l.end());
+  l.erase(it);
+  ScheduleError e = error_of(no_recv);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_TRUE(contains(e.message(), "forward of stage 1 microbatch 1 needs 1RECV_F1")) << e.what();
+  // Remove a send instead: the receive on the other rank has no partner.
+  Schedule no_send = lowered;
+  auto& s0 = no_send.actions[0];
+  const auto send = std::find(s0.begin(), s0.end(), Action::make(Op::SEND_F, 0, 1));
+  ASSERT_NE(send, s0.end());
+  s0.erase(send);
+  e = error_of(no_send);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(to_string(no_send.actions[1][e.position()]), "1RECV_F1");
+  EXPECT_TRUE(contains(e.message(), "no matching 0SEND_F1 on rank 0")) << e.what();
+}
+
+TEST(Validate, DeadlockAcrossTwoRanks) {
+  // Each rank runs its microbatch 1 work in an order that waits on the other: rank 0 wants 1B0's
+  // gradient before sending 0F1, rank 1 wants 0F1's output before running 1B0.
+  const Schedule s = parse_csv("0F0,0B0,0F1,0B1\n1F0,1F1,1B0,1B1\n");
+  ScheduleError e = error_of(s);
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 1);
+  EXPECT_TRUE(contains(e.message(), "deadlock")) << e.what();
+  EXPECT_TRUE(contains(e.message(),
+                       "rank 0 waits at position 1 (0B0) for its output gradient "
+                       "from 1B0 on rank 1"))
+      << e.what();
+  EXPECT_TRUE(contains(e.message(),
+                       "rank 1 waits at position 1 (1F1) for its input from 0F1 on "
+                       "rank 0"))
+      << e.what();
+  // The same deadlock, lowered: reported at the receives.
+  e = error_of(lower(s));
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(to_string(lower(s).actions[0][e.position()]), "0RECV_B0");
+  EXPECT_TRUE(contains(e.message(), "for 1SEND_B0 on rank 1")) << e.what();
+}
+
+TEST(Validate, CutsTheGridOfLongSchedules) {
+  // GPipe-like, 2 ranks, 40 microbatches, with one backward moved before its forward.
+  std::string row0, row1;
+  for (int mb = 0; mb < 40; ++mb) row0 += "0F" + std::to_string(mb) + ",";
+  for (int mb = 0; mb < 40; ++mb) row1 += "1F" + std::to_string(mb) + ",";
+  for (int mb = 0; mb < 40; ++mb) {
+    row0 += "0B" + std::to_string(mb) + (mb < 39 ? "," : "");
+    row1 += "1B" + std::to_string(mb) + (mb < 39 ? "," : "");
+  }
+  Schedule s = parse_csv(row0 + "\n" + row1 + "\n");
+  EXPECT_NO_THROW(validate(s));
+  std::swap(s.actions[1][20], s.actions[1][60]);  // 1B20 to position 20, 1F20 to 60
+  ScheduleError e = error_of(s);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 20);
+  EXPECT_TRUE(contains(e.what(), "[1B20]")) << e.what();
+  EXPECT_TRUE(contains(e.what(), "rank 1 | ... 1F8 ")) << e.what();
+  EXPECT_FALSE(contains(e.what(), "1F0 ")) << e.what();
+}
+
+}  // namespace
+}  // namespace pptrain
