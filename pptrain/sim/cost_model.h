@@ -1,0 +1,47 @@
+// How long each action takes and how much activation memory it holds, for the simulator.
+//
+// The simple form gives the times of one rank's whole share of the model for one microbatch;
+// with V chunks (stages) per rank each chunk takes 1/V of it. Per-stage vectors, when given,
+// override that (e.g. from a profile and a partition). Units are arbitrary but shared: seconds
+// when the figures come from a measured profile.
+//
+//   CostModel c = CostModel::parse("F=1,I=2,W=1,comm=0.1");
+//   double t = c.time(Action::make(Op::B, 3, 0), /*num_stages=*/8, /*num_ranks=*/4);  // (2+1)/2
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pptrain/schedule/action.h"
+
+namespace pptrain {
+
+struct CostModel {
+  // Times of one rank's whole share for one microbatch. B (fused backward) = I + W.
+  double forward = 1;
+  double backward_input = 1;
+  double backward_weight = 1;
+  // Latency of one transfer between ranks: delays the arrival, occupies neither rank.
+  // Transfers between stages on the same rank are free.
+  double comm = 0;
+  // Optional per-stage times [num_stages]; when non-empty they override the scalars above.
+  std::vector<double> stage_forward, stage_backward_input, stage_backward_weight;
+  // Optional activation memory per microbatch per stage [num_stages], any unit; empty = each
+  // chunk holds 1/V of one microbatch's activations of the rank's whole share.
+  std::vector<double> stage_activation;
+
+  // Parses "F=1,I=1,W=1,comm=0": any subset of the keys F, I, W, comm in any order, values
+  // finite and >= 0. Throws UserError naming the bad piece.
+  static CostModel parse(const std::string& text);
+  // "F=1,I=1,W=1,comm=0" (per-stage vectors are not printed).
+  std::string to_string() const;
+
+  // Duration of a compute action (F, I, W, B; OVERLAP_F_B = sum of its parts) on a schedule of
+  // num_stages stages over num_ranks ranks. SEND/RECV take 0. Throws UserError if a per-stage
+  // vector does not have num_stages entries.
+  double time(const Action& action, int num_stages, int num_ranks) const;
+  // Activation memory one microbatch holds on `stage` between its F and its I or B.
+  double activation(int stage, int num_stages, int num_ranks) const;
+};
+
+}  // namespace pptrain
