@@ -5,8 +5,8 @@
 //   rank 1 |      1F0  1B0 [1F1] 1B1       <- marked
 //
 // Long schedules (thousands of positions) can be cut to a window of positions around the mark:
-// GridOptions{.mark_rank = 1, .mark_position = 700, .window = 8} shows positions 692..708 of
-// every rank, with "..." where rows were cut.
+// mark_rank = 1, mark_position = 700, window = 8 shows positions 692..708 of every rank, with
+// "..." where rows were cut.
 #pragma once
 
 #include <string>

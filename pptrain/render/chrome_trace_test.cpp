@@ -1,0 +1,58 @@
+#include "pptrain/render/chrome_trace.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+Timeline two_rank_timeline() {
+  return Timeline{"1f1b, P=2, M=1",
+                  2,
+                  {{0, Action::make(Op::F, 0, 0), 0, 1},
+                   {0, Action::make(Op::SEND_F, 0, 0), 1, 1.5},
+                   {1, Action::make(Op::F, 1, 0), 1.5, 2.5},
+                   {1, Action::make(Op::B, 1, 0), 2.5, 4.5},
+                   {0, Action::make(Op::B, 0, 0), 5, 7}}};
+}
+
+TEST(ChromeTrace, OneCompleteEventPerActionAndOneThreadNamePerRank) {
+  const auto trace = nlohmann::json::parse(render_chrome_trace(two_rank_timeline(), 1000));
+  ASSERT_TRUE(trace.contains("traceEvents"));
+  int complete = 0, thread_names = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") {
+      ++complete;
+      EXPECT_EQ(e["pid"], 0);
+      EXPECT_TRUE(e.contains("name") && e.contains("tid") && e.contains("ts") && e.contains("dur"));
+    } else if (e["ph"] == "M" && e["name"] == "thread_name") {
+      EXPECT_EQ(e["args"]["name"], "rank " + std::to_string(e["tid"].get<int>()));
+      ++thread_names;
+    }
+  }
+  EXPECT_EQ(complete, 5);
+  EXPECT_EQ(thread_names, 2);
+}
+
+TEST(ChromeTrace, ScalesTimesToMicroseconds) {
+  const auto trace = nlohmann::json::parse(render_chrome_trace(two_rank_timeline(), 1e6));
+  bool found = false;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["name"] != "1B0") continue;
+    found = true;
+    EXPECT_EQ(e["tid"], 1);
+    EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 2.5e6);
+    EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 2e6);
+    EXPECT_EQ(e["cat"], "B");
+    EXPECT_EQ(e["args"]["stage"], 1);
+    EXPECT_EQ(e["args"]["microbatch"], 0);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_THROW(render_chrome_trace(two_rank_timeline(), 0), UserError);
+}
+
+}  // namespace
+}  // namespace pptrain

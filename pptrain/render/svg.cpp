@@ -1,0 +1,321 @@
+#include "pptrain/render/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+// Layout, in pixels.
+constexpr double kMarginLeft = 64;  // room for "rank 12"
+constexpr double kMarginRight = 24;
+constexpr double kTitleHeight = 34;
+constexpr double kLabelHeight = 18;  // a stacked timeline's label line
+constexpr double kRowGap = 3;
+constexpr double kAxisHeight = 30;  // axis line, ticks and their numbers
+constexpr double kPanelGap = 10;
+constexpr double kLegendHeight = 26;
+constexpr double kCommHeight = 3;  // thin bar for a SEND/RECV when shown
+
+std::string fmt(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.6g", value);
+  return buffer;
+}
+std::string px(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f", value);
+  return buffer;
+}
+
+std::string escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+struct Rgb {
+  int r, g, b;
+};
+
+// Colours close to the papers' figures: forward blue, backward-for-input orange, backward-for-
+// weights green, full backward teal.
+Rgb base_colour(Op op) {
+  switch (op) {
+    case Op::F:
+      return {86, 140, 214};
+    case Op::I:
+      return {236, 140, 64};
+    case Op::W:
+      return {104, 178, 92};
+    case Op::B:
+      return {58, 166, 160};
+    default:
+      return {130, 130, 130};  // communication
+  }
+}
+
+// A rank's later model chunks (interleaved, V-shape) get lighter shades of the same colour.
+std::string colour(Op op, int chunk) {
+  const Rgb c = base_colour(op);
+  const double white = std::min(0.6, 0.42 * chunk);
+  const auto mix = [&](int v) { return static_cast<int>(std::lround(v + (255 - v) * white)); };
+  char buffer[8];
+  std::snprintf(buffer, sizeof buffer, "#%02x%02x%02x", mix(c.r), mix(c.g), mix(c.b));
+  return buffer;
+}
+
+const char* op_description(Op op) {
+  switch (op) {
+    case Op::F:
+      return "F forward";
+    case Op::I:
+      return "I backward (input)";
+    case Op::W:
+      return "W backward (weights)";
+    case Op::B:
+      return "B backward";
+    default:
+      return "send / receive";
+  }
+}
+
+// A tick step of 1, 2 or 5 times a power of ten, giving about `target` ticks over `span`.
+double tick_step(double span, int target) {
+  if (span <= 0) return 1;
+  const double raw = span / target;
+  const double power = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double factor : {1.0, 2.0, 5.0}) {
+    if (raw <= factor * power) return factor * power;
+  }
+  return 10 * power;
+}
+
+struct Extent {
+  double start = 0, end = 0;
+};
+Extent extent_of(const Timeline& timeline) {
+  if (timeline.events.empty()) return {};
+  Extent e{std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+  for (const auto& event : timeline.events) {
+    e.start = std::min(e.start, event.start);
+    e.end = std::max(e.end, event.end);
+  }
+  return e;
+}
+
+// Stages per rank: more stages than ranks means virtual stages (interleaved, V-shape).
+int chunks_of(const Timeline& timeline) {
+  int stages = 0;
+  for (const auto& event : timeline.events) {
+    if (event.action.op == Op::OVERLAP_F_B) {
+      for (const auto& part : event.action.parts) stages = std::max(stages, part.stage + 1);
+    } else {
+      stages = std::max(stages, event.action.stage + 1);
+    }
+  }
+  return timeline.num_ranks > 0
+             ? std::max(1, (stages + timeline.num_ranks - 1) / timeline.num_ranks)
+             : 1;
+}
+
+class SvgWriter {
+ public:
+  SvgWriter(const std::vector<Timeline>& timelines, const SvgOptions& options)
+      : timelines_(timelines), options_(options) {}
+
+  std::string render() {
+    PPTRAIN_CHECK(!timelines_.empty(), "render_svg needs at least one timeline");
+    PPTRAIN_CHECK(options_.labels.empty() || options_.labels.size() == timelines_.size(),
+                  "render_svg got ", options_.labels.size(), " labels for ", timelines_.size(),
+                  " timelines; expected one label per timeline or none");
+    PPTRAIN_CHECK(options_.plot_width_px > 0 && options_.row_height_px > 0,
+                  "render_svg needs a positive plot width and row height");
+    double longest = 0;
+    for (const auto& t : timelines_) {
+      const Extent e = extent_of(t);
+      longest = std::max(longest, e.end - e.start);
+    }
+    const double width = kMarginLeft + options_.plot_width_px + kMarginRight;
+
+    double y = kTitleHeight;
+    for (size_t k = 0; k < timelines_.size(); ++k) {
+      const Timeline& t = timelines_[k];
+      const std::string label = !options_.labels.empty() ? options_.labels[k]
+                                : timelines_.size() > 1  ? t.title
+                                                         : "";
+      if (!label.empty()) {
+        text(kMarginLeft, y + 13, label, "12", "start", "font-weight=\"bold\"");
+        y += kLabelHeight;
+      }
+      const Extent e = extent_of(t);
+      const double span = options_.shared_time_axis ? longest : e.end - e.start;
+      y = panel(t, e.start, span, y) + kPanelGap;
+    }
+    y = legend(y);
+
+    const std::string title = options_.title.empty() ? timelines_.front().title : options_.title;
+    std::string head = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+    head += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + px(width) + "\" height=\"" +
+            px(y) + "\" viewBox=\"0 0 " + px(width) + " " + px(y) +
+            "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
+    head += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+    head += "<text x=\"" + px(width / 2) + "\" y=\"22\" font-size=\"15\" font-weight=\"bold\" " +
+            "text-anchor=\"middle\">" + escape(title) + "</text>\n";
+    return head + body_ + "</svg>\n";
+  }
+
+ private:
+  void text(double x, double y, const std::string& content, const char* size, const char* anchor,
+            const std::string& extra = "") {
+    body_ += "<text x=\"" + px(x) + "\" y=\"" + px(y) + "\" font-size=\"" + size +
+             "\" text-anchor=\"" + anchor + "\"" + (extra.empty() ? "" : " " + extra) + ">" +
+             escape(content) + "</text>\n";
+  }
+  void rect(double x, double y, double w, double h, const std::string& fill,
+            const std::string& css_class, const std::string& tooltip = "") {
+    body_ += "<rect class=\"" + css_class + "\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" +
+             px(std::max(w, 0.5)) + "\" height=\"" + px(h) + "\" fill=\"" + fill + "\"";
+    if (css_class == "event") body_ += " stroke=\"#333333\" stroke-width=\"0.6\"";
+    body_ += tooltip.empty() ? "/>\n" : "><title>" + escape(tooltip) + "</title></rect>\n";
+  }
+
+  // Draws one timeline's rows and time axis from `top`; returns the y below it.
+  double panel(const Timeline& t, double t0, double span, double top) {
+    const double row = options_.row_height_px;
+    const double scale = span > 0 ? options_.plot_width_px / span : 0;  // px per time unit
+    const int P = t.num_ranks;
+    const int chunks = chunks_of(t);
+    const auto x_of = [&](double time) { return kMarginLeft + (time - t0) * scale; };
+    const auto y_of = [&](int rank) { return top + rank * (row + kRowGap); };
+
+    for (int r = 0; r < P; ++r) {
+      rect(kMarginLeft, y_of(r), options_.plot_width_px, row, "#f2f2f2", "row");
+      text(kMarginLeft - 8, y_of(r) + row / 2 + 4, "rank " + std::to_string(r), "11", "end");
+    }
+    const double font = std::min(11.0, row * 0.55);
+    for (const auto& event : t.events) {
+      const Op op = event.action.op;
+      const double x = x_of(event.start), w = (event.end - event.start) * scale;
+      const double y = y_of(event.rank);
+      const std::string tooltip =
+          to_string(event.action) + " [" + fmt(event.start) + ", " + fmt(event.end) + "]";
+      if (is_comm(op)) {
+        if (options_.show_comms)
+          rect(x, y + row - kCommHeight, w, kCommHeight, "#555555", "comm", tooltip);
+        continue;
+      }
+      seen_ops_[static_cast<int>(op)] = true;
+      if (op == Op::OVERLAP_F_B) {
+        // One band per overlapped part, stacked in the row.
+        const auto& parts = event.action.parts;
+        const double band = row / parts.size();
+        for (size_t k = 0; k < parts.size(); ++k) {
+          seen_ops_[static_cast<int>(parts[k].op)] = true;
+          rect(x, y + k * band, w, band, colour(parts[k].op, parts[k].stage / P), "event", tooltip);
+        }
+        continue;
+      }
+      const int chunk = event.action.stage / std::max(P, 1);
+      rect(x, y, w, row, colour(op, chunk), "event", tooltip);
+      label(event.action, x, y, w, font, chunks > 1);
+    }
+
+    // Time axis under the rows.
+    const double axis_y = y_of(P) - kRowGap + 4;
+    body_ += "<line x1=\"" + px(kMarginLeft) + "\" y1=\"" + px(axis_y) + "\" x2=\"" +
+             px(kMarginLeft + options_.plot_width_px) + "\" y2=\"" + px(axis_y) +
+             "\" stroke=\"#333333\" stroke-width=\"1\"/>\n";
+    const double step = tick_step(span, 10);
+    for (int k = 0; span > 0 && k * step <= span * (1 + 1e-9); ++k) {
+      const double x = kMarginLeft + k * step * scale;
+      body_ += "<line x1=\"" + px(x) + "\" y1=\"" + px(axis_y) + "\" x2=\"" + px(x) + "\" y2=\"" +
+               px(axis_y + 4) + "\" stroke=\"#333333\" stroke-width=\"1\"/>\n";
+      text(x, axis_y + 15, fmt(k * step), "10", "middle");
+    }
+    if (!options_.time_unit.empty()) {
+      text(kMarginLeft + options_.plot_width_px, axis_y + 27, "time (" + options_.time_unit + ")",
+           "10", "end", "fill=\"#444444\"");
+    }
+    return axis_y + kAxisHeight;
+  }
+
+  // The microbatch number in the box, and when ranks hold several stages the stage in small text
+  // above it; whatever does not fit the box is left out.
+  void label(const Action& action, double x, double y, double w, double font, bool with_stage) {
+    const std::string mb = std::to_string(action.microbatch);
+    const double char_px = font * 0.62;
+    if (w < mb.size() * char_px + 2) return;
+    const double row = options_.row_height_px;
+    const bool stage_fits =
+        with_stage && row >= 18 && w >= (std::to_string(action.stage).size() + 1) * 7 * 0.62 + 2;
+    const double baseline = stage_fits ? y + row - 4 : y + row / 2 + font * 0.36;
+    text(x + w / 2, baseline, mb, fmt(font).c_str(), "middle", "fill=\"#111111\"");
+    if (stage_fits) {
+      text(x + w / 2, y + 8, "s" + std::to_string(action.stage), "7", "middle", "fill=\"#222222\"");
+    }
+  }
+
+  // One entry per kind of box drawn; returns the y below the legend.
+  double legend(double top) {
+    double x = kMarginLeft;
+    const double y = top + 4;
+    int max_chunks = 1;
+    for (const auto& t : timelines_) max_chunks = std::max(max_chunks, chunks_of(t));
+    std::vector<Op> ops;
+    for (Op op : {Op::F, Op::I, Op::W, Op::B}) {
+      if (seen_ops_[static_cast<int>(op)]) ops.push_back(op);
+    }
+    if (options_.show_comms) ops.push_back(Op::SEND_F);
+    for (Op op : ops) {
+      const std::string name = op_description(op);
+      rect(x, y, 14, 14, is_comm(op) ? "#555555" : colour(op, 0), "legend");
+      if (max_chunks > 1 && !is_comm(op)) rect(x + 14, y, 14, 14, colour(op, 1), "legend");
+      const double box = max_chunks > 1 && !is_comm(op) ? 28 : 14;
+      text(x + box + 5, y + 11, name, "11", "start");
+      x += box + 5 + name.size() * 6.6 + 18;
+    }
+    if (max_chunks > 1)
+      text(x, y + 11, "(lighter: later model chunk; sN: stage N)", "10", "start",
+           "fill=\"#444444\"");
+    return top + kLegendHeight;
+  }
+
+  const std::vector<Timeline>& timelines_;
+  const SvgOptions& options_;
+  std::string body_;
+  bool seen_ops_[static_cast<int>(Op::OVERLAP_F_B) + 1] = {};
+};
+
+}  // namespace
+
+std::string render_svg(const Timeline& timeline, const SvgOptions& options) {
+  return render_svg(std::vector<Timeline>{timeline}, options);
+}
+
+std::string render_svg(const std::vector<Timeline>& timelines, const SvgOptions& options) {
+  return SvgWriter(timelines, options).render();
+}
+
+}  // namespace pptrain
