@@ -1,0 +1,225 @@
+// `pptrain schedule`: generate (or import) a schedule, lower and validate it, simulate it under a
+// cost model, print a summary (or --json), and optionally export CSV, an SVG picture, a Chrome
+// trace or the text grid.
+//
+//   pptrain schedule --schedule 1f1b --pp 4 --microbatches 8 --grid --svg 1f1b.svg
+//   pptrain schedule --import mine.csv --cost F=1,I=1,W=1,comm=0.1 --json
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "pptrain/common/check.h"
+#include "pptrain/render/chrome_trace.h"
+#include "pptrain/render/grid.h"
+#include "pptrain/render/svg.h"
+#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/validate.h"
+#include "pptrain/sim/simulator.h"
+#include "tools/pptrain/commands.h"
+
+namespace pptrain::cli {
+namespace {
+
+struct ScheduleArgs {
+  std::string schedule;
+  int pp = 0;
+  int microbatches = 0;
+  int chunks = 0;
+  std::string cost = "F=1,I=1,W=1,comm=0";
+  std::string import_path;
+  std::string export_path;
+  bool with_comms = false;
+  std::string svg_path;
+  std::string trace_path;
+  bool grid = false;
+  bool json = false;
+  // Which of the numeric flags the user gave (an imported schedule must agree with them).
+  bool pp_given = false, microbatches_given = false, chunks_given = false;
+};
+
+std::string joined_names() {
+  std::string names;
+  for (const auto& name : schedule_names()) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  PPTRAIN_CHECK(out.good(), "cannot write '", path, "'");
+  out << text;
+  out.close();
+  PPTRAIN_CHECK(out.good(), "cannot write '", path, "'");
+}
+
+// "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
+std::string file_stem(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t dot = name.rfind('.');
+  if (dot != std::string::npos && dot > 0) name.resize(dot);
+  return name.empty() ? "imported" : name;
+}
+
+Schedule import_schedule(const ScheduleArgs& args) {
+  PPTRAIN_CHECK(args.schedule.empty(),
+                "--schedule and --import cannot be used together (got "
+                "--schedule ",
+                args.schedule, " and --import ", args.import_path, ")");
+  Schedule s = read_schedule_csv(args.import_path);
+  s.name = file_stem(args.import_path);
+  const auto agree = [&](bool given, const char* flag, int value, int inferred, const char* what) {
+    PPTRAIN_CHECK(!given || value == inferred, flag, " ", value, " does not match '",
+                  args.import_path, "', which has ", inferred, " ", what);
+  };
+  agree(args.pp_given, "--pp", args.pp, s.num_ranks, "ranks");
+  agree(args.microbatches_given, "--microbatches", args.microbatches, s.num_microbatches,
+        "microbatches");
+  agree(args.chunks_given, "--chunks", args.chunks, s.chunks(), "chunks (stages per rank)");
+  return s;
+}
+
+Schedule generate_schedule(const ScheduleArgs& args) {
+  PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", joined_names(),
+                ") or --import FILE.csv is required");
+  PPTRAIN_CHECK(args.pp_given, "--pp is required with --schedule (the number of pipeline ranks)");
+  PPTRAIN_CHECK(args.microbatches_given,
+                "--microbatches is required with --schedule (microbatches per mini-batch)");
+  PPTRAIN_CHECK(args.pp >= 1, "--pp must be >= 1, got ", args.pp);
+  PPTRAIN_CHECK(args.microbatches >= 1, "--microbatches must be >= 1, got ", args.microbatches);
+  PPTRAIN_CHECK(args.chunks >= 0, "--chunks must be >= 1 (or 0 for the schedule's default), got ",
+                args.chunks);
+  ScheduleOptions options;
+  options.name = args.schedule;
+  options.ranks = args.pp;
+  options.microbatches = args.microbatches;
+  options.chunks = args.chunks;
+  return make_schedule(options);
+}
+
+std::string percent(double ratio) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * ratio);
+  return buffer;
+}
+
+void print_summary(const Schedule& s, const CostModel& cost, const SimResult& result) {
+  std::printf("schedule      %s\n", s.name.c_str());
+  std::printf("ranks (P)     %d\n", s.num_ranks);
+  std::printf("chunks (V)    %d\n", s.chunks());
+  std::printf("microbatches  %d\n", s.num_microbatches);
+  std::printf("cost model    %s\n", cost.to_string().c_str());
+  std::printf("makespan      %g\n", result.makespan);
+  std::printf("bubble ratio  %.4f (%s)\n", result.bubble_ratio,
+              percent(result.bubble_ratio).c_str());
+  std::printf("\nrank  %10s  %10s  %16s\n", "busy", "idle", "peak activations");
+  for (const auto& r : result.ranks) {
+    std::printf("%4d  %10g  %10g  %16g\n", r.rank, r.busy, r.idle, r.peak_activations);
+  }
+}
+
+nlohmann::ordered_json summary_json(const Schedule& s, const SimResult& result) {
+  nlohmann::ordered_json out;
+  out["schedule"] = s.name;
+  out["pp"] = s.num_ranks;
+  out["chunks"] = s.chunks();
+  out["microbatches"] = s.num_microbatches;
+  out["makespan"] = result.makespan;
+  out["bubble_ratio"] = result.bubble_ratio;
+  out["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& r : result.ranks) {
+    nlohmann::ordered_json rank;
+    rank["rank"] = r.rank;
+    rank["busy"] = r.busy;
+    rank["idle"] = r.idle;
+    rank["peak_activations"] = r.peak_activations;
+    out["ranks"].push_back(std::move(rank));
+  }
+  return out;
+}
+
+void run_schedule_command(const ScheduleArgs& args) {
+  const CostModel cost = [&] {
+    try {
+      return CostModel::parse(args.cost);
+    } catch (const UserError& e) {
+      throw UserError(std::string("--cost: ") + e.what());
+    }
+  }();
+  const Schedule schedule =
+      args.import_path.empty() ? generate_schedule(args) : import_schedule(args);
+  // Validation lowers a compute-only schedule itself, and reports problems at the positions of
+  // the schedule as given (the user's file, for --import).
+  validate(schedule);
+  const Schedule lowered = lower(schedule);
+  SimResult result = simulate(lowered, cost);
+
+  if (!args.export_path.empty()) {
+    write_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)));
+  }
+  if (args.grid) {
+    GridOptions options;
+    options.with_comms = args.with_comms;
+    // With --json, stdout holds the JSON object alone.
+    std::fputs(render_grid(args.with_comms ? lowered : schedule, options).c_str(),
+               args.json ? stderr : stdout);
+    if (!args.json) std::fputs("\n", stdout);
+  }
+  result.timeline.title = schedule.name + ": P=" + std::to_string(schedule.num_ranks) +
+                          ", V=" + std::to_string(schedule.chunks()) +
+                          ", M=" + std::to_string(schedule.num_microbatches) + ", bubble " +
+                          percent(result.bubble_ratio) + " (" + cost.to_string() + ")";
+  if (!args.svg_path.empty()) {
+    SvgOptions options;
+    options.time_unit = "cost units";
+    options.show_comms = args.with_comms;
+    write_file(args.svg_path, render_svg(result.timeline, options));
+  }
+  if (!args.trace_path.empty()) {
+    write_file(args.trace_path, render_chrome_trace(result.timeline, /*time_unit_us=*/1000));
+  }
+  if (args.json) {
+    std::cout << summary_json(schedule, result).dump() << std::endl;
+  } else {
+    print_summary(schedule, cost, result);
+  }
+}
+
+}  // namespace
+
+void add_schedule_command(CLI::App& app) {
+  auto args = std::make_shared<ScheduleArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "schedule", "Generate (or import) a pipeline schedule, validate it and simulate it");
+  cmd->add_option("--schedule", args->schedule, "Schedule to generate: " + joined_names());
+  auto* pp = cmd->add_option("--pp", args->pp, "Pipeline ranks (P)");
+  auto* microbatches =
+      cmd->add_option("--microbatches", args->microbatches, "Microbatches per mini-batch (M)");
+  auto* chunks = cmd->add_option("--chunks", args->chunks,
+                                 "Stages per rank (V); 0 or absent: the schedule's default");
+  cmd->add_option("--cost", args->cost,
+                  "Cost model: times of one rank's share for one microbatch, and the comm latency")
+      ->capture_default_str();
+  cmd->add_option("--import", args->import_path,
+                  "Read the schedule from a CSV file instead of generating it (P, V, M and "
+                  "placement are inferred)");
+  cmd->add_option("--export", args->export_path, "Write the schedule as CSV");
+  cmd->add_flag("--with-comms", args->with_comms,
+                "Export (and show) SEND/RECV actions too, not only compute");
+  cmd->add_option("--svg", args->svg_path, "Write the simulated timeline as an SVG picture");
+  cmd->add_option("--trace", args->trace_path,
+                  "Write the simulated timeline as Chrome trace JSON (1 cost unit = 1 ms)");
+  cmd->add_flag("--grid", args->grid, "Print the schedule as a text grid");
+  cmd->add_flag("--json", args->json, "Print the summary as one JSON object");
+  cmd->callback([args, pp, microbatches, chunks] {
+    args->pp_given = pp->count() > 0;
+    args->microbatches_given = microbatches->count() > 0;
+    args->chunks_given = chunks->count() > 0 && args->chunks != 0;
+    run_schedule_command(*args);
+  });
+}
+
+}  // namespace pptrain::cli
