@@ -1,0 +1,251 @@
+#include "pptrain/models/model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+
+#include "pptrain/common/check.h"
+#include "pptrain/models/pipe_linear.h"
+
+namespace pptrain {
+namespace {
+
+bool is_gpt(const ModelOptions& options) { return options.kind == "gpt"; }
+
+// Seeds torch's default CPU generator for the lifetime of the object and then restores it, so a
+// layer's initial weights depend only on its own seed, not on what was built before it.
+class ScopedSeed {
+ public:
+  explicit ScopedSeed(uint64_t seed) : generator_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    saved_state_ = generator_.get_state();
+    generator_.set_current_seed(seed);
+  }
+  ~ScopedSeed() {
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(saved_state_);
+  }
+  ScopedSeed(const ScopedSeed&) = delete;
+  ScopedSeed& operator=(const ScopedSeed&) = delete;
+
+ private:
+  at::Generator generator_;
+  torch::Tensor saved_state_;
+};
+
+// x + W2 gelu(W1 LN(x)) with hidden width 4D: the MLP half of a transformer block, and the
+// whole of an mlp-model block. x [..., D] -> [..., D].
+struct FeedForwardImpl : torch::nn::Module {
+  explicit FeedForwardImpl(int64_t d_model)
+      : norm(register_module("norm", torch::nn::LayerNorm(
+                                         torch::nn::LayerNormOptions({d_model})))),
+        fc1(register_module("fc1", PipeLinear(d_model, 4 * d_model))),
+        fc2(register_module("fc2", PipeLinear(4 * d_model, d_model))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x + fc2(torch::gelu(fc1(norm(x))));
+  }
+
+  torch::nn::LayerNorm norm;
+  PipeLinear fc1, fc2;
+};
+TORCH_MODULE(FeedForward);
+
+// x + proj(causal multi-head self-attention(LN(x))). x [mb, T, D] -> [mb, T, D].
+struct AttentionImpl : torch::nn::Module {
+  AttentionImpl(int64_t d_model, int64_t heads)
+      : heads(heads),
+        norm(register_module("norm", torch::nn::LayerNorm(
+                                         torch::nn::LayerNormOptions({d_model})))),
+        qkv(register_module("qkv", PipeLinear(d_model, 3 * d_model))),
+        proj(register_module("proj", PipeLinear(d_model, d_model))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t batch = x.size(0), tokens = x.size(1), d_model = x.size(2);
+    const int64_t head_dim = d_model / heads;
+    // [mb, T, 3D] -> three [mb, H, T, head_dim]
+    auto parts = qkv(norm(x)).view({batch, tokens, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
+    auto q = parts[0], k = parts[1], v = parts[2];
+    auto scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
+    auto future = torch::ones({tokens, tokens}, torch::kBool).triu(1);  // [T, T], true = masked
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+    auto mixed = torch::softmax(scores, -1).matmul(v);  // [mb, H, T, head_dim]
+    return x + proj(mixed.transpose(1, 2).reshape({batch, tokens, d_model}));
+  }
+
+  int64_t heads;
+  torch::nn::LayerNorm norm;
+  PipeLinear qkv, proj;
+};
+TORCH_MODULE(Attention);
+
+// Pre-norm transformer block. [mb, T, D] -> [mb, T, D].
+struct TransformerBlockImpl : torch::nn::Module {
+  TransformerBlockImpl(int64_t d_model, int64_t heads)
+      : attention(register_module("attention", Attention(d_model, heads))),
+        feed_forward(register_module("feed_forward", FeedForward(d_model))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) { return feed_forward(attention(x)); }
+
+  Attention attention;
+  FeedForward feed_forward;
+};
+TORCH_MODULE(TransformerBlock);
+
+// Token plus learned position embedding. The lookups compute their weight gradients during I
+// (no deferral: they are scatter-adds, not matrix products). int64 [mb, T] -> [mb, T, D].
+struct EmbeddingImpl : torch::nn::Module {
+  EmbeddingImpl(int64_t vocab_size, int64_t seq_len, int64_t d_model) {
+    // GPT-2's scale: small, so the first LayerNorm rather than the embedding sets the scale.
+    token = register_parameter("token", torch::randn({vocab_size, d_model}) * 0.02);
+    position = register_parameter("position", torch::randn({seq_len, d_model}) * 0.02);
+  }
+
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    PPTRAIN_CHECK(tokens.dim() == 2 && tokens.size(1) <= position.size(0),
+                  "embedding expects tokens [microbatch, <= ", position.size(0),
+                  "], got ", tokens.sizes());
+    return torch::embedding(token, tokens) + position.slice(0, 0, tokens.size(1));
+  }
+
+  torch::Tensor token;     // [vocab, D]
+  torch::Tensor position;  // [T, D]
+};
+TORCH_MODULE(Embedding);
+
+// Final LayerNorm and LM head. [mb, T, D] -> logits [mb, T, vocab].
+struct HeadImpl : torch::nn::Module {
+  HeadImpl(int64_t d_model, int64_t vocab_size)
+      : norm(register_module("norm", torch::nn::LayerNorm(
+                                         torch::nn::LayerNormOptions({d_model})))),
+        lm_head(register_module("lm_head", PipeLinear(d_model, vocab_size))) {}
+
+  torch::Tensor forward(const torch::Tensor& x) { return lm_head(norm(x)); }
+
+  torch::nn::LayerNorm norm;
+  PipeLinear lm_head;
+};
+TORCH_MODULE(Head);
+
+void check_layer_index(const ModelOptions& options, int index) {
+  PPTRAIN_CHECK(index >= 0 && index < num_layers(options), "layer index ", index,
+                " out of range: the ", options.kind, " model has ", num_layers(options),
+                " layers");
+}
+
+}  // namespace
+
+void check_options(const ModelOptions& options) {
+  PPTRAIN_CHECK(options.kind == "gpt" || options.kind == "mlp", "model kind must be gpt or mlp, got '",
+                options.kind, "'");
+  PPTRAIN_CHECK(options.layers >= 1, "--layers must be >= 1, got ", options.layers);
+  PPTRAIN_CHECK(options.d_model >= 1, "--d-model must be >= 1, got ", options.d_model);
+  if (is_gpt(options)) {
+    PPTRAIN_CHECK(options.heads >= 1, "--heads must be >= 1, got ", options.heads);
+    PPTRAIN_CHECK(options.d_model % options.heads == 0, "--d-model (", options.d_model,
+                  ") must be divisible by --heads (", options.heads, ")");
+    PPTRAIN_CHECK(options.seq_len >= 1, "--seq-len must be >= 1, got ", options.seq_len);
+    PPTRAIN_CHECK(options.vocab_size >= 2, "vocab size must be >= 2, got ", options.vocab_size);
+  }
+}
+
+int num_blocks(const ModelOptions& options) { return options.layers; }
+
+int num_layers(const ModelOptions& options) {
+  return is_gpt(options) ? options.layers + 2 : options.layers;
+}
+
+std::string layer_name(const ModelOptions& options, int index) {
+  check_layer_index(options, index);
+  if (!is_gpt(options)) return "block" + std::to_string(index);
+  if (index == 0) return "embedding";
+  if (index == num_layers(options) - 1) return "head";
+  return "block" + std::to_string(index - 1);
+}
+
+torch::nn::AnyModule make_layer(const ModelOptions& options, int index) {
+  check_options(options);
+  check_layer_index(options, index);
+  // 1000003 is prime, so (seed, index) pairs of any realistic size never collide.
+  ScopedSeed seed(options.seed * 1000003ULL + static_cast<uint64_t>(index));
+  const int64_t d_model = options.d_model;
+  if (!is_gpt(options)) return torch::nn::AnyModule(FeedForward(d_model));
+  if (index == 0) {
+    return torch::nn::AnyModule(Embedding(options.vocab_size, options.seq_len, d_model));
+  }
+  if (index == num_layers(options) - 1) {
+    return torch::nn::AnyModule(Head(d_model, options.vocab_size));
+  }
+  return torch::nn::AnyModule(TransformerBlock(d_model, options.heads));
+}
+
+std::vector<std::pair<int, int>> uniform_split(const ModelOptions& options, int stages) {
+  check_options(options);
+  const int blocks = num_blocks(options);
+  PPTRAIN_CHECK(stages >= 1 && stages <= blocks, "number of stages must be between 1 and the ",
+                "number of blocks (", blocks, "), got ", stages);
+  // Blocks per stage: equal shares, the remainder one each to the stages that do not also hold
+  // the gpt embedding or head (the middle ones first), so the extra layers balance out.
+  std::vector<int> counts(stages, blocks / stages);
+  std::vector<int> order;
+  for (int s = 1; s + 1 < stages; ++s) order.push_back(s);
+  order.push_back(0);
+  if (stages > 1) order.push_back(stages - 1);
+  if (!is_gpt(options)) {
+    order.clear();
+    for (int s = 0; s < stages; ++s) order.push_back(s);
+  }
+  for (int i = 0; i < blocks % stages; ++i) counts[order[i]] += 1;
+
+  const int offset = is_gpt(options) ? 1 : 0;  // layer index of block 0
+  std::vector<std::pair<int, int>> ranges;
+  int next_block = 0;
+  for (int s = 0; s < stages; ++s) {
+    int first = offset + next_block;
+    next_block += counts[s];
+    int last = offset + next_block - 1;
+    if (s == 0) first = 0;
+    if (s == stages - 1) last = num_layers(options) - 1;
+    ranges.emplace_back(first, last);
+  }
+  return ranges;
+}
+
+torch::Tensor compute_loss(const ModelOptions& options, const torch::Tensor& output,
+                           const torch::Tensor& target) {
+  if (is_gpt(options)) {
+    PPTRAIN_ASSERT(output.dim() == 3 && target.dim() == 2, "gpt loss expects logits [mb, T, V]",
+                   " and targets [mb, T]");
+    return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}),
+                                                target.reshape({-1}));
+  }
+  PPTRAIN_ASSERT(output.sizes() == target.sizes(), "mlp loss expects equal shapes");
+  return torch::mse_loss(output, target);
+}
+
+std::vector<int64_t> layer_input_shape(const ModelOptions& options, int index,
+                                       int64_t microbatch_size) {
+  check_layer_index(options, index);
+  if (!is_gpt(options)) return {microbatch_size, options.d_model};
+  if (index == 0) return {microbatch_size, options.seq_len};
+  return {microbatch_size, options.seq_len, options.d_model};
+}
+
+torch::Dtype layer_input_dtype(const ModelOptions& options, int index) {
+  check_layer_index(options, index);
+  return is_gpt(options) && index == 0 ? torch::kInt64 : torch::kFloat32;
+}
+
+std::vector<int64_t> layer_output_shape(const ModelOptions& options, int index,
+                                        int64_t microbatch_size) {
+  check_layer_index(options, index);
+  if (!is_gpt(options)) return {microbatch_size, options.d_model};
+  if (index == num_layers(options) - 1) {
+    return {microbatch_size, options.seq_len, options.vocab_size};
+  }
+  return {microbatch_size, options.seq_len, options.d_model};
+}
+
+}  // namespace pptrain

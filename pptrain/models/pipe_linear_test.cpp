@@ -1,0 +1,182 @@
+#include "pptrain/models/pipe_linear.h"
+
+#include <gtest/gtest.h>
+
+#include "pptrain/common/check.h"
+#include "pptrain/models/model.h"
+#include "pptrain/models/weight_grad_store.h"
+
+namespace pptrain {
+namespace {
+
+void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, double tol = 1e-6) {
+  ASSERT_TRUE(actual.defined());
+  ASSERT_TRUE(expected.defined());
+  ASSERT_EQ(actual.sizes(), expected.sizes());
+  EXPECT_TRUE(torch::allclose(actual, expected, tol, tol))
+      << "max abs diff " << (actual - expected).abs().max().item<double>();
+}
+
+// Parameter gradients by name, cloned (undefined grads stay undefined).
+std::map<std::string, torch::Tensor> grads_of(const torch::nn::Module& module) {
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& item : module.named_parameters()) {
+    grads[item.key()] = item.value().grad().defined() ? item.value().grad().clone() : torch::Tensor();
+  }
+  return grads;
+}
+
+TEST(PipeLinear, MatchesTorchLinearWithoutDeferral) {
+  for (bool with_bias : {true, false}) {
+    torch::manual_seed(1);
+    PipeLinear pipe(PipeLinearOptions(5, 7).bias(with_bias));
+    torch::nn::Linear reference(torch::nn::LinearOptions(5, 7).bias(with_bias));
+    {
+      torch::NoGradGuard no_grad;
+      reference->weight.copy_(pipe->weight);
+      if (with_bias) reference->bias.copy_(pipe->bias);
+    }
+    auto x = torch::randn({2, 3, 5}, torch::requires_grad());
+    auto x_ref = x.detach().clone().requires_grad_(true);
+    auto y = pipe(x);
+    auto y_ref = reference(x_ref);
+    expect_close(y, y_ref);
+    auto grad = torch::randn_like(y);
+    y.backward(grad);
+    y_ref.backward(grad);
+    expect_close(x.grad(), x_ref.grad());
+    expect_close(pipe->weight.grad(), reference->weight.grad());
+    if (with_bias) {
+      expect_close(pipe->bias.grad(), reference->bias.grad());
+    } else {
+      EXPECT_FALSE(pipe->bias.defined());
+    }
+  }
+}
+
+TEST(PipeLinear, InitialisesLikeTorchLinear) {
+  PipeLinear pipe(64, 16);
+  const double bound = 1.0 / 8.0;
+  EXPECT_LE(pipe->weight.abs().max().item<double>(), bound);
+  EXPECT_GT(pipe->weight.abs().max().item<double>(), 0.9 * bound);
+  EXPECT_LE(pipe->bias.abs().max().item<double>(), bound);
+}
+
+TEST(PipeLinear, DeferredWeightGradsArriveOnlyWhenRun) {
+  torch::manual_seed(2);
+  torch::nn::Sequential net(PipeLinear(6, 12), torch::nn::Functional(torch::gelu, "none"),
+                            PipeLinear(12, 6), torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})));
+  auto x = torch::randn({4, 6});
+  auto grad = torch::randn({4, 6});
+
+  auto x_ref = x.clone().requires_grad_(true);
+  net->forward(x_ref).backward(grad);
+  auto reference = grads_of(*net);
+  net->zero_grad();
+
+  auto x_split = x.clone().requires_grad_(true);
+  auto out = net->forward(x_split);
+  WeightGradStore store;
+  {
+    DeferWeightGrads defer(&store);
+    out.backward(grad);  // I
+  }
+  expect_close(x_split.grad(), x_ref.grad());
+  // One closure per PipeLinear, each holding its input and output gradient.
+  EXPECT_EQ(store.size(), 2);
+  EXPECT_EQ(store.stash_bytes(), (4 * 6 + 4 * 12 + 4 * 12 + 4 * 6) * 4);
+  for (const auto& item : net->named_parameters()) {
+    const bool linear = item.key().rfind("0.", 0) == 0 || item.key().rfind("2.", 0) == 0;
+    const auto& g = item.value().grad();
+    if (linear) {
+      EXPECT_TRUE(!g.defined() || g.abs().max().item<double>() == 0) << item.key();
+    } else {
+      // LayerNorm has no deferral: its weight gradient is computed during I.
+      expect_close(g, reference[item.key()]);
+    }
+  }
+
+  store.run();  // W
+  EXPECT_TRUE(store.empty());
+  EXPECT_EQ(store.stash_bytes(), 0);
+  for (const auto& item : grads_of(*net)) expect_close(item.second, reference[item.first]);
+}
+
+TEST(PipeLinear, DeferredGradsAccumulateOverMicrobatches) {
+  torch::manual_seed(3);
+  PipeLinear layer(3, 2);
+  auto a = torch::randn({5, 3}), b = torch::randn({5, 3});
+  layer(a).sum().backward();
+  layer(b).sum().backward();
+  auto expected_weight = layer->weight.grad().clone();
+  auto expected_bias = layer->bias.grad().clone();
+  layer->zero_grad();
+
+  WeightGradStore first, second;
+  auto out_a = layer(a), out_b = layer(b);
+  {
+    DeferWeightGrads defer(&first);
+    out_a.sum().backward();
+  }
+  {
+    DeferWeightGrads defer(&second);
+    out_b.sum().backward();
+  }
+  second.run();  // W may run in any order
+  first.run();
+  expect_close(layer->weight.grad(), expected_weight);
+  expect_close(layer->bias.grad(), expected_bias);
+}
+
+TEST(PipeLinear, GptBlocksSplitBackwardMatchesFullBackward) {
+  ModelOptions options;
+  options.layers = 2;
+  options.d_model = 32;
+  options.seq_len = 8;
+  torch::nn::Sequential stack;
+  for (int i = 1; i <= 2; ++i) stack->push_back(make_layer(options, i));
+  auto x = torch::randn({2, 8, 32});
+  auto grad = torch::randn({2, 8, 32});
+
+  auto x_full = x.clone().requires_grad_(true);
+  stack->forward(x_full).backward(grad);
+  auto reference = grads_of(*stack);
+  stack->zero_grad();
+
+  auto x_split = x.clone().requires_grad_(true);
+  auto out = stack->forward(x_split);
+  WeightGradStore store;
+  {
+    DeferWeightGrads defer(&store);
+    out.backward(grad);
+  }
+  EXPECT_EQ(store.size(), 2 * 4);  // qkv, proj, fc1, fc2 per block
+  expect_close(x_split.grad(), x_full.grad(), 1e-5);
+  store.run();
+  for (const auto& item : grads_of(*stack)) expect_close(item.second, reference[item.first], 1e-5);
+}
+
+TEST(DeferWeightGrads, IsNotReentrantAndClearsOnExit) {
+  WeightGradStore a, b;
+  {
+    DeferWeightGrads defer(&a);
+    EXPECT_EQ(active_weight_grad_store(), &a);
+    EXPECT_THROW(DeferWeightGrads again(&b), InternalError);
+    EXPECT_EQ(active_weight_grad_store(), &a);
+  }
+  EXPECT_EQ(active_weight_grad_store(), nullptr);
+}
+
+TEST(WeightGradStore, RunsClosuresInOrderOnce) {
+  WeightGradStore store;
+  std::vector<int> calls;
+  store.push([&] { calls.push_back(1); }, 10);
+  store.push([&] { calls.push_back(2); }, 5);
+  EXPECT_EQ(store.stash_bytes(), 15);
+  store.run();
+  store.run();
+  EXPECT_EQ(calls, (std::vector<int>{1, 2}));
+}
+
+}  // namespace
+}  // namespace pptrain

@@ -1,0 +1,172 @@
+#include "pptrain/models/profiler.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "pptrain/common/check.h"
+#include "pptrain/models/weight_grad_store.h"
+
+namespace pptrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double elapsed_ms(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  PPTRAIN_ASSERT(!values.empty());
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+int64_t tensor_bytes(const torch::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
+
+// Bytes currently allocated by malloc (heap arena plus mmapped blocks). LibTorch's CPU allocator
+// is malloc-based, so the difference across a forward counts the tensors (and autograd nodes)
+// the forward leaves alive. Main arena only: the profiler runs on one thread.
+int64_t malloc_bytes_in_use() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);
+#else
+  return -1;  // unknown: stash_bytes is reported as 0
+#endif
+}
+
+std::string hostname() {
+  char name[256] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";
+  return name;
+}
+
+// A real input for layer 0: byte tokens for gpt, unit normal features for mlp.
+torch::Tensor first_input(const ModelOptions& model, int64_t microbatch_size) {
+  auto shape = layer_input_shape(model, 0, microbatch_size);
+  if (layer_input_dtype(model, 0) == torch::kInt64) {
+    return torch::randint(0, model.vocab_size, shape, torch::kInt64);
+  }
+  return torch::randn(shape);
+}
+
+LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::AnyModule& layer,
+                           const torch::Tensor& input) {
+  LayerProfile result;
+  result.name = layer_name(options.model, index);
+  for (const auto& p : layer.ptr()->parameters()) result.parameter_bytes += tensor_bytes(p);
+
+  std::vector<double> forward_ms, input_ms, weight_ms, stash_bytes;
+  for (int iter = 0; iter < options.warmup + options.iters; ++iter) {
+    // The input needs a gradient so that I computes dX, as it does inside a pipeline stage.
+    torch::Tensor x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
+    layer.ptr()->zero_grad();
+
+    const int64_t before = malloc_bytes_in_use();
+    auto start = Clock::now();
+    torch::Tensor output = layer.forward(x);
+    const double f_ms = elapsed_ms(start);
+    const int64_t after = malloc_bytes_in_use();
+    result.activation_bytes = tensor_bytes(output);
+
+    auto grad_output = torch::randn_like(output);
+    WeightGradStore store;
+    start = Clock::now();
+    {
+      DeferWeightGrads defer(&store);
+      output.backward(grad_output);
+    }
+    const double i_ms = elapsed_ms(start);
+    start = Clock::now();
+    store.run();
+    const double w_ms = elapsed_ms(start);
+
+    if (iter < options.warmup) continue;
+    forward_ms.push_back(f_ms);
+    input_ms.push_back(i_ms);
+    weight_ms.push_back(w_ms);
+    if (before >= 0) stash_bytes.push_back(static_cast<double>(after - before - result.activation_bytes));
+  }
+  result.forward_ms = median(forward_ms);
+  result.backward_input_ms = median(input_ms);
+  result.backward_weight_ms = median(weight_ms);
+  result.stash_bytes = stash_bytes.empty() ? 0 : std::max<int64_t>(0, median(stash_bytes));
+  return result;
+}
+
+}  // namespace
+
+ModelProfile profile_model(const ProfileOptions& options) {
+  check_options(options.model);
+  PPTRAIN_CHECK(options.microbatch_size >= 1, "--microbatch-size must be >= 1, got ",
+                options.microbatch_size);
+  PPTRAIN_CHECK(options.warmup >= 0, "--warmup must be >= 0, got ", options.warmup);
+  PPTRAIN_CHECK(options.iters >= 1, "--iters must be >= 1, got ", options.iters);
+
+  torch::set_num_threads(1);
+  ModelProfile profile;
+  profile.options = options;
+  profile.threads = torch::get_num_threads();
+  profile.hostname = hostname();
+  profile.cpus = static_cast<int>(std::thread::hardware_concurrency());
+  profile.torch_version = TORCH_VERSION;
+
+  torch::Tensor input = first_input(options.model, options.microbatch_size);
+  for (int index = 0; index < num_layers(options.model); ++index) {
+    torch::nn::AnyModule layer = make_layer(options.model, index);
+    profile.layers.push_back(profile_layer(options, index, layer, input));
+    torch::NoGradGuard no_grad;
+    input = layer.forward(input);  // the next layer's real input
+  }
+  return profile;
+}
+
+nlohmann::json to_json(const ModelProfile& profile) {
+  const ModelOptions& model = profile.options.model;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerProfile& layer : profile.layers) {
+    layers.push_back({{"name", layer.name},
+                      {"forward_ms", layer.forward_ms},
+                      {"backward_input_ms", layer.backward_input_ms},
+                      {"backward_weight_ms", layer.backward_weight_ms},
+                      {"activation_bytes", layer.activation_bytes},
+                      {"stash_bytes", layer.stash_bytes},
+                      {"parameter_bytes", layer.parameter_bytes}});
+  }
+  return {{"format", "pptrain-profile-1"},
+          {"model",
+           {{"kind", model.kind},
+            {"layers", model.layers},
+            {"d_model", model.d_model},
+            {"heads", model.heads},
+            {"seq_len", model.seq_len},
+            {"vocab_size", model.vocab_size}}},
+          {"settings",
+           {{"microbatch_size", profile.options.microbatch_size},
+            {"warmup", profile.options.warmup},
+            {"iters", profile.options.iters},
+            {"threads", profile.threads}}},
+          {"machine",
+           {{"hostname", profile.hostname},
+            {"cpus", profile.cpus},
+            {"torch_version", profile.torch_version}}},
+          {"layers", layers}};
+}
+
+void write_profile_json(const ModelProfile& profile, const std::string& path) {
+  std::ofstream out(path);
+  PPTRAIN_CHECK(out.good(), "--out: cannot write '", path, "'");
+  out << to_json(profile).dump(2) << "\n";
+  out.close();
+  PPTRAIN_CHECK(out.good(), "--out: failed writing '", path, "'");
+}
+
+}  // namespace pptrain

@@ -1,0 +1,48 @@
+// `pptrain profile`: per-layer costs of a model on this machine, as pptrain-profile-1 JSON for
+// `pptrain partition`.
+//
+//   pptrain profile --model gpt --layers 4 --d-model 64 --microbatch-size 4 --out gpt.json
+#include <cstdio>
+#include <memory>
+
+#include "pptrain/models/profiler.h"
+#include "tools/pptrain/commands.h"
+
+namespace pptrain::cli {
+
+void add_profile_command(CLI::App& app) {
+  auto options = std::make_shared<ProfileOptions>();
+  auto out_path = std::make_shared<std::string>();
+  CLI::App* command = app.add_subcommand(
+      "profile", "Time each layer of a model alone (one thread) and write a profile JSON");
+  command->add_option("--model", options->model.kind, "Model: gpt or mlp")->capture_default_str();
+  command->add_option("--layers", options->model.layers, "Transformer / MLP blocks")
+      ->capture_default_str();
+  command->add_option("--d-model", options->model.d_model, "Model width")->capture_default_str();
+  command->add_option("--heads", options->model.heads, "Attention heads (gpt)")
+      ->capture_default_str();
+  command->add_option("--seq-len", options->model.seq_len, "Tokens per sample (gpt)")
+      ->capture_default_str();
+  command->add_option("--microbatch-size", options->microbatch_size, "Samples per microbatch")
+      ->capture_default_str();
+  command->add_option("--warmup", options->warmup, "Unmeasured iterations per layer")
+      ->capture_default_str();
+  command->add_option("--iters", options->iters, "Measured iterations per layer (median)")
+      ->capture_default_str();
+  command->add_option("--seed", options->model.seed, "Model seed")->capture_default_str();
+  command->add_option("--out", *out_path, "Output profile JSON file")->required();
+
+  command->callback([options, out_path] {
+    ModelProfile profile = profile_model(*options);
+    write_profile_json(profile, *out_path);
+    double total_ms = 0;
+    for (const LayerProfile& layer : profile.layers) {
+      total_ms += layer.forward_ms + layer.backward_input_ms + layer.backward_weight_ms;
+    }
+    std::printf("profiled %zu layers of %s (F+I+W %.3f ms per microbatch of %d) -> %s\n",
+                profile.layers.size(), options->model.kind.c_str(), total_ms,
+                options->microbatch_size, out_path->c_str());
+  });
+}
+
+}  // namespace pptrain::cli
