@@ -223,26 +223,29 @@ class Validator {
   void check_completeness() {
     for (int s = 0; s < s_.num_stages; ++s) {
       for (int mb = 0; mb < M_; ++mb) {
-        const std::string what = "stage " + std::to_string(s) + " microbatch " + std::to_string(mb);
+        const auto what = [&] {
+          return "stage " + std::to_string(s) + " microbatch " + std::to_string(mb);
+        };
         const Where &f = slot(Op::F, s, mb), &i = slot(Op::I, s, mb), &w = slot(Op::W, s, mb),
                     &b = slot(Op::B, s, mb);
         if (!f.found()) {
           const Where& any = b.found() ? b : i.found() ? i : w;
           if (!any.found()) {
             fail(s_.stage_to_rank[s], -1,
-                 what + " has no actions (expected " + text_of(Op::F, s, mb) + " and " +
+                 what() + " has no actions (expected " + text_of(Op::F, s, mb) + " and " +
                      text_of(Op::B, s, mb) + ", or " + text_of(Op::F, s, mb) + ", " +
                      text_of(Op::I, s, mb) + " and " + text_of(Op::W, s, mb) + ")");
           }
-          fail_at(any, what + " has no forward " + text_of(Op::F, s, mb));
+          fail_at(any, what() + " has no forward " + text_of(Op::F, s, mb));
         }
         if (w.found() && !i.found()) {
           fail_at(w, text_of(Op::W, s, mb) + " has no " + text_of(Op::I, s, mb) +
                          " (a W follows the I of its microbatch)");
         }
         if (!b.found() && !i.found()) {
-          fail_at(f, "forward of " + what + " has no backward (expected " + text_of(Op::B, s, mb) +
-                         ", or " + text_of(Op::I, s, mb) + " then " + text_of(Op::W, s, mb) + ")");
+          fail_at(f, "forward of " + what() + " has no backward (expected " +
+                         text_of(Op::B, s, mb) + ", or " + text_of(Op::I, s, mb) + " then " +
+                         text_of(Op::W, s, mb) + ")");
         }
         if (i.found() && !w.found()) {
           fail_at(i, text_of(Op::I, s, mb) + " has no " + text_of(Op::W, s, mb) +
@@ -252,17 +255,24 @@ class Validator {
     }
   }
 
-  // Requires `dep` to come before `here` on the same rank; `what` describes the action at `here`
-  // and `dep_role` what the dependency gives it.
-  void require_before(const Where& here, const Where& dep, const std::string& dep_text,
-                      const std::string& what, const std::string& dep_role) {
+  // What a failed dependency check says: "<what> runs before <dep> (position j, <role>)".
+  struct DepText {
+    std::string what, dep, role;
+  };
+
+  // Requires `dep` to come before `here` on the same rank. `describe` builds the message's parts
+  // and is called only on failure: this check runs for every action of large schedules.
+  template <typename Describe>
+  void require_before(const Where& here, const Where& dep, Describe describe) {
+    if (dep.found() && dep.before(here)) return;
+    const DepText text = describe();
     if (!dep.found()) {
-      fail_at(here, what + " needs " + dep_text + " (" + dep_role + "), but the schedule has none");
+      const std::string role = text.role.empty() ? "" : " (" + text.role + ")";
+      fail_at(here, text.what + " needs " + text.dep + role + ", but the schedule has none");
     }
-    if (!dep.before(here)) {
-      fail_at(here, what + " runs before " + dep_text + " (position " +
-                        std::to_string(dep.position) + ", " + dep_role + ")");
-    }
+    const std::string role = text.role.empty() ? "" : ", " + text.role;
+    fail_at(here, text.what + " runs before " + text.dep + " (position " +
+                      std::to_string(dep.position) + role + ")");
   }
 
   // Dependencies inside one rank, in list order. Across ranks, order is the deadlock check's.
@@ -279,60 +289,60 @@ class Validator {
 
   void check_deps(const Action& a, const Where& here) {
     const int s = a.stage, mb = a.microbatch, r = here.rank;
-    const std::string of = " of stage " + std::to_string(s) + " microbatch " + std::to_string(mb);
+    const auto of = [&](const char* kind) {
+      return std::string(kind) + " of stage " + std::to_string(s) + " microbatch " +
+             std::to_string(mb);
+    };
+    const auto from_rank = [&](const char* what, int stage) {
+      return std::string(what) + std::to_string(s_.stage_to_rank[stage]);
+    };
     const auto on_this_rank = [&](int stage) { return s_.stage_to_rank[stage] == r; };
     switch (a.op) {
       case Op::F:
         if (s == 0) break;
         if (on_this_rank(s - 1)) {
-          if (!slot(Op::F, s - 1, mb).before(here)) {
-            fail_at(here, "forward" + of + " runs before its input's forward " +
-                              text_of(Op::F, s - 1, mb) + " (position " +
-                              std::to_string(slot(Op::F, s - 1, mb).position) + ")");
-          }
+          require_before(here, slot(Op::F, s - 1, mb), [&] {
+            return DepText{of("forward"), "its input's forward " + text_of(Op::F, s - 1, mb), ""};
+          });
         } else if (with_comms_) {
-          require_before(
-              here, slot(Op::RECV_F, s, mb), text_of(Op::RECV_F, s, mb), "forward" + of,
-              "it receives the input from rank " + std::to_string(s_.stage_to_rank[s - 1]));
+          require_before(here, slot(Op::RECV_F, s, mb), [&] {
+            return DepText{of("forward"), text_of(Op::RECV_F, s, mb),
+                           from_rank("it receives the input from rank ", s - 1)};
+          });
         }
         break;
       case Op::I:
-      case Op::B: {
-        const Where& f = slot(Op::F, s, mb);
-        if (!f.before(here)) {
-          fail_at(here, "backward" + of + " runs before its forward " + text_of(Op::F, s, mb) +
-                            " (position " + std::to_string(f.position) + ")");
-        }
+      case Op::B:
+        require_before(here, slot(Op::F, s, mb), [&] {
+          return DepText{of("backward"), "its forward " + text_of(Op::F, s, mb), ""};
+        });
         if (s == last_stage()) break;
         if (on_this_rank(s + 1)) {
-          const Where& next = backward(s + 1, mb);
-          if (!next.before(here)) {
-            fail_at(here, "backward" + of + " runs before " + backward_text(s + 1, mb) +
-                              " (position " + std::to_string(next.position) +
-                              ") that produces its output gradient");
-          }
+          require_before(here, backward(s + 1, mb), [&] {
+            return DepText{of("backward"), backward_text(s + 1, mb),
+                           "it produces the output gradient"};
+          });
         } else if (with_comms_) {
-          require_before(here, slot(Op::RECV_B, s, mb), text_of(Op::RECV_B, s, mb), "backward" + of,
-                         "it receives the output gradient from rank " +
-                             std::to_string(s_.stage_to_rank[s + 1]));
+          require_before(here, slot(Op::RECV_B, s, mb), [&] {
+            return DepText{of("backward"), text_of(Op::RECV_B, s, mb),
+                           from_rank("it receives the output gradient from rank ", s + 1)};
+          });
         }
         break;
-      }
-      case Op::W: {
-        const Where& i = slot(Op::I, s, mb);
-        if (!i.before(here)) {
-          fail_at(here, "weight backward" + of + " runs before " + text_of(Op::I, s, mb) +
-                            " (position " + std::to_string(i.position) + ")");
-        }
+      case Op::W:
+        require_before(here, slot(Op::I, s, mb), [&] {
+          return DepText{of("weight backward"), text_of(Op::I, s, mb), ""};
+        });
         break;
-      }
       case Op::SEND_F:
-        require_before(here, slot(Op::F, s, mb), text_of(Op::F, s, mb), to_string(a),
-                       "it produces the output sent");
+        require_before(here, slot(Op::F, s, mb), [&] {
+          return DepText{to_string(a), text_of(Op::F, s, mb), "it produces the output sent"};
+        });
         break;
       case Op::SEND_B:
-        require_before(here, backward(s, mb), backward_text(s, mb), to_string(a),
-                       "it produces the input gradient sent");
+        require_before(here, backward(s, mb), [&] {
+          return DepText{to_string(a), backward_text(s, mb), "it produces the input gradient sent"};
+        });
         break;
       default:  // receives wait for their sender, which is the deadlock check's business
         break;

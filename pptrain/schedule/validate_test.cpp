@@ -112,7 +112,8 @@ TEST(Validate, WrongOrderOnOneRank) {
   e = error_of(parse_csv("0F0,3F0,3B0,0B0\n1F0,2F0,1B0,2B0\n"));
   EXPECT_EQ(e.rank(), 1);
   EXPECT_EQ(e.position(), 2);
-  EXPECT_TRUE(contains(e.message(), "runs before 2B0 (position 3) that produces its output"))
+  EXPECT_TRUE(
+      contains(e.message(), "runs before 2B0 (position 3, it produces the output gradient)"))
       << e.what();
   // With comms: the send before the forward that produces it.
   Schedule lowered = lower(parse_csv(kOneFOneB));
