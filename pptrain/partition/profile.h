@@ -1,0 +1,61 @@
+// Per-layer costs of a model, the input of every partitioner.
+//
+// A Profile is a chain: layer i feeds layer i+1, and a pipeline may be cut after any layer. Two
+// sources are read:
+//   - our JSON ("format": "pptrain-profile-1", written by `pptrain profile`), already a chain;
+//   - PipeDream's profiler output (graph.txt), a DAG of nodes. Branchy graphs (ResNet's skip
+//     connections, GNMT) are reduced to a chain the way PipeDream's optimizer sees them: the
+//     nodes in one topological order, so every prefix is a legal cut (a set closed under
+//     predecessors); the bytes of a cut are those of every tensor that crosses it.
+//
+//   Profile p = read_profile("data/pipedream/vgg16/graph.txt");   // or a .json profile
+//   for (const LayerProfile& l : p.layers) total_ms += l.forward_ms + l.backward_ms();
+//
+// Bad input (missing field, negative time, cycle, edge to an unknown node, no layers) throws
+// UserError naming the source, the line or layer and the field.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pptrain {
+
+struct LayerProfile {
+  std::string name;
+  double forward_ms = 0;          // forward time of one microbatch
+  double backward_input_ms = 0;   // backward for the input gradient (I); the whole B if unsplit
+  double backward_weight_ms = 0;  // backward for the weight gradients (W)
+  // Bytes sent to the next stage if the pipeline is cut right after this layer (the gradient
+  // coming back has the same size). For a plain chain that is the layer's output; for a reduced
+  // DAG it is every tensor crossing the cut. Unused for the last layer.
+  double activation_bytes = 0;
+  double stash_bytes = 0;      // bytes kept from forward until backward, per microbatch
+  double parameter_bytes = 0;  // weights
+
+  double backward_ms() const { return backward_input_ms + backward_weight_ms; }
+  double compute_ms() const { return forward_ms + backward_ms(); }
+};
+
+struct Profile {
+  std::vector<LayerProfile> layers;
+  std::string source;  // where it came from (a path, or "<string>"), for messages
+};
+
+// Reads a file, choosing the format by its content: JSON if the first non-blank character is
+// '{', PipeDream graph.txt otherwise.
+Profile read_profile(const std::string& path);
+
+// Our JSON. Every layer needs name, forward_ms, backward_input_ms, backward_weight_ms,
+// activation_bytes, stash_bytes and parameter_bytes, all >= 0.
+Profile parse_profile_json(const std::string& text, const std::string& source = "<string>");
+
+// PipeDream graph.txt. Node lines
+//   nodeN -- Description -- forward_compute_time=ms, backward_compute_time=ms,
+//            activation_size=bytes, parameter_size=bytes
+// and edge lines "\tnodeA -- nodeB". As PipeDream's optimizer does, "Input*" sources and unused
+// "__getitem__" sinks are dropped. Mapping: backward_compute_time -> backward_input_ms
+// (PipeDream does not split backward, so backward_weight_ms = 0); activation_size -> stash_bytes
+// (a list "[a; b]" is summed); the bytes crossing each cut -> activation_bytes.
+Profile parse_pipedream_graph(const std::string& text, const std::string& source = "<string>");
+
+}  // namespace pptrain
