@@ -1,0 +1,272 @@
+#include "pptrain/schedule/generators.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+// An empty schedule with stage s on rank s % P (for V = 1 simply stage r on rank r).
+Schedule empty_schedule(const std::string& name, int ranks, int microbatches, int chunks) {
+  Schedule s;
+  s.name = name;
+  s.num_ranks = ranks;
+  s.num_stages = ranks * chunks;
+  s.num_microbatches = microbatches;
+  s.stage_to_rank.resize(s.num_stages);
+  for (int stage = 0; stage < s.num_stages; ++stage) s.stage_to_rank[stage] = stage % ranks;
+  s.actions.resize(ranks);
+  return s;
+}
+
+// The one-forward-one-backward family on one stage per rank. Rank r runs `warmup[r]` forwards,
+// then pairs of (next forward, oldest backward) while forwards remain, then the remaining
+// backwards. With `split`, each backward is an I, and the matching W follows as soon as more than
+// `deferred[r]` W's are waiting; the rest drain at the end. Without `split` backwards are B's.
+//
+// 1F1B is warmup P-1-r, fused. ZB-H1 and ZB-H2 keep this frame and defer W's on the later ranks,
+// whose tail would otherwise idle while the gradients of the last microbatches travel back to
+// rank 0: deferring r W's on rank r (2r for ZB-H2) fills exactly that wait with useful work.
+Schedule one_f_one_b_family(const std::string& name, int ranks, int microbatches,
+                            const std::vector<int>& warmup, const std::vector<int>& deferred,
+                            bool split) {
+  Schedule s = empty_schedule(name, ranks, microbatches, 1);
+  for (int r = 0; r < ranks; ++r) {
+    auto& list = s.actions[r];
+    int forwards = 0, backwards = 0, weights = 0;
+    const auto backward = [&] {
+      list.push_back(Action::make(split ? Op::I : Op::B, r, backwards++));
+      if (split && backwards - weights > deferred[r]) {
+        list.push_back(Action::make(Op::W, r, weights++));
+      }
+    };
+    while (forwards < std::min(warmup[r], microbatches))
+      list.push_back(Action::make(Op::F, r, forwards++));
+    while (backwards < microbatches) {
+      if (forwards < microbatches) list.push_back(Action::make(Op::F, r, forwards++));
+      backward();
+    }
+    while (split && weights < microbatches) list.push_back(Action::make(Op::W, r, weights++));
+  }
+  return s;
+}
+
+// ZB-V by list scheduling in unit time steps (every F, I and W of a chunk costs 1).
+//
+// At each step every idle rank starts one action that is ready at that moment, chosen by:
+//   1. a W, if 2P W's are already waiting (bounds the weight-gradient stash like activations);
+//   2. an F, if fewer than 2P chunk stashes (P microbatches of the rank's share) are held;
+//      the upper chunk (stage 2P-1-r) first, since it is nearer the turn of the V;
+//   3. an I, the lower chunk (stage r) first: that gradient has the longer way back to rank 0;
+//   4. a W, upper chunk first.
+// Filling the memory budget with forwards first leaves slack between each F and its I, so the
+// fixed order this produces keeps a bubble that does not grow with M when F, I and W differ.
+// Within a stage, F's and I's go in microbatch order.
+Schedule zb_v_list_schedule(int ranks, int microbatches) {
+  const int P = ranks, M = microbatches, S = 2 * ranks;
+  Schedule s;
+  s.name = "zb-v";
+  s.num_ranks = P;
+  s.num_stages = S;
+  s.num_microbatches = M;
+  s.stage_to_rank.resize(S);
+  for (int stage = 0; stage < S; ++stage)
+    s.stage_to_rank[stage] = stage < P ? stage : S - 1 - stage;
+  s.actions.resize(P);
+
+  constexpr int kNotYet = -1;
+  // Step at which F / I of (stage, microbatch) ended; kNotYet until it has.
+  std::vector<std::vector<int>> f_end(S, std::vector<int>(M, kNotYet));
+  std::vector<std::vector<int>> i_end(S, std::vector<int>(M, kNotYet));
+  std::vector<int> next_f(S, 0), next_i(S, 0);
+  std::vector<int> stashes(P, 0);
+  std::vector<std::deque<Action>> waiting_w(P);
+  const auto done_by = [](int end, int step) { return end != kNotYet && end <= step; };
+
+  const long total = 3L * S * M;
+  long scheduled = 0;
+  for (int step = 0; scheduled < total; ++step) {
+    long before = scheduled;
+    for (int r = 0; r < P; ++r) {
+      const int lower = r, upper = S - 1 - r;
+      const auto f_ready = [&](int stage) {
+        const int m = next_f[stage];
+        return m < M && stashes[r] < S && (stage == 0 || done_by(f_end[stage - 1][m], step));
+      };
+      const auto i_ready = [&](int stage) {
+        const int m = next_i[stage];
+        return m < M && done_by(f_end[stage][m], step) &&
+               (stage == S - 1 || done_by(i_end[stage + 1][m], step));
+      };
+      // W's ready at this step, upper chunk first (waiting_w holds them in I order).
+      const auto pick_w = [&]() -> int {
+        int best = -1;
+        for (int k = 0; k < static_cast<int>(waiting_w[r].size()); ++k) {
+          const Action& w = waiting_w[r][k];
+          if (!done_by(i_end[w.stage][w.microbatch], step)) continue;
+          if (best < 0 || (w.stage == upper && waiting_w[r][best].stage != upper)) best = k;
+        }
+        return best;
+      };
+
+      Action chosen;
+      int w_index = pick_w();
+      if (w_index >= 0 && static_cast<int>(waiting_w[r].size()) >= S) {
+        chosen = waiting_w[r][w_index];
+      } else if (f_ready(upper)) {
+        chosen = Action::make(Op::F, upper, next_f[upper]);
+      } else if (f_ready(lower)) {
+        chosen = Action::make(Op::F, lower, next_f[lower]);
+      } else if (i_ready(lower)) {
+        chosen = Action::make(Op::I, lower, next_i[lower]);
+      } else if (i_ready(upper)) {
+        chosen = Action::make(Op::I, upper, next_i[upper]);
+      } else if (w_index >= 0) {
+        chosen = waiting_w[r][w_index];
+      } else {
+        continue;  // nothing ready: this rank idles for one step
+      }
+
+      const int st = chosen.stage, mb = chosen.microbatch;
+      if (chosen.op == Op::F) {
+        f_end[st][mb] = step + 1;
+        ++next_f[st];
+        ++stashes[r];
+      } else if (chosen.op == Op::I) {
+        i_end[st][mb] = step + 1;
+        ++next_i[st];
+        --stashes[r];
+        waiting_w[r].push_back(Action::make(Op::W, st, mb));
+      } else {
+        waiting_w[r].erase(waiting_w[r].begin() + w_index);
+      }
+      s.actions[r].push_back(chosen);
+      ++scheduled;
+    }
+    // Every action lasts one step, so a step in which nobody starts anything changes nothing.
+    PPTRAIN_ASSERT(scheduled > before, "zb-v list scheduler stuck at step ", step, " (P=", P,
+                   ", M=", M, ")");
+  }
+  return s;
+}
+
+void check_common(const ScheduleOptions& o) {
+  PPTRAIN_CHECK(o.ranks >= 1, "schedule '", o.name, "': ranks must be >= 1, got ", o.ranks);
+  PPTRAIN_CHECK(o.microbatches >= 1, "schedule '", o.name, "': microbatches must be >= 1, got ",
+                o.microbatches);
+  PPTRAIN_CHECK(o.chunks >= 0, "schedule '", o.name, "': chunks must be >= 0 (0 = default), got ",
+                o.chunks);
+}
+
+// Chunks for a schedule that supports exactly one value.
+void check_fixed_chunks(const ScheduleOptions& o, int only) {
+  PPTRAIN_CHECK(o.chunks == 0 || o.chunks == only, "schedule '", o.name, "' runs ", only,
+                " chunk(s) per rank, got chunks=", o.chunks);
+}
+
+}  // namespace
+
+Schedule make_gpipe(int ranks, int microbatches) {
+  Schedule s = empty_schedule("gpipe", ranks, microbatches, 1);
+  for (int r = 0; r < ranks; ++r) {
+    for (int m = 0; m < microbatches; ++m) s.actions[r].push_back(Action::make(Op::F, r, m));
+    for (int m = 0; m < microbatches; ++m) s.actions[r].push_back(Action::make(Op::B, r, m));
+  }
+  return s;
+}
+
+Schedule make_1f1b(int ranks, int microbatches) {
+  std::vector<int> warmup(ranks), deferred(ranks, 0);
+  for (int r = 0; r < ranks; ++r) warmup[r] = ranks - 1 - r;
+  return one_f_one_b_family("1f1b", ranks, microbatches, warmup, deferred, /*split=*/false);
+}
+
+Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
+  const int P = ranks, V = chunks;
+  Schedule s = empty_schedule("interleaved-1f1b", P, microbatches, V);
+  // Each rank walks k = 0 .. M*V-1 "virtual microbatches": groups of P microbatches go through
+  // chunk 0, then the same group through chunk 1, ..., then the next group. Backwards visit the
+  // chunks in reverse. This grouping is why M must be a multiple of P.
+  const int total = microbatches * V;
+  for (int r = 0; r < P; ++r) {
+    const auto microbatch_of = [&](int k) { return (k / (P * V)) * P + k % P; };
+    const auto forward = [&](int k) {
+      return Action::make(Op::F, ((k / P) % V) * P + r, microbatch_of(k));
+    };
+    const auto backward = [&](int k) {
+      return Action::make(Op::B, (V - 1 - (k / P) % V) * P + r, microbatch_of(k));
+    };
+    // Enough warm-up forwards that the first backward on every chunk finds its gradient ready:
+    // one round of P per extra chunk, plus the 1F1B offset of two steps per later rank.
+    const int warmup = std::min(total, (V - 1) * P + 2 * (P - 1 - r));
+    auto& list = s.actions[r];
+    for (int k = 0; k < warmup; ++k) list.push_back(forward(k));
+    for (int k = 0; k < total - warmup; ++k) {
+      list.push_back(forward(warmup + k));
+      list.push_back(backward(k));
+    }
+    for (int k = std::max(0, total - warmup); k < total; ++k) list.push_back(backward(k));
+  }
+  return s;
+}
+
+Schedule make_zb_h1(int ranks, int microbatches) {
+  std::vector<int> warmup(ranks), deferred(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    warmup[r] = ranks - 1 - r;
+    deferred[r] = r;
+  }
+  return one_f_one_b_family("zb-h1", ranks, microbatches, warmup, deferred, /*split=*/true);
+}
+
+Schedule make_zb_h2(int ranks, int microbatches) {
+  std::vector<int> warmup(ranks), deferred(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    warmup[r] = 2 * (ranks - 1 - r);
+    deferred[r] = 2 * r;
+  }
+  return one_f_one_b_family("zb-h2", ranks, microbatches, warmup, deferred, /*split=*/true);
+}
+
+Schedule make_zb_v(int ranks, int microbatches) {
+  return zb_v_list_schedule(ranks, microbatches);
+}
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b",  "interleaved-1f1b",
+                                                 "zb-h1", "zb-h2", "zb-v"};
+  return names;
+}
+
+Schedule make_schedule(const ScheduleOptions& o) {
+  const auto& names = schedule_names();
+  if (std::find(names.begin(), names.end(), o.name) == names.end()) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    PPTRAIN_CHECK(false, "unknown schedule '", o.name, "'; expected one of: ", list);
+  }
+  check_common(o);
+  if (o.name == "interleaved-1f1b") {
+    const int chunks = o.chunks == 0 ? 2 : o.chunks;
+    PPTRAIN_CHECK(chunks >= 2, "schedule 'interleaved-1f1b' needs chunks >= 2 (virtual stages per ",
+                  "rank), got chunks=", o.chunks, "; use '1f1b' for one chunk");
+    PPTRAIN_CHECK(o.microbatches % o.ranks == 0,
+                  "schedule 'interleaved-1f1b' needs microbatches to ",
+                  "be a multiple of ranks (Megatron's schedule runs microbatches in groups of P ",
+                  "per chunk), got microbatches=", o.microbatches, " with ranks=", o.ranks);
+    return make_interleaved_1f1b(o.ranks, o.microbatches, chunks);
+  }
+  if (o.name == "zb-v") {
+    check_fixed_chunks(o, 2);
+    return make_zb_v(o.ranks, o.microbatches);
+  }
+  check_fixed_chunks(o, 1);
+  if (o.name == "gpipe") return make_gpipe(o.ranks, o.microbatches);
+  if (o.name == "1f1b") return make_1f1b(o.ranks, o.microbatches);
+  if (o.name == "zb-h1") return make_zb_h1(o.ranks, o.microbatches);
+  return make_zb_h2(o.ranks, o.microbatches);
+}
+
+}  // namespace pptrain

@@ -1,0 +1,105 @@
+#include "pptrain/sim/cost_model.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+std::string trim(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+// One stage's value: the per-stage vector if given, else the whole-share figure split over the
+// rank's chunks.
+double per_stage(const std::vector<double>& stage_values, double whole_share, int stage,
+                 int num_stages, int num_ranks, const char* what) {
+  if (stage_values.empty()) return whole_share * num_ranks / num_stages;
+  PPTRAIN_CHECK(static_cast<int>(stage_values.size()) == num_stages, "cost model: ", what, " has ",
+                stage_values.size(), " entries but the schedule has ", num_stages, " stages");
+  const double value = stage_values[stage];
+  PPTRAIN_CHECK(std::isfinite(value) && value >= 0, "cost model: ", what, "[", stage,
+                "] must be a finite number >= 0, got ", value);
+  return value;
+}
+
+}  // namespace
+
+CostModel CostModel::parse(const std::string& text) {
+  CostModel cost;
+  std::stringstream pieces(text);
+  std::string piece;
+  while (std::getline(pieces, piece, ',')) {
+    piece = trim(piece);
+    if (piece.empty()) continue;
+    const auto eq = piece.find('=');
+    PPTRAIN_CHECK(eq != std::string::npos, "cost model: expected KEY=VALUE, got '", piece,
+                  "' (keys: F, I, W, comm)");
+    const std::string key = trim(piece.substr(0, eq));
+    const std::string value_text = trim(piece.substr(eq + 1));
+    double value = 0;
+    size_t used = 0;
+    try {
+      value = std::stod(value_text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PPTRAIN_CHECK(used > 0 && used == value_text.size() && std::isfinite(value) && value >= 0,
+                  "cost model: value of ", key, " must be a finite number >= 0, got '", value_text,
+                  "'");
+    if (key == "F") {
+      cost.forward = value;
+    } else if (key == "I") {
+      cost.backward_input = value;
+    } else if (key == "W") {
+      cost.backward_weight = value;
+    } else if (key == "comm") {
+      cost.comm = value;
+    } else {
+      PPTRAIN_CHECK(false, "cost model: unknown key '", key, "' in '", piece,
+                    "'; expected F, I, W or comm");
+    }
+  }
+  return cost;
+}
+
+std::string CostModel::to_string() const {
+  std::ostringstream out;
+  out << "F=" << forward << ",I=" << backward_input << ",W=" << backward_weight << ",comm=" << comm;
+  return out.str();
+}
+
+double CostModel::time(const Action& action, int num_stages, int num_ranks) const {
+  const auto of = [&](const std::vector<double>& stage_values, double whole_share,
+                      const char* what) {
+    return per_stage(stage_values, whole_share, action.stage, num_stages, num_ranks, what);
+  };
+  switch (action.op) {
+    case Op::F:
+      return of(stage_forward, forward, "stage_forward");
+    case Op::I:
+      return of(stage_backward_input, backward_input, "stage_backward_input");
+    case Op::W:
+      return of(stage_backward_weight, backward_weight, "stage_backward_weight");
+    case Op::B:
+      return of(stage_backward_input, backward_input, "stage_backward_input") +
+             of(stage_backward_weight, backward_weight, "stage_backward_weight");
+    case Op::OVERLAP_F_B: {
+      double sum = 0;
+      for (const Action& part : action.parts) sum += time(part, num_stages, num_ranks);
+      return sum;
+    }
+    default:
+      return 0;  // SEND/RECV occupy neither rank; their latency is `comm`
+  }
+}
+
+double CostModel::activation(int stage, int num_stages, int num_ranks) const {
+  return per_stage(stage_activation, 1.0, stage, num_stages, num_ranks, "stage_activation");
+}
+
+}  // namespace pptrain
