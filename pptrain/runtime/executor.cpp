@@ -1,0 +1,208 @@
+#include "pptrain/runtime/executor.h"
+
+#include <optional>
+#include <utility>
+
+#include "pptrain/common/check.h"
+#include "pptrain/models/weight_grad_store.h"
+
+namespace pptrain {
+
+using Clock = std::chrono::steady_clock;
+
+struct Executor::Slot {
+  torch::Tensor input;        // stage input; a leaf with requires_grad on stages > 0
+  torch::Tensor output;       // stage output, or loss / M on the last stage
+  torch::Tensor output_grad;  // gradient of `output`: from RECV_B or the next stage on this rank
+  torch::Tensor input_grad;   // gradient of `input`, waiting for SEND_B
+  PendingComm sent_output;    // SEND_F in flight
+  WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
+};
+
+struct Executor::StepState {
+  Clock::time_point start;
+  std::map<std::pair<int, int>, Slot> slots;  // (stage, microbatch) -> slot
+  std::vector<size_t> recv_positions;         // positions of this rank's RECV actions, in order
+  size_t next_recv = 0;                       // index into recv_positions: next one to post
+  std::map<size_t, PendingComm> posted;       // position of a RECV -> its posted receive
+  std::vector<PendingComm> sent_grads;        // SEND_B in flight
+  StepRecord record;
+};
+
+Executor::Executor(Schedule lowered, int rank, std::vector<Stage*> stages, Transport* transport,
+                   LossFn loss, std::vector<std::vector<int64_t>> boundary_shapes,
+                   ExecutorOptions options)
+    : schedule_(std::move(lowered)),
+      rank_(rank),
+      transport_(transport),
+      loss_(std::move(loss)),
+      boundary_shapes_(std::move(boundary_shapes)),
+      options_(options) {
+  PPTRAIN_ASSERT(rank_ >= 0 && rank_ < schedule_.num_ranks);
+  PPTRAIN_ASSERT(static_cast<int>(boundary_shapes_.size()) == schedule_.num_stages - 1);
+  for (Stage* stage : stages) stages_[stage->index()] = stage;
+  std::vector<int> held;
+  for (const auto& [index, stage] : stages_) held.push_back(index);
+  PPTRAIN_ASSERT(held == schedule_.stages_of(rank_), "rank ", rank_, " was given the wrong stages");
+  PPTRAIN_ASSERT(schedule_.num_ranks == 1 || schedule_.has_comms(),
+                 "the executor needs a lowered schedule (with SEND/RECV)");
+}
+
+Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
+  PPTRAIN_ASSERT(is_local(stage) && mb >= 0 && mb < schedule_.num_microbatches, "stage ", stage,
+                 " microbatch ", mb, " is not run on rank ", rank_);
+  return state.slots[{stage, mb}];
+}
+
+StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start) {
+  const auto& actions = schedule_.actions[rank_];
+  StepState state;
+  state.start = step_start;
+  for (size_t p = 0; p < actions.size(); ++p) {
+    if (actions[p].op == Op::RECV_F || actions[p].op == Op::RECV_B) state.recv_positions.push_back(p);
+  }
+  for (size_t p = 0; p < actions.size(); ++p) {
+    post_receives_through(p, state);
+    const Action& action = actions[p];
+    if (action.op == Op::RECV_F || action.op == Op::RECV_B) {
+      // The receive was posted ahead; what remains is waiting for it.
+      const double begin = std::chrono::duration<double>(Clock::now() - state.start).count();
+      auto it = state.posted.find(p);
+      PPTRAIN_ASSERT(it != state.posted.end());
+      it->second.wait();
+      Slot& s = slot(state, action.stage, action.microbatch);
+      (action.op == Op::RECV_F ? s.input : s.output_grad) = it->second.tensor();
+      state.posted.erase(it);
+      const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
+      state.record.events.push_back({rank_, action, begin, end});
+      continue;
+    }
+    const auto& atoms = action.op == Op::OVERLAP_F_B ? action.parts : std::vector<Action>{action};
+    for (const Action& atom : atoms) run_action(atom, data, state);
+  }
+  // Lazily waited sends: everything must be delivered before the next step reuses the tags.
+  for (auto& sent : state.sent_grads) sent.wait();
+  for (auto& [key, s] : state.slots) {
+    s.sent_output.wait();
+    PPTRAIN_ASSERT(s.weight_grads.empty(), "stage ", key.first, " microbatch ", key.second,
+                   " has weight gradients that no W ran");
+  }
+  PPTRAIN_ASSERT(state.posted.empty() && state.next_recv == state.recv_positions.size());
+  return std::move(state.record);
+}
+
+void Executor::post_receives_through(size_t position, StepState& state) {
+  // Receives before `position` have been consumed; keep the next recv_ahead ones posted too.
+  size_t consumed = 0;
+  while (consumed < state.recv_positions.size() && state.recv_positions[consumed] < position) ++consumed;
+  const size_t limit = options_.recv_ahead < 0 ? state.recv_positions.size()
+                                               : consumed + static_cast<size_t>(options_.recv_ahead);
+  while (state.next_recv < state.recv_positions.size() &&
+         (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
+    const size_t p = state.recv_positions[state.next_recv++];
+    const Action& a = schedule_.actions[rank_][p];
+    const int peer = peer_stage(a.op, a.stage);
+    PPTRAIN_ASSERT(peer >= 0 && peer < schedule_.num_stages, to_string(a), " has no peer stage");
+    const int boundary = a.op == Op::RECV_F ? a.stage - 1 : a.stage;
+    torch::Tensor buffer = torch::empty(boundary_shapes_[boundary], torch::kFloat32);
+    state.posted.emplace(p, transport_->recv(buffer, schedule_.stage_to_rank[peer],
+                                             comm_tag(a.op, a.stage, a.microbatch,
+                                                      schedule_.num_microbatches)));
+  }
+}
+
+void Executor::run_action(const Action& action, const StepData& data, StepState& state) {
+  const double begin = std::chrono::duration<double>(Clock::now() - state.start).count();
+  const int s = action.stage, mb = action.microbatch;
+  switch (action.op) {
+    case Op::F: forward(s, mb, data, state); break;
+    case Op::B: backward(s, mb, /*defer_weight_grads=*/false, state); break;
+    case Op::I: backward(s, mb, /*defer_weight_grads=*/true, state); break;
+    case Op::W: slot(state, s, mb).weight_grads.run(); break;
+    case Op::SEND_F: {
+      Slot& sl = slot(state, s, mb);
+      PPTRAIN_CHECK(sl.output.defined(), "schedule error: ", to_string(action),
+                    " on rank ", rank_, " sends an output that F has not produced");
+      sl.sent_output = transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
+                                        comm_tag(action.op, s, mb, schedule_.num_microbatches));
+      break;
+    }
+    case Op::SEND_B: {
+      Slot& sl = slot(state, s, mb);
+      PPTRAIN_CHECK(sl.input_grad.defined(), "schedule error: ", to_string(action),
+                    " on rank ", rank_, " sends an input gradient that no backward produced");
+      state.sent_grads.push_back(transport_->send(sl.input_grad.contiguous(),
+                                                  schedule_.stage_to_rank[s - 1],
+                                                  comm_tag(action.op, s, mb, schedule_.num_microbatches)));
+      sl.input_grad = torch::Tensor();
+      break;
+    }
+    default: PPTRAIN_ASSERT(false, "cannot run ", to_string(action));
+  }
+  const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
+  state.record.events.push_back({rank_, action, begin, end});
+}
+
+void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
+  Slot& sl = slot(state, s, mb);
+  const int last = schedule_.num_stages - 1;
+  torch::Tensor input;
+  if (s == 0) {
+    PPTRAIN_ASSERT(mb < static_cast<int>(data.inputs.size()), "no input data for microbatch ", mb);
+    input = data.inputs[mb];
+  } else {
+    PPTRAIN_CHECK(sl.input.defined(), "schedule error: ", s, "F", mb, " on rank ", rank_,
+                  " runs before its input arrived (missing RECV_F or forward of stage ", s - 1, ")");
+    // The input is a leaf of this stage's graph: backward leaves its gradient in input.grad().
+    input = sl.input.requires_grad_(true);
+  }
+  sl.input = input;
+  torch::Tensor output = stages_.at(s)->forward(input);
+  if (s == last) {
+    PPTRAIN_ASSERT(mb < static_cast<int>(data.targets.size()), "no targets for microbatch ", mb);
+    // Divided by M so the accumulated gradients are those of the mean over the mini-batch.
+    output = loss_(output, data.targets[mb]) / schedule_.num_microbatches;
+    state.record.has_loss = true;
+    state.record.loss += output.item<double>();
+  } else if (is_local(s + 1)) {
+    slot(state, s + 1, mb).input = output.detach();
+  }
+  sl.output = output;
+}
+
+void Executor::backward(int s, int mb, bool defer_weight_grads, StepState& state) {
+  Slot& sl = slot(state, s, mb);
+  const int last = schedule_.num_stages - 1;
+  PPTRAIN_CHECK(sl.output.defined(), "schedule error: backward of stage ", s, " microbatch ", mb,
+                " on rank ", rank_, " runs before its forward (or twice)");
+  // The peer has long received this output (its gradient depends on it): this never blocks,
+  // and it lets the buffer go.
+  sl.sent_output.wait();
+  std::vector<torch::Tensor> grads;
+  if (s != last) {
+    PPTRAIN_CHECK(sl.output_grad.defined(), "schedule error: backward of stage ", s,
+                  " microbatch ", mb, " on rank ", rank_,
+                  " runs before its output gradient arrived (missing RECV_B or backward of stage ",
+                  s + 1, ")");
+    grads.push_back(sl.output_grad);
+  }
+  {
+    std::optional<DeferWeightGrads> defer;
+    if (defer_weight_grads) defer.emplace(&sl.weight_grads);
+    torch::autograd::backward({sl.output}, grads);
+  }
+  if (s > 0) {
+    sl.input_grad = sl.input.grad();
+    PPTRAIN_ASSERT(sl.input_grad.defined(), "stage ", s, " produced no input gradient");
+    if (is_local(s - 1)) {
+      slot(state, s - 1, mb).output_grad = sl.input_grad;
+      sl.input_grad = torch::Tensor();
+    }
+  }
+  // The graph is freed by backward; drop the ends we held (deferred W closures keep their own).
+  sl.input = torch::Tensor();
+  sl.output = torch::Tensor();
+  sl.output_grad = torch::Tensor();
+}
+
+}  // namespace pptrain

@@ -1,0 +1,91 @@
+// Runs one rank's part of a lowered schedule, one training step at a time.
+//
+// The Executor is the only place a schedule is executed: GPipe, 1F1B, interleaved and
+// zero-bubble schedules are just different action lists. Per action:
+//   F s m        forward of stage s on microbatch m; keeps the stage input (requires_grad) and
+//                output for the backward. The first stage reads the data, the last computes
+//                loss / M (so gradients accumulate to the mean over the mini-batch).
+//   B s m        full backward of the stage: input gradient and weight gradients.
+//   I s m        the same backward under DeferWeightGrads: only the input gradient; the weight
+//                gradients wait as closures in the (stage, microbatch) store...
+//   W s m        ... until W runs them, which frees what they hold.
+//   SEND_* s m   non-blocking send; waited on lazily (at the latest at the step end).
+//   RECV_* s m   waits for a receive that was posted ahead into a preallocated buffer.
+//   OVERLAP_F_B  runs its parts in order.
+// When adjacent stages live on the same rank (a V placement) the tensor is handed over locally.
+// Gradients accumulate in the parameters' .grad over the step; the caller clips and steps.
+//
+//   Executor executor(lowered, rank, {&stage0, &stage3}, transport.get(), loss, shapes);
+//   StepRecord record = executor.run_step(data, step_start);
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "pptrain/render/timeline.h"
+#include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/transport.h"
+#include "pptrain/schedule/schedule.h"
+
+namespace pptrain {
+
+// Loss of one microbatch: the last stage's output against the targets (a mean over elements).
+using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+
+struct ExecutorOptions {
+  // Receives posted before the action that consumes them, counted from the current position:
+  // more overlaps communication further but holds more buffers. -1: the whole step's at once.
+  int recv_ahead = 4;
+};
+
+// The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0,
+// `targets` on the rank holding the last stage; other ranks may pass them empty.
+struct StepData {
+  std::vector<torch::Tensor> inputs;   // [M] x gpt: int64 [mb, T]; mlp: float [mb, D]
+  std::vector<torch::Tensor> targets;  // [M]
+};
+
+struct StepRecord {
+  bool has_loss = false;  // true on the rank that holds the last stage
+  double loss = 0;        // mean loss over the mini-batch (sum over microbatches of loss_m / M)
+  std::vector<TimelineEvent> events;  // every action run, seconds since the step start
+};
+
+class Executor {
+ public:
+  // `lowered`: a schedule with its SEND/RECV actions (lower()). `stages`: this rank's stages,
+  // exactly schedule.stages_of(rank). `boundary_shapes[b]`: shape of the float tensor crossing
+  // the cut between stages b and b+1 for one microbatch (activation and its gradient).
+  Executor(Schedule lowered, int rank, std::vector<Stage*> stages, Transport* transport,
+           LossFn loss, std::vector<std::vector<int64_t>> boundary_shapes,
+           ExecutorOptions options = {});
+
+  StepRecord run_step(const StepData& data, std::chrono::steady_clock::time_point step_start);
+
+  const Schedule& schedule() const { return schedule_; }
+
+ private:
+  struct Slot;  // what one (stage, microbatch) holds during a step
+  struct StepState;
+
+  void run_action(const Action& action, const StepData& data, StepState& state);
+  void forward(int stage, int mb, const StepData& data, StepState& state);
+  void backward(int stage, int mb, bool defer_weight_grads, StepState& state);
+  void post_receives_through(size_t position, StepState& state);
+  Slot& slot(StepState& state, int stage, int mb);
+  bool is_local(int stage) const { return schedule_.stage_to_rank[stage] == rank_; }
+
+  Schedule schedule_;
+  int rank_;
+  std::map<int, Stage*> stages_;  // global stage index -> stage
+  Transport* transport_;
+  LossFn loss_;
+  std::vector<std::vector<int64_t>> boundary_shapes_;
+  ExecutorOptions options_;
+};
+
+}  // namespace pptrain

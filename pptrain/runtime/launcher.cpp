@@ -1,0 +1,191 @@
+#include "pptrain/runtime/launcher.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+namespace {
+
+std::atomic<int> g_interrupt_signal{0};
+
+void on_interrupt(int signal) { g_interrupt_signal = signal; }
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* name = strsignal(sig);
+    return "was killed by signal " + std::to_string(sig) + " (" + (name ? name : "?") + ")";
+  }
+  return "stopped with wait status " + std::to_string(status);
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+// The child: become worker `rank` and exec the program again. Never returns.
+[[noreturn]] void exec_worker(const LaunchOptions& options, int rank, int port, pid_t parent) {
+  // Die with the launcher even if it is SIGKILLed, so no worker is left waiting on its peers.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(options.workers).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(options.workers).c_str(), 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(options.executable.c_str()));
+  for (const auto& a : options.args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(options.executable.c_str(), argv.data());
+  std::fprintf(stderr, "pptrain: error: cannot start worker %d (%s): %s\n", rank,
+               options.executable.c_str(), std::strerror(errno));
+  _exit(127);
+}
+
+}  // namespace
+
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  PPTRAIN_CHECK(in.good(), "cannot read /proc/self/cmdline to restart this command in the workers");
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  if (!args.empty()) args.erase(args.begin());
+  return args;
+}
+
+bool running_as_worker() {
+  const char* rank = std::getenv("RANK");
+  return rank && *rank;
+}
+
+int find_free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  PPTRAIN_CHECK(fd >= 0, "cannot open a socket to find a free port: ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  PPTRAIN_CHECK(ok, "cannot find a free TCP port on 127.0.0.1: ", std::strerror(errno));
+  return ntohs(addr.sin_port);
+}
+
+LaunchResult launch_workers(const LaunchOptions& options) {
+  PPTRAIN_ASSERT(options.workers >= 1);
+  const int port = find_free_port();
+  g_interrupt_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+
+  const pid_t self = getpid();
+  std::vector<pid_t> pids(options.workers, -1);
+  std::vector<int> statuses(options.workers, 0);
+  std::fflush(nullptr);  // no buffered output duplicated into the children
+  for (int rank = 0; rank < options.workers; ++rank) {
+    const pid_t pid = fork();
+    PPTRAIN_CHECK(pid >= 0, "cannot start worker ", rank, ": fork failed: ", std::strerror(errno));
+    if (pid == 0) exec_worker(options, rank, port, self);
+    pids[rank] = pid;
+  }
+
+  using Clock = std::chrono::steady_clock;
+  int running = options.workers;
+  std::vector<int> failures;  // ranks, in the order their failure was seen
+  bool killing = false;
+  bool killed_hard = false;
+  Clock::time_point kill_started;
+  // Collects one exited worker, if any; false when none is waiting to be collected.
+  const auto reap_one = [&] {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return false;
+    const auto it = std::find(pids.begin(), pids.end(), pid);
+    if (it == pids.end()) return true;  // not one of ours
+    const int rank = static_cast<int>(it - pids.begin());
+    statuses[rank] = status;
+    *it = -1;
+    --running;
+    // Workers that die after we started killing are consequences, not causes.
+    if (failed(status) && !killing) failures.push_back(rank);
+    return true;
+  };
+  const auto signal_all = [&](int sig) {
+    for (pid_t p : pids) {
+      if (p > 0) kill(p, sig);
+    }
+  };
+  while (running > 0) {
+    while (running > 0 && reap_one()) {
+    }
+    if (running == 0) break;
+    if (!killing && (!failures.empty() || g_interrupt_signal)) {
+      // A peer of a crashed worker fails a moment later (connection closed); reap those too
+      // before killing, so the message names every failure and the cause first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      while (running > 0 && reap_one()) {
+      }
+      killing = true;
+      kill_started = Clock::now();
+      signal_all(SIGTERM);
+    }
+    if (killing && !killed_hard && Clock::now() - kill_started > options.kill_grace) {
+      killed_hard = true;
+      signal_all(SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  LaunchResult result;
+  if (g_interrupt_signal) {  // Ctrl-C kills the workers too; that is not their failure
+    result.exit_code = 128 + g_interrupt_signal;
+    result.message = std::string("interrupted by signal ") + std::to_string(g_interrupt_signal) +
+                     "; stopped all " + std::to_string(options.workers) + " workers";
+    return result;
+  }
+  if (failures.empty()) return result;
+  // A worker killed by a signal is the likeliest cause; list it first.
+  std::stable_sort(failures.begin(), failures.end(), [&](int a, int b) {
+    return WIFSIGNALED(statuses[a]) && !WIFSIGNALED(statuses[b]);
+  });
+  const int first = failures.front();
+  result.message = "worker rank " + std::to_string(first) + " " + describe_status(statuses[first]);
+  for (size_t i = 1; i < failures.size(); ++i) {
+    result.message += "; rank " + std::to_string(failures[i]) + " " + describe_status(statuses[failures[i]]);
+  }
+  result.message += "; stopped the other workers";
+  // A user error found by a worker keeps its exit status 2.
+  result.exit_code = WIFEXITED(statuses[first]) && WEXITSTATUS(statuses[first]) == 2 ? 2 : 1;
+  return result;
+}
+
+}  // namespace pptrain

@@ -1,0 +1,44 @@
+// Starts and supervises the worker processes of a local multi-process run.
+//
+// `pptrain train --pp 4 ...` without RANK in the environment re-executes itself 4 times with the
+// same arguments and the environment torchrun would give each worker (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT=<free port>) plus one compute thread per process
+// (OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1). If a worker fails (non-zero exit or a signal) the
+// others get SIGTERM, then SIGKILL after `kill_grace`; Ctrl-C (SIGINT/SIGTERM to the launcher)
+// does the same. Workers also die with the launcher (PR_SET_PDEATHSIG).
+//
+//   if (!running_as_worker()) return launch_workers(LaunchOptions{4, argv_vector});
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace pptrain {
+
+struct LaunchOptions {
+  int workers = 1;
+  std::vector<std::string> args;  // argv[1..] passed to every worker; argv[0] is /proc/self/exe
+  std::string executable = "/proc/self/exe";
+  std::chrono::milliseconds kill_grace = std::chrono::seconds(3);  // SIGTERM -> SIGKILL
+};
+
+// What happened to the workers.
+struct LaunchResult {
+  int exit_code = 0;     // 0 if every worker exited with 0; else the code the launcher exits with
+  std::string message;   // empty on success; else one line naming the failed rank(s)
+};
+
+// This process's own command-line arguments without argv[0] (from /proc/self/cmdline).
+std::vector<std::string> own_arguments();
+
+// True when RANK is set: this process is one worker of a run started by us or by torchrun.
+bool running_as_worker();
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back).
+int find_free_port();
+
+// Spawns and supervises the workers; returns when all have exited (or were killed).
+LaunchResult launch_workers(const LaunchOptions& options);
+
+}  // namespace pptrain

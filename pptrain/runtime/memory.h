@@ -1,0 +1,26 @@
+// Counts the bytes LibTorch holds on the CPU, to measure a step's peak activation memory.
+//
+// install_counting_allocator() wraps LibTorch's CPU allocator once per process; from then on
+// every CPU tensor allocation is counted (tensors allocated before are not). The runtime calls
+// reset_peak() at the start of a step and reports peak_bytes() - bytes at the step start: what
+// the step allocated on top of the weights, gradients and optimizer state that persist across
+// steps, i.e. stashed activations, temporaries and communication buffers.
+//
+//   install_counting_allocator();
+//   auto base = allocated_bytes(); reset_peak();
+//   ... run a step ...
+//   int64_t activation_peak = peak_bytes() - base;
+#pragma once
+
+#include <cstdint>
+
+namespace pptrain {
+
+// Idempotent; safe to call from any thread before or after tensors exist.
+void install_counting_allocator();
+bool counting_allocator_installed();
+int64_t allocated_bytes();  // bytes currently held through the counting allocator
+int64_t peak_bytes();       // highest allocated_bytes() since the last reset_peak()
+void reset_peak();          // peak := current
+
+}  // namespace pptrain

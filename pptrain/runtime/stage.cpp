@@ -1,0 +1,66 @@
+#include "pptrain/runtime/stage.h"
+
+#include <filesystem>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+Stage::Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layers)
+    : index_(index), first_layer_(first_layer), layers_(std::move(layers)) {
+  PPTRAIN_ASSERT(!layers_.empty(), "stage ", index, " has no layers");
+}
+
+torch::Tensor Stage::forward(const torch::Tensor& input) {
+  torch::Tensor x = input;
+  for (auto& layer : layers_) x = layer.forward(x);
+  return x;
+}
+
+std::vector<torch::Tensor> Stage::parameters() const {
+  std::vector<torch::Tensor> params;
+  for (const auto& layer : layers_) {
+    for (const auto& p : layer.ptr()->parameters()) params.push_back(p);
+  }
+  return params;
+}
+
+std::string layer_file(const std::string& dir, int layer) {
+  return (std::filesystem::path(dir) / ("layer_" + std::to_string(layer) + ".pt")).string();
+}
+
+void Stage::save(const std::string& dir) const {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);  // another rank may create it at the same time
+  PPTRAIN_CHECK(std::filesystem::is_directory(dir), "cannot create the --save folder '", dir, "'");
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const std::string path = layer_file(dir, first_layer_ + static_cast<int>(i));
+    try {
+      torch::save(layers_[i].ptr(), path);
+    } catch (const c10::Error& e) {
+      PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
+    }
+  }
+}
+
+void Stage::load(const std::string& dir) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const std::string path = layer_file(dir, first_layer_ + static_cast<int>(i));
+    PPTRAIN_CHECK(std::filesystem::exists(path), "--load: missing parameter file '", path, "'");
+    try {
+      auto module = layers_[i].ptr();
+      torch::load(module, path);
+    } catch (const c10::Error& e) {
+      PPTRAIN_CHECK(false, "--load: cannot read '", path, "' into layer ", first_layer_ + i, ": ",
+                    e.what_without_backtrace());
+    }
+  }
+}
+
+Stage make_stage(const ModelOptions& model, int index, std::pair<int, int> layers) {
+  std::vector<torch::nn::AnyModule> modules;
+  for (int i = layers.first; i <= layers.second; ++i) modules.push_back(make_layer(model, i));
+  return Stage(index, layers.first, std::move(modules));
+}
+
+}  // namespace pptrain

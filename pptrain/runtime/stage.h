@@ -1,0 +1,53 @@
+// One pipeline stage: a consecutive range of a model's layers, held by the rank that runs it.
+//
+// A rank holds one Stage per stage of the schedule that it runs (several with interleaving or a
+// V placement), keyed by the global stage index. Parameters are saved one file per layer
+// (DIR/layer_<index>.pt), so the layout does not depend on how the model was split and a run
+// with any other split can load it.
+//
+//   Stage stage = make_stage(model, /*index=*/1, /*layers=*/{3, 5});
+//   torch::Tensor y = stage.forward(x);      // layers 3, 4, 5 in order
+//   stage.save("ckpt");                      // ckpt/layer_3.pt .. ckpt/layer_5.pt
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pptrain/models/model.h"
+
+namespace pptrain {
+
+class Stage {
+ public:
+  // `layers[i]` is layer `first_layer + i` of the model.
+  Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layers);
+
+  int index() const { return index_; }
+  int first_layer() const { return first_layer_; }
+  int last_layer() const { return first_layer_ + static_cast<int>(layers_.size()) - 1; }
+
+  // Runs the layers in order.
+  torch::Tensor forward(const torch::Tensor& input);
+  std::vector<torch::Tensor> parameters() const;
+
+  // One file per layer: DIR/layer_<model layer index>.pt. UserError if a file cannot be written
+  // or read, or does not match the layer.
+  void save(const std::string& dir) const;
+  void load(const std::string& dir);
+
+ private:
+  int index_;
+  int first_layer_;
+  std::vector<torch::nn::AnyModule> layers_;
+};
+
+// Builds stage `index` from the model's layers [layers.first, layers.second] (inclusive).
+Stage make_stage(const ModelOptions& model, int index, std::pair<int, int> layers);
+
+// Path of one layer's parameter file in a --save/--load folder.
+std::string layer_file(const std::string& dir, int layer);
+
+}  // namespace pptrain

@@ -1,0 +1,180 @@
+#include "pptrain/runtime/transport.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+#if defined(USE_C10D_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+namespace {
+
+// Since LibTorch 2.0 the concrete groups (Gloo, NCCL) derive from c10d::Backend; before, from
+// c10d::ProcessGroup. send/recv/allreduce/barrier have the same signatures on both.
+#if TORCH_VERSION_MAJOR >= 2
+using GroupBase = c10d::Backend;
+#else
+using GroupBase = c10d::ProcessGroup;
+#endif
+
+class LocalTransport : public Transport {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  PendingComm send(const torch::Tensor&, int peer, int tag) override {
+    PPTRAIN_ASSERT(false, "a single-process run has no peer to send to (peer ", peer, ", tag ", tag, ")");
+  }
+  PendingComm recv(const torch::Tensor&, int peer, int tag) override {
+    PPTRAIN_ASSERT(false, "a single-process run has no peer to receive from (peer ", peer, ", tag ", tag, ")");
+  }
+  void allreduce_sum(torch::Tensor&) override {}
+  void barrier() override {}
+};
+
+class C10dTransport : public Transport {
+ public:
+  C10dTransport(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<GroupBase> group,
+                const TransportOptions& options)
+      : store_(std::move(store)), group_(std::move(group)), options_(options) {}
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+
+  PendingComm send(const torch::Tensor& tensor, int peer, int tag) override {
+    PPTRAIN_ASSERT(tensor.is_contiguous(), "send needs a contiguous tensor");
+    std::vector<at::Tensor> tensors{tensor};
+    return PendingComm(group_->send(tensors, peer, tag), tensor, options_.timeout);
+  }
+
+  PendingComm recv(const torch::Tensor& buffer, int peer, int tag) override {
+    PPTRAIN_ASSERT(buffer.is_contiguous(), "recv needs a contiguous buffer");
+    std::vector<at::Tensor> tensors{buffer};
+    return PendingComm(group_->recv(tensors, peer, tag), buffer, options_.timeout);
+  }
+
+  void allreduce_sum(torch::Tensor& tensor) override {
+    std::vector<at::Tensor> tensors{tensor};
+    PendingComm(group_->allreduce(tensors), tensor, options_.timeout).wait();
+  }
+
+  void barrier() override {
+    PendingComm(group_->barrier(), torch::Tensor(), options_.timeout).wait();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;  // kept alive: rank 0 serves it to the others
+  c10::intrusive_ptr<GroupBase> group_;
+  TransportOptions options_;
+};
+
+int env_int(const char* name) {
+  const char* text = std::getenv(name);
+  PPTRAIN_CHECK(text && *text, "environment variable ", name,
+                " is not set (expected as torchrun sets it: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  PPTRAIN_CHECK(*end == '\0' && value >= 0 && value < (1L << 30), "environment variable ", name,
+                "='", text, "' is not a non-negative integer");
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+PendingComm::PendingComm(c10::intrusive_ptr<c10d::Work> work, torch::Tensor tensor,
+                         std::chrono::milliseconds timeout)
+    : work_(std::move(work)), tensor_(std::move(tensor)), timeout_(timeout) {}
+
+void PendingComm::wait() {
+  if (!work_) return;
+  try {
+    work_->wait(timeout_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("communication failed or timed out after ") +
+                             std::to_string(timeout_.count() / 1000) + " s: " + e.what());
+  }
+  work_.reset();
+}
+
+TransportOptions TransportOptions::from_env() {
+  TransportOptions options;
+  options.rank = env_int("RANK");
+  options.world_size = env_int("WORLD_SIZE");
+  options.master_port = env_int("MASTER_PORT");
+  const char* addr = std::getenv("MASTER_ADDR");
+  PPTRAIN_CHECK(addr && *addr, "environment variable MASTER_ADDR is not set");
+  options.master_addr = addr;
+  PPTRAIN_CHECK(options.world_size >= 1 && options.rank < options.world_size, "RANK=", options.rank,
+                " is not below WORLD_SIZE=", options.world_size);
+  PPTRAIN_CHECK(options.master_port > 0 && options.master_port < 65536, "MASTER_PORT=",
+                options.master_port, " is not a TCP port");
+  if (const char* t = std::getenv("PPTRAIN_COMM_TIMEOUT_S"); t && *t) {
+    options.timeout = std::chrono::seconds(env_int("PPTRAIN_COMM_TIMEOUT_S"));
+  }
+  return options;
+}
+
+std::unique_ptr<Transport> make_local_transport() { return std::make_unique<LocalTransport>(); }
+
+std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(options.master_port);
+  store_options.isServer = options.rank == 0;
+  store_options.numWorkers = options.world_size;
+  store_options.timeout = options.timeout;
+  auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+
+  c10::intrusive_ptr<GroupBase> group;
+  if (options.backend == "gloo") {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.world_size,
+                                                        gloo_options);
+#if defined(USE_C10D_NCCL)
+  } else if (options.backend == "nccl") {
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options.timeout;
+    group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, options.rank, options.world_size,
+                                                        nccl_options);
+#endif
+  } else {
+    PPTRAIN_CHECK(false, "communication backend '", options.backend,
+                  "' is not available (expected gloo"
+#if defined(USE_C10D_NCCL)
+                  " or nccl"
+#endif
+                  ")");
+  }
+  return std::make_unique<C10dTransport>(store, group, options);
+}
+
+int comm_tag(Op op, int stage, int microbatch, int num_microbatches) {
+  int boundary = 0;
+  int direction = 0;
+  switch (op) {
+    case Op::SEND_F: boundary = stage; break;
+    case Op::RECV_F: boundary = stage - 1; break;
+    case Op::SEND_B: boundary = stage - 1; direction = 1; break;
+    case Op::RECV_B: boundary = stage; direction = 1; break;
+    default: PPTRAIN_ASSERT(false, "not a communication op: ", op_name(op));
+  }
+  PPTRAIN_ASSERT(boundary >= 0 && microbatch >= 0 && microbatch < num_microbatches);
+  const long long tag = (static_cast<long long>(boundary) * num_microbatches + microbatch) * 2 + direction;
+  PPTRAIN_CHECK(tag < kControlTagBase, "too many stages x microbatches for message tags (",
+                boundary + 1, " x ", num_microbatches, ")");
+  return static_cast<int>(tag);
+}
+
+int peer_stage(Op op, int stage) {
+  return op == Op::SEND_F || op == Op::RECV_B ? stage + 1 : stage - 1;
+}
+
+}  // namespace pptrain

@@ -1,0 +1,88 @@
+// Point-to-point and collective communication between pipeline ranks.
+//
+// A Transport is the runtime's only view of the other processes: non-blocking send/recv of one
+// tensor, a blocking sum all-reduce and a barrier. Two implementations:
+//   make_local_transport()        one process, no peers (--pp 1); send/recv are errors.
+//   connect_transport(options)    a c10d ProcessGroup (Gloo on CPU; NCCL when LibTorch was built
+//                                 with it and options.backend == "nccl"), rendezvous through a
+//                                 c10d TCPStore served by rank 0, as torchrun sets it up.
+//
+//   auto transport = connect_transport(TransportOptions::from_env());
+//   auto sent = transport->send(activation, /*peer=*/1, comm_tag(...));
+//   auto got = transport->recv(buffer, /*peer=*/0, comm_tag(...));  // posted early
+//   got.wait();   // buffer now holds the data
+//   sent.wait();  // at the latest before `activation` is modified or the step ends
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "pptrain/schedule/action.h"
+
+namespace pptrain {
+
+// A send or receive in flight. Holds the tensor so it outlives the operation.
+class PendingComm {
+ public:
+  PendingComm() = default;
+  PendingComm(c10::intrusive_ptr<c10d::Work> work, torch::Tensor tensor,
+              std::chrono::milliseconds timeout);
+  // Blocks until the operation is done; throws (naming the timeout) if it fails or times out.
+  // Later calls return at once.
+  void wait();
+  bool pending() const { return static_cast<bool>(work_); }
+  const torch::Tensor& tensor() const { return tensor_; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  torch::Tensor tensor_;
+  std::chrono::milliseconds timeout_{0};
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Non-blocking. `tensor` must be contiguous and stay unmodified until the result is waited on.
+  virtual PendingComm send(const torch::Tensor& tensor, int peer, int tag) = 0;
+  // Non-blocking. Fills the preallocated, contiguous `buffer`; read it only after wait().
+  virtual PendingComm recv(const torch::Tensor& buffer, int peer, int tag) = 0;
+  // Blocking in-place sum over all ranks.
+  virtual void allreduce_sum(torch::Tensor& tensor) = 0;
+  virtual void barrier() = 0;
+};
+
+struct TransportOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string backend = "gloo";  // "gloo" or "nccl" (only when built with NCCL)
+  // Every rendezvous, receive and collective fails after this long instead of hanging.
+  std::chrono::milliseconds timeout = std::chrono::seconds(120);
+
+  // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun sets them. UserError if missing or
+  // malformed; `timeout` from PPTRAIN_COMM_TIMEOUT_S when set.
+  static TransportOptions from_env();
+};
+
+std::unique_ptr<Transport> make_local_transport();
+std::unique_ptr<Transport> connect_transport(const TransportOptions& options);
+
+// Tags of the pipeline's point-to-point messages. Each (direction, boundary, microbatch) gets its
+// own tag, where boundary b is the cut between stages b and b+1:
+//   SEND_F s m  <->  RECV_F s+1 m   (activation across boundary s)
+//   SEND_B s m  <->  RECV_B s-1 m   (gradient across boundary s-1)
+// Tags of one step never collide; a step's messages are all waited on before the next step, so
+// reusing them step after step is safe. Control messages use tags from kControlTagBase up.
+int comm_tag(Op op, int stage, int microbatch, int num_microbatches);
+// The peer stage of a communication action (stage + 1 for SEND_F, stage - 1 for RECV_F, ...).
+int peer_stage(Op op, int stage);
+constexpr int kControlTagBase = 1 << 30;
+
+}  // namespace pptrain

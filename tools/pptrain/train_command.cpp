@@ -1,0 +1,92 @@
+// `pptrain train`: pipeline-parallel training of a gpt or mlp model following a schedule.
+//
+//   pptrain train --model gpt --layers 8 --pp 2 --schedule 1f1b --microbatches 8 --batch-size 8 \
+//                 --steps 10 --metrics m.jsonl --trace last_step.json --save ckpt
+//
+// Without RANK in the environment and with --pp > 1, this process checks the arguments, then
+// starts P workers (itself again, one per rank) and supervises them; with RANK set (by us or by
+// torchrun) it runs as that rank. --pp 1 trains in this process: the reference every pipelined
+// run must match.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pptrain/common/check.h"
+#include "pptrain/runtime/launcher.h"
+#include "pptrain/runtime/trainer.h"
+#include "pptrain/runtime/transport.h"
+#include "tools/pptrain/commands.h"
+
+namespace pptrain::cli {
+
+namespace {
+
+void run_train(const TrainOptions& options) {
+  const Schedule lowered = plan_training(options);  // every user error, before any worker starts
+  if (running_as_worker()) {
+    TransportOptions transport_options = TransportOptions::from_env();
+    PPTRAIN_CHECK(transport_options.world_size == options.pp, "WORLD_SIZE=",
+                  transport_options.world_size, " does not match --pp ", options.pp);
+    auto transport = options.pp == 1 ? make_local_transport() : connect_transport(transport_options);
+    train(options, lowered, *transport);
+    return;
+  }
+  if (options.pp == 1) {
+    auto transport = make_local_transport();
+    train(options, lowered, *transport);
+    return;
+  }
+  LaunchOptions launch;
+  launch.workers = options.pp;
+  launch.args = own_arguments();  // the workers get exactly this command line again
+  const LaunchResult result = launch_workers(launch);
+  if (result.exit_code != 0) {
+    std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
+    std::fflush(stderr);
+    std::exit(result.exit_code);
+  }
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto options = std::make_shared<TrainOptions>();
+  CLI::App* cmd = app.add_subcommand("train", "Train a model split into a pipeline across worker processes");
+  TrainOptions& o = *options;
+  cmd->add_option("--model", o.model.kind, "Model: gpt or mlp")->required();
+  cmd->add_option("--layers", o.model.layers, "Transformer / MLP blocks")->capture_default_str();
+  cmd->add_option("--d-model", o.model.d_model, "Model width")->capture_default_str();
+  cmd->add_option("--heads", o.model.heads, "Attention heads (gpt)")->capture_default_str();
+  cmd->add_option("--seq-len", o.model.seq_len, "Tokens per sample (gpt)")->capture_default_str();
+  cmd->add_option("--data", o.data.source,
+                  "Training text file, 'synthetic', or 'default' (a text under /usr/share/common-licenses)")
+      ->capture_default_str();
+  cmd->add_option("--pp", o.pp, "Pipeline ranks (worker processes)")->required();
+  cmd->add_option("--chunks", o.chunks, "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
+      ->capture_default_str();
+  auto* name = cmd->add_option("--schedule", o.schedule, "Schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v");
+  auto* file = cmd->add_option("--schedule-file", o.schedule_file, "Schedule CSV (one row per rank)");
+  name->excludes(file);
+  cmd->add_option("--microbatches", o.data.microbatches, "Microbatches per step (M)")->required();
+  cmd->add_option("--batch-size", o.data.batch_size, "Samples per step, over all microbatches")->required();
+  cmd->add_option("--steps", o.steps, "Optimizer steps")->required();
+  cmd->add_option("--lr", o.lr, "Learning rate; 0 = 0.05 for sgd, 1e-3 for adamw")->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw")->capture_default_str();
+  cmd->add_option("--clip", o.clip, "Max global gradient norm; 0 = off")->capture_default_str();
+  cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")->capture_default_str();
+  cmd->add_option("--threads", o.threads, "Compute threads per process")->capture_default_str();
+  cmd->add_option("--metrics", o.metrics_path, "Write one JSON line of metrics per step");
+  cmd->add_option("--trace", o.trace_path, "Write the last step's measured Chrome trace (JSON)");
+  cmd->add_option("--svg", o.svg_path, "Write the last step's measured timeline (SVG)");
+  cmd->add_option("--save", o.save_dir, "Write the final parameters, DIR/layer_<i>.pt");
+  cmd->add_option("--load", o.load_dir, "Start from parameters saved with --save");
+  cmd->add_flag("--quiet", o.quiet, "No per-step lines");
+  cmd->callback([options] {
+    TrainOptions o = *options;
+    o.data.seed = o.model.seed;
+    run_train(o);
+  });
+}
+
+}  // namespace pptrain::cli
