@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pptrain/models/model.h"
+#include "pptrain/partition/profile.h"  // LayerProfile: one per-layer cost type, shared with the partitioners
 
 namespace pptrain {
 
@@ -24,16 +25,6 @@ struct ProfileOptions {
   int microbatch_size = 4;  // samples per microbatch
   int warmup = 3;           // unmeasured iterations per layer
   int iters = 10;           // measured iterations per layer (median reported)
-};
-
-struct LayerProfile {
-  std::string name;
-  double forward_ms = 0;          // F
-  double backward_input_ms = 0;   // I: backward with weight-gradient deferral on
-  double backward_weight_ms = 0;  // W: running the deferred closures
-  int64_t activation_bytes = 0;   // bytes of the layer's output (what a cut after it sends)
-  int64_t stash_bytes = 0;        // bytes the layer keeps from F for its backward
-  int64_t parameter_bytes = 0;    // bytes of its parameters
 };
 
 struct ModelProfile {
