@@ -199,9 +199,8 @@ class Simulation {
       for (const Action& atom : atoms) {
         if (input_ready(atom, r, &waiting_) == kNotYet) break;
       }
-      PPTRAIN_CHECK(false, "schedule '", s_.name, "' cannot run: rank ", r,
-                    " is stuck at position ", position_[r], " (", to_string(a), ") waiting for ",
-                    waiting_,
+      PPTRAIN_CHECK(false, "schedule '", s_.name, "' cannot run: rank ", r, " is stuck at ",
+                    to_string(a), " waiting for ", waiting_,
                     ", which never happens (a dependency cycle, or a missing or misplaced action)");
     }
   }

@@ -1,0 +1,182 @@
+// Structure of the generated schedules: every (stage, microbatch) gets exactly one forward and
+// one backward (B, or I then W on the same rank), each action sits on its stage's rank, the
+// validator accepts the schedule, and bad options are refused with a message naming the value.
+// Timing and memory figures are checked against closed forms in pptrain/sim/simulator_test.cpp.
+#include "pptrain/schedule/generators.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <tuple>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/validate.h"
+
+namespace pptrain {
+namespace {
+
+struct Case {
+  std::string name;
+  int ranks;
+  int microbatches;
+};
+
+// The (P, M) grid every generator is checked on; interleaved-1f1b takes only multiples of P.
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const auto& name : schedule_names()) {
+    for (int p : {1, 2, 3, 4, 5, 8}) {
+      for (int m : {1, 2, 3, p, p + 1, 2 * p - 1, 2 * p, 3 * p, 4 * p + 3}) {
+        if (m < 1) continue;
+        if (name == "interleaved-1f1b" && m % p != 0) continue;
+        cases.push_back({name, p, m});
+      }
+    }
+  }
+  return cases;
+}
+
+std::string describe(const Case& c) {
+  return c.name + " P=" + std::to_string(c.ranks) + " M=" + std::to_string(c.microbatches);
+}
+
+TEST(Generators, NamesAreTheDocumentedOnes) {
+  EXPECT_EQ(schedule_names(), (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b",
+                                                        "zb-h1", "zb-h2", "zb-v"}));
+}
+
+TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(describe(c));
+    const Schedule s = make_schedule({c.name, c.ranks, c.microbatches});
+    EXPECT_EQ(s.name, c.name);
+    EXPECT_EQ(s.num_ranks, c.ranks);
+    EXPECT_EQ(s.num_microbatches, c.microbatches);
+    EXPECT_EQ(s.num_stages, c.ranks * s.chunks());
+    EXPECT_FALSE(s.has_comms());
+    const bool split = c.name.rfind("zb-", 0) == 0;
+    EXPECT_EQ(s.has_split_backward(), split);
+
+    // (op, stage, microbatch) -> (rank, position)
+    std::map<std::tuple<Op, int, int>, std::pair<int, int>> seen;
+    for (int r = 0; r < s.num_ranks; ++r) {
+      for (int i = 0; i < static_cast<int>(s.actions[r].size()); ++i) {
+        const Action& a = s.actions[r][i];
+        ASSERT_TRUE(a.op == Op::F || a.op == (split ? Op::I : Op::B) || (split && a.op == Op::W))
+            << to_string(a);
+        ASSERT_EQ(s.stage_to_rank.at(a.stage), r) << to_string(a);
+        ASSERT_TRUE(
+            seen.emplace(std::make_tuple(a.op, a.stage, a.microbatch), std::make_pair(r, i)).second)
+            << "duplicate " << to_string(a);
+      }
+    }
+    const size_t per_pair = split ? 3 : 2;
+    EXPECT_EQ(seen.size(), per_pair * s.num_stages * s.num_microbatches);
+    // Same-rank order: a backward after its forward, a W after its I.
+    for (const auto& [key, where] : seen) {
+      const auto [op, stage, mb] = key;
+      if (op == Op::F) continue;
+      const Op before = op == Op::W ? Op::I : Op::F;
+      const auto earlier = seen.at({before, stage, mb});
+      EXPECT_EQ(earlier.first, where.first);
+      EXPECT_LT(earlier.second, where.second) << op_name(op) << " of stage " << stage << " mb "
+                                              << mb << " runs before its " << op_name(before);
+    }
+    // Cross-rank order and deadlock freedom: the project's validator (lowers and checks).
+    EXPECT_NO_THROW(validate(s));
+  }
+}
+
+TEST(Generators, Placement) {
+  const Schedule inter = make_schedule({"interleaved-1f1b", 4, 8, 3});
+  EXPECT_EQ(inter.num_stages, 12);
+  for (int s = 0; s < 12; ++s) EXPECT_EQ(inter.stage_to_rank[s], s % 4);
+  const Schedule v = make_schedule({"zb-v", 4, 8});
+  EXPECT_EQ(v.chunks(), 2);
+  EXPECT_EQ(v.stage_to_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
+  EXPECT_EQ(make_schedule({"interleaved-1f1b", 2, 4}).chunks(), 2);
+}
+
+TEST(Generators, OneFOneBWarmsUpThenAlternates) {
+  const int P = 4, M = 6;
+  const Schedule s = make_1f1b(P, M);
+  for (int r = 0; r < P; ++r) {
+    const int warmup = std::min(P - 1 - r, M);
+    const auto& list = s.actions[r];
+    for (int i = 0; i < warmup; ++i) EXPECT_EQ(list[i], Action::make(Op::F, r, i));
+    // Steady state: F(warmup + k), B(k) while forwards remain.
+    for (int k = 0; k < M - warmup; ++k) {
+      EXPECT_EQ(list[warmup + 2 * k], Action::make(Op::F, r, warmup + k));
+      EXPECT_EQ(list[warmup + 2 * k + 1], Action::make(Op::B, r, k));
+    }
+  }
+  EXPECT_EQ(to_csv(make_1f1b(2, 3)), "0F0,0F1,0B0,0F2,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n");
+}
+
+TEST(Generators, GpipeRunsAllForwardsFirst) {
+  EXPECT_EQ(to_csv(make_gpipe(2, 2)), "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n");
+}
+
+TEST(Generators, ZeroBubbleHandcraftedDeferWOnLaterRanks) {
+  // Last rank of ZB-H1 defers P-1 W's; rank 0 runs each W right after its I.
+  const Schedule h1 = make_zb_h1(3, 4);
+  EXPECT_EQ(to_csv(h1),
+            "0F0,0F1,0F2,0I0,0W0,0F3,0I1,0W1,0I2,0W2,0I3,0W3\n"
+            "1F0,1F1,1I0,1F2,1I1,1W0,1F3,1I2,1W1,1I3,1W2,1W3\n"
+            "2F0,2I0,2F1,2I1,2F2,2I2,2W0,2F3,2I3,2W1,2W2,2W3\n");
+  // ZB-H2 warms up with 2(P-1-r) forwards.
+  const Schedule h2 = make_zb_h2(3, 6);
+  for (int r = 0; r < 3; ++r) {
+    int leading = 0;
+    while (h2.actions[r][leading].op == Op::F) ++leading;
+    EXPECT_EQ(leading, 2 * (3 - 1 - r) + 1) << "rank " << r;
+  }
+}
+
+TEST(Generators, SingleRankIsAPlainList) {
+  for (const auto& name : schedule_names()) {
+    SCOPED_TRACE(name);
+    const Schedule s = make_schedule({name, 1, 3});
+    EXPECT_EQ(s.num_ranks, 1);
+    EXPECT_EQ(s.actions.size(), 1u);
+    EXPECT_NO_THROW(validate(s));
+  }
+  EXPECT_EQ(to_csv(make_1f1b(1, 2)), "0F0,0B0,0F1,0B1\n");
+}
+
+void expect_user_error(const ScheduleOptions& o, const std::string& fragment) {
+  try {
+    make_schedule(o);
+    ADD_FAILURE() << "no error for " << o.name << " P=" << o.ranks << " M=" << o.microbatches
+                  << " V=" << o.chunks;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "message '" << e.what() << "' lacks '" << fragment << "'";
+  }
+}
+
+TEST(Generators, BadOptionsAreUserErrors) {
+  expect_user_error({"pipedream-2bw", 2, 2}, "unknown schedule 'pipedream-2bw'");
+  expect_user_error({"", 2, 2}, "expected one of: gpipe, 1f1b");
+  for (const auto& name : schedule_names()) {
+    expect_user_error({name, 0, 4}, "ranks must be >= 1, got 0");
+    expect_user_error({name, -3, 4}, "got -3");
+    expect_user_error({name, 2, 0}, "microbatches must be >= 1, got 0");
+    expect_user_error({name, 2, 4, -1}, "chunks must be >= 0");
+  }
+  expect_user_error({"1f1b", 2, 4, 2}, "got chunks=2");
+  expect_user_error({"gpipe", 2, 4, 3}, "got chunks=3");
+  expect_user_error({"zb-h1", 2, 4, 2}, "got chunks=2");
+  expect_user_error({"zb-v", 2, 4, 3}, "runs 2 chunk(s) per rank, got chunks=3");
+  expect_user_error({"zb-v", 2, 4, 1}, "got chunks=1");
+  expect_user_error({"interleaved-1f1b", 2, 4, 1}, "needs chunks >= 2");
+  expect_user_error({"interleaved-1f1b", 4, 6}, "multiple of ranks");
+  expect_user_error({"interleaved-1f1b", 4, 2}, "microbatches=2 with ranks=4");
+  // Explicit defaults are accepted.
+  EXPECT_NO_THROW(make_schedule({"1f1b", 2, 4, 1}));
+  EXPECT_NO_THROW(make_schedule({"zb-v", 2, 4, 2}));
+  EXPECT_NO_THROW(make_schedule({"interleaved-1f1b", 2, 4, 4}));
+}
+
+}  // namespace
+}  // namespace pptrain

@@ -1,0 +1,371 @@
+// The simulator against closed forms: bubbles and peak activation memory of every generator,
+// a hand-timed GPipe with communication latency, and errors for schedules that cannot run.
+#include "pptrain/sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
+
+namespace pptrain {
+namespace {
+
+constexpr double kEps = 1e-9;
+const std::vector<int> kRanks = {1, 2, 3, 4, 8};
+
+CostModel costs(double f, double i, double w, double comm = 0) {
+  CostModel c;
+  c.forward = f;
+  c.backward_input = i;
+  c.backward_weight = w;
+  c.comm = comm;
+  return c;
+}
+
+// Idle time of each rank within the longest span: cost - busy[r].
+std::vector<double> bubble_times(const SimResult& r) {
+  std::vector<double> out;
+  for (const auto& rank : r.ranks) out.push_back(r.cost - rank.busy);
+  return out;
+}
+
+SimResult run(const std::string& name, int p, int m, const CostModel& c, int chunks = 0) {
+  return simulate(make_schedule({name, p, m, chunks}), c);
+}
+
+// Every compute event starts after the events it depends on have ended (+ comm across ranks),
+// ranks never run two things at once, and each (stage, microbatch) has one F and one backward.
+void expect_dependencies_respected(const Schedule& s, const SimResult& r, double comm) {
+  std::map<std::tuple<Op, int, int>, const TimelineEvent*> by_key;
+  for (const auto& e : r.timeline.events) {
+    if (!is_compute(e.action.op)) continue;
+    by_key[{e.action.op == Op::B ? Op::I : e.action.op, e.action.stage, e.action.microbatch}] = &e;
+  }
+  const bool split = s.has_split_backward();
+  ASSERT_EQ(by_key.size(), (split ? 3u : 2u) * s.num_stages * s.num_microbatches);
+  const auto after = [&](const TimelineEvent& e, Op op, int stage) {
+    const TimelineEvent* dep = by_key.at({op, stage, e.action.microbatch});
+    const double gap = dep->rank == e.rank ? 0 : comm;
+    EXPECT_GE(e.start + kEps, dep->end + gap)
+        << to_string(e.action) << " vs " << to_string(dep->action);
+  };
+  for (const auto& [key, e] : by_key) {
+    const auto [op, stage, mb] = key;
+    if (op == Op::F && stage > 0) after(*e, Op::F, stage - 1);
+    if (op == Op::I) {
+      after(*e, Op::F, stage);
+      if (stage + 1 < s.num_stages) after(*e, Op::I, stage + 1);
+    }
+    if (op == Op::W) after(*e, Op::I, stage);
+  }
+  std::vector<std::vector<std::pair<double, double>>> spans(s.num_ranks);
+  for (const auto& e : r.timeline.events) spans[e.rank].emplace_back(e.start, e.end);
+  for (auto& list : spans) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_GE(list[i].first + kEps, list[i - 1].second);
+  }
+}
+
+TEST(CostModel, Parse) {
+  const CostModel c = CostModel::parse("F=2, W=0.5,comm=0.1,I=1.5");
+  EXPECT_EQ(c.forward, 2);
+  EXPECT_EQ(c.backward_input, 1.5);
+  EXPECT_EQ(c.backward_weight, 0.5);
+  EXPECT_EQ(c.comm, 0.1);
+  const CostModel d = CostModel::parse("I=3");
+  EXPECT_EQ(d.forward, 1);
+  EXPECT_EQ(d.backward_input, 3);
+  EXPECT_EQ(CostModel::parse("").to_string(), "F=1,I=1,W=1,comm=0");
+  EXPECT_EQ(CostModel::parse(d.to_string()).backward_input, 3);
+  for (const char* bad : {"F", "F=", "F=x", "F=1x", "F=-1", "F=inf", "B=2", "f=1", "F=1;I=2"}) {
+    EXPECT_THROW(CostModel::parse(bad), UserError) << bad;
+  }
+  try {
+    CostModel::parse("F=1,X=2");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key 'X'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CostModel, ChunksSplitTheShareAndStageVectorsOverride) {
+  CostModel c = costs(1, 2, 1);
+  EXPECT_DOUBLE_EQ(c.time(Action::make(Op::F, 3, 0), 8, 4), 0.5);
+  EXPECT_DOUBLE_EQ(c.time(Action::make(Op::B, 3, 0), 8, 4), 1.5);
+  EXPECT_DOUBLE_EQ(c.time(Action::make(Op::SEND_F, 3, 0), 8, 4), 0);
+  Action overlap{Op::OVERLAP_F_B, -1, -1, {Action::make(Op::F, 1, 1), Action::make(Op::I, 1, 0)}};
+  EXPECT_DOUBLE_EQ(c.time(overlap, 2, 2), 3);
+  c.stage_forward = {5, 7};
+  EXPECT_DOUBLE_EQ(c.time(Action::make(Op::F, 1, 0), 2, 2), 7);
+  EXPECT_THROW(c.time(Action::make(Op::F, 1, 0), 4, 2), UserError);
+  EXPECT_DOUBLE_EQ(c.activation(1, 4, 2), 0.5);
+  c.stage_activation = {3, 4};
+  EXPECT_DOUBLE_EQ(c.activation(1, 2, 2), 4);
+}
+
+TEST(Simulator, GpipeAndOneFOneBBubbleRatio) {
+  for (const char* name : {"gpipe", "1f1b"}) {
+    for (int p : kRanks) {
+      for (int m : {1, 2, p, 2 * p + 1, 4 * p}) {
+        SCOPED_TRACE(std::string(name) + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        const SimResult r = run(name, p, m, costs(1, 1, 1));
+        EXPECT_NEAR(r.bubble_ratio, double(p - 1) / (m + p - 1), kEps);
+        EXPECT_NEAR(r.makespan, 3.0 * (m + p - 1), kEps);
+        for (const auto& rank : r.ranks) {
+          EXPECT_NEAR(rank.busy, 3.0 * m, kEps);
+          EXPECT_NEAR(rank.idle, r.makespan - rank.busy, kEps);
+          const double peak = std::string(name) == "gpipe" ? m : std::min(p - rank.rank, m);
+          EXPECT_NEAR(rank.peak_activations, peak, kEps) << "rank " << rank.rank;
+        }
+      }
+    }
+  }
+}
+
+TEST(Simulator, InterleavedBubbleIsOneVthOfOneFOneB) {
+  for (int p : kRanks) {
+    for (int v : {2, 3, 4}) {
+      for (int m : {p, 2 * p, 3 * p}) {
+        for (const CostModel& c : {costs(1, 1, 1), costs(1, 2, 1), costs(2, 0.5, 0.5)}) {
+          SCOPED_TRACE("P=" + std::to_string(p) + " V=" + std::to_string(v) +
+                       " M=" + std::to_string(m) + " " + c.to_string());
+          const SimResult plain = run("1f1b", p, m, c);
+          const SimResult inter = run("interleaved-1f1b", p, m, c, v);
+          const double expected = (p - 1) * (c.forward + c.backward_input + c.backward_weight) / v;
+          for (int r = 0; r < p; ++r) {
+            EXPECT_NEAR(bubble_times(plain)[r], v * expected, kEps);
+            EXPECT_NEAR(bubble_times(inter)[r], expected, kEps);
+            // Megatron's warm-up: (V-1)P + 2(P-1-r) forwards, then one more before the first B.
+            const double peak = std::min(m * v, (v - 1) * p + 2 * (p - 1 - r) + 1) / double(v);
+            EXPECT_NEAR(inter.ranks[r].peak_activations, peak, kEps) << "rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// F, I, W triples where the zero-bubble formulas apply (F + I >= 2W).
+const std::vector<CostModel> kZeroBubbleCosts = {costs(1, 1, 1), costs(1, 2, 1), costs(2, 1.5, 0.5),
+                                                 costs(1, 1, 0.25), costs(3, 1, 1)};
+
+TEST(Simulator, ZbH1BubbleAndMemory) {
+  // Holds for M >= P: the deferred W's need a full pipeline of microbatches to fill the tail.
+  for (int p : kRanks) {
+    for (int m : {p, p + 1, 2 * p, 3 * p + 2}) {
+      for (const CostModel& c : kZeroBubbleCosts) {
+        SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " " + c.to_string());
+        const SimResult r = run("zb-h1", p, m, c);
+        const double expected = (p - 1) * (c.forward + c.backward_input - c.backward_weight);
+        for (int rank = 0; rank < p; ++rank) {
+          EXPECT_NEAR(bubble_times(r)[rank], expected, kEps) << "rank " << rank;
+          EXPECT_NEAR(r.ranks[rank].peak_activations, std::min(p - rank, m), kEps);
+        }
+      }
+    }
+  }
+}
+
+TEST(Simulator, ZbH2BubbleAndMemory) {
+  // Holds for M >= 2P - 1: the warm-up of 2(P-1) forwards on rank 0 needs that many microbatches.
+  for (int p : kRanks) {
+    for (int m : {2 * p - 1, 2 * p, 3 * p + 1}) {
+      for (const CostModel& c : kZeroBubbleCosts) {
+        SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " " + c.to_string());
+        const SimResult r = run("zb-h2", p, m, c);
+        const double expected = (p - 1) * (c.forward + c.backward_input - 2 * c.backward_weight);
+        for (int rank = 0; rank < p; ++rank) {
+          EXPECT_NEAR(bubble_times(r)[rank], expected, kEps) << "rank " << rank;
+          EXPECT_LE(r.ranks[rank].peak_activations, 2 * p - 2 * rank - 1 + kEps);
+          EXPECT_NEAR(r.ranks[rank].peak_activations, std::min(2 * p - 2 * rank - 1, m), kEps);
+        }
+      }
+    }
+  }
+  // With few microbatches the peak bound still holds.
+  for (int p : kRanks) {
+    for (int m = 1; m <= 2 * p; ++m) {
+      const SimResult r = run("zb-h2", p, m, costs(1, 1, 1));
+      for (int rank = 0; rank < p; ++rank) {
+        EXPECT_LE(r.ranks[rank].peak_activations, std::min(2 * p - 2 * rank - 1, m) + kEps);
+      }
+    }
+  }
+}
+
+TEST(Simulator, ZbVHasNoBubbleWhenFEqualsIEqualsW) {
+  for (int p : {1, 2, 3, 4, 5, 6, 7, 8}) {
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 5 * p + 3}) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m));
+      const SimResult r = run("zb-v", p, m, costs(2, 2, 2));
+      EXPECT_NEAR(r.bubble_ratio, 0, kEps);
+      EXPECT_NEAR(r.cost, 6.0 * m, kEps);
+      for (const auto& rank : r.ranks) {
+        EXPECT_LE(rank.peak_activations, std::min(p, m) + kEps) << "rank " << rank.rank;
+      }
+    }
+  }
+  for (int p : kRanks) {
+    for (int m = 1; m < 2 * p; ++m) {
+      const SimResult r = run("zb-v", p, m, costs(1, 1, 1));
+      for (const auto& rank : r.ranks) EXPECT_LE(rank.peak_activations, std::min(p, m) + kEps);
+    }
+  }
+}
+
+TEST(Simulator, ZbVWithUnequalCostsBeatsOneFOneBAndDoesNotGrowWithM) {
+  // The order is built for F = I = W; other costs leave a bubble, but a fixed one: it must not
+  // grow with M (the order keeps slack between each F and its I) and stays below 1F1B's.
+  for (int p : {2, 4, 8}) {
+    for (const CostModel& c : kZeroBubbleCosts) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " " + c.to_string());
+      const double at_3p = run("zb-v", p, 3 * p, c).cost -
+                           3 * p * (c.forward + c.backward_input + c.backward_weight);
+      const double at_6p = run("zb-v", p, 6 * p, c).cost -
+                           6 * p * (c.forward + c.backward_input + c.backward_weight);
+      EXPECT_NEAR(at_3p, at_6p, kEps);
+      const SimResult one = run("1f1b", p, 6 * p, c);
+      EXPECT_LT(at_6p, bubble_times(one)[0] + kEps);
+    }
+  }
+}
+
+TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
+  for (const auto& name : schedule_names()) {
+    for (int p : kRanks) {
+      for (int m : {1, p, 2 * p + 1}) {
+        if (name == "interleaved-1f1b" && m % p) continue;
+        for (const CostModel& c :
+             {costs(1, 2, 1, 0), costs(2, 1.5, 0.5, 0.3), costs(1, 0.1, 3, 1)}) {
+          SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m) + " " +
+                       c.to_string());
+          const Schedule s = make_schedule({name, p, m});
+          const SimResult r = simulate(s, c);
+          expect_dependencies_respected(s, r, c.comm);
+          double busy = 0;
+          for (const auto& rank : r.ranks) busy += rank.busy;
+          const double per_mb = c.forward + c.backward_input + c.backward_weight;
+          EXPECT_NEAR(busy, p * m * per_mb, 1e-6);
+          EXPECT_GE(r.makespan + kEps, m * per_mb);
+        }
+      }
+    }
+  }
+}
+
+TEST(Simulator, CommLatencyDelaysGpipeByHand) {
+  // P=2, M=2, F=1, B=I+W=2, comm=c:
+  //   rank 1: F0 [1+c, 2+c], F1 [2+c, 3+c], B0 [3+c, 5+c], B1 [5+c, 7+c]
+  //   rank 0: F0 [0, 1], F1 [1, 2], B0 [5+2c, 7+2c], B1 [7+2c, 9+2c]
+  for (double c : {0.0, 0.25, 1.5}) {
+    const SimResult r = run("gpipe", 2, 2, costs(1, 1, 1, c));
+    EXPECT_NEAR(r.makespan, 9 + 2 * c, kEps);
+    EXPECT_NEAR(r.cost, 9 + 2 * c, kEps);
+    EXPECT_NEAR(r.ranks[0].busy, 6, kEps);
+    EXPECT_NEAR(r.ranks[1].idle, 9 + 2 * c - 6, kEps);
+    EXPECT_NEAR(r.bubble_ratio, 1 - 12 / (2 * (9 + 2 * c)), kEps);
+    std::map<std::string, std::pair<double, double>> at;
+    for (const auto& e : r.timeline.events) at[to_string(e.action)] = {e.start, e.end};
+    EXPECT_NEAR(at.at("1F0").first, 1 + c, kEps);
+    EXPECT_NEAR(at.at("1B1").second, 7 + c, kEps);
+    EXPECT_NEAR(at.at("0B0").first, 5 + 2 * c, kEps);
+    // Comm actions are in the timeline as zero-length events.
+    EXPECT_NEAR(at.at("1RECV_F0").first, 1 + c, kEps);
+    EXPECT_NEAR(at.at("1RECV_F0").second, 1 + c, kEps);
+    EXPECT_NEAR(at.at("0SEND_F1").first, 2, kEps);
+  }
+}
+
+TEST(Simulator, TimelineHasEveryActionOfTheLoweredSchedule) {
+  const Schedule s = make_schedule({"zb-v", 3, 6});
+  const Schedule lowered = lower(s);
+  const SimResult r = simulate(s, costs(1, 1, 1, 0.1));
+  size_t actions = 0;
+  for (const auto& list : lowered.actions) actions += list.size();
+  EXPECT_EQ(r.timeline.events.size(), actions);
+  EXPECT_EQ(r.timeline.num_ranks, 3);
+  EXPECT_EQ(r.timeline.title, "zb-v, P=3, M=6, V=2");
+  // Simulating the lowered schedule gives the same result.
+  const SimResult again = simulate(lowered, costs(1, 1, 1, 0.1));
+  EXPECT_DOUBLE_EQ(again.makespan, r.makespan);
+}
+
+TEST(Simulator, StageActivationOverridesChunkShare) {
+  CostModel c = costs(1, 1, 1);
+  c.stage_activation = {4, 1};  // stage 0 stashes four times what stage 1 does
+  const SimResult r = run("gpipe", 2, 3, c);
+  EXPECT_NEAR(r.ranks[0].peak_activations, 12, kEps);
+  EXPECT_NEAR(r.ranks[1].peak_activations, 3, kEps);
+  c.stage_activation = {1, 2, 3};
+  EXPECT_THROW(run("gpipe", 2, 3, c), UserError);
+}
+
+TEST(Simulator, PerStageCostsSetTheBottleneck) {
+  CostModel c = costs(1, 1, 1);
+  c.stage_forward = {1, 3};
+  c.stage_backward_input = {1, 3};
+  c.stage_backward_weight = {1, 3};
+  // Rank 1 is busy 9 per microbatch and starts after rank 0's first forward.
+  const SimResult r = run("1f1b", 2, 4, c);
+  EXPECT_NEAR(r.ranks[1].busy, 36, kEps);
+  EXPECT_NEAR(r.makespan, 1 + 36 + 2, kEps);  // then rank 0's last B (I+W = 2)
+}
+
+TEST(Simulator, OverlapTakesTheSumOfItsParts) {
+  Schedule s;
+  s.name = "overlap";
+  s.num_ranks = 1;
+  s.num_stages = 1;
+  s.num_microbatches = 2;
+  s.stage_to_rank = {0};
+  Action both{Op::OVERLAP_F_B, -1, -1, {Action::make(Op::F, 0, 1), Action::make(Op::B, 0, 0)}};
+  s.actions = {{Action::make(Op::F, 0, 0), both, Action::make(Op::B, 0, 1)}};
+  const SimResult r = simulate(s, costs(1, 2, 1));
+  EXPECT_NEAR(r.makespan, 1 + (1 + 3) + 3, kEps);
+  EXPECT_NEAR(r.ranks[0].peak_activations, 2, kEps);
+}
+
+Schedule two_rank_schedule(std::vector<std::vector<std::string>> texts) {
+  Schedule s;
+  s.name = "hand";
+  s.num_ranks = 2;
+  s.num_stages = 2;
+  s.num_microbatches = 1;
+  s.stage_to_rank = {0, 1};
+  for (const auto& row : texts) {
+    s.actions.emplace_back();
+    for (const auto& t : row) s.actions.back().push_back(parse_action(t));
+  }
+  return s;
+}
+
+void expect_stuck(const Schedule& s, const std::string& fragment) {
+  try {
+    simulate(s, CostModel{});
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Simulator, DeadlocksAndBadActionsAreUserErrors) {
+  // Cross-rank cycle: rank 0 wants the gradient before it has run the forward.
+  expect_stuck(two_rank_schedule({{"0B0", "0F0"}, {"1F0", "1B0"}}),
+               "rank 0 is stuck at 0RECV_B0 waiting for 1SEND_B0");
+  // Same-rank order: W before its I.
+  expect_stuck(two_rank_schedule({{"0F0", "0W0", "0I0"}, {"1F0", "1I0", "1W0"}}),
+               "rank 0 is stuck at 0W0 waiting for 0I0");
+  // A lowered schedule whose RECV is missing.
+  expect_stuck(two_rank_schedule({{"0F0", "0SEND_F0", "0B0"}, {"1F0", "1B0"}}), "rank 0 is stuck");
+  expect_stuck(two_rank_schedule({{"0F0", "0B0"}, {"1F5", "1B0"}}), "outside the schedule");
+  expect_stuck(two_rank_schedule({{"0F0", "1B0"}, {"1F0", "0B0"}}), "runs on rank 1");
+  expect_stuck(two_rank_schedule({{"0F0", "0RECV_F0", "0B0"}, {"1F0", "1B0"}}),
+               "receives from a stage that does not exist");
+}
+
+}  // namespace
+}  // namespace pptrain
