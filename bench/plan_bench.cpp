@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
         {"render_svg", [&] { svg = render_svg(result.timeline); }},
         {"render_chrome_trace", [&] { trace = render_chrome_trace(result.timeline); }},
     };
-    std::printf("%s: P=%d, M=%d, V=%d, repeat=%d\n", options.name.c_str(), options.ranks,
-                options.microbatches, options.chunks, repeat);
+    std::printf("%s: P=%d, M=%d, V=%d (0: the schedule's default), repeat=%d\n",
+                options.name.c_str(), options.ranks, options.microbatches, options.chunks, repeat);
     double planning_ms = 0;  // generate + lower + validate + simulate
     for (const auto& phase : phases) {
       const double ms = best_ms(repeat, phase.fn);

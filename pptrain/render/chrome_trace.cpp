@@ -44,7 +44,7 @@ std::string render_chrome_trace(const Timeline& timeline, double time_unit_us) {
                       {"args", std::move(args)}});
   }
   nlohmann::json trace = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
-  return trace.dump(1) + "\n";
+  return trace.dump() + "\n";
 }
 
 }  // namespace pptrain
