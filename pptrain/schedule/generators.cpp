@@ -152,15 +152,13 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   return s;
 }
 
-void check_common(const ScheduleOptions& o) {
-  PPTRAIN_CHECK(o.ranks >= 1, "schedule '", o.name, "': ranks must be >= 1, got ", o.ranks);
-  PPTRAIN_CHECK(o.microbatches >= 1, "schedule '", o.name, "': microbatches must be >= 1, got ",
-                o.microbatches);
-  PPTRAIN_CHECK(o.chunks >= 0, "schedule '", o.name, "': chunks must be >= 0 (0 = default), got ",
-                o.chunks);
+void check_sizes(const char* name, int ranks, int microbatches) {
+  PPTRAIN_CHECK(ranks >= 1, "schedule '", name, "': ranks must be >= 1, got ", ranks);
+  PPTRAIN_CHECK(microbatches >= 1, "schedule '", name, "': microbatches must be >= 1, got ",
+                microbatches);
 }
 
-// Chunks for a schedule that supports exactly one value.
+// Chunks for a schedule that supports exactly one value (0 = that default).
 void check_fixed_chunks(const ScheduleOptions& o, int only) {
   PPTRAIN_CHECK(o.chunks == 0 || o.chunks == only, "schedule '", o.name, "' runs ", only,
                 " chunk(s) per rank, got chunks=", o.chunks);
@@ -169,6 +167,7 @@ void check_fixed_chunks(const ScheduleOptions& o, int only) {
 }  // namespace
 
 Schedule make_gpipe(int ranks, int microbatches) {
+  check_sizes("gpipe", ranks, microbatches);
   Schedule s = empty_schedule("gpipe", ranks, microbatches, 1);
   for (int r = 0; r < ranks; ++r) {
     for (int m = 0; m < microbatches; ++m) s.actions[r].push_back(Action::make(Op::F, r, m));
@@ -178,12 +177,19 @@ Schedule make_gpipe(int ranks, int microbatches) {
 }
 
 Schedule make_1f1b(int ranks, int microbatches) {
+  check_sizes("1f1b", ranks, microbatches);
   std::vector<int> warmup(ranks), deferred(ranks, 0);
   for (int r = 0; r < ranks; ++r) warmup[r] = ranks - 1 - r;
   return one_f_one_b_family("1f1b", ranks, microbatches, warmup, deferred, /*split=*/false);
 }
 
 Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
+  check_sizes("interleaved-1f1b", ranks, microbatches);
+  PPTRAIN_CHECK(chunks >= 2, "schedule 'interleaved-1f1b' needs chunks >= 2 (virtual stages per ",
+                "rank), got chunks=", chunks, "; use '1f1b' for one chunk");
+  PPTRAIN_CHECK(microbatches % ranks == 0, "schedule 'interleaved-1f1b' needs microbatches to be ",
+                "a multiple of ranks (Megatron's schedule runs microbatches in groups of P per ",
+                "chunk), got microbatches=", microbatches, " with ranks=", ranks);
   const int P = ranks, V = chunks;
   Schedule s = empty_schedule("interleaved-1f1b", P, microbatches, V);
   // Each rank walks k = 0 .. M*V-1 "virtual microbatches": groups of P microbatches go through
@@ -213,6 +219,7 @@ Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
 }
 
 Schedule make_zb_h1(int ranks, int microbatches) {
+  check_sizes("zb-h1", ranks, microbatches);
   std::vector<int> warmup(ranks), deferred(ranks);
   for (int r = 0; r < ranks; ++r) {
     warmup[r] = ranks - 1 - r;
@@ -222,6 +229,7 @@ Schedule make_zb_h1(int ranks, int microbatches) {
 }
 
 Schedule make_zb_h2(int ranks, int microbatches) {
+  check_sizes("zb-h2", ranks, microbatches);
   std::vector<int> warmup(ranks), deferred(ranks);
   for (int r = 0; r < ranks; ++r) {
     warmup[r] = 2 * (ranks - 1 - r);
@@ -231,6 +239,7 @@ Schedule make_zb_h2(int ranks, int microbatches) {
 }
 
 Schedule make_zb_v(int ranks, int microbatches) {
+  check_sizes("zb-v", ranks, microbatches);
   return zb_v_list_schedule(ranks, microbatches);
 }
 
@@ -247,16 +256,10 @@ Schedule make_schedule(const ScheduleOptions& o) {
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
     PPTRAIN_CHECK(false, "unknown schedule '", o.name, "'; expected one of: ", list);
   }
-  check_common(o);
+  PPTRAIN_CHECK(o.chunks >= 0, "schedule '", o.name, "': chunks must be >= 0 (0 = default), got ",
+                o.chunks);
   if (o.name == "interleaved-1f1b") {
-    const int chunks = o.chunks == 0 ? 2 : o.chunks;
-    PPTRAIN_CHECK(chunks >= 2, "schedule 'interleaved-1f1b' needs chunks >= 2 (virtual stages per ",
-                  "rank), got chunks=", o.chunks, "; use '1f1b' for one chunk");
-    PPTRAIN_CHECK(o.microbatches % o.ranks == 0,
-                  "schedule 'interleaved-1f1b' needs microbatches to ",
-                  "be a multiple of ranks (Megatron's schedule runs microbatches in groups of P ",
-                  "per chunk), got microbatches=", o.microbatches, " with ranks=", o.ranks);
-    return make_interleaved_1f1b(o.ranks, o.microbatches, chunks);
+    return make_interleaved_1f1b(o.ranks, o.microbatches, o.chunks == 0 ? 2 : o.chunks);
   }
   if (o.name == "zb-v") {
     check_fixed_chunks(o, 2);

@@ -4,14 +4,15 @@
 // add communication). The result is a fixed per-rank order; the simulator times it under any
 // cost model, the runtime executes it.
 //
-//   Schedule s = make_schedule({.name = "1f1b", .ranks = 4, .microbatches = 8});
-//   Schedule z = make_schedule(ScheduleOptions{"zb-v", 4, 8});   // chunks = 2 by default
+//   Schedule s = make_schedule({"1f1b", /*ranks=*/4, /*microbatches=*/8});
+//   Schedule z = make_schedule({"zb-v", 4, 8});   // chunks = 2 by default
 //
 // Notation below: P ranks, M microbatches, V chunks (stages per rank), and F, I, W the times of
-// one rank's whole share of the model for one microbatch (B = I + W). "Bubble" is the idle time
-// of a rank between its first and its last action when every stage costs the same and
-// communication is free; "peak activations" counts microbatches' worth of one rank's share held
-// at once (one chunk's stash counts 1/V), from a stage's F until its I or B.
+// one rank's whole share of the model for one microbatch (B = I + W). A rank's "bubble" is
+// cost - busy, cost being the longest first-start-to-last-end span of any rank (the definitions
+// of pptrain/sim/metrics.h), with equal stages and free communication. "Peak activations" counts
+// microbatches' worth of one rank's share held at once (a chunk's stash counts 1/V), from a
+// stage's F until its I or B.
 #pragma once
 
 #include <string>
@@ -37,37 +38,45 @@ Schedule make_schedule(const ScheduleOptions& options);
 // The names make_schedule() accepts, in a stable order.
 const std::vector<std::string>& schedule_names();
 
-// The generators themselves (make_schedule() checks the options and dispatches to one of these).
+// The generators themselves; make_schedule() dispatches to them. Each checks its parameters as
+// make_schedule() does.
 
-// GPipe: every rank runs all M forwards, then all M backwards (in reverse microbatch order).
-// Bubble (P-1)(F+B); peak activations M on every rank.
+// GPipe: every rank runs all M forwards, then all M backwards, both in microbatch order.
+// Bubble (P-1)(F+B) per rank, i.e. bubble ratio (P-1)/(M+P-1); peak activations M on every rank.
 Schedule make_gpipe(int ranks, int microbatches);
 
 // 1F1B (PipeDream-Flush / DAPPLE): rank r runs min(P-1-r, M) warm-up forwards, then alternates
 // one forward and one backward, then drains the remaining backwards.
-// Bubble (P-1)(F+B), as GPipe; peak activations min(P-r, M) on rank r.
+// Bubble (P-1)(F+B), as GPipe's; peak activations min(P-r, M) on rank r.
 Schedule make_1f1b(int ranks, int microbatches);
 
-// Interleaved 1F1B (Megatron-LM virtual stages): V chunks per rank, stage s on rank s % P.
-// Microbatches go through in groups of P per chunk, so M must be a multiple of P (V >= 2).
-// Bubble (P-1)(F+B)/V; peak activations on rank r: min(M*V, (V-1)P + 2(P-1-r) + 1) / V
-// (chunk stashes of 1/V each), e.g. P(1 + 1/V) - 1/V on rank 0.
+// Interleaved 1F1B (Megatron-LM virtual stages): V >= 2 chunks per rank, stage s on rank s % P.
+// Microbatches go through in groups of P per chunk, so M must be a multiple of P. Rank r warms
+// up with min(MV, (V-1)P + 2(P-1-r)) chunk forwards, then alternates, then drains.
+// Bubble (P-1)(F+B)/V per rank (1/V of 1F1B's); peak activations
+// min(MV, (V-1)P + 2(P-1-r) + 1) / V on rank r, e.g. ((V+1)P - 1)/V on rank 0 when M >= 2P.
 Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks);
 
-// ZB-H1 (zero-bubble paper, "handcrafted 1"): 1F1B with backward split into I and W; rank r
-// defers up to P-1-r of its W's to fill the cool-down. Same memory as 1F1B: peak min(P-r, M).
-// Bubble (P-1)(F+I-W) when M >= P (and F+I >= W).
+// ZB-H1 (zero-bubble paper, handcrafted schedule 1): 1F1B's frame with the backward split into
+// I and W. Rank r warms up with P-1-r forwards like 1F1B, then runs F, I pairs; a W follows as
+// soon as more than r W's are waiting (rank 0 runs each W right after its I, the last rank holds
+// back P-1), and the held-back W's fill the tail where 1F1B would idle.
+// Peak activations min(P-r, M), as 1F1B's. Bubble (P-1)(F+I-W) per rank when M >= P and W <= F.
 Schedule make_zb_h1(int ranks, int microbatches);
 
-// ZB-H2 ("handcrafted 2"): rank r runs up to 2(P-1-r) + 1 warm-up forwards so the warm-up
-// bubble fills with forwards and the cool-down with deferred W's (run in any microbatch order).
-// Peak activations at most min(2P-2r-1, M); bubble (P-1)(F+I-2W) when M >= 2P-1 (and F+I >= 2W).
+// ZB-H2 (handcrafted schedule 2): as ZB-H1 with 2(P-1-r) warm-up forwards and 2r held-back W's,
+// so the warm-up's idle time is spent on forwards. W's stay in microbatch order.
+// Peak activations min(2P-2r-1, M) on rank r. Bubble (P-1)(F+I-2W) per rank when M >= 2P-1,
+// W <= F and 2W <= F+I (zero for F = I = W). No optimizer-step bypass: the schedule still
+// flushes, so this is the paper's ZB-H2 order without its post-validation trick.
 Schedule make_zb_h2(int ranks, int microbatches);
 
 // ZB-V: V = 2, rank r holds stages r and 2P-1-r (a V: the last stage is back on rank 0).
-// Built by a greedy list scheduler driven by unit costs, with at most 2P chunk stashes (of 1/2
-// each) live per rank. Zero bubble for F = I = W when M >= 2P; peak activations at most
-// min(P, M) on every rank: 1F1B's peak on its first rank.
+// Built by a greedy list scheduler with unit costs (see generators.cpp for the rule), holding at
+// most 2P chunk stashes (P microbatches of the rank's share) and at most 2P waiting W's per rank.
+// Bubble 0 for F = I = W when M >= 2P (in fact from M = 2P-1); peak activations at most min(P, M)
+// on every rank, 1F1B's peak on its first rank. With unequal F, I, W the fixed order leaves a
+// bubble that does not grow with M and is below 1F1B's (checked in pptrain/sim/simulator_test).
 Schedule make_zb_v(int ranks, int microbatches);
 
 }  // namespace pptrain

@@ -46,9 +46,9 @@ struct RankStats {
 };
 
 struct SimResult {
-  double makespan = 0;      // end of the last action over all ranks (the run starts at 0)
-  double cost = 0;          // longest span (first start to last end) of any rank
-  double bubble_ratio = 0;  // 1 - sum(busy) / (P * cost)
+  double makespan = 0;           // end of the last action over all ranks (the run starts at 0)
+  double cost = 0;               // longest span (first start to last end) of any rank
+  double bubble_ratio = 0;       // 1 - sum(busy) / (P * cost)
   std::vector<RankStats> ranks;  // [num_ranks]
   Timeline timeline;             // every action, comm actions as zero-length events
 };
