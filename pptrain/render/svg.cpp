@@ -19,7 +19,8 @@ constexpr double kRowGap = 3;
 constexpr double kAxisHeight = 30;  // axis line, ticks and their numbers
 constexpr double kPanelGap = 10;
 constexpr double kLegendHeight = 26;
-constexpr double kCommHeight = 3;  // thin bar for a SEND/RECV when shown
+constexpr double kCommHeight = 4;  // thin bar for a SEND/RECV when shown
+constexpr double kCommMinWidth = 2;
 
 std::string fmt(double value) {
   char buffer[32];
@@ -215,31 +216,38 @@ class SvgWriter {
       text(kMarginLeft - 8, y_of(r) + row / 2 + 4, "rank " + std::to_string(r), "11", "end");
     }
     const double font = std::min(11.0, row * 0.55);
-    for (const auto& event : t.events) {
-      const Op op = event.action.op;
-      const double x = x_of(event.start), w = (event.end - event.start) * scale;
-      const double y = y_of(event.rank);
-      const std::string tooltip =
-          to_string(event.action) + " [" + fmt(event.start) + ", " + fmt(event.end) + "]";
-      if (is_comm(op)) {
-        if (options_.show_comms)
-          rect(x, y + row - kCommHeight, w, kCommHeight, "#555555", "comm", tooltip);
-        continue;
-      }
-      seen_ops_[static_cast<int>(op)] = true;
-      if (op == Op::OVERLAP_F_B) {
-        // One band per overlapped part, stacked in the row.
-        const auto& parts = event.action.parts;
-        const double band = row / parts.size();
-        for (size_t k = 0; k < parts.size(); ++k) {
-          seen_ops_[static_cast<int>(parts[k].op)] = true;
-          rect(x, y + k * band, w, band, colour(parts[k].op, parts[k].stage / P), "event", tooltip);
+    // Compute boxes first, then communication ticks on top of them.
+    for (const bool comm_pass : {false, true}) {
+      for (const auto& event : t.events) {
+        const Op op = event.action.op;
+        if (is_comm(op) != comm_pass || (comm_pass && !options_.show_comms)) continue;
+        const double x = x_of(event.start), w = (event.end - event.start) * scale;
+        const double y = y_of(event.rank);
+        const std::string tooltip =
+            to_string(event.action) + " [" + fmt(event.start) + ", " + fmt(event.end) + "]";
+        if (is_comm(op)) {
+          seen_comm_ = true;
+          // Simulated transfers are instants; a minimum width keeps them visible as ticks.
+          rect(x, y + row - kCommHeight, std::max(w, kCommMinWidth), kCommHeight, "#333333", "comm",
+               tooltip);
+          continue;
         }
-        continue;
+        seen_ops_[static_cast<int>(op)] = true;
+        if (op == Op::OVERLAP_F_B) {
+          // One band per overlapped part, stacked in the row.
+          const auto& parts = event.action.parts;
+          const double band = row / parts.size();
+          for (size_t k = 0; k < parts.size(); ++k) {
+            seen_ops_[static_cast<int>(parts[k].op)] = true;
+            rect(x, y + k * band, w, band, colour(parts[k].op, parts[k].stage / P), "event",
+                 tooltip);
+          }
+          continue;
+        }
+        const int chunk = event.action.stage / std::max(P, 1);
+        rect(x, y, w, row, colour(op, chunk), "event", tooltip);
+        label(event.action, x, y, w, font, chunks > 1);
       }
-      const int chunk = event.action.stage / std::max(P, 1);
-      rect(x, y, w, row, colour(op, chunk), "event", tooltip);
-      label(event.action, x, y, w, font, chunks > 1);
     }
 
     // Time axis under the rows.
@@ -287,10 +295,10 @@ class SvgWriter {
     for (Op op : {Op::F, Op::I, Op::W, Op::B}) {
       if (seen_ops_[static_cast<int>(op)]) ops.push_back(op);
     }
-    if (options_.show_comms) ops.push_back(Op::SEND_F);
+    if (seen_comm_) ops.push_back(Op::SEND_F);
     for (Op op : ops) {
       const std::string name = op_description(op);
-      rect(x, y, 14, 14, is_comm(op) ? "#555555" : colour(op, 0), "legend");
+      rect(x, y, 14, 14, is_comm(op) ? "#333333" : colour(op, 0), "legend");
       if (max_chunks > 1 && !is_comm(op)) rect(x + 14, y, 14, 14, colour(op, 1), "legend");
       const double box = max_chunks > 1 && !is_comm(op) ? 28 : 14;
       text(x + box + 5, y + 11, name, "11", "start");
@@ -305,7 +313,8 @@ class SvgWriter {
   const std::vector<Timeline>& timelines_;
   const SvgOptions& options_;
   std::string body_;
-  bool seen_ops_[static_cast<int>(Op::OVERLAP_F_B) + 1] = {};
+  bool seen_ops_[static_cast<int>(Op::OVERLAP_F_B) + 1] = {};  // compute kinds drawn
+  bool seen_comm_ = false;
 };
 
 }  // namespace
