@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "pptrain/common/check.h"
@@ -127,7 +126,8 @@ struct Cell {
 class LevelTable {
  public:
   LevelTable(int rows, int num_layers, int workers)
-      : layers_(num_layers), workers_(workers),
+      : layers_(num_layers),
+        workers_(workers),
         cells_(static_cast<size_t>(rows) * num_layers * workers) {}
   // m counts workers from 1.
   Cell& at(int i, int j, int m) {
@@ -272,10 +272,24 @@ class PipeDreamPlanner {
 double stage_time_s(const Profile& profile, int first_layer, int last_layer,
                     double bandwidth_bytes_per_s) {
   const int L = static_cast<int>(profile.layers.size());
-  PPTRAIN_CHECK(0 <= first_layer && first_layer <= last_layer && last_layer < L,
-                "stage layers ", first_layer, "..", last_layer, " are not a range of 0..", L - 1);
+  PPTRAIN_CHECK(0 <= first_layer && first_layer <= last_layer && last_layer < L, "stage layers ",
+                first_layer, "..", last_layer, " are not a range of 0..", L - 1);
   LayerSums sums(profile);
   return time_cost(sums, first_layer, last_layer, bandwidth_bytes_per_s);
+}
+
+const std::vector<std::string>& partition_methods() {
+  static const std::vector<std::string> methods = {"uniform", "params", "time", "pipedream"};
+  return methods;
+}
+
+void check_partition_method(const std::string& method) {
+  const auto& methods = partition_methods();
+  if (std::find(methods.begin(), methods.end(), method) != methods.end()) return;
+  std::string expected;
+  for (const std::string& m : methods) expected += (expected.empty() ? "" : ", ") + m;
+  throw UserError(
+      detail::concat("unknown partition method '", method, "'; expected one of ", expected));
 }
 
 Partition make_partition(const Profile& profile, const PartitionOptions& options) {
@@ -283,22 +297,21 @@ Partition make_partition(const Profile& profile, const PartitionOptions& options
   PPTRAIN_CHECK(L > 0, profile.source, ": the profile has no layers");
   LayerSums sums(profile);
   const std::string& method = options.method;
+  check_partition_method(method);
 
   if (method == "pipedream") {
     PPTRAIN_CHECK(!options.levels.empty(),
                   "pipedream needs the machine: at least one level of workers and bandwidth");
     for (const Level& level : options.levels) {
       PPTRAIN_CHECK(level.workers >= 1, "a level needs >= 1 workers, got ", level.workers);
-      PPTRAIN_CHECK(level.bandwidth_bytes_per_s > 0,
-                    "a level needs a bandwidth > 0 bytes/s, got ", level.bandwidth_bytes_per_s);
+      PPTRAIN_CHECK(level.bandwidth_bytes_per_s > 0, "a level needs a bandwidth > 0 bytes/s, got ",
+                    level.bandwidth_bytes_per_s);
     }
     PPTRAIN_CHECK(options.memory_limit_bytes >= 0, "memory limit must be >= 0 bytes, got ",
                   options.memory_limit_bytes);
     return PipeDreamPlanner(sums, options.levels, options.memory_limit_bytes).plan();
   }
 
-  PPTRAIN_CHECK(method == "uniform" || method == "params" || method == "time",
-                "unknown partition method '", method, "'; expected uniform, params, time or pipedream");
   const int P = options.stages;
   PPTRAIN_CHECK(P >= 1, method, " needs a number of stages >= 1, got ", P);
   PPTRAIN_CHECK(P <= L, "cannot cut ", L, " layers into ", P,
@@ -358,8 +371,8 @@ Partition parse_partition_json(const std::string& text) {
   };
   auto integer = [](const nlohmann::json& obj, const char* key, const std::string& where) {
     PPTRAIN_CHECK(obj.contains(key), where, ": missing field '", key, "'");
-    PPTRAIN_CHECK(obj[key].is_number_integer(), where, ": '", key,
-                  "' must be an integer, got ", obj[key].dump());
+    PPTRAIN_CHECK(obj[key].is_number_integer(), where, ": '", key, "' must be an integer, got ",
+                  obj[key].dump());
     return obj[key].get<int>();
   };
 

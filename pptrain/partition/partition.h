@@ -27,10 +27,10 @@
 namespace pptrain {
 
 struct StagePlan {
-  int first_layer = 0;  // inclusive
-  int last_layer = 0;   // inclusive
-  int replicas = 1;     // data-parallel copies of the stage (pipedream only; 1 otherwise)
-  double compute_s = 0; // forward+backward time of one microbatch, divided by replicas
+  int first_layer = 0;   // inclusive
+  int last_layer = 0;    // inclusive
+  int replicas = 1;      // data-parallel copies of the stage (pipedream only; 1 otherwise)
+  double compute_s = 0;  // forward+backward time of one microbatch, divided by replicas
 };
 
 struct Partition {
@@ -55,9 +55,14 @@ struct PartitionOptions {
   int stages = 0;               // P, for uniform/params/time (exactly P non-empty stages)
   // uniform/params/time: the link bandwidth between stages; 0 = count compute only.
   double bandwidth_bytes_per_s = 0;
-  std::vector<Level> levels;        // pipedream: the machine, innermost level first
-  double memory_limit_bytes = 0;    // pipedream: per worker, as PipeDream counts it; 0 = none
+  std::vector<Level> levels;      // pipedream: the machine, innermost level first
+  double memory_limit_bytes = 0;  // pipedream: per worker, as PipeDream counts it; 0 = none
 };
+
+// "uniform", "params", "time", "pipedream".
+const std::vector<std::string>& partition_methods();
+// Throws UserError unless `method` is one of partition_methods().
+void check_partition_method(const std::string& method);
 
 // Throws UserError for impossible options (more stages than layers, no levels for pipedream, ...).
 Partition make_partition(const Profile& profile, const PartitionOptions& options);

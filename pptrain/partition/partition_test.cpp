@@ -1,5 +1,7 @@
 #include "pptrain/partition/partition.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -7,8 +9,6 @@
 #include <map>
 #include <random>
 #include <tuple>
-
-#include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
 #include "pptrain/partition/testing.h"
@@ -39,14 +39,16 @@ Profile random_profile(std::mt19937& rng, int layers) {
   return p;
 }
 
-bool near(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, a, b}); }
+bool near(double a, double b) {
+  return std::abs(a - b) <= 1e-9 * std::max({1.0, a, b});
+}
 
 // ---- brute force for uniform/params/time: every set of P-1 cut positions --------------------
 
 double direct_compute_s(const Profile& p, int first, int last) {
   double ms = 0;
-  for (int l = first; l <= last; ++l) ms += p.layers[l].forward_ms + p.layers[l].backward_input_ms +
-                                             p.layers[l].backward_weight_ms;
+  for (int l = first; l <= last; ++l)
+    ms += p.layers[l].forward_ms + p.layers[l].backward_input_ms + p.layers[l].backward_weight_ms;
   return ms / 1000;
 }
 
@@ -74,7 +76,8 @@ double brute_min_max(int layers, int parts, const std::function<double(int, int)
 
 double brute_time_cost(const Profile& p, int first, int last, double bandwidth) {
   double t = direct_compute_s(p, first, last);
-  if (bandwidth > 0 && first > 0) t = std::max(t, 2 * p.layers[first - 1].activation_bytes / bandwidth);
+  if (bandwidth > 0 && first > 0)
+    t = std::max(t, 2 * p.layers[first - 1].activation_bytes / bandwidth);
   if (bandwidth > 0 && last + 1 < static_cast<int>(p.layers.size()))
     t = std::max(t, 2 * p.layers[last].activation_bytes / bandwidth);
   return t;
@@ -100,11 +103,14 @@ TEST(TimePartition, IsOptimalAgainstBruteForce) {
     int P = 1 + static_cast<int>(rng() % L);
     double bw = trial % 3 == 0 ? 0 : (trial % 3 == 1 ? 1e9 : 1e10);
     Profile prof = random_profile(rng, L);
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << " L=" << L << " P=" << P << " bw=" << bw);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << " L=" << L << " P=" << P << " bw=" << bw);
     Partition part = make_partition(prof, unreplicated("time", P, bw));
     expect_contiguous(part, L, P);
-    double best = brute_min_max(L, P, [&](int i, int j) { return brute_time_cost(prof, i, j, bw); });
-    EXPECT_TRUE(near(part.time_per_minibatch_s, best)) << part.time_per_minibatch_s << " vs " << best;
+    double best =
+        brute_min_max(L, P, [&](int i, int j) { return brute_time_cost(prof, i, j, bw); });
+    EXPECT_TRUE(near(part.time_per_minibatch_s, best))
+        << part.time_per_minibatch_s << " vs " << best;
     // The stages it returns really achieve the bottleneck it reports.
     double worst = 0;
     for (const StagePlan& s : part.stages) {
@@ -202,7 +208,8 @@ class BrutePipeDream {
     double stash = 0;
     for (int l = first; l <= last; ++l) stash += p_.layers[l].stash_bytes;
     double in_flight = std::max(1.0, std::ceil(double(N - used) / r));
-    if (!std::isfinite(unit) || (memory_ > 0 && in_flight * (stash + params) > memory_)) return kInf;
+    if (!std::isfinite(unit) || (memory_ > 0 && in_flight * (stash + params) > memory_))
+      return kInf;
     double sync = 4.0 * (r - 1) * params / (bw * r);
     if (first == lo) {  // the first stage: sync divided by the workers of the level below
       double within = level == 0 ? 1 : levels_[level - 1].workers;
@@ -224,7 +231,8 @@ class BrutePipeDream {
       for (int r = 1; used + r <= N; ++r) {
         if (last == hi && used + r != N) continue;  // every worker is used
         double t = stage(level, lo, pos, last, r, used + r);
-        if (std::isfinite(t)) enumerate(level, lo, hi, last + 1, used + r, std::max(worst, t), result);
+        if (std::isfinite(t))
+          enumerate(level, lo, hi, last + 1, used + r, std::max(worst, t), result);
       }
     }
   }
@@ -265,7 +273,8 @@ bool check_pipedream(const Profile& prof, const std::vector<Level>& levels, doub
   for (const Level& l : levels) workers *= l.workers;
   EXPECT_EQ(total_replicas(part), workers);
   for (const StagePlan& s : part.stages) {
-    EXPECT_TRUE(near(s.compute_s, direct_compute_s(prof, s.first_layer, s.last_layer) / s.replicas));
+    EXPECT_TRUE(
+        near(s.compute_s, direct_compute_s(prof, s.first_layer, s.last_layer) / s.replicas));
   }
   if (levels.size() == 1) {  // the stages it returns achieve the time it reports
     EXPECT_TRUE(near(brute.flat_time(part.stages), part.time_per_minibatch_s));
@@ -339,7 +348,8 @@ TEST(ShippedProfiles, TimeIsOptimalAndBeatsUniform) {
       EXPECT_GE(time.time_per_minibatch_s, total / P - 1e-12);
       EXPECT_LE(time.time_per_minibatch_s, uniform.time_per_minibatch_s + 1e-12);
       if (P <= 3) {
-        double best = brute_min_max(L, P, [&](int i, int j) { return direct_compute_s(prof, i, j); });
+        double best =
+            brute_min_max(L, P, [&](int i, int j) { return direct_compute_s(prof, i, j); });
         EXPECT_TRUE(near(time.time_per_minibatch_s, best));
       }
     }
@@ -397,9 +407,11 @@ TEST(MakePartition, RejectsImpossibleOptions) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(unreplicated("time", 4)).find("cannot cut 3 layers into 4 stages"), std::string::npos);
+  EXPECT_NE(message(unreplicated("time", 4)).find("cannot cut 3 layers into 4 stages"),
+            std::string::npos);
   EXPECT_NE(message(unreplicated("time", 0)).find("stages >= 1, got 0"), std::string::npos);
-  EXPECT_NE(message(unreplicated("greedy", 2)).find("unknown partition method 'greedy'"), std::string::npos);
+  EXPECT_NE(message(unreplicated("greedy", 2)).find("unknown partition method 'greedy'"),
+            std::string::npos);
   EXPECT_NE(message(pipedream({})).find("level"), std::string::npos);
   EXPECT_NE(message(pipedream({{0, 1e9}})).find("workers, got 0"), std::string::npos);
   EXPECT_NE(message(pipedream({{2, 0}})).find("bandwidth"), std::string::npos);
@@ -446,13 +458,18 @@ TEST(PartitionJson, RejectsBadFiles) {
     return std::string("no error");
   };
   EXPECT_NE(message("[1, 2]").find("'stages'"), std::string::npos);
-  EXPECT_NE(message(R"({"stages": [{"first_layer": 0, "last_layer": 1}, {"first_layer": 3, "last_layer": 4}]})")
-                .find("stage 1: first_layer must be 2"),
+  EXPECT_NE(
+      message(
+          R"({"stages": [{"first_layer": 0, "last_layer": 1}, {"first_layer": 3, "last_layer": 4}]})")
+          .find("stage 1: first_layer must be 2"),
+      std::string::npos);
+  EXPECT_NE(message(R"({"stages": [{"first_layer": 0}]})").find("missing field 'last_layer'"),
             std::string::npos);
-  EXPECT_NE(message(R"({"stages": [{"first_layer": 0}]})").find("missing field 'last_layer'"), std::string::npos);
-  EXPECT_NE(message(R"({"stages": [{"first_layer": 0, "last_layer": 1, "replicas": 0}]})").find("replicas"),
+  EXPECT_NE(message(R"({"stages": [{"first_layer": 0, "last_layer": 1, "replicas": 0}]})")
+                .find("replicas"),
             std::string::npos);
-  EXPECT_NE(message(R"({"stages": [{"first_layer": 0, "last_layer": "x"}]})").find("integer"), std::string::npos);
+  EXPECT_NE(message(R"({"stages": [{"first_layer": 0, "last_layer": "x"}]})").find("integer"),
+            std::string::npos);
   EXPECT_NE(message("{").find("JSON"), std::string::npos);
 }
 

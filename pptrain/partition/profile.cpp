@@ -5,12 +5,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <set>
 #include <sstream>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "pptrain/common/check.h"
 
@@ -84,7 +83,8 @@ GraphNode parse_node_line(std::string_view line, const std::string& where) {
   size_t last = line.rfind(sep);
   PPTRAIN_CHECK(first != std::string_view::npos && last != first, where,
                 ": expected a node line 'nodeN -- Description -- forward_compute_time=..., ...' "
-                "or an edge line '\\tnodeA -- nodeB', got '", line, "'");
+                "or an edge line '\\tnodeA -- nodeB', got '",
+                line, "'");
   GraphNode node;
   node.id = std::string(trim(line.substr(0, first)));
   node.description = std::string(trim(line.substr(first + sep.size(), last - first - sep.size())));
@@ -271,8 +271,8 @@ Profile parse_pipedream_graph(const std::string& text, const std::string& source
         }
       }
     }
-    throw UserError(detail::concat(source, ":", nodes[v].line, ": the graph has a cycle through node '",
-                                   nodes[v].id, "'"));
+    throw UserError(detail::concat(source, ":", nodes[v].line,
+                                   ": the graph has a cycle through node '", nodes[v].id, "'"));
   }
 
   // Bytes crossing the cut after chain position p: each tensor produced at or before p and
@@ -313,7 +313,8 @@ Profile read_profile(const std::string& path) {
   buffer << file.rdbuf();
   std::string text = buffer.str();
   size_t first = text.find_first_not_of(" \t\r\n");
-  PPTRAIN_CHECK(first != std::string::npos, path, ": empty file; expected a pptrain JSON profile or a PipeDream graph.txt");
+  PPTRAIN_CHECK(first != std::string::npos, path,
+                ": empty file; expected a pptrain JSON profile or a PipeDream graph.txt");
   return text[first] == '{' ? parse_profile_json(text, path) : parse_pipedream_graph(text, path);
 }
 

@@ -1,9 +1,9 @@
 #include "pptrain/partition/profile.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
 #include "pptrain/partition/testing.h"
@@ -18,8 +18,9 @@ void expect_user_error(F&& f, std::initializer_list<const char*> parts) {
     f();
     ADD_FAILURE() << "expected a UserError";
   } catch (const UserError& e) {
-    for (const char* part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-        << "message '" << e.what() << "' lacks '" << part << "'";
+    for (const char* part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << part << "'";
   }
 }
 
@@ -59,12 +60,14 @@ TEST(ProfileJson, RejectsBadProfilesNamingTheProblem) {
   negative.replace(negative.find("\"forward_ms\": 1.5"), 17, "\"forward_ms\": -1.5");
   expect_user_error([&] { parse_profile_json(negative, "m.json"); },
                     {"layer 0", "fc1", "forward_ms", ">= 0", "-1.5"});
-  expect_user_error([&] { parse_profile_json(R"({"layers": []})", "e.json"); }, {"e.json", "empty"});
+  expect_user_error([&] { parse_profile_json(R"({"layers": []})", "e.json"); },
+                    {"e.json", "empty"});
   expect_user_error([&] { parse_profile_json(R"({"format": "other", "layers": []})"); },
                     {"format", "other"});
   expect_user_error([&] { parse_profile_json("{\"layers\": [", "t.json"); }, {"t.json", "JSON"});
-  expect_user_error([&] { parse_profile_json(R"({"layers": [{"name": "x", "forward_ms": "1"}]})"); },
-                    {"forward_ms", "number"});
+  expect_user_error(
+      [&] { parse_profile_json(R"({"layers": [{"name": "x", "forward_ms": "1"}]})"); },
+      {"forward_ms", "number"});
 }
 
 std::string node(const std::string& id, const std::string& desc, double f, double b, double act,
@@ -100,13 +103,14 @@ TEST(PipeDreamGraph, BranchesBecomeAChainWithCrossingBytes) {
   std::string text = node("node1", "Conv", 1, 1, 100, 0) + node("node2", "Conv", 1, 1, 20, 0) +
                      "node3 -- Split -- forward_compute_time=1, backward_compute_time=1, "
                      "activation_size=[3.0; 4.0], parameter_size=0\n" +
-                     node("node4", "Add", 1, 1, 1000, 0) + node("node5", "__getitem__(1)", 0, 0, 5, 0) +
+                     node("node4", "Add", 1, 1, 1000, 0) +
+                     node("node5", "__getitem__(1)", 0, 0, 5, 0) +
                      "\tnode1 -- node2\n\tnode1 -- node3\n\tnode2 -- node4\n\tnode3 -- node4\n"
                      "\tnode2 -- node5\n";
   Profile p = parse_pipedream_graph(text);
   ASSERT_EQ(p.layers.size(), 4u);
   EXPECT_EQ(p.layers[2].name, "node3 Split");
-  EXPECT_DOUBLE_EQ(p.layers[2].stash_bytes, 7);        // the list is summed
+  EXPECT_DOUBLE_EQ(p.layers[2].stash_bytes, 7);         // the list is summed
   EXPECT_DOUBLE_EQ(p.layers[0].activation_bytes, 100);  // a, once though two nodes read it
   EXPECT_DOUBLE_EQ(p.layers[1].activation_bytes, 120);  // a (still needed by c) and b
   EXPECT_DOUBLE_EQ(p.layers[2].activation_bytes, 27);   // b and c
@@ -114,8 +118,9 @@ TEST(PipeDreamGraph, BranchesBecomeAChainWithCrossingBytes) {
 
 TEST(PipeDreamGraph, RejectsBadGraphsNamingTheProblem) {
   std::string a = node("node1", "Conv", 1, 1, 1, 1), b = node("node2", "ReLU", 1, 1, 1, 0);
-  expect_user_error([&] { parse_pipedream_graph(a + b + "\tnode1 -- node2\n\tnode2 -- node1\n", "c.txt"); },
-                    {"c.txt", "cycle", "node"});
+  expect_user_error(
+      [&] { parse_pipedream_graph(a + b + "\tnode1 -- node2\n\tnode2 -- node1\n", "c.txt"); },
+      {"c.txt", "cycle", "node"});
   expect_user_error([&] { parse_pipedream_graph(a + "\tnode1 -- node9\n", "u.txt"); },
                     {"u.txt:2", "unknown node 'node9'"});
   expect_user_error([&] { parse_pipedream_graph(a + node("node2", "ReLU", -1, 1, 1, 0), "n.txt"); },
@@ -123,12 +128,14 @@ TEST(PipeDreamGraph, RejectsBadGraphsNamingTheProblem) {
   expect_user_error(
       [&] {
         parse_pipedream_graph(
-            "node1 -- Conv -- forward_compute_time=1, activation_size=1, parameter_size=1\n", "m.txt");
+            "node1 -- Conv -- forward_compute_time=1, activation_size=1, parameter_size=1\n",
+            "m.txt");
       },
       {"m.txt:1", "node1", "backward_compute_time"});
   expect_user_error([&] { parse_pipedream_graph("\n\n", "e.txt"); }, {"e.txt", "empty"});
   expect_user_error([&] { parse_pipedream_graph(a + a, "d.txt"); }, {"d.txt:2", "twice"});
-  expect_user_error([&] { parse_pipedream_graph("hello world\n", "h.txt"); }, {"h.txt:1", "expected"});
+  expect_user_error([&] { parse_pipedream_graph("hello world\n", "h.txt"); },
+                    {"h.txt:1", "expected"});
 }
 
 TEST(PipeDreamGraph, CycleMessageNamesANodeOnTheCycle) {
@@ -141,7 +148,8 @@ TEST(PipeDreamGraph, CycleMessageNamesANodeOnTheCycle) {
     FAIL() << "expected a cycle error";
   } catch (const UserError& e) {
     std::string msg = e.what();
-    EXPECT_TRUE(msg.find("'node2'") != std::string::npos || msg.find("'node3'") != std::string::npos)
+    EXPECT_TRUE(msg.find("'node2'") != std::string::npos ||
+                msg.find("'node3'") != std::string::npos)
         << msg;
   }
 }

@@ -1,0 +1,160 @@
+// `pptrain partition`: cut a profiled model into pipeline stages and print the plan (a table, or
+// one JSON object with --json that `pptrain train --partition FILE.json` reads back).
+//
+//   pptrain partition --profile gpt.json --method time --pp 4
+//   pptrain partition --profile data/pipedream/vgg16/graph.txt --method pipedream --workers 4
+//   pptrain partition --profile data/pipedream/resnet50/graph.txt --method pipedream
+//                     --levels 4:100e9,4:1e9 --json
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "pptrain/common/check.h"
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
+#include "tools/pptrain/commands.h"
+
+namespace pptrain::cli {
+namespace {
+
+struct PartitionArgs {
+  std::string profile_path;
+  std::string method;
+  int pp = 0;
+  int workers = 0;
+  std::string levels;
+  double bandwidth = 0;
+  double memory_limit = 0;
+  bool json = false;
+};
+
+// "4:100e9,4:1e9" -> {{4, 100e9}, {4, 1e9}}, innermost level first.
+std::vector<Level> parse_levels(const std::string& text) {
+  const char* expected =
+      "expected N:BYTES_PER_S[,N:BYTES_PER_S...] (innermost level first), e.g. 4:100e9,4:1e9";
+  std::vector<Level> levels;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    size_t colon = item.find(':');
+    PPTRAIN_CHECK(colon != std::string::npos, "--levels: bad level '", item, "'; ", expected);
+    std::string workers = item.substr(0, colon), bandwidth = item.substr(colon + 1);
+    char* end = nullptr;
+    long n = std::strtol(workers.c_str(), &end, 10);
+    PPTRAIN_CHECK(!workers.empty() && *end == '\0' && n >= 1 && n <= 1 << 20,
+                  "--levels: bad worker count '", workers, "' in '", item,
+                  "'; expected an integer >= 1");
+    double bw = std::strtod(bandwidth.c_str(), &end);
+    PPTRAIN_CHECK(!bandwidth.empty() && *end == '\0' && bw > 0, "--levels: bad bandwidth '",
+                  bandwidth, "' in '", item, "'; expected bytes per second > 0");
+    levels.push_back({static_cast<int>(n), bw});
+  }
+  PPTRAIN_CHECK(!levels.empty(), "--levels: empty; ", expected);
+  return levels;
+}
+
+// Turns the flags into options, rejecting combinations that mean nothing for the method.
+PartitionOptions options_from(const PartitionArgs& args) {
+  check_partition_method(args.method);
+  PartitionOptions options;
+  options.method = args.method;
+  options.memory_limit_bytes = args.memory_limit;
+  PPTRAIN_CHECK(args.memory_limit >= 0, "--memory-limit must be >= 0 bytes, got ",
+                args.memory_limit);
+  if (args.method == "pipedream") {
+    PPTRAIN_CHECK(args.pp == 0,
+                  "--pp does not apply to pipedream, which chooses the stages "
+                  "itself; give --workers N and/or --levels");
+    PPTRAIN_CHECK(args.bandwidth == 0,
+                  "--bandwidth does not apply to pipedream; give the "
+                  "bandwidth of each level with --levels N:BYTES_PER_S");
+    PPTRAIN_CHECK(args.workers > 0 || !args.levels.empty(),
+                  "pipedream needs --workers N or --levels N1:BW1,N2:BW2");
+    if (args.levels.empty()) {
+      options.levels = {{args.workers, kDefaultBandwidthBytesPerS}};
+    } else {
+      options.levels = parse_levels(args.levels);
+      long total = 1;
+      for (const Level& l : options.levels) total *= l.workers;
+      PPTRAIN_CHECK(args.workers == 0 || args.workers == total, "--workers ", args.workers,
+                    " does not match --levels ", args.levels, ", which has ", total, " workers");
+    }
+    return options;
+  }
+  PPTRAIN_CHECK(args.workers == 0 && args.levels.empty(),
+                "--workers and --levels apply to "
+                "pipedream only; method ",
+                args.method, " takes the number of stages with --pp P");
+  PPTRAIN_CHECK(args.pp > 0, "method ", args.method, " needs --pp P (the number of stages), got ",
+                args.pp);
+  PPTRAIN_CHECK(args.bandwidth >= 0, "--bandwidth must be >= 0 bytes/s, got ", args.bandwidth);
+  options.stages = args.pp;
+  options.bandwidth_bytes_per_s = args.bandwidth;
+  return options;
+}
+
+std::string shortened(const std::string& name, size_t width) {
+  return name.size() <= width ? name : name.substr(0, width - 3) + "...";
+}
+
+void print_table(const Profile& profile, const PartitionOptions& options, const Partition& part) {
+  std::printf("%s partition of %s (%zu layers)", part.method.c_str(), profile.source.c_str(),
+              profile.layers.size());
+  if (part.method == "pipedream") {
+    std::printf(", levels (innermost first):");
+    for (const Level& l : options.levels)
+      std::printf(" %d @ %.3g B/s", l.workers, l.bandwidth_bytes_per_s);
+  } else if (options.bandwidth_bytes_per_s > 0) {
+    std::printf(", links %.3g B/s", options.bandwidth_bytes_per_s);
+  }
+  std::printf("\n%5s  %-9s  %8s  %11s  %s\n", "stage", "layers", "replicas", "compute_s",
+              "first layer .. last layer");
+  for (size_t s = 0; s < part.stages.size(); ++s) {
+    const StagePlan& st = part.stages[s];
+    std::string range = std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer);
+    std::printf("%5zu  %-9s  %8d  %11.6f  %s .. %s\n", s, range.c_str(), st.replicas, st.compute_s,
+                shortened(profile.layers[st.first_layer].name, 32).c_str(),
+                shortened(profile.layers[st.last_layer].name, 32).c_str());
+  }
+  std::printf("time per minibatch: %.6f s   speed-up vs one worker: %.3fx\n",
+              part.time_per_minibatch_s, part.speedup_vs_single);
+}
+
+}  // namespace
+
+void add_partition_command(CLI::App& app) {
+  auto args = std::make_shared<PartitionArgs>();
+  CLI::App* command = app.add_subcommand(
+      "partition", "Cut a profiled model into pipeline stages (docs/PARTITIONING.md)");
+  command
+      ->add_option("--profile", args->profile_path,
+                   "Profile: pptrain JSON (pptrain profile) or PipeDream graph.txt")
+      ->required();
+  command->add_option("--method", args->method, "uniform, params, time or pipedream")->required();
+  command->add_option("--pp", args->pp, "Stages, for uniform/params/time");
+  command->add_option("--workers", args->workers,
+                      "Workers, for pipedream (one level at 1e9 B/s unless --levels)");
+  command->add_option("--levels", args->levels,
+                      "pipedream machine, innermost level first: N1:BYTES_PER_S,N2:BYTES_PER_S");
+  command->add_option("--bandwidth", args->bandwidth,
+                      "uniform/params/time: bytes/s between stages (0: compute only)");
+  command->add_option("--memory-limit", args->memory_limit,
+                      "pipedream: bytes per worker (0: none)");
+  command->add_flag("--json", args->json, "Print one JSON object instead of a table");
+
+  command->callback([args] {
+    PartitionOptions options = options_from(*args);
+    Profile profile = read_profile(args->profile_path);
+    Partition part = make_partition(profile, options);
+    if (args->json) {
+      std::printf("%s\n", to_json(part).c_str());
+    } else {
+      print_table(profile, options, part);
+    }
+  });
+}
+
+}  // namespace pptrain::cli
