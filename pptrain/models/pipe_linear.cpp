@@ -47,10 +47,12 @@ int64_t tensor_bytes(const torch::Tensor& t) {
 // y = x W^T + b whose backward can leave dW and db to a WeightGradStore.
 struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
-                               const torch::Tensor& weight, const torch::Tensor& bias) {
+                               const torch::Tensor& weight,
+                               const c10::optional<torch::Tensor>& bias) {
     ctx->save_for_backward({input, weight});
-    // The bias is needed in backward only as the parameter whose .grad to fill.
-    ctx->saved_data["bias"] = bias;
+    // The bias is needed in backward only as the parameter whose .grad to fill. (It is an
+    // optional because autograd refuses an undefined tensor as a Function input.)
+    if (bias) ctx->saved_data["bias"] = *bias;
     return torch::linear(input, weight, bias);
   }
 
@@ -58,14 +60,15 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     auto saved = ctx->get_saved_variables();
     const torch::Tensor& input = saved[0];
     const torch::Tensor& weight = saved[1];
-    torch::Tensor bias = ctx->saved_data["bias"].toTensor();
+    torch::Tensor bias;
+    if (ctx->saved_data.count("bias")) bias = ctx->saved_data["bias"].toTensor();
     const torch::Tensor& grad_output = grad_outputs[0];  // [..., out]
 
     torch::Tensor grad_input;
     if (ctx->needs_input_grad(0)) grad_input = grad_output.matmul(weight);  // [..., in]
 
     const bool weight_needs = ctx->needs_input_grad(1);
-    const bool bias_needs = ctx->needs_input_grad(2);
+    const bool bias_needs = bias.defined() && ctx->needs_input_grad(2);  // no edge without bias
     if (!weight_needs && !bias_needs) return {grad_input, torch::Tensor(), torch::Tensor()};
 
     if (WeightGradStore* store = active_weight_grad_store()) {
@@ -117,7 +120,9 @@ void PipeLinearImpl::reset_parameters() {
 }
 
 torch::Tensor PipeLinearImpl::forward(const torch::Tensor& input) {
-  return PipeLinearFunction::apply(input, weight, bias);
+  c10::optional<torch::Tensor> maybe_bias;
+  if (bias.defined()) maybe_bias = bias;
+  return PipeLinearFunction::apply(input, weight, maybe_bias);
 }
 
 void PipeLinearImpl::pretty_print(std::ostream& stream) const {

@@ -1,6 +1,5 @@
 #include "pptrain/models/profiler.h"
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/models/weight_grad_store.h"
+#include "pptrain/runtime/memory.h"
 
 namespace pptrain {
 namespace {
@@ -29,18 +29,6 @@ double median(std::vector<double> values) {
 
 int64_t tensor_bytes(const torch::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
-}
-
-// Bytes currently allocated by malloc (heap arena plus mmapped blocks). LibTorch's CPU allocator
-// is malloc-based, so the difference across a forward counts the tensors (and autograd nodes)
-// the forward leaves alive. Main arena only: the profiler runs on one thread.
-int64_t malloc_bytes_in_use() {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-  struct mallinfo2 info = mallinfo2();
-  return static_cast<int64_t>(info.uordblks + info.hblkhd);
-#else
-  return -1;  // unknown: stash_bytes is reported as 0
-#endif
 }
 
 std::string hostname() {
@@ -70,12 +58,12 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
     torch::Tensor x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
     layer.ptr()->zero_grad();
 
-    const int64_t before = malloc_bytes_in_use();
+    const int64_t before = allocated_bytes();
     auto start = Clock::now();
     torch::Tensor output = layer.forward(x);
     const double f_ms = elapsed_ms(start);
-    const int64_t after = malloc_bytes_in_use();
-    result.activation_bytes = tensor_bytes(output);
+    const int64_t after = allocated_bytes();
+    result.activation_bytes = static_cast<double>(tensor_bytes(output));
 
     auto grad_output = torch::randn_like(output);
     WeightGradStore store;
@@ -93,12 +81,12 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
     forward_ms.push_back(f_ms);
     input_ms.push_back(i_ms);
     weight_ms.push_back(w_ms);
-    if (before >= 0) stash_bytes.push_back(static_cast<double>(after - before - result.activation_bytes));
+    stash_bytes.push_back(static_cast<double>(after - before));
   }
   result.forward_ms = median(forward_ms);
   result.backward_input_ms = median(input_ms);
   result.backward_weight_ms = median(weight_ms);
-  result.stash_bytes = stash_bytes.empty() ? 0 : std::max<int64_t>(0, median(stash_bytes));
+  result.stash_bytes = std::max(0.0, median(stash_bytes));
   return result;
 }
 
@@ -112,6 +100,7 @@ ModelProfile profile_model(const ProfileOptions& options) {
   PPTRAIN_CHECK(options.iters >= 1, "--iters must be >= 1, got ", options.iters);
 
   torch::set_num_threads(1);
+  install_counting_allocator();  // for stash_bytes
   ModelProfile profile;
   profile.options = options;
   profile.threads = torch::get_num_threads();
@@ -129,7 +118,7 @@ ModelProfile profile_model(const ProfileOptions& options) {
   return profile;
 }
 
-nlohmann::json to_json(const ModelProfile& profile) {
+nlohmann::json profile_to_json(const ModelProfile& profile) {
   const ModelOptions& model = profile.options.model;
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerProfile& layer : profile.layers) {
@@ -137,9 +126,10 @@ nlohmann::json to_json(const ModelProfile& profile) {
                       {"forward_ms", layer.forward_ms},
                       {"backward_input_ms", layer.backward_input_ms},
                       {"backward_weight_ms", layer.backward_weight_ms},
-                      {"activation_bytes", layer.activation_bytes},
-                      {"stash_bytes", layer.stash_bytes},
-                      {"parameter_bytes", layer.parameter_bytes}});
+                      // Whole bytes: LayerProfile keeps doubles only because PipeDream's are.
+                      {"activation_bytes", static_cast<int64_t>(layer.activation_bytes)},
+                      {"stash_bytes", static_cast<int64_t>(layer.stash_bytes)},
+                      {"parameter_bytes", static_cast<int64_t>(layer.parameter_bytes)}});
   }
   return {{"format", "pptrain-profile-1"},
           {"model",
@@ -164,7 +154,7 @@ nlohmann::json to_json(const ModelProfile& profile) {
 void write_profile_json(const ModelProfile& profile, const std::string& path) {
   std::ofstream out(path);
   PPTRAIN_CHECK(out.good(), "--out: cannot write '", path, "'");
-  out << to_json(profile).dump(2) << "\n";
+  out << profile_to_json(profile).dump(2) << "\n";
   out.close();
   PPTRAIN_CHECK(out.good(), "--out: failed writing '", path, "'");
 }

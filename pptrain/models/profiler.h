@@ -7,6 +7,21 @@
 //
 // Each layer gets a real input of the right shape: the layers run in sequence on a random batch,
 // so layer i's input is layer i-1's output. Times are medians over `iters` after `warmup`.
+//
+// What each LayerProfile field means here:
+//   forward_ms          F with autograd recording, as in training
+//   backward_input_ms   I: output.backward(dY) under DeferWeightGrads (LayerNorm and embedding
+//                       weight gradients are still computed here: they have no deferral)
+//   backward_weight_ms  W: WeightGradStore::run() for that backward
+//   activation_bytes    bytes of the layer's output (what a cut after it sends)
+//   stash_bytes         bytes the forward leaves allocated while its output is alive: the saved
+//                       intermediates and the output itself (the next layer, or the loss, keeps
+//                       it). Measured as the growth of CPU tensor bytes across the forward with
+//                       the runtime's counting allocator (runtime/memory.h), median over the
+//                       iterations; the layer's input is not counted (it was allocated before).
+//                       Summed over a stage's layers this is the stage's activation memory per
+//                       microbatch in flight, apart from the stage input.
+//   parameter_bytes     bytes of the layer's parameters
 #pragma once
 
 #include <cstdint>
@@ -39,7 +54,7 @@ struct ModelProfile {
 // UserError on bad options. Sets torch's thread count to 1 for the measurement.
 ModelProfile profile_model(const ProfileOptions& options);
 
-nlohmann::json to_json(const ModelProfile& profile);
+nlohmann::json profile_to_json(const ModelProfile& profile);
 // UserError if the file cannot be written.
 void write_profile_json(const ModelProfile& profile, const std::string& path);
 
