@@ -1,6 +1,7 @@
 #include "pptrain/sim/simulator.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -23,6 +24,20 @@ struct Table {
   }
 };
 
+// The plain actions inside `a` (its parts for a composite, else `a` itself), without copying:
+// the simulator asks for them on every step.
+struct Atoms {
+  const Action* first;
+  const Action* last;
+  const Action* begin() const { return first; }
+  const Action* end() const { return last; }
+  bool empty() const { return first == last; }
+};
+Atoms atoms_of(const Action& a) {
+  if (a.op == Op::OVERLAP_F_B) return {a.parts.data(), a.parts.data() + a.parts.size()};
+  return {&a, &a + 1};
+}
+
 // Rejects actions the schedule cannot mean, before any timing.
 void check_ranges(const Schedule& schedule) {
   PPTRAIN_CHECK(
@@ -44,7 +59,7 @@ void check_ranges(const Schedule& schedule) {
   }
   for (int r = 0; r < schedule.num_ranks; ++r) {
     for (const Action& a : schedule.actions[r]) {
-      const auto& atoms = a.op == Op::OVERLAP_F_B ? a.parts : std::vector<Action>{a};
+      const Atoms atoms = atoms_of(a);
       PPTRAIN_CHECK(!atoms.empty(), "rank ", r, ": empty composite action ", to_string(a));
       for (const Action& atom : atoms) {
         PPTRAIN_CHECK(atom.stage >= 0 && atom.stage < schedule.num_stages && atom.microbatch >= 0 &&
@@ -84,12 +99,15 @@ class Simulation {
     memory_events_.assign(P, {});
 
     // Each rank's list is a fixed order, so an action's start is fixed once its inputs are
-    // known: sweep the ranks, advancing each as far as it can, until nobody moves.
-    bool moved = true;
-    while (moved) {
-      moved = false;
-      for (int r = 0; r < P; ++r) {
-        while (position_[r] < static_cast<int>(s_.actions[r].size()) && step(r)) moved = true;
+    // known. Advance a rank as far as it can go; a rank that has to wait is tried again only
+    // when a neighbour produces something it may need. Linear in the number of actions.
+    queued_.assign(P, true);
+    for (int r = 0; r < P; ++r) work_.push_back(r);
+    while (!work_.empty()) {
+      const int r = work_.front();
+      work_.pop_front();
+      queued_[r] = false;
+      while (position_[r] < static_cast<int>(s_.actions[r].size()) && step(r)) {
       }
     }
     report_stuck_rank();
@@ -101,40 +119,38 @@ class Simulation {
 
   // When the input `atom` needs is available on rank r, or kNotYet; `waiting` names what it waits
   // for. Inputs from another rank come through that rank's RECV (which a lowered schedule has).
-  double input_ready(const Action& atom, int r, std::string* waiting) {
+  double input_ready(const Action& atom, int r, Action* waiting) {
     const int st = atom.stage, mb = atom.microbatch, last = s_.num_stages - 1;
-    const auto need = [&](double t, const std::string& what) {
-      if (t == kNotYet) *waiting = what;
+    // Op::I here stands for "the backward, I or B".
+    const auto need = [&](double t, Op op, int stage) {
+      if (t == kNotYet) *waiting = Action::make(op, stage, mb);
       return t;
     };
-    const auto name = [](Op op, int stage, int m) { return to_string(Action::make(op, stage, m)); };
     switch (atom.op) {
       case Op::F:
         if (st == 0) return 0;
-        if (rank_of(st - 1) == r) return need(forward_end_(st - 1, mb), name(Op::F, st - 1, mb));
-        return need(received_f_(st, mb), name(Op::RECV_F, st, mb));
+        if (rank_of(st - 1) == r) return need(forward_end_(st - 1, mb), Op::F, st - 1);
+        return need(received_f_(st, mb), Op::RECV_F, st);
       case Op::I:
       case Op::B: {
-        const double own = need(forward_end_(st, mb), name(Op::F, st, mb));
+        const double own = need(forward_end_(st, mb), Op::F, st);
         if (own == kNotYet || st == last) return own;
-        const double grad =
-            rank_of(st + 1) == r
-                ? need(backward_end_(st + 1, mb), "the backward of " + name(Op::I, st + 1, mb))
-                : need(received_b_(st, mb), name(Op::RECV_B, st, mb));
+        const double grad = rank_of(st + 1) == r ? need(backward_end_(st + 1, mb), Op::I, st + 1)
+                                                 : need(received_b_(st, mb), Op::RECV_B, st);
         return grad == kNotYet ? kNotYet : std::max(own, grad);
       }
       case Op::W:
-        return need(backward_end_(st, mb), name(Op::I, st, mb));
+        return need(backward_end_(st, mb), Op::I, st);
       case Op::SEND_F:
-        return need(forward_end_(st, mb), name(Op::F, st, mb));
+        return need(forward_end_(st, mb), Op::F, st);
       case Op::SEND_B:
-        return need(backward_end_(st, mb), "the backward of " + name(Op::I, st, mb));
+        return need(backward_end_(st, mb), Op::I, st);
       case Op::RECV_F: {
-        const double sent = need(sent_f_(st - 1, mb), name(Op::SEND_F, st - 1, mb));
+        const double sent = need(sent_f_(st - 1, mb), Op::SEND_F, st - 1);
         return sent == kNotYet ? kNotYet : sent + cost_.comm;
       }
       case Op::RECV_B: {
-        const double sent = need(sent_b_(st + 1, mb), name(Op::SEND_B, st + 1, mb));
+        const double sent = need(sent_b_(st + 1, mb), Op::SEND_B, st + 1);
         return sent == kNotYet ? kNotYet : sent + cost_.comm;
       }
       default:
@@ -145,7 +161,7 @@ class Simulation {
   // Runs rank r's next action if its inputs are available; false if it has to wait.
   bool step(int r) {
     const Action& a = s_.actions[r][position_[r]];
-    const auto& atoms = a.op == Op::OVERLAP_F_B ? a.parts : std::vector<Action>{a};
+    const Atoms atoms = atoms_of(a);
     double start = free_at_[r];
     for (const Action& atom : atoms) {
       const double ready = input_ready(atom, r, &waiting_);
@@ -153,11 +169,28 @@ class Simulation {
       start = std::max(start, ready);
     }
     const double end = start + cost_.time(a, s_.num_stages, s_.num_ranks);
-    for (const Action& atom : atoms) record(atom, r, start, end);
+    for (const Action& atom : atoms) {
+      record(atom, r, start, end);
+      wake_consumer_of(atom);
+    }
     events_.push_back(TimelineEvent{r, a, start, end});
     free_at_[r] = end;
     ++position_[r];
     return true;
+  }
+
+  // Queues the rank that consumes what `atom` produced: the next stage's for a forward, the
+  // previous stage's for a backward (through SEND/RECV when they are on different ranks).
+  void wake_consumer_of(const Action& atom) {
+    int stage = -1;
+    if (atom.op == Op::F || atom.op == Op::SEND_F) stage = atom.stage + 1;
+    if (is_backward(atom.op) || atom.op == Op::SEND_B) stage = atom.stage - 1;
+    if (stage < 0 || stage >= s_.num_stages) return;
+    const int rank = rank_of(stage);
+    if (!queued_[rank]) {
+      queued_[rank] = true;
+      work_.push_back(rank);
+    }
   }
 
   void record(const Action& atom, int r, double start, double end) {
@@ -194,13 +227,17 @@ class Simulation {
     for (int r = 0; r < s_.num_ranks; ++r) {
       if (position_[r] == static_cast<int>(s_.actions[r].size())) continue;
       const Action& a = s_.actions[r][position_[r]];
-      const auto& atoms = a.op == Op::OVERLAP_F_B ? a.parts : std::vector<Action>{a};
-      waiting_.clear();
+      const Atoms atoms = atoms_of(a);
       for (const Action& atom : atoms) {
         if (input_ready(atom, r, &waiting_) == kNotYet) break;
       }
+      const std::string what = waiting_.op == Op::I
+                                   ? "the backward (I or B) of stage " +
+                                         std::to_string(waiting_.stage) + ", microbatch " +
+                                         std::to_string(waiting_.microbatch)
+                                   : to_string(waiting_);
       PPTRAIN_CHECK(false, "schedule '", s_.name, "' cannot run: rank ", r, " is stuck at ",
-                    to_string(a), " waiting for ", waiting_,
+                    to_string(a), " waiting for ", what,
                     ", which never happens (a dependency cycle, or a missing or misplaced action)");
     }
   }
@@ -244,7 +281,9 @@ class Simulation {
   std::vector<double> free_at_;       // [rank] end of its last action
   std::vector<std::vector<std::pair<double, double>>> memory_events_;  // [rank] (time, +/-)
   std::vector<TimelineEvent> events_;
-  std::string waiting_;
+  Action waiting_;            // what the last blocked action waits for (I: I or B)
+  std::deque<int> work_;      // ranks to try to advance
+  std::vector<bool> queued_;  // [rank] is in work_
 };
 
 }  // namespace

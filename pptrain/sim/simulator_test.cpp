@@ -358,7 +358,7 @@ TEST(Simulator, DeadlocksAndBadActionsAreUserErrors) {
                "rank 0 is stuck at 0RECV_B0 waiting for 1SEND_B0");
   // Same-rank order: W before its I.
   expect_stuck(two_rank_schedule({{"0F0", "0W0", "0I0"}, {"1F0", "1I0", "1W0"}}),
-               "rank 0 is stuck at 0W0 waiting for 0I0");
+               "rank 0 is stuck at 0W0 waiting for the backward (I or B) of stage 0, microbatch 0");
   // A lowered schedule whose RECV is missing.
   expect_stuck(two_rank_schedule({{"0F0", "0SEND_F0", "0B0"}, {"1F0", "1B0"}}), "rank 0 is stuck");
   expect_stuck(two_rank_schedule({{"0F0", "0B0"}, {"1F5", "1B0"}}), "outside the schedule");
