@@ -133,6 +133,21 @@ class Validator {
     for (int r = 0; r < s.num_ranks; ++r) {
       require(stages_per_rank[r] > 0, "rank ", r, " holds no stage; every rank needs one");
     }
+    // Every (stage, microbatch) needs an F and a backward. The tables below hold an entry per
+    // (stage, microbatch), so a schedule that lacks most of them (a file such as
+    // "0F0,0B999999999" claims M = 10^9) is turned down by counting first. A few missing actions
+    // pass here and are named precisely by check_completeness().
+    unsigned long long compute = 0;
+    for (const auto& list : s.actions) {
+      for (const Action& a : list) {
+        compute += a.op == Op::OVERLAP_F_B ? a.parts.size() : is_compute(a.op) ? 1 : 0;
+      }
+    }
+    const unsigned long long needed = 2ULL * static_cast<unsigned long long>(s.num_stages) *
+                                      static_cast<unsigned long long>(s.num_microbatches);
+    require(needed <= 2 * compute + 1024, "schedule has ", compute, " compute actions for ",
+            s.num_stages, " stages and ", s.num_microbatches, " microbatches; expected ", needed,
+            " (an F and a backward for every stage and microbatch)");
   }
 
   // Each action by itself: in range, on its rank, a sensible peer, and not a duplicate.

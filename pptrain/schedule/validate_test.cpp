@@ -78,6 +78,16 @@ TEST(Validate, MissingAction) {
   EXPECT_TRUE(contains(e.what(), "rank 0: stage 0 microbatch 2 has no actions")) << e.what();
 }
 
+TEST(Validate, TooFewActionsForTheShapeIsAShapeError) {
+  // M = 10^9 from one cell: rejected by counting, before any table is sized by M.
+  const ScheduleError e = error_of(parse_csv("0F0,0B999999999\n"));
+  EXPECT_EQ(e.rank(), -1);
+  EXPECT_TRUE(contains(e.what(),
+                       "schedule has 2 compute actions for 1 stages and 1000000000 "
+                       "microbatches; expected 2000000000"))
+      << e.what();
+}
+
 TEST(Validate, DuplicateAction) {
   ScheduleError e = error_of(parse_csv("0F0,0F1,0B0,0F1,0B1\n1F0,1B0,1F1,1B1\n"));
   EXPECT_EQ(e.rank(), 0);
