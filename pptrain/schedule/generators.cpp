@@ -57,13 +57,15 @@ Schedule one_f_one_b_family(const std::string& name, int ranks, int microbatches
 //
 // At each step every idle rank starts one action that is ready at that moment, chosen by:
 //   1. a W, if 2P W's are already waiting (bounds the weight-gradient stash like activations);
-//   2. an F, if fewer than 2P chunk stashes (P microbatches of the rank's share) are held;
-//      the upper chunk (stage 2P-1-r) first, since it is nearer the turn of the V;
-//   3. an I, the lower chunk (stage r) first: that gradient has the longer way back to rank 0;
+//   2. an F, if fewer than 2P chunk stashes (P microbatches of the rank's share) are held,
+//      upper chunk (stage 2P-1-r) first: its output is what the turn of the V is waiting for;
+//   3. an I, lower chunk (stage r) first;
 //   4. a W, upper chunk first.
-// Filling the memory budget with forwards first leaves slack between each F and its I, so the
-// fixed order this produces keeps a bubble that does not grow with M when F, I and W differ.
-// Within a stage, F's and I's go in microbatch order.
+// Forwards before backwards fills the memory budget early, which leaves slack between each F and
+// its I: the fixed order then keeps a bubble that stays flat as M grows when F, I and W differ.
+// Among the priority orders we tried, this one alone gave zero bubble at F = I = W, peak <= P and
+// that flat bubble (I-first orders did too for equal costs but their bubble grew linearly with M
+// at F=1, I=2, W=1). Within a stage, F's and I's go in microbatch order.
 Schedule zb_v_list_schedule(int ranks, int microbatches) {
   const int P = ranks, M = microbatches, S = 2 * ranks;
   Schedule s;
@@ -112,7 +114,7 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
       };
 
       Action chosen;
-      int w_index = pick_w();
+      const int w_index = pick_w();
       if (w_index >= 0 && static_cast<int>(waiting_w[r].size()) >= S) {
         chosen = waiting_w[r][w_index];
       } else if (f_ready(upper)) {
@@ -152,10 +154,17 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   return s;
 }
 
-void check_sizes(const char* name, int ranks, int microbatches) {
+// Largest number of (stage, microbatch) pairs we generate: beyond it the lists alone take
+// gigabytes, which is a typo in the options rather than a pipeline.
+constexpr long long kMaxStageMicrobatches = 50'000'000;
+
+void check_sizes(const char* name, int ranks, int microbatches, int chunks = 1) {
   PPTRAIN_CHECK(ranks >= 1, "schedule '", name, "': ranks must be >= 1, got ", ranks);
   PPTRAIN_CHECK(microbatches >= 1, "schedule '", name, "': microbatches must be >= 1, got ",
                 microbatches);
+  const long long pairs = 1LL * ranks * chunks * microbatches;
+  PPTRAIN_CHECK(pairs <= kMaxStageMicrobatches, "schedule '", name, "': ranks x chunks x ",
+                "microbatches = ", pairs, " is too large (at most ", kMaxStageMicrobatches, ")");
 }
 
 // Chunks for a schedule that supports exactly one value (0 = that default).
@@ -184,13 +193,15 @@ Schedule make_1f1b(int ranks, int microbatches) {
 }
 
 Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
-  check_sizes("interleaved-1f1b", ranks, microbatches);
+  check_sizes("interleaved-1f1b", ranks, microbatches, std::max(chunks, 1));
   PPTRAIN_CHECK(chunks >= 2, "schedule 'interleaved-1f1b' needs chunks >= 2 (virtual stages per ",
                 "rank), got chunks=", chunks, "; use '1f1b' for one chunk");
   PPTRAIN_CHECK(microbatches % ranks == 0, "schedule 'interleaved-1f1b' needs microbatches to be ",
                 "a multiple of ranks (Megatron's schedule runs microbatches in groups of P per ",
                 "chunk), got microbatches=", microbatches, " with ranks=", ranks);
   const int P = ranks, V = chunks;
+  // Megatron-LM runs every forward first when M == P; the general warm-up below already gives
+  // the (P-1)(F+B)/V bubble there, so there is no special case.
   Schedule s = empty_schedule("interleaved-1f1b", P, microbatches, V);
   // Each rank walks k = 0 .. M*V-1 "virtual microbatches": groups of P microbatches go through
   // chunk 0, then the same group through chunk 1, ..., then the next group. Backwards visit the
@@ -205,7 +216,7 @@ Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
       return Action::make(Op::B, (V - 1 - (k / P) % V) * P + r, microbatch_of(k));
     };
     // Enough warm-up forwards that the first backward on every chunk finds its gradient ready:
-    // one round of P per extra chunk, plus the 1F1B offset of two steps per later rank.
+    // one round of P per extra chunk, plus two for every rank after this one (1F1B's offset).
     const int warmup = std::min(total, (V - 1) * P + 2 * (P - 1 - r));
     auto& list = s.actions[r];
     for (int k = 0; k < warmup; ++k) list.push_back(forward(k));
@@ -239,7 +250,7 @@ Schedule make_zb_h2(int ranks, int microbatches) {
 }
 
 Schedule make_zb_v(int ranks, int microbatches) {
-  check_sizes("zb-v", ranks, microbatches);
+  check_sizes("zb-v", ranks, microbatches, 2);
   return zb_v_list_schedule(ranks, microbatches);
 }
 

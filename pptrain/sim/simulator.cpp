@@ -68,9 +68,9 @@ void check_ranges(const Schedule& schedule) {
                       schedule.num_stages, " stages, ", schedule.num_microbatches,
                       " microbatches)");
         PPTRAIN_CHECK(atom.op != Op::OVERLAP_F_B, "rank ", r, ": nested composite ", to_string(a));
-        PPTRAIN_CHECK(is_comm(atom.op) || schedule.stage_to_rank[atom.stage] == r, "rank ", r,
-                      ": action ", to_string(atom), " belongs to stage ", atom.stage,
-                      " which runs on rank ", schedule.stage_to_rank[atom.stage]);
+        PPTRAIN_CHECK(schedule.stage_to_rank[atom.stage] == r, "rank ", r, ": action ",
+                      to_string(atom), " belongs to stage ", atom.stage, " which runs on rank ",
+                      schedule.stage_to_rank[atom.stage]);
         PPTRAIN_CHECK(!(atom.op == Op::RECV_F && atom.stage == 0) &&
                           !(atom.op == Op::RECV_B && atom.stage == schedule.num_stages - 1),
                       "rank ", r, ": ", to_string(atom), " receives from a stage that does not ",

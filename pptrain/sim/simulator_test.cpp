@@ -363,6 +363,7 @@ TEST(Simulator, DeadlocksAndBadActionsAreUserErrors) {
   expect_stuck(two_rank_schedule({{"0F0", "0SEND_F0", "0B0"}, {"1F0", "1B0"}}), "rank 0 is stuck");
   expect_stuck(two_rank_schedule({{"0F0", "0B0"}, {"1F5", "1B0"}}), "outside the schedule");
   expect_stuck(two_rank_schedule({{"0F0", "1B0"}, {"1F0", "0B0"}}), "runs on rank 1");
+  expect_stuck(two_rank_schedule({{"0F0", "0B0", "1SEND_B0"}, {"1F0", "1B0"}}), "runs on rank 1");
   expect_stuck(two_rank_schedule({{"0F0", "0RECV_F0", "0B0"}, {"1F0", "1B0"}}),
                "receives from a stage that does not exist");
 }
