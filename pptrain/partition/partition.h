@@ -55,8 +55,9 @@ struct PartitionOptions {
   int stages = 0;               // P, for uniform/params/time (exactly P non-empty stages)
   // uniform/params/time: the link bandwidth between stages; 0 = count compute only.
   double bandwidth_bytes_per_s = 0;
-  std::vector<Level> levels;      // pipedream: the machine, innermost level first
-  double memory_limit_bytes = 0;  // pipedream: per worker, as PipeDream counts it; 0 = none
+  std::vector<Level> levels;  // pipedream: the machine, innermost level first
+  double memory_limit_bytes =
+      0;  // pipedream: per worker, as PipeDream counts it (>= 1 copy); 0 = none
 };
 
 // "uniform", "params", "time", "pipedream".
