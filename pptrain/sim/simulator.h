@@ -53,9 +53,10 @@ struct SimResult {
   Timeline timeline;             // every action, comm actions as zero-length events
 };
 
-// Simulates the schedule. Throws UserError if it cannot run to completion (a dependency cycle
-// or a RECV without its SEND), naming a stuck rank and the action it waits on, or if an action
-// refers to a stage or microbatch outside the schedule.
+// Simulates the schedule (lowering it first if it has no SEND/RECV). Throws UserError if it
+// cannot run to completion (a dependency cycle, or a RECV without its SEND), naming a stuck rank,
+// the action it is stuck at and what that waits for; or if an action refers to a stage or
+// microbatch outside the schedule or sits on a rank that does not run its stage.
 SimResult simulate(const Schedule& schedule, const CostModel& cost);
 
 }  // namespace pptrain
