@@ -3,7 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <fstream>
 #include <thread>
 
@@ -14,10 +14,13 @@
 namespace pptrain {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double elapsed_ms(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+// CPU time of this thread, in ms. With one compute thread (autograd runs a CPU backward on the
+// calling thread too) this is the layer's compute time, and unlike wall time it does not grow
+// when other processes share the cores, so profiles taken on a busy machine stay usable.
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) * 1e-6;
 }
 
 double median(std::vector<double> values) {
@@ -59,23 +62,23 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
     layer.ptr()->zero_grad();
 
     const int64_t before = allocated_bytes();
-    auto start = Clock::now();
+    double start = thread_cpu_ms();
     torch::Tensor output = layer.forward(x);
-    const double f_ms = elapsed_ms(start);
+    const double f_ms = thread_cpu_ms() - start;
     const int64_t after = allocated_bytes();
     result.activation_bytes = static_cast<double>(tensor_bytes(output));
 
     auto grad_output = torch::randn_like(output);
     WeightGradStore store;
-    start = Clock::now();
+    start = thread_cpu_ms();
     {
       DeferWeightGrads defer(&store);
       output.backward(grad_output);
     }
-    const double i_ms = elapsed_ms(start);
-    start = Clock::now();
+    const double i_ms = thread_cpu_ms() - start;
+    start = thread_cpu_ms();
     store.run();
-    const double w_ms = elapsed_ms(start);
+    const double w_ms = thread_cpu_ms() - start;
 
     if (iter < options.warmup) continue;
     forward_ms.push_back(f_ms);
@@ -143,7 +146,8 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
            {{"microbatch_size", profile.options.microbatch_size},
             {"warmup", profile.options.warmup},
             {"iters", profile.options.iters},
-            {"threads", profile.threads}}},
+            {"threads", profile.threads},
+            {"clock", "thread_cpu_time"}}},
           {"machine",
            {{"hostname", profile.hostname},
             {"cpus", profile.cpus},

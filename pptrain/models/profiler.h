@@ -6,7 +6,9 @@
 //   write_profile_json(profile, "profile.json");   // format "pptrain-profile-1"
 //
 // Each layer gets a real input of the right shape: the layers run in sequence on a random batch,
-// so layer i's input is layer i-1's output. Times are medians over `iters` after `warmup`.
+// so layer i's input is layer i-1's output. Times are medians over `iters` after `warmup`, in
+// CPU time of the (single) compute thread, so that other processes on the machine do not inflate
+// them (settings.clock = "thread_cpu_time" in the JSON).
 //
 // What each LayerProfile field means here:
 //   forward_ms          F with autograd recording, as in training
