@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 namespace pptrain {
@@ -15,17 +16,18 @@ std::atomic<int64_t> g_allocated{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<bool> g_installed{false};
 
-// What a counted allocation remembers: the wrapped allocator's own pointer, to free it through
-// its deleter, and the size to subtract.
-struct Counted {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
+// Each counted block carries its size in a header in front of the data, so the data pointer can
+// also be the deleter's context: LibTorch's raw_allocate() (used by some kernels) requires that.
+// 64 bytes keep the data as aligned as the wrapped allocator made the block.
+constexpr size_t kHeaderBytes = 64;
+c10::DeleterFnPtr g_inner_deleter = nullptr;
 
-void delete_counted(void* context) {
-  auto* counted = static_cast<Counted*>(context);
-  g_allocated.fetch_sub(counted->bytes, std::memory_order_relaxed);
-  delete counted;  // frees `inner` through the wrapped allocator
+void delete_counted(void* data) {
+  char* block = static_cast<char*>(data) - kHeaderBytes;
+  int64_t bytes = 0;
+  std::memcpy(&bytes, block, sizeof(bytes));
+  g_allocated.fetch_sub(bytes, std::memory_order_relaxed);
+  g_inner_deleter(block);
 }
 
 // LibTorch 2.3 made allocate() non-const and added copy_data().
@@ -40,16 +42,21 @@ class CountingAllocator : public c10::Allocator {
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
   c10::DataPtr allocate(size_t n) PPTRAIN_ALLOCATE_CONST override {
-    c10::DataPtr inner = inner_->allocate(n);
-    void* data = inner.get();
+    c10::DataPtr inner = inner_->allocate(n + kHeaderBytes);
     const c10::Device device = inner.device();
+    TORCH_INTERNAL_ASSERT(inner.get() == inner.get_context(), "wrapped allocator's block has a context");
+    char* block = static_cast<char*>(inner.release_context());
     const int64_t bytes = static_cast<int64_t>(n);
+    std::memcpy(block, &bytes, sizeof(bytes));
+    char* data = block + kHeaderBytes;
     const int64_t now = g_allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     int64_t peak = g_peak.load(std::memory_order_relaxed);
     while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
     }
-    return c10::DataPtr(data, new Counted{std::move(inner), bytes}, &delete_counted, device);
+    return c10::DataPtr(data, data, &delete_counted, device);
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   void copy_data(void* dest, const void* src, std::size_t count) const override {
@@ -66,8 +73,13 @@ class CountingAllocator : public c10::Allocator {
 void install_counting_allocator() {
   static std::once_flag once;
   std::call_once(once, [] {
+    c10::Allocator* inner = c10::GetCPUAllocator();
+    // Only an allocator whose blocks free through one plain function can be wrapped this way
+    // (LibTorch's default CPU allocator can); otherwise memory is simply not measured.
+    g_inner_deleter = inner->raw_deleter();
+    if (!g_inner_deleter) return;
     // Leaked on purpose: tensors may be freed through it until the process exits.
-    static auto* counting = new CountingAllocator(c10::GetCPUAllocator());
+    static auto* counting = new CountingAllocator(inner);
     // A priority above the default registration so the swap takes effect.
     c10::SetCPUAllocator(counting, /*priority=*/100);
     g_installed = true;

@@ -347,7 +347,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
       std::fflush(stdout);
     }
     if (metrics.is_open()) {
-      nlohmann::json line = {{"step", step + 1},
+      nlohmann::ordered_json line = {{"step", step + 1},
                              {"loss", loss},
                              {"step_time_s", step_seconds},
                              {"samples_per_s", samples_per_s},

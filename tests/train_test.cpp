@@ -1,0 +1,292 @@
+// End-to-end tests of `pptrain train`: the pipelined runs against the single-process reference,
+// a crashing worker, and bad input. Each case runs the real binary (PPTRAIN_BINARY).
+//
+// The core invariant: for every schedule on 2 and 4 ranks, the losses of every step and the final
+// parameters equal those of --pp 1 (same model, same microbatch split) to 1e-5 relative.
+// Parameters compare per tensor as max|a - b| / max(max|b|, 1e-12) <= 1e-5.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pptrain/models/model.h"
+#include "pptrain/runtime/stage.h"
+
+namespace pptrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A fresh folder per test case, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "pptrain_e2e_XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+// Runs `pptrain train <args>` with extra environment assignments ("A=1 B=2 ").
+RunResult run_train(const std::string& args, const TempDir& dir, const std::string& env = "") {
+  const auto out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string command = env + PPTRAIN_BINARY + std::string(" train ") + args + " > " +
+                              out.string() + " 2> " + err.string();
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  RunResult result;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = read_text(out);
+  result.err = read_text(err);
+  return result;
+}
+
+std::vector<double> read_losses(const fs::path& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  return losses;
+}
+
+ModelOptions small_model(const std::string& kind) {
+  ModelOptions model;
+  model.kind = kind;
+  model.layers = 8;  // enough blocks for 4 ranks x 2 chunks
+  model.d_model = 32;
+  model.heads = 4;
+  model.seq_len = 16;
+  return model;
+}
+
+std::string model_args(const ModelOptions& m) {
+  return "--model " + m.kind + " --layers " + std::to_string(m.layers) + " --d-model " +
+         std::to_string(m.d_model) + " --heads " + std::to_string(m.heads) + " --seq-len " +
+         std::to_string(m.seq_len);
+}
+
+// Every layer's parameters in `dir` against `reference_dir`.
+void expect_same_parameters(const ModelOptions& model, const fs::path& dir, const fs::path& reference_dir) {
+  for (int layer = 0; layer < num_layers(model); ++layer) {
+    auto got = make_layer(model, layer).ptr();
+    auto want = make_layer(model, layer).ptr();
+    torch::load(got, layer_file(dir.string(), layer));
+    torch::load(want, layer_file(reference_dir.string(), layer));
+    const auto got_params = got->named_parameters();
+    const auto want_params = want->named_parameters();
+    ASSERT_EQ(got_params.size(), want_params.size());
+    for (const auto& item : want_params) {
+      const torch::Tensor a = got_params[item.key()];
+      const torch::Tensor b = item.value();
+      const double scale = std::max(b.abs().max().item<double>(), 1e-12);
+      const double rel = (a - b).abs().max().item<double>() / scale;
+      EXPECT_LE(rel, 1e-5) << "layer " << layer << " parameter " << item.key();
+    }
+  }
+}
+
+using Case = std::tuple<std::string, std::string>;  // model kind, schedule
+
+class MatchesReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MatchesReference, LossesAndParametersEqualSingleProcess) {
+  const auto& [kind, schedule] = GetParam();
+  const ModelOptions model = small_model(kind);
+  const int steps = 10;
+  TempDir dir;
+  const std::string common = model_args(model) + " --batch-size 8 --microbatches 4 --steps " +
+                             std::to_string(steps) + " --quiet --schedule " + schedule;
+  const auto ref = run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() +
+                                 " --save " + (dir / "ref").string(),
+                             dir);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const auto ref_losses = read_losses(dir / "ref.jsonl");
+  ASSERT_EQ(ref_losses.size(), static_cast<size_t>(steps));
+  for (int pp : {2, 4}) {
+    SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule);
+    const std::string tag = "pp" + std::to_string(pp);
+    const auto run = run_train(common + " --pp " + std::to_string(pp) + " --metrics " +
+                                   (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
+                               dir);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const auto losses = read_losses(dir / (tag + ".jsonl"));
+    ASSERT_EQ(losses.size(), ref_losses.size());
+    for (size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], ref_losses[i], 1e-5 * std::abs(ref_losses[i])) << "step " << i + 1;
+    }
+    expect_same_parameters(model, dir / tag, dir / "ref");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, MatchesReference,
+    ::testing::Combine(::testing::Values("gpt", "mlp"),
+                       ::testing::Values("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v")),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+      for (char& c : name) {
+        if (c == '-') c = '_';
+      }
+      return name;
+    });
+
+// AdamW normalises each gradient, so it also checks the small ones; one schedule is enough.
+TEST(MatchesReferenceAdamW, ZbVOnTwoRanks) {
+  const ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common = model_args(model) +
+                             " --batch-size 8 --microbatches 4 --steps 5 --quiet --optimizer adamw "
+                             "--schedule zb-v";
+  ASSERT_EQ(run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() + " --save " +
+                          (dir / "ref").string(), dir).exit_code, 0);
+  const auto run = run_train(common + " --pp 2 --metrics " + (dir / "run.jsonl").string() +
+                                 " --save " + (dir / "run").string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto want = read_losses(dir / "ref.jsonl"), got = read_losses(dir / "run.jsonl");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]));
+  expect_same_parameters(model, dir / "run", dir / "ref");
+}
+
+// The metrics file has one line per step with every field, a bubble in [0, 1) and a memory
+// figure per rank; --trace and --svg write the last step.
+TEST(Outputs, MetricsTraceSvgAndLoad) {
+  TempDir dir;
+  const std::string common = model_args(small_model("gpt")) +
+                             " --pp 2 --schedule 1f1b --batch-size 8 --microbatches 4 --quiet";
+  const auto run = run_train(common + " --steps 3 --metrics " + (dir / "m.jsonl").string() +
+                                 " --trace " + (dir / "t.json").string() + " --svg " +
+                                 (dir / "t.svg").string() + " --save " + (dir / "ckpt").string(),
+                             dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::ifstream in(dir / "m.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    ++lines;
+    EXPECT_EQ(j.at("step").get<int>(), lines);
+    for (const char* key : {"loss", "step_time_s", "samples_per_s", "tokens_per_s", "bubble_ratio"}) {
+      EXPECT_TRUE(j.at(key).is_number()) << key;
+    }
+    EXPECT_GE(j["bubble_ratio"].get<double>(), 0.0);
+    EXPECT_LT(j["bubble_ratio"].get<double>(), 1.0);
+    EXPECT_GT(j["step_time_s"].get<double>(), 0.0);
+    ASSERT_EQ(j.at("peak_activation_bytes").size(), 2u);
+    for (const auto& bytes : j["peak_activation_bytes"]) EXPECT_GT(bytes.get<int64_t>(), 0);
+  }
+  EXPECT_EQ(lines, 3);
+  const auto trace = nlohmann::json::parse(read_text(dir / "t.json"));
+  EXPECT_FALSE(trace.at("traceEvents").empty());
+  EXPECT_NE(read_text(dir / "t.svg").find("<svg"), std::string::npos);
+
+  // Training on from the checkpoint with another split starts where the first run ended: its
+  // first loss is below the first run's first loss.
+  const auto resumed = run_train(model_args(small_model("gpt")) +
+                                     " --pp 1 --batch-size 8 --microbatches 4 --quiet --steps 1 --metrics " +
+                                     (dir / "r.jsonl").string() + " --load " + (dir / "ckpt").string(),
+                                 dir);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto first = read_losses(dir / "m.jsonl"), again = read_losses(dir / "r.jsonl");
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_LT(again[0], first[0]);
+}
+
+TEST(Supervision, CrashedWorkerStopsTheRun) {
+  TempDir dir;
+  const auto run = run_train(model_args(small_model("gpt")) +
+                                 " --pp 2 --schedule 1f1b --batch-size 8 --microbatches 4 --steps 1000",
+                             dir, "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=2 ");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_LT(run.seconds, 30.0);
+  EXPECT_NE(run.err.find("pptrain: error: worker rank 1 was killed by signal 6"), std::string::npos)
+      << run.err;
+  // The run got going before the crash: rank 0 printed steps 1 and 2.
+  EXPECT_NE(run.out.find("step 2/1000"), std::string::npos) << run.out;
+}
+
+// Bad input: exit status 2, one line on stderr naming the problem, no worker started.
+struct BadInput {
+  std::string name;
+  std::string args;
+  std::string expected;  // part of the message
+};
+
+class RejectsBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(RejectsBadInput, OneLineAndExitStatus2) {
+  TempDir dir;
+  std::ofstream(dir / "two_ranks.csv") << "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n";
+  std::ofstream(dir / "broken.csv") << "0F0,0B1,0F1,0B0\n1F0,1B0,1F1,1B1\n";
+  std::string args = GetParam().args;
+  const std::string placeholder = "DIR/";
+  for (size_t at; (at = args.find(placeholder)) != std::string::npos;) {
+    args.replace(at, placeholder.size(), (dir / "").string());
+  }
+  const auto run = run_train("--model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 --steps 2 " + args, dir);
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_EQ(run.err.rfind("pptrain: error: ", 0), 0u) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find(GetParam().expected), std::string::npos) << run.err;
+  EXPECT_EQ(run.out, "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RejectsBadInput,
+    ::testing::Values(
+        BadInput{"MoreRanksThanBlocks", "--pp 5 --schedule 1f1b --microbatches 4 --batch-size 8",
+                 "--pp 5 is larger than the model's 4 blocks"},
+        BadInput{"TooManyStages", "--pp 4 --schedule interleaved-1f1b --microbatches 4 --batch-size 8",
+                 "has 8 stages"},
+        BadInput{"NoMicrobatches", "--pp 2 --schedule 1f1b --microbatches 0 --batch-size 8",
+                 "--microbatches must be >= 1, got 0"},
+        BadInput{"BatchNotDivisible", "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 6",
+                 "--batch-size 6 is not a positive multiple of --microbatches 4"},
+        BadInput{"UnknownSchedule", "--pp 2 --schedule 2f2b --microbatches 4 --batch-size 8",
+                 "unknown schedule '2f2b'"},
+        BadInput{"UnreadableData", "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --data DIR/missing.txt",
+                 "missing.txt"},
+        BadInput{"ScheduleFileForOtherP", "--pp 4 --schedule-file DIR/two_ranks.csv --microbatches 2 --batch-size 8",
+                 "is for 2 ranks, but --pp is 4"},
+        BadInput{"InvalidScheduleFile", "--pp 2 --schedule-file DIR/broken.csv --microbatches 2 --batch-size 8",
+                 "is not valid"},
+        BadInput{"ChunksTheScheduleCannotUse", "--pp 2 --schedule 1f1b --chunks 2 --microbatches 4 --batch-size 8",
+                 "chunks=2"},
+        BadInput{"UnknownOptimizer", "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --optimizer lion",
+                 "--optimizer must be sgd or adamw, got 'lion'"}),
+    [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace pptrain
