@@ -37,8 +37,8 @@ Dataset::Dataset(const ModelOptions& model, const DataOptions& data) : model_(mo
   check_options(model_);
   PPTRAIN_CHECK(data_.microbatches >= 1, "--microbatches must be >= 1, got ", data_.microbatches);
   PPTRAIN_CHECK(data_.batch_size >= 1 && data_.batch_size % data_.microbatches == 0,
-                "--batch-size must be a positive multiple of --microbatches (",
-                data_.microbatches, "), got ", data_.batch_size);
+                "--batch-size must be a positive multiple of --microbatches (", data_.microbatches,
+                "), got ", data_.batch_size);
 
   if (model_.kind == "mlp") {
     PPTRAIN_CHECK(data_.source == "default" || data_.source == "synthetic",
@@ -70,8 +70,8 @@ Dataset::Dataset(const ModelOptions& model, const DataOptions& data) : model_(mo
   PPTRAIN_CHECK(model_.vocab_size >= 256, "character-level text needs a vocabulary of 256 ",
                 "byte values, got vocab size ", model_.vocab_size);
   PPTRAIN_CHECK(static_cast<int64_t>(contents.size()) >= model_.seq_len + 1, "--data '", path_,
-                "' has ", contents.size(), " bytes; a sample needs at least seq_len + 1 = ",
-                model_.seq_len + 1);
+                "' has ", contents.size(),
+                " bytes; a sample needs at least seq_len + 1 = ", model_.seq_len + 1);
   text_ = torch::empty({static_cast<int64_t>(contents.size())}, torch::kInt64);
   auto* bytes = text_.data_ptr<int64_t>();
   for (size_t i = 0; i < contents.size(); ++i) bytes[i] = static_cast<unsigned char>(contents[i]);
@@ -97,7 +97,8 @@ Dataset::Batch Dataset::batch(int step) const {
     auto stride = torch::randint(1, 8, {n, 1}, generator, torch::kInt64);
     sequences = (start + stride * torch::arange(tokens + 1, torch::kInt64)) % model_.vocab_size;
   }
-  return {sequences.slice(1, 0, tokens).contiguous(), sequences.slice(1, 1, tokens + 1).contiguous()};
+  return {sequences.slice(1, 0, tokens).contiguous(),
+          sequences.slice(1, 1, tokens + 1).contiguous()};
 }
 
 std::vector<torch::Tensor> Dataset::split(const torch::Tensor& t, int microbatches) {

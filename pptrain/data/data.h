@@ -22,8 +22,8 @@ struct DataOptions {
   // "synthetic": synthetic data (the only choice for mlp, which also takes "default");
   // anything else: path to a text file.
   std::string source = "default";
-  int batch_size = 8;     // samples per step, over all microbatches
-  int microbatches = 1;   // batch_size must divide evenly by this
+  int batch_size = 8;    // samples per step, over all microbatches
+  int microbatches = 1;  // batch_size must divide evenly by this
   uint64_t seed = 0;
 };
 

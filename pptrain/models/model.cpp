@@ -12,7 +12,9 @@
 namespace pptrain {
 namespace {
 
-bool is_gpt(const ModelOptions& options) { return options.kind == "gpt"; }
+bool is_gpt(const ModelOptions& options) {
+  return options.kind == "gpt";
+}
 
 // Seeds torch's default CPU generator for the lifetime of the object and then restores it, so a
 // layer's initial weights depend only on its own seed, not on what was built before it.
@@ -39,14 +41,11 @@ class ScopedSeed {
 // whole of an mlp-model block. x [..., D] -> [..., D].
 struct FeedForwardImpl : torch::nn::Module {
   explicit FeedForwardImpl(int64_t d_model)
-      : norm(register_module("norm", torch::nn::LayerNorm(
-                                         torch::nn::LayerNormOptions({d_model})))),
+      : norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})))),
         fc1(register_module("fc1", PipeLinear(d_model, 4 * d_model))),
         fc2(register_module("fc2", PipeLinear(4 * d_model, d_model))) {}
 
-  torch::Tensor forward(const torch::Tensor& x) {
-    return x + fc2(torch::gelu(fc1(norm(x))));
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return x + fc2(torch::gelu(fc1(norm(x)))); }
 
   torch::nn::LayerNorm norm;
   PipeLinear fc1, fc2;
@@ -57,8 +56,7 @@ TORCH_MODULE(FeedForward);
 struct AttentionImpl : torch::nn::Module {
   AttentionImpl(int64_t d_model, int64_t heads)
       : heads(heads),
-        norm(register_module("norm", torch::nn::LayerNorm(
-                                         torch::nn::LayerNormOptions({d_model})))),
+        norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})))),
         qkv(register_module("qkv", PipeLinear(d_model, 3 * d_model))),
         proj(register_module("proj", PipeLinear(d_model, d_model))) {}
 
@@ -105,8 +103,8 @@ struct EmbeddingImpl : torch::nn::Module {
 
   torch::Tensor forward(const torch::Tensor& tokens) {
     PPTRAIN_CHECK(tokens.dim() == 2 && tokens.size(1) <= position.size(0),
-                  "embedding expects tokens [microbatch, <= ", position.size(0),
-                  "], got ", tokens.sizes());
+                  "embedding expects tokens [microbatch, <= ", position.size(0), "], got ",
+                  tokens.sizes());
     return torch::embedding(token, tokens) + position.slice(0, 0, tokens.size(1));
   }
 
@@ -118,8 +116,7 @@ TORCH_MODULE(Embedding);
 // Final LayerNorm and LM head. [mb, T, D] -> logits [mb, T, vocab].
 struct HeadImpl : torch::nn::Module {
   HeadImpl(int64_t d_model, int64_t vocab_size)
-      : norm(register_module("norm", torch::nn::LayerNorm(
-                                         torch::nn::LayerNormOptions({d_model})))),
+      : norm(register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d_model})))),
         lm_head(register_module("lm_head", PipeLinear(d_model, vocab_size))) {}
 
   torch::Tensor forward(const torch::Tensor& x) { return lm_head(norm(x)); }
@@ -131,15 +128,14 @@ TORCH_MODULE(Head);
 
 void check_layer_index(const ModelOptions& options, int index) {
   PPTRAIN_CHECK(index >= 0 && index < num_layers(options), "layer index ", index,
-                " out of range: the ", options.kind, " model has ", num_layers(options),
-                " layers");
+                " out of range: the ", options.kind, " model has ", num_layers(options), " layers");
 }
 
 }  // namespace
 
 void check_options(const ModelOptions& options) {
-  PPTRAIN_CHECK(options.kind == "gpt" || options.kind == "mlp", "model kind must be gpt or mlp, got '",
-                options.kind, "'");
+  PPTRAIN_CHECK(options.kind == "gpt" || options.kind == "mlp",
+                "model kind must be gpt or mlp, got '", options.kind, "'");
   PPTRAIN_CHECK(options.layers >= 1, "--layers must be >= 1, got ", options.layers);
   PPTRAIN_CHECK(options.d_model >= 1, "--d-model must be >= 1, got ", options.d_model);
   if (is_gpt(options)) {
@@ -151,7 +147,9 @@ void check_options(const ModelOptions& options) {
   }
 }
 
-int num_blocks(const ModelOptions& options) { return options.layers; }
+int num_blocks(const ModelOptions& options) {
+  return options.layers;
+}
 
 int num_layers(const ModelOptions& options) {
   return is_gpt(options) ? options.layers + 2 : options.layers;

@@ -7,7 +7,8 @@
 //   ModelOptions model;                       // gpt, 4 blocks, d_model 64
 //   auto ranges = uniform_split(model, 2);    // {{0, 2}, {3, 5}}
 //   torch::nn::Sequential stage;
-//   for (int i = ranges[0].first; i <= ranges[0].second; ++i) stage->push_back(make_layer(model, i));
+//   for (int i = ranges[0].first; i <= ranges[0].second; ++i) stage->push_back(make_layer(model,
+//   i));
 //
 // Layer lists:
 //   gpt: [embedding, block 0 .. block N-1, head]   num_layers = N + 2, num_blocks = N
@@ -34,9 +35,9 @@ struct ModelOptions {
   std::string kind = "gpt";  // "gpt" or "mlp"
   int layers = 4;            // transformer / residual MLP blocks
   int d_model = 64;
-  int heads = 4;             // gpt only
-  int seq_len = 32;          // gpt: tokens per sample; mlp: ignored
-  int vocab_size = 256;      // gpt: byte-level characters
+  int heads = 4;         // gpt only
+  int seq_len = 32;      // gpt: tokens per sample; mlp: ignored
+  int vocab_size = 256;  // gpt: byte-level characters
   uint64_t seed = 0;
 };
 

@@ -151,8 +151,12 @@ void expect_loss_falls(const ModelOptions& options, double lr) {
   EXPECT_LT(after, 0.8 * before) << options.kind << ": " << before << " -> " << after;
 }
 
-TEST(Model, GptLearnsText) { expect_loss_falls(tiny_gpt(), 1e-2); }
-TEST(Model, MlpLearnsTeacher) { expect_loss_falls(tiny_mlp(), 1e-2); }
+TEST(Model, GptLearnsText) {
+  expect_loss_falls(tiny_gpt(), 1e-2);
+}
+TEST(Model, MlpLearnsTeacher) {
+  expect_loss_falls(tiny_mlp(), 1e-2);
+}
 
 TEST(Model, RejectsBadOptions) {
   ModelOptions options = tiny_gpt();

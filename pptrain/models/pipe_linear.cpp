@@ -100,8 +100,8 @@ PipeLinearImpl::PipeLinearImpl(const PipeLinearOptions& options_) : options(opti
 }
 
 void PipeLinearImpl::reset() {
-  weight = register_parameter(
-      "weight", torch::empty({options.out_features(), options.in_features()}));
+  weight =
+      register_parameter("weight", torch::empty({options.out_features(), options.in_features()}));
   if (options.bias()) {
     bias = register_parameter("bias", torch::empty({options.out_features()}));
   } else {

@@ -21,7 +21,8 @@ void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, do
 std::map<std::string, torch::Tensor> grads_of(const torch::nn::Module& module) {
   std::map<std::string, torch::Tensor> grads;
   for (const auto& item : module.named_parameters()) {
-    grads[item.key()] = item.value().grad().defined() ? item.value().grad().clone() : torch::Tensor();
+    grads[item.key()] =
+        item.value().grad().defined() ? item.value().grad().clone() : torch::Tensor();
   }
   return grads;
 }
@@ -65,7 +66,8 @@ TEST(PipeLinear, InitialisesLikeTorchLinear) {
 TEST(PipeLinear, DeferredWeightGradsArriveOnlyWhenRun) {
   torch::manual_seed(2);
   torch::nn::Sequential net(PipeLinear(6, 12), torch::nn::Functional(torch::gelu, "none"),
-                            PipeLinear(12, 6), torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})));
+                            PipeLinear(12, 6),
+                            torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})));
   auto x = torch::randn({4, 6});
   auto grad = torch::randn({4, 6});
 

@@ -27,10 +27,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "pptrain/models/model.h"
 #include "pptrain/partition/profile.h"  // LayerProfile: one per-layer cost type, shared with the partitioners

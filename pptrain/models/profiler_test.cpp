@@ -34,8 +34,8 @@ TEST(Profiler, MeasuresEveryLayerOfGpt) {
   EXPECT_EQ(profile.layers[3].activation_bytes, mb * t * v * 4);
   EXPECT_EQ(profile.layers[0].parameter_bytes, (v * d + t * d) * 4);
   // Block: two LayerNorms (2D each), then qkv, proj, fc1 and fc2 with biases.
-  const int64_t block_params = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) +
-                               (d * 4 * d + 4 * d) + (4 * d * d + d);
+  const int64_t block_params =
+      2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
   EXPECT_EQ(profile.layers[1].parameter_bytes, block_params * 4);
   for (const LayerProfile& layer : profile.layers) {
     EXPECT_GT(layer.forward_ms, 0) << layer.name;

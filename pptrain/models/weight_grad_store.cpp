@@ -38,8 +38,12 @@ DeferWeightGrads::DeferWeightGrads(WeightGradStore* store) {
                  "DeferWeightGrads is not reentrant");
 }
 
-DeferWeightGrads::~DeferWeightGrads() { active_store.store(nullptr); }
+DeferWeightGrads::~DeferWeightGrads() {
+  active_store.store(nullptr);
+}
 
-WeightGradStore* active_weight_grad_store() { return active_store.load(); }
+WeightGradStore* active_weight_grad_store() {
+  return active_store.load();
+}
 
 }  // namespace pptrain
