@@ -1,0 +1,100 @@
+#include "pptrain/runtime/executor.h"
+
+#include <gtest/gtest.h>
+
+#include "pptrain/common/check.h"
+
+#include "pptrain/runtime/memory.h"
+#include "pptrain/runtime/stage.h"
+#include "pptrain/schedule/schedule.h"
+
+namespace pptrain {
+namespace {
+
+ModelOptions tiny_mlp() {
+  ModelOptions model;
+  model.kind = "mlp";
+  model.layers = 4;
+  model.d_model = 8;
+  return model;
+}
+
+// Gradients of the whole model, computed the plain way: one graph per microbatch, loss / M.
+std::vector<torch::Tensor> reference_grads(const ModelOptions& model, const std::vector<torch::Tensor>& inputs,
+                                           const std::vector<torch::Tensor>& targets) {
+  Stage whole = make_stage(model, 0, {0, num_layers(model) - 1});
+  for (size_t m = 0; m < inputs.size(); ++m) {
+    auto loss = compute_loss(model, whole.forward(inputs[m]), targets[m]) / static_cast<double>(inputs.size());
+    loss.backward();
+  }
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : whole.parameters()) grads.push_back(p.grad().clone());
+  return grads;
+}
+
+// Two stages on one rank, the V placement's turn: F hands the activation over locally, I and W
+// split the backward, and the gradient goes back locally. The result must equal plain autograd.
+TEST(Executor, LocalStagesWithSplitBackwardMatchPlainAutograd) {
+  const ModelOptions model = tiny_mlp();
+  const Schedule schedule = parse_csv("0F0,1F0,0F1,1F1,1I0,0I0,1B1,1W0,0B1,0W0\n");
+  ASSERT_EQ(schedule.num_stages, 2);
+  Stage first = make_stage(model, 0, {0, 1});
+  Stage second = make_stage(model, 1, {2, 3});
+  auto transport = make_local_transport();
+  Executor executor(schedule, 0, {&first, &second}, transport.get(),
+                    [&](const torch::Tensor& out, const torch::Tensor& target) {
+                      return compute_loss(model, out, target);
+                    },
+                    {{2, 8}});
+  torch::manual_seed(3);
+  StepData data;
+  for (int m = 0; m < 2; ++m) {
+    data.inputs.push_back(torch::randn({2, 8}));
+    data.targets.push_back(torch::randn({2, 8}));
+  }
+  const StepRecord record = executor.run_step(data, std::chrono::steady_clock::now());
+  EXPECT_TRUE(record.has_loss);
+  EXPECT_EQ(record.events.size(), 10u);
+  for (const auto& event : record.events) EXPECT_LE(event.start, event.end);
+
+  std::vector<torch::Tensor> got;
+  for (Stage* stage : {&first, &second}) {
+    for (const auto& p : stage->parameters()) got.push_back(p.grad());
+  }
+  const auto want = reference_grads(model, data.inputs, data.targets);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << "parameter " << i;
+    EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-5, 1e-7)) << "parameter " << i;
+  }
+}
+
+TEST(Executor, BackwardBeforeForwardIsAScheduleError) {
+  const ModelOptions model = tiny_mlp();
+  const Schedule schedule = parse_csv("0B0,0F0\n");
+  Stage whole = make_stage(model, 0, {0, 3});
+  auto transport = make_local_transport();
+  Executor executor(schedule, 0, {&whole}, transport.get(),
+                    [&](const torch::Tensor& out, const torch::Tensor& target) {
+                      return compute_loss(model, out, target);
+                    },
+                    {});
+  StepData data{{torch::randn({2, 8})}, {torch::randn({2, 8})}};
+  EXPECT_THROW(executor.run_step(data, std::chrono::steady_clock::now()), UserError);
+}
+
+TEST(Memory, CountsLiveTensorsAndThePeak) {
+  install_counting_allocator();
+  ASSERT_TRUE(counting_allocator_installed());
+  const int64_t before = allocated_bytes();
+  reset_peak();
+  {
+    auto a = torch::empty({1024}, torch::kFloat32);  // 4 KiB
+    EXPECT_EQ(allocated_bytes() - before, 4096);
+  }
+  EXPECT_EQ(allocated_bytes(), before);
+  EXPECT_EQ(peak_bytes() - before, 4096);
+}
+
+}  // namespace
+}  // namespace pptrain

@@ -1,0 +1,86 @@
+#include "pptrain/runtime/transport.h"
+
+#include <gtest/gtest.h>
+
+#include "pptrain/common/check.h"
+
+#include <set>
+#include <thread>
+
+#include "pptrain/runtime/launcher.h"
+
+namespace pptrain {
+namespace {
+
+// A send and the receive it feeds carry the same tag; no two messages of a step share one.
+TEST(CommTag, SendsMatchReceivesAndNeverCollide) {
+  const int stages = 6, microbatches = 5;
+  std::set<int> forward, backward;
+  for (int s = 0; s + 1 < stages; ++s) {
+    for (int m = 0; m < microbatches; ++m) {
+      const int f = comm_tag(Op::SEND_F, s, m, microbatches);
+      EXPECT_EQ(f, comm_tag(Op::RECV_F, s + 1, m, microbatches));
+      const int b = comm_tag(Op::SEND_B, s + 1, m, microbatches);
+      EXPECT_EQ(b, comm_tag(Op::RECV_B, s, m, microbatches));
+      EXPECT_TRUE(forward.insert(f).second);
+      EXPECT_TRUE(backward.insert(b).second);
+      EXPECT_EQ(forward.count(b) + backward.count(f), 0u);
+      EXPECT_LT(std::max(f, b), kControlTagBase);
+    }
+  }
+  EXPECT_EQ(peer_stage(Op::SEND_F, 2), 3);
+  EXPECT_EQ(peer_stage(Op::RECV_F, 2), 1);
+  EXPECT_EQ(peer_stage(Op::SEND_B, 2), 1);
+  EXPECT_EQ(peer_stage(Op::RECV_B, 2), 3);
+}
+
+// Two ranks (threads of this process) over Gloo: a receive posted before the send, an
+// all-reduce and a barrier.
+TEST(Transport, GlooSendRecvAllreduceBetweenTwoRanks) {
+  const int port = find_free_port();
+  std::vector<torch::Tensor> received(2), reduced(2);
+  std::vector<std::string> errors(2);
+  auto rank_main = [&](int rank) {
+    try {
+      TransportOptions options;
+      options.rank = rank;
+      options.world_size = 2;
+      options.master_port = port;
+      options.timeout = std::chrono::seconds(30);
+      auto transport = connect_transport(options);
+      auto buffer = torch::zeros({3});
+      auto posted = transport->recv(buffer, 1 - rank, 7);
+      auto sent = transport->send(torch::full({3}, 10.0f + rank), 1 - rank, 7);
+      posted.wait();
+      sent.wait();
+      received[rank] = buffer;
+      auto value = torch::full({2}, static_cast<double>(rank + 1), torch::kFloat64);
+      transport->allreduce_sum(value);
+      reduced[rank] = value;
+      transport->barrier();
+    } catch (const std::exception& e) {
+      errors[rank] = e.what();
+    }
+  };
+  std::thread other(rank_main, 1);
+  rank_main(0);
+  other.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  EXPECT_TRUE(torch::equal(received[0], torch::full({3}, 11.0f)));
+  EXPECT_TRUE(torch::equal(received[1], torch::full({3}, 10.0f)));
+  for (const auto& r : reduced) EXPECT_TRUE(torch::equal(r, torch::full({2}, 3.0, torch::kFloat64)));
+}
+
+TEST(Transport, FromEnvNamesWhatIsMissing) {
+  unsetenv("RANK");
+  try {
+    TransportOptions::from_env();
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("RANK"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pptrain
