@@ -244,6 +244,9 @@ struct BadInput {
   std::string expected;  // part of the message
 };
 
+// Test names show the case's name, not its bytes.
+void PrintTo(const BadInput& input, std::ostream* out) { *out << input.name; }
+
 class RejectsBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(RejectsBadInput, OneLineAndExitStatus2) {

@@ -69,6 +69,37 @@ TEST(Executor, LocalStagesWithSplitBackwardMatchPlainAutograd) {
   }
 }
 
+// A composite action runs its parts in order; each part is one timeline event.
+TEST(Executor, OverlappedForwardAndBackwardRunAsTheirParts) {
+  const ModelOptions model = tiny_mlp();
+  const Schedule schedule = parse_csv("0F0,1F0,(0F1;1B0)OVERLAP_F_B,0B0,1F1,1B1,0B1\n");
+  Stage first = make_stage(model, 0, {0, 1});
+  Stage second = make_stage(model, 1, {2, 3});
+  auto transport = make_local_transport();
+  Executor executor(schedule, 0, {&first, &second}, transport.get(),
+                    [&](const torch::Tensor& out, const torch::Tensor& target) {
+                      return compute_loss(model, out, target);
+                    },
+                    {{2, 8}});
+  StepData data;
+  for (int m = 0; m < 2; ++m) {
+    data.inputs.push_back(torch::randn({2, 8}));
+    data.targets.push_back(torch::randn({2, 8}));
+  }
+  const StepRecord record = executor.run_step(data, std::chrono::steady_clock::now());
+  ASSERT_EQ(record.events.size(), 8u);
+  EXPECT_EQ(to_string(record.events[2].action), "0F1");
+  EXPECT_EQ(to_string(record.events[3].action), "1B0");
+  const auto want = reference_grads(model, data.inputs, data.targets);
+  size_t i = 0;
+  for (Stage* stage : {&first, &second}) {
+    for (const auto& p : stage->parameters()) {
+      EXPECT_TRUE(torch::allclose(p.grad(), want[i], 1e-5, 1e-7)) << "parameter " << i;
+      ++i;
+    }
+  }
+}
+
 TEST(Executor, BackwardBeforeForwardIsAScheduleError) {
   const ModelOptions model = tiny_mlp();
   const Schedule schedule = parse_csv("0B0,0F0\n");
