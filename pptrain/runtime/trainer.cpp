@@ -1,5 +1,7 @@
 #include "pptrain/runtime/trainer.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -161,6 +163,18 @@ void write_text_file(const std::string& path, const std::string& text, const cha
   out << text;
 }
 
+// One knob for every thread pool that computes: LibTorch's own (and MKL's), and OpenBLAS's,
+// which LibTorch's setting does not reach. Without the latter a --pp 1 run would quietly use
+// every core for its matrix products while each worker uses one. OpenBLAS is looked up at run
+// time so we do not link against a particular BLAS.
+void set_compute_threads(int threads) {
+  torch::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(threads);
+  }
+}
+
 std::string mib(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.2f", static_cast<double>(bytes) / (1 << 20));
@@ -242,7 +256,7 @@ Schedule plan_training(const TrainOptions& options) {
 
 void train(const TrainOptions& options, const Schedule& lowered, Transport& transport) {
   install_counting_allocator();
-  torch::set_num_threads(options.threads);
+  set_compute_threads(options.threads);
   const int rank = transport.rank();
   const int P = transport.world_size();
   PPTRAIN_CHECK(P == lowered.num_ranks, "WORLD_SIZE=", P, " but the schedule is for --pp ",
