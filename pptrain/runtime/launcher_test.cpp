@@ -23,15 +23,16 @@ TEST(Launcher, WorkersGetTheTorchrunEnvironment) {
 }
 
 TEST(Launcher, AWorkerKilledBySignalStopsTheOthersAndIsNamed) {
-  // Rank 1 aborts; the others would sleep far longer than the test's timeout.
+  // Rank 1 aborts; the others would sleep far longer than the test's timeout (exec: the shell
+  // becomes the sleep, so killing the worker leaves no grandchild holding ctest's pipe).
   const auto result = launch_workers(
-      shell(3, "if [ \"$RANK\" = 1 ]; then kill -ABRT $$; fi; sleep 600"));
+      shell(3, "if [ \"$RANK\" = 1 ]; then kill -ABRT $$; fi; exec sleep 600"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.message.rfind("worker rank 1 was killed by signal 6", 0), 0u) << result.message;
 }
 
 TEST(Launcher, AFailedExitStatusIsNamed) {
-  const auto result = launch_workers(shell(2, "if [ \"$RANK\" = 0 ]; then exit 3; fi; sleep 600"));
+  const auto result = launch_workers(shell(2, "if [ \"$RANK\" = 0 ]; then exit 3; fi; exec sleep 600"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.message.rfind("worker rank 0 exited with status 3", 0), 0u) << result.message;
 }
