@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "pptrain/common/check.h"
@@ -83,12 +84,12 @@ std::vector<std::string> split_cells(const std::string& line) {
   return cells;
 }
 
-void note_stage(std::vector<int>& stage_to_rank, int stage, int rank, int row) {
-  if (stage >= static_cast<int>(stage_to_rank.size())) stage_to_rank.resize(stage + 1, -1);
-  PPTRAIN_CHECK(stage_to_rank[stage] == -1 || stage_to_rank[stage] == rank, "schedule row ", row,
-                ": stage ", stage, " also appears on rank ", stage_to_rank[stage],
-                " (a stage must live on one rank)");
-  stage_to_rank[stage] = rank;
+// A map, not a vector sized by the largest index: a typo like `999999999F0` must be an error
+// message, not a 4 GB table.
+void note_stage(std::map<int, int>& stage_to_rank, int stage, int rank, int row) {
+  const auto [it, inserted] = stage_to_rank.emplace(stage, rank);
+  PPTRAIN_CHECK(inserted || it->second == rank, "schedule row ", row, ": stage ", stage,
+                " also appears on rank ", it->second, " (a stage must live on one rank)");
 }
 
 }  // namespace
@@ -99,7 +100,7 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   std::string line;
   int max_microbatch = -1;
-  std::vector<int> stage_to_rank;
+  std::map<int, int> stage_to_rank;
   while (std::getline(in, line)) {
     const int rank = static_cast<int>(schedule.actions.size());
     const int row = rank + 1;
@@ -127,13 +128,16 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
   while (!schedule.actions.empty() && schedule.actions.back().empty()) schedule.actions.pop_back();
   schedule.num_ranks = static_cast<int>(schedule.actions.size());
   PPTRAIN_CHECK(schedule.num_ranks > 0, "schedule file has no actions");
-  for (size_t s = 0; s < stage_to_rank.size(); ++s) {
-    PPTRAIN_CHECK(stage_to_rank[s] != -1, "schedule has no action for stage ", s,
-                  " (stages must be numbered 0..", stage_to_rank.size() - 1, ")");
+  int expected = 0;
+  for (const auto& [stage, rank] : stage_to_rank) {
+    PPTRAIN_CHECK(stage == expected, "schedule has no action for stage ", expected,
+                  " (stages must be numbered 0..", stage_to_rank.size() - 1, ", but ", stage,
+                  " appears)");
+    schedule.stage_to_rank.push_back(rank);
+    ++expected;
   }
-  schedule.num_stages = static_cast<int>(stage_to_rank.size());
+  schedule.num_stages = static_cast<int>(schedule.stage_to_rank.size());
   schedule.num_microbatches = max_microbatch + 1;
-  schedule.stage_to_rank = std::move(stage_to_rank);
   PPTRAIN_CHECK(schedule.num_stages % schedule.num_ranks == 0, "schedule has ", schedule.num_stages,
                 " stages on ", schedule.num_ranks, " ranks; every rank must hold the same number of stages");
   return schedule;

@@ -46,6 +46,15 @@ TEST(ScheduleCsv, RejectsStageOnTwoRanksAndBadCells) {
   EXPECT_THROW(parse_csv("1F0\n"), UserError);  // stage 0 missing
 }
 
+TEST(ScheduleCsv, HugeStageIndexIsAMessageNotAnAllocation) {
+  try {
+    parse_csv("0F0,999999999F0,0B0\n");
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("no action for stage 1"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Lowering, InsertsSendAfterProducerAndRecvBeforeConsumer) {
   Schedule s = parse_csv("0F0,0B0\n1F0,1B0\n");
   Schedule lowered = lower(s);

@@ -17,8 +17,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // --help exits 0; every other flag error exits 2 with CLI11's one-line message.
-    return e.get_exit_code() == 0 ? app.exit(e) : (app.exit(e), 2);
+    // --help exits 0; every other flag error is one line and exit status 2.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "pptrain: error: %s (see --help)\n", e.what());
+    return 2;
   } catch (const pptrain::UserError& e) {
     std::fprintf(stderr, "pptrain: error: %s\n", e.what());
     return 2;

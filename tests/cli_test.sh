@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# CLI checks that need no LibTorch: pictures that rsvg-convert renders, the --json fields other
+# tools rely on, and one-line errors with exit status 2 for bad input.
+#   tests/cli_test.sh PPTRAIN_BINARY [RSVG_CONVERT]
+set -uo pipefail
+pptrain=$1
+rsvg=${2:-}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error "description" "substring of the message" command...
+# The message is one line; an invalid schedule may follow it with the marked grid, a picture whose
+# every line starts with "rank ".
+expect_error() {
+  local what=$1 needle=$2
+  shift 2
+  "$@" >"$work/out" 2>"$work/err"
+  local code=$?
+  if [ "$code" -ne 2 ]; then fail "$what: exit $code, expected 2"; return; fi
+  if [ "$(grep -vc '^rank ' "$work/err")" -ne 1 ]; then fail "$what: error is not one line:"; cat "$work/err"; return; fi
+  head -1 "$work/err" | grep -q -- "$needle" || fail "$what: message lacks '$needle': $(cat "$work/err")"
+}
+
+# The schedule picture renders.
+for name in gpipe 1f1b zb-h2 zb-v; do
+  "$pptrain" schedule --schedule "$name" --pp 4 --microbatches 8 --svg "$work/$name.svg" >/dev/null \
+    || fail "schedule $name --svg exited $?"
+  if [ -n "$rsvg" ]; then
+    "$rsvg" -o "$work/$name.png" "$work/$name.svg" || fail "rsvg-convert could not render $name.svg"
+  fi
+done
+
+# --json carries every field of the interface.
+json=$("$pptrain" schedule --schedule 1f1b --pp 4 --microbatches 8 --json)
+for field in schedule pp chunks microbatches makespan bubble_ratio ranks rank busy idle peak_activations; do
+  grep -q "\"$field\"" <<<"$json" || fail "schedule --json lacks \"$field\": $json"
+done
+grep -q '"bubble_ratio":0.2727' <<<"$json" || fail "1f1b P=4 M=8 bubble is not 3/11: $json"
+
+# Export, then import what was exported: same simulation.
+"$pptrain" schedule --schedule zb-h1 --pp 3 --microbatches 6 --export "$work/zb.csv" --with-comms --json >"$work/a.json"
+"$pptrain" schedule --import "$work/zb.csv" --json >"$work/b.json"
+sed 's/"schedule":"[^"]*",//' "$work/a.json" >"$work/a2.json"
+sed 's/"schedule":"[^"]*",//' "$work/b.json" >"$work/b2.json"
+cmp -s "$work/a2.json" "$work/b2.json" || fail "export/import changed the simulation: $(cat "$work/a.json") vs $(cat "$work/b.json")"
+
+# Bad input.
+expect_error "unknown schedule" "unknown schedule 'nope'" "$pptrain" schedule --schedule nope --pp 2 --microbatches 2
+expect_error "zero microbatches" "microbatches" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 0
+printf '0F0,1F0\n0B0\n' >"$work/bad.csv"
+expect_error "stage on two ranks" "stage 0 also appears" "$pptrain" schedule --import "$work/bad.csv"
+printf '0F0,999999999F0,0B0\n' >"$work/huge.csv"
+expect_error "huge stage index" "no action for stage 1" "$pptrain" schedule --import "$work/huge.csv"
+printf '0F0,0B0\n1F0\n' >"$work/missing.csv"
+expect_error "missing backward" "rank 1" "$pptrain" schedule --import "$work/missing.csv"
+expect_error "missing import file" "$work/none.csv" "$pptrain" schedule --import "$work/none.csv"
+expect_error "bad cost" "cost" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --cost F=-1
+expect_error "unknown flag" "--bogus" "$pptrain" schedule --bogus
+
+if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all CLI checks passed"
