@@ -86,6 +86,7 @@ double CostModel::time(const Action& action, int num_stages, int num_ranks) cons
     case Op::W:
       return of(stage_backward_weight, backward_weight, "stage_backward_weight");
     case Op::B:
+      if (!stage_backward.empty()) return of(stage_backward, 0, "stage_backward");
       return of(stage_backward_input, backward_input, "stage_backward_input") +
              of(stage_backward_weight, backward_weight, "stage_backward_weight");
     case Op::OVERLAP_F_B: {
@@ -100,6 +101,11 @@ double CostModel::time(const Action& action, int num_stages, int num_ranks) cons
 
 double CostModel::activation(int stage, int num_stages, int num_ranks) const {
   return per_stage(stage_activation, 1.0, stage, num_stages, num_ranks, "stage_activation");
+}
+
+double CostModel::weight_stash(int stage, int num_stages) const {
+  if (stage_weight_stash.empty()) return 0;
+  return per_stage(stage_weight_stash, 0, stage, num_stages, 1, "stage_weight_stash");
 }
 
 }  // namespace pptrain

@@ -26,9 +26,16 @@ struct CostModel {
   double comm = 0;
   // Optional per-stage times [num_stages]; when non-empty they override the scalars above.
   std::vector<double> stage_forward, stage_backward_input, stage_backward_weight;
+  // Optional per-stage time of the fused backward B [num_stages]; empty: B = I + W. A measured
+  // run gives it on its own (a fused B is not exactly the sum of a separate I and W).
+  std::vector<double> stage_backward;
   // Optional activation memory per microbatch per stage [num_stages], any unit; empty = each
   // chunk holds 1/V of one microbatch's activations of the rank's whole share.
   std::vector<double> stage_activation;
+  // Optional memory per microbatch per stage [num_stages], same unit as stage_activation, that
+  // the deferred weight gradients hold from the end of I to the end of W (the weight layers'
+  // inputs and output gradients); empty = not counted.
+  std::vector<double> stage_weight_stash;
 
   // Parses "F=1,I=1,W=1,comm=0": any subset of the keys F, I, W, comm in any order, values
   // finite and >= 0. Throws UserError naming the bad piece.
@@ -42,6 +49,8 @@ struct CostModel {
   double time(const Action& action, int num_stages, int num_ranks) const;
   // Activation memory one microbatch holds on `stage` between its F and its I or B.
   double activation(int stage, int num_stages, int num_ranks) const;
+  // Memory one microbatch holds on `stage` between its I and its W (0 unless stage_weight_stash).
+  double weight_stash(int stage, int num_stages) const;
 };
 
 }  // namespace pptrain

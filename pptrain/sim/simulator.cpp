@@ -202,9 +202,20 @@ class Simulation {
         memory_events_[r].emplace_back(start, activation);
         break;
       case Op::I:
+        backward_end_(st, mb) = end;
+        memory_events_[r].emplace_back(end, -activation);
+        if (const double stash = cost_.weight_stash(st, s_.num_stages)) {
+          memory_events_[r].emplace_back(end, stash);
+        }
+        break;
       case Op::B:
         backward_end_(st, mb) = end;
         memory_events_[r].emplace_back(end, -activation);
+        break;
+      case Op::W:
+        if (const double stash = cost_.weight_stash(st, s_.num_stages)) {
+          memory_events_[r].emplace_back(end, -stash);
+        }
         break;
       case Op::SEND_F:
         sent_f_(st, mb) = end;
@@ -219,7 +230,7 @@ class Simulation {
         received_b_(st, mb) = end;
         break;
       default:
-        break;  // W frees nothing we count (see simulator.h)
+        break;
     }
   }
 

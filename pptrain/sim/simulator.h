@@ -25,8 +25,9 @@
 // whose I or B has not, of the stage's activation memory (CostModel::activation; by default a
 // chunk counts 1/V, so 1 = one microbatch of the rank's whole share). A stash is counted from the
 // start of its F and released at the end of its I or B. The smaller stash that W still needs
-// after I (inputs of weight layers, output gradients) is NOT counted; docs/SCHEDULE_FORMAT.md
-// says the same.
+// after I (inputs of weight layers, output gradients) is NOT counted by default;
+// docs/SCHEDULE_FORMAT.md says the same. CostModel::stage_weight_stash, when given, counts it
+// too, from the end of I to the end of W (in the same unit as the activations).
 #pragma once
 
 #include <string>

@@ -1,0 +1,65 @@
+// Predicted against measured: read a run's own per-stage costs off its measured timelines,
+// simulate the same schedule with them, and put the two side by side (`pptrain train
+// --compare-sim`).
+//
+//   std::vector<Timeline> steps = ...;   // measured steps, every rank's events on one clock
+//   Comparison c = compare_to_simulation(lowered, steps);
+//   std::puts(format_comparison(c).c_str());
+//   render_svg({steps.back(), c.predicted.timeline}, ...);   // measured above predicted
+//
+// How the costs are read (all in seconds):
+//   F, I, W, B of stage s   per step, the mean duration of that stage's events of that kind over
+//                           the microbatches; then the median over the steps. The mean keeps a
+//                           step's total (what the makespan is made of); the median over steps
+//                           drops a step that a noisy neighbour slowed down. A kind the schedule
+//                           does not use on a stage costs 0.
+//   comm                    the median, over every transfer whose receiver was already waiting
+//                           when the send started (RECV start <= SEND start), of RECV end - SEND
+//                           start: how long after the producer finished the consumer could go on.
+//                           Only those transfers show the latency: for the others the data had
+//                           arrived before the receiver asked. None (no receiver ever waited): 0,
+//                           since the latency then never delayed anything.
+// The events of all ranks must be on one clock (the runtime aligns them through the host's
+// monotonic clock); the simulator's rules are in simulator.h.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pptrain/render/timeline.h"
+#include "pptrain/schedule/schedule.h"
+#include "pptrain/sim/cost_model.h"
+#include "pptrain/sim/simulator.h"
+
+namespace pptrain {
+
+struct MeasuredCosts {
+  CostModel cost;        // per-stage stage_forward/backward_input/backward_weight/backward, comm
+  int comm_samples = 0;  // transfers the comm latency was read from
+};
+
+// UserError if `steps` is empty. Events of stages outside [0, num_stages) are ignored.
+MeasuredCosts measure_costs(const std::vector<Timeline>& steps, int num_stages);
+
+struct Comparison {
+  MeasuredCosts costs;
+  SimResult predicted;               // `lowered` simulated with costs.cost
+  double measured_makespan = 0;      // seconds, median over the steps (timeline_stats)
+  double measured_bubble_ratio = 0;  // median over the steps
+  int steps = 0;                     // measured steps used
+};
+
+// `lowered`: the schedule that ran, with its SEND/RECV actions. UserError if `steps` is empty.
+Comparison compare_to_simulation(const Schedule& lowered, const std::vector<Timeline>& steps);
+
+// A readable block: the per-stage costs, then predicted against measured makespan and bubble.
+std::string format_comparison(const Comparison& comparison);
+
+// {"predicted_makespan_s", "measured_makespan_s", "predicted_bubble_ratio",
+//  "measured_bubble_ratio", "comm_latency_s", "comm_samples", "stage_forward_s",
+//  "stage_backward_input_s", "stage_backward_weight_s", "stage_backward_s", "steps"}
+nlohmann::ordered_json comparison_json(const Comparison& comparison);
+
+}  // namespace pptrain

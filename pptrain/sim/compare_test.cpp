@@ -1,0 +1,115 @@
+#include "pptrain/sim/compare.h"
+
+#include <gtest/gtest.h>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
+
+namespace pptrain {
+namespace {
+
+TimelineEvent event(int rank, const std::string& action, double start, double end) {
+  return TimelineEvent{rank, parse_action(action), start, end};
+}
+
+TEST(MeasureCosts, StepMeansThenMedianOverSteps) {
+  // Two stages on two ranks, two microbatches. Step 1: 0F0 1 ms, 0F1 3 ms (mean 2 ms);
+  // step 2: 4 ms and 4 ms (mean 4); step 3: 5 and 7 (mean 6) -> median 4 ms.
+  std::vector<Timeline> steps;
+  for (auto [a, b] : {std::pair{1.0, 3.0}, {4.0, 4.0}, {5.0, 7.0}}) {
+    Timeline t;
+    t.num_ranks = 2;
+    t.events = {event(0, "0F0", 0, a * 1e-3), event(0, "0F1", 0.01, 0.01 + b * 1e-3),
+                event(1, "1B0", 0.02, 0.025), event(0, "0I1", 0.03, 0.032),
+                event(0, "0W1", 0.04, 0.041)};
+    steps.push_back(t);
+  }
+  const MeasuredCosts m = measure_costs(steps, 2);
+  ASSERT_EQ(m.cost.stage_forward.size(), 2u);
+  EXPECT_NEAR(m.cost.stage_forward[0], 4e-3, 1e-12);
+  EXPECT_EQ(m.cost.stage_forward[1], 0);  // never ran
+  EXPECT_NEAR(m.cost.stage_backward[1], 5e-3, 1e-12);
+  EXPECT_NEAR(m.cost.stage_backward_input[0], 2e-3, 1e-12);
+  EXPECT_NEAR(m.cost.stage_backward_weight[0], 1e-3, 1e-12);
+  EXPECT_EQ(m.comm_samples, 0);
+  EXPECT_EQ(m.cost.comm, 0);
+}
+
+TEST(MeasureCosts, LatencyFromReceivesThatWaited) {
+  Timeline t;
+  t.num_ranks = 2;
+  t.events = {
+      // Rank 1 waits from 0 for microbatch 0, sent at 1.0, arrives 1.3: one sample of 0.3.
+      event(0, "0SEND_F0", 1.0, 1.01), event(1, "1RECV_F0", 0.0, 1.3),
+      // Microbatch 1 had arrived before rank 1 asked for it: no sample.
+      event(0, "0SEND_F1", 2.0, 2.01), event(1, "1RECV_F1", 5.0, 5.0),
+      // A gradient going back, waited for: 0.5.
+      event(1, "1SEND_B0", 3.0, 3.0), event(0, "0RECV_B0", 2.5, 3.5)};
+  const MeasuredCosts m = measure_costs({t}, 2);
+  EXPECT_EQ(m.comm_samples, 2);
+  EXPECT_NEAR(m.cost.comm, 0.4, 1e-12);  // median of 0.3 and 0.5
+}
+
+TEST(MeasureCosts, NeedsAStep) { EXPECT_THROW(measure_costs({}, 2), UserError); }
+
+// A simulated run read back as if measured: the costs come back, and the prediction equals it.
+TEST(CompareToSimulation, SimulatedRunPredictsItself) {
+  const Schedule lowered = lower(make_schedule({"zb-h1", 2, 4}));
+  CostModel truth;
+  truth.stage_forward = {1.0, 1.5};
+  truth.stage_backward_input = {0.8, 1.2};
+  truth.stage_backward_weight = {0.5, 0.7};
+  const SimResult run = simulate(lowered, truth);
+  const Comparison c = compare_to_simulation(lowered, {run.timeline, run.timeline});
+  EXPECT_EQ(c.steps, 2);
+  const auto expect_near = [](const std::vector<double>& got, const std::vector<double>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t s = 0; s < got.size(); ++s) EXPECT_NEAR(got[s], want[s], 1e-9) << "stage " << s;
+  };
+  expect_near(c.costs.cost.stage_forward, truth.stage_forward);
+  expect_near(c.costs.cost.stage_backward_input, truth.stage_backward_input);
+  expect_near(c.costs.cost.stage_backward_weight, truth.stage_backward_weight);
+  expect_near(c.costs.cost.stage_backward, {0, 0});  // zb-h1 runs no fused B
+  EXPECT_NEAR(c.predicted.makespan, run.makespan, 1e-9);
+  EXPECT_NEAR(c.measured_makespan, run.makespan, 1e-9);
+  EXPECT_NEAR(c.predicted.bubble_ratio, c.measured_bubble_ratio, 1e-9);
+
+  const std::string text = format_comparison(c);
+  EXPECT_NE(text.find("predicted"), std::string::npos) << text;
+  const auto json = comparison_json(c);
+  EXPECT_NEAR(json.at("predicted_makespan_s").get<double>(), run.makespan, 1e-9);
+  EXPECT_EQ(json.at("stage_forward_s").size(), 2u);
+}
+
+// A measured fused B is its own figure, not I + W.
+TEST(CostModel, PerStageFusedBackwardOverridesTheSum) {
+  CostModel c;
+  c.stage_backward_input = {1, 1};
+  c.stage_backward_weight = {1, 1};
+  EXPECT_EQ(c.time(parse_action("1B0"), 2, 2), 2);
+  c.stage_backward = {3, 1.5};
+  EXPECT_EQ(c.time(parse_action("1B0"), 2, 2), 1.5);
+  EXPECT_EQ(c.time(parse_action("1I0"), 2, 2), 1);
+}
+
+}  // namespace
+}  // namespace pptrain
+
+namespace pptrain {
+namespace {
+
+// What the deferred weight gradients hold between I and W counts when given: here 0I0's stash
+// (1) is still held while 0F1's activations (2) are, so the peak is 3 instead of 2.
+TEST(SimulatorWeightStash, CountedFromIUntilW) {
+  const Schedule s = parse_csv("0F0,0I0,0F1,0I1,0W0,0W1\n");
+  CostModel cost;
+  cost.stage_activation = {2};
+  EXPECT_EQ(simulate(s, cost).ranks[0].peak_activations, 2);
+  cost.stage_weight_stash = {1};
+  EXPECT_EQ(simulate(s, cost).ranks[0].peak_activations, 3);
+  // A fused B leaves nothing for later.
+  EXPECT_EQ(simulate(parse_csv("0F0,0B0,0F1,0B1\n"), cost).ranks[0].peak_activations, 2);
+}
+
+}  // namespace
+}  // namespace pptrain
