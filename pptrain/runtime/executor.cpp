@@ -15,6 +15,7 @@ struct Executor::Slot {
   torch::Tensor output;       // stage output, or loss / M on the last stage
   torch::Tensor output_grad;  // gradient of `output`: from RECV_B or the next stage on this rank
   torch::Tensor input_grad;   // gradient of `input`, waiting for SEND_B
+  bool forwarded = false;     // F ran and no backward yet
   PendingComm sent_output;    // SEND_F in flight
   WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
 };
@@ -116,8 +117,8 @@ void Executor::run_action(const Action& action, const StepData& data, StepState&
   const int s = action.stage, mb = action.microbatch;
   switch (action.op) {
     case Op::F: forward(s, mb, data, state); break;
-    case Op::B: backward(s, mb, /*defer_weight_grads=*/false, state); break;
-    case Op::I: backward(s, mb, /*defer_weight_grads=*/true, state); break;
+    case Op::B: backward(s, mb, /*defer_weight_grads=*/false, data, state); break;
+    case Op::I: backward(s, mb, /*defer_weight_grads=*/true, data, state); break;
     case Op::W: slot(state, s, mb).weight_grads.run(); break;
     case Op::SEND_F: {
       Slot& sl = slot(state, s, mb);
@@ -125,6 +126,8 @@ void Executor::run_action(const Action& action, const StepData& data, StepState&
                     " on rank ", rank_, " sends an output that F has not produced");
       sl.sent_output = transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
                                         comm_tag(action.op, s, mb, schedule_.num_microbatches));
+      // Recomputing, the graph-free output is needed only by the send, which holds it.
+      if (options_.recompute) sl.output = torch::Tensor();
       break;
     }
     case Op::SEND_B: {
@@ -143,9 +146,17 @@ void Executor::run_action(const Action& action, const StepData& data, StepState&
   state.record.events.push_back({rank_, action, begin, end});
 }
 
+torch::Tensor Executor::stage_output(int s, int mb, const torch::Tensor& input,
+                                     const StepData& data) {
+  torch::Tensor output = stages_.at(s)->forward(input);
+  if (s != schedule_.num_stages - 1) return output;
+  PPTRAIN_ASSERT(mb < static_cast<int>(data.targets.size()), "no targets for microbatch ", mb);
+  // Divided by M so the accumulated gradients are those of the mean over the mini-batch.
+  return loss_(output, data.targets[mb]) / schedule_.num_microbatches;
+}
+
 void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
   Slot& sl = slot(state, s, mb);
-  const int last = schedule_.num_stages - 1;
   torch::Tensor input;
   if (s == 0) {
     PPTRAIN_ASSERT(mb < static_cast<int>(data.inputs.size()), "no input data for microbatch ", mb);
@@ -157,27 +168,34 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
     input = sl.input.requires_grad_(true);
   }
   sl.input = input;
-  torch::Tensor output = stages_.at(s)->forward(input);
-  if (s == last) {
-    PPTRAIN_ASSERT(mb < static_cast<int>(data.targets.size()), "no targets for microbatch ", mb);
-    // Divided by M so the accumulated gradients are those of the mean over the mini-batch.
-    output = loss_(output, data.targets[mb]) / schedule_.num_microbatches;
+  torch::Tensor output;
+  {
+    // Recomputation: no graph now; the backward rebuilds it from sl.input.
+    std::optional<torch::NoGradGuard> no_graph;
+    if (options_.recompute) no_graph.emplace();
+    output = stage_output(s, mb, input, data);
+  }
+  if (s == schedule_.num_stages - 1) {
     state.record.has_loss = true;
     state.record.loss += output.item<double>();
   } else if (is_local(s + 1)) {
     slot(state, s + 1, mb).input = output.detach();
   }
-  sl.output = output;
+  sl.forwarded = true;
+  // Kept for the backward, or (recomputing) only for SEND_F, which takes it over.
+  if (!options_.recompute || (s != schedule_.num_stages - 1 && !is_local(s + 1))) sl.output = output;
 }
 
-void Executor::backward(int s, int mb, bool defer_weight_grads, StepState& state) {
+void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& data,
+                        StepState& state) {
   Slot& sl = slot(state, s, mb);
   const int last = schedule_.num_stages - 1;
-  PPTRAIN_CHECK(sl.output.defined(), "schedule error: backward of stage ", s, " microbatch ", mb,
+  PPTRAIN_CHECK(sl.forwarded, "schedule error: backward of stage ", s, " microbatch ", mb,
                 " on rank ", rank_, " runs before its forward (or twice)");
   // The peer has long received this output (its gradient depends on it): this never blocks,
-  // and it lets the buffer go.
+  // and dropping the finished send lets the buffer go.
   sl.sent_output.wait();
+  sl.sent_output = PendingComm();
   std::vector<torch::Tensor> grads;
   if (s != last) {
     PPTRAIN_CHECK(sl.output_grad.defined(), "schedule error: backward of stage ", s,
@@ -186,6 +204,8 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, StepState& state
                   s + 1, ")");
     grads.push_back(sl.output_grad);
   }
+  // Same input, same layers, same thread count: the rerun reproduces F's output bit for bit.
+  if (options_.recompute) sl.output = stage_output(s, mb, sl.input, data);
   {
     std::optional<DeferWeightGrads> defer;
     if (defer_weight_grads) defer.emplace(&sl.weight_grads);
@@ -200,6 +220,7 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, StepState& state
     }
   }
   // The graph is freed by backward; drop the ends we held (deferred W closures keep their own).
+  sl.forwarded = false;
   sl.input = torch::Tensor();
   sl.output = torch::Tensor();
   sl.output_grad = torch::Tensor();

@@ -5,6 +5,9 @@
 //   F s m        forward of stage s on microbatch m; keeps the stage input (requires_grad) and
 //                output for the backward. The first stage reads the data, the last computes
 //                loss / M (so gradients accumulate to the mean over the mini-batch).
+//                With ExecutorOptions::recompute, F runs without autograd and keeps only the
+//                stage input; I or B first reruns the forward with autograd from that input
+//                (the rerun is part of the I or B event, so measured times include it).
 //   B s m        full backward of the stage: input gradient and weight gradients.
 //   I s m        the same backward under DeferWeightGrads: only the input gradient; the weight
 //                gradients wait as closures in the (stage, microbatch) store...
@@ -40,6 +43,9 @@ struct ExecutorOptions {
   // Receives posted before the action that consumes them, counted from the current position:
   // more overlaps communication further but holds more buffers. -1: the whole step's at once.
   int recv_ahead = 4;
+  // Activation recomputation: between a microbatch's F and its I or B a stage holds only its
+  // input (and, until the backward, the output buffer it sent), not the autograd graph.
+  bool recompute = false;
 };
 
 // The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0,
@@ -74,7 +80,9 @@ class Executor {
 
   void run_action(const Action& action, const StepData& data, StepState& state);
   void forward(int stage, int mb, const StepData& data, StepState& state);
-  void backward(int stage, int mb, bool defer_weight_grads, StepState& state);
+  // The stage's layers on `input`, and on the last stage the loss / M against the targets.
+  torch::Tensor stage_output(int stage, int mb, const torch::Tensor& input, const StepData& data);
+  void backward(int stage, int mb, bool defer_weight_grads, const StepData& data, StepState& state);
   void post_receives_through(size_t position, StepState& state);
   Slot& slot(StepState& state, int stage, int mb);
   bool is_local(int stage) const { return schedule_.stage_to_rank[stage] == rank_; }
