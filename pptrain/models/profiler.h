@@ -52,7 +52,7 @@ struct ModelProfile {
   std::vector<LayerProfile> layers;
 };
 
-// UserError on bad options. Sets torch's thread count to 1 for the measurement.
+// UserError on bad options. Leaves LibTorch and OpenBLAS at one compute thread (the measurement's).
 ModelProfile profile_model(const ProfileOptions& options);
 
 nlohmann::json profile_to_json(const ModelProfile& profile);

@@ -17,6 +17,7 @@
 #include "pptrain/render/svg.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/memory.h"
+#include "pptrain/runtime/partition_plan.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/validate.h"
@@ -266,7 +267,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
   const int64_t microbatch_size = options.data.batch_size / M;
 
   // This rank's stages, from the same per-layer seeds as any other split.
-  const auto ranges = uniform_split(options.model, S);
+  const auto ranges = plan_stage_layers(options, S, /*may_profile=*/false);
   std::vector<Stage> stages;
   for (int s : lowered.stages_of(rank)) stages.push_back(make_stage(options.model, s, ranges[s]));
   std::vector<Stage*> stage_ptrs;
@@ -308,6 +309,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
                 options.model.kind.c_str(), num_layers(options.model), options.model.d_model,
                 lowered.name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s", M,
                 static_cast<long long>(microbatch_size));
+    std::printf("%s\n", describe_stage_layers(options.model, options.partition, ranges).c_str());
     std::fflush(stdout);
   }
 

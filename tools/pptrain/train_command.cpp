@@ -14,6 +14,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
+#include "pptrain/runtime/partition_plan.h"
 #include "pptrain/runtime/trainer.h"
 #include "pptrain/runtime/transport.h"
 #include "tools/pptrain/commands.h"
@@ -22,8 +23,13 @@ namespace pptrain::cli {
 
 namespace {
 
-void run_train(const TrainOptions& options) {
+void run_train(TrainOptions options) {
   const Schedule lowered = plan_training(options);  // every user error, before any worker starts
+  const bool has_stage_layers = !options.stage_layers.empty();  // given on the command line
+  // Resolved once here, so that the workers we start all get the same ranges. A rank started by
+  // torchrun resolves them itself, which must not depend on its own timings.
+  options.stage_layers = format_stage_layers(plan_stage_layers(
+      options, lowered.num_stages, /*may_profile=*/!running_as_worker() || options.pp == 1));
   if (running_as_worker()) {
     TransportOptions transport_options = TransportOptions::from_env();
     PPTRAIN_CHECK(transport_options.world_size == options.pp, "WORLD_SIZE=",
@@ -40,6 +46,9 @@ void run_train(const TrainOptions& options) {
   LaunchOptions launch;
   launch.workers = options.pp;
   launch.args = own_arguments();  // the workers get exactly this command line again
+  if (!has_stage_layers) {
+    launch.args.insert(launch.args.end(), {"--stage-layers", options.stage_layers});
+  }
   const LaunchResult result = launch_workers(launch);
   if (result.exit_code != 0) {
     std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
@@ -68,6 +77,14 @@ void add_train_command(CLI::App& app) {
   auto* name = cmd->add_option("--schedule", o.schedule, "Schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v");
   auto* file = cmd->add_option("--schedule-file", o.schedule_file, "Schedule CSV (one row per rank)");
   name->excludes(file);
+  cmd->add_option("--partition", o.partition,
+                  "Layers per stage: uniform, params (balanced parameter bytes), time (profiles "
+                  "this machine first; under torchrun give a profile instead), or FILE.json (from "
+                  "`pptrain partition --json`, or a profile from `pptrain profile`, cut with time)")
+      ->capture_default_str();
+  // What the launcher passes its workers: the ranges it resolved from --partition.
+  cmd->add_option("--stage-layers", o.stage_layers, "Resolved stage layer ranges, e.g. 0-2,3-5")
+      ->group("");
   cmd->add_option("--microbatches", o.data.microbatches, "Microbatches per step (M)")->required();
   cmd->add_option("--batch-size", o.data.batch_size, "Samples per step, over all microbatches")->required();
   cmd->add_option("--steps", o.steps, "Optimizer steps")->required();

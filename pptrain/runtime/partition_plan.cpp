@@ -1,0 +1,217 @@
+#include "pptrain/runtime/partition_plan.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "pptrain/common/check.h"
+#include "pptrain/models/profiler.h"
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
+
+namespace pptrain {
+namespace {
+
+// "gpt --layers 4 (6 layers: embedding, 4 blocks, head)", for messages.
+std::string model_text(const ModelOptions& model) {
+  const int L = num_layers(model);
+  std::string text = model.kind + " --layers " + std::to_string(model.layers) + " (" +
+                     std::to_string(L) + " layers";
+  if (L != num_blocks(model)) {
+    text += ": embedding, " + std::to_string(num_blocks(model)) + " blocks, head";
+  }
+  return text + ")";
+}
+
+// "4 (--pp 2 x 2 chunks)".
+std::string stages_text(const TrainOptions& options, int num_stages) {
+  return std::to_string(num_stages) + " (--pp " + std::to_string(options.pp) + " x " +
+         std::to_string(num_stages / options.pp) + " chunk" +
+         (num_stages / options.pp == 1 ? "" : "s") + ")";
+}
+
+// Checks a partition against the run: it covers exactly the model's layers, every stage has at
+// least one, no stage is replicated, and it has the run's number of stages. Coverage is checked
+// first: a file for another model size is the more likely mistake, and the message says so.
+std::vector<LayerRange> checked_ranges(const Partition& partition, const std::string& what,
+                                       const TrainOptions& options, int num_stages) {
+  const int L = num_layers(options.model);
+  std::vector<LayerRange> ranges;
+  int next = 0;
+  for (size_t s = 0; s < partition.stages.size(); ++s) {
+    const StagePlan& stage = partition.stages[s];
+    PPTRAIN_CHECK(stage.first_layer == next && stage.first_layer <= stage.last_layer, what,
+                  ": stage ", s, " has layers ", stage.first_layer, "-", stage.last_layer,
+                  ", expected a non-empty range starting at layer ", next,
+                  " (every stage needs at least one layer)");
+    PPTRAIN_CHECK(stage.last_layer < L, what, ": stage ", s, " ends at layer ", stage.last_layer,
+                  ", but the model has layers 0-", L - 1, " only: ", model_text(options.model));
+    PPTRAIN_CHECK(stage.replicas == 1, what, ": stage ", s, " has ", stage.replicas,
+                  " replicas; replicated stages need hybrid data parallelism, which the runtime "
+                  "does not have yet (expected replicas 1 for every stage)");
+    ranges.emplace_back(stage.first_layer, stage.last_layer);
+    next = stage.last_layer + 1;
+  }
+  PPTRAIN_CHECK(next == L, what, " covers layers 0-", next - 1, ", but the model has layers 0-",
+                L - 1, ": ", model_text(options.model));
+  PPTRAIN_CHECK(static_cast<int>(ranges.size()) == num_stages, what, " has ", ranges.size(),
+                " stages, but the run has ", stages_text(options, num_stages));
+  return ranges;
+}
+
+// A profile read from a file must describe this model: same length, same layer names.
+void check_profile_matches(const Profile& profile, const std::string& what,
+                           const ModelOptions& model) {
+  const int L = num_layers(model);
+  PPTRAIN_CHECK(static_cast<int>(profile.layers.size()) == L, what, " is a profile of ",
+                profile.layers.size(), " layers, but the model has ", L, ": ", model_text(model));
+  for (int i = 0; i < L; ++i) {
+    PPTRAIN_CHECK(profile.layers[i].name == layer_name(model, i), what, ": layer ", i, " is '",
+                  profile.layers[i].name, "' in the profile but '", layer_name(model, i),
+                  "' in the model (", model_text(model), ")");
+  }
+}
+
+// Parameter bytes of every layer, from the layers themselves: all `params` needs, and the same
+// on every process.
+Profile parameter_profile(const ModelOptions& model) {
+  Profile profile;
+  profile.source = "the model's parameters";
+  for (int i = 0; i < num_layers(model); ++i) {
+    LayerProfile layer;
+    layer.name = layer_name(model, i);
+    for (const auto& p : make_layer(model, i).ptr()->parameters()) {
+      layer.parameter_bytes += static_cast<double>(p.numel() * p.element_size());
+    }
+    profile.layers.push_back(layer);
+  }
+  return profile;
+}
+
+Profile measured_profile(const TrainOptions& options) {
+  ProfileOptions profile_options;
+  profile_options.model = options.model;
+  profile_options.microbatch_size = options.data.batch_size / options.data.microbatches;
+  Profile profile;
+  profile.layers = profile_model(profile_options).layers;
+  profile.source = "a profile of this machine";
+  return profile;
+}
+
+std::vector<LayerRange> partitioned(const Profile& profile, const std::string& method,
+                                    const std::string& what, const TrainOptions& options,
+                                    int num_stages) {
+  PartitionOptions partition_options;
+  partition_options.method = method;
+  partition_options.stages = num_stages;
+  return checked_ranges(make_partition(profile, partition_options), what, options, num_stages);
+}
+
+// FILE.json: a partition ("stages") or a profile ("layers"), by content.
+std::vector<LayerRange> from_file(const std::string& path, const TrainOptions& options,
+                                  int num_stages) {
+  const std::string what = "--partition '" + path + "'";
+  std::ifstream in(path);
+  PPTRAIN_CHECK(in.good(), what, ": cannot read the file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  PPTRAIN_CHECK(doc.is_object() && (doc.contains("stages") || doc.contains("layers")), what,
+                " is neither a partition JSON (`pptrain partition --json`, with 'stages') nor a "
+                "profile JSON (`pptrain profile`, with 'layers')");
+  if (doc.contains("stages")) {
+    Partition partition;
+    try {
+      partition = parse_partition_json(text);
+    } catch (const UserError& e) {
+      throw UserError(what + ": " + e.what());
+    }
+    return checked_ranges(partition, what, options, num_stages);
+  }
+  const Profile profile = parse_profile_json(text, what);
+  check_profile_matches(profile, what, options.model);
+  return partitioned(profile, "time", what + " (partitioned with time)", options, num_stages);
+}
+
+}  // namespace
+
+std::vector<LayerRange> plan_stage_layers(const TrainOptions& options, int num_stages,
+                                          bool may_profile) {
+  PPTRAIN_CHECK(num_stages >= 1, "a run needs at least one stage, got ", num_stages);
+  if (!options.stage_layers.empty()) {
+    Partition given;
+    for (const auto& [first, last] : parse_stage_layers(options.stage_layers)) {
+      given.stages.push_back({first, last, 1, 0});
+    }
+    return checked_ranges(given, "--stage-layers '" + options.stage_layers + "'", options,
+                          num_stages);
+  }
+  const std::string& spec = options.partition;
+  if (spec == "uniform") return uniform_split(options.model, num_stages);
+  if (spec == "params" || spec == "time") {
+    // One stage holds everything: nothing to balance, nothing to measure.
+    if (num_stages == 1) return {{0, num_layers(options.model) - 1}};
+    PPTRAIN_CHECK(spec == "params" || may_profile,
+                  "--partition time would time the layers in every rank, and the ranks would "
+                  "disagree; with RANK set (torchrun) give a profile instead: pptrain profile "
+                  "--out P.json ..., then --partition P.json");
+    const Profile profile =
+        spec == "params" ? parameter_profile(options.model) : measured_profile(options);
+    return partitioned(profile, spec, "--partition " + spec, options, num_stages);
+  }
+  PPTRAIN_CHECK(std::filesystem::is_regular_file(spec), "--partition '", spec,
+                "': expected uniform, params, time, or an existing partition or profile JSON "
+                "file");
+  return from_file(spec, options, num_stages);
+}
+
+std::string format_stage_layers(const std::vector<LayerRange>& ranges) {
+  std::string text;
+  for (const auto& [first, last] : ranges) {
+    text += (text.empty() ? "" : ",") + std::to_string(first) + "-" + std::to_string(last);
+  }
+  return text;
+}
+
+std::vector<LayerRange> parse_stage_layers(const std::string& text) {
+  std::vector<LayerRange> ranges;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const size_t dash = item.find('-');
+    const std::string first = item.substr(0, dash);
+    const std::string last = dash == std::string::npos ? "" : item.substr(dash + 1);
+    const bool digits = !first.empty() && !last.empty() &&
+                        first.find_first_not_of("0123456789") == std::string::npos &&
+                        last.find_first_not_of("0123456789") == std::string::npos &&
+                        first.size() < 9 && last.size() < 9;
+    PPTRAIN_CHECK(digits, "--stage-layers '", text, "': bad range '", item,
+                  "', expected FIRST-LAST layer indices separated by commas, e.g. 0-2,3-5");
+    ranges.emplace_back(std::atoi(first.c_str()), std::atoi(last.c_str()));
+  }
+  PPTRAIN_CHECK(!ranges.empty() && text.back() != ',', "--stage-layers '", text,
+                "': expected FIRST-LAST layer indices separated by commas, e.g. 0-2,3-5");
+  return ranges;
+}
+
+std::string describe_stage_layers(const ModelOptions& model, const std::string& partition,
+                                  const std::vector<LayerRange>& ranges) {
+  std::string text = "partition " + partition + ":";
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    const auto& [first, last] = ranges[s];
+    text += (s == 0 ? " stage " : ", stage ") + std::to_string(s) + " = ";
+    if (first == last) {
+      text += "layer " + std::to_string(first) + " (" + layer_name(model, first) + ")";
+    } else {
+      text += "layers " + std::to_string(first) + "-" + std::to_string(last) + " (" +
+              layer_name(model, first) + ".." + layer_name(model, last) + ")";
+    }
+  }
+  return text;
+}
+
+}  // namespace pptrain

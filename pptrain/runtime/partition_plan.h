@@ -1,0 +1,52 @@
+// Which layers each pipeline stage of a training run holds: `pptrain train --partition`.
+//
+//   uniform    equal block counts (uniform_split; the default, as before)
+//   params     balanced parameter bytes, computed from the model's own layers (no timing)
+//   time       profiles every layer on this machine (profiler.h, with the run's microbatch
+//              size), then the `time` partitioner (partition.h): the slowest stage's F+I+W is
+//              as small as it can be
+//   FILE.json  read and decided by content: a partition (`pptrain partition --json`: a
+//              "stages" array) is used as it is; a profile (`pptrain profile`: a "layers" array)
+//              is partitioned with `time`
+//
+// The ranges must be the same on every rank, and timings differ between processes, so the
+// launching process resolves the partition once and passes the result to its workers as text
+// (`--stage-layers 0-2,3-5`). A rank started by torchrun resolves it itself, which is
+// deterministic for everything but `time` without a file; that case is refused (may_profile).
+//
+//   const Schedule lowered = plan_training(options);
+//   auto ranges = plan_stage_layers(options, lowered.num_stages);   // UserError on bad input
+//   options.stage_layers = format_stage_layers(ranges);             // "0-2,3-5"
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pptrain/models/model.h"
+#include "pptrain/runtime/trainer.h"
+
+namespace pptrain {
+
+// Layers [first, last] of one stage, inclusive (as uniform_split returns them).
+using LayerRange = std::pair<int, int>;
+
+// The ranges of the run's `num_stages` stages (P x V), stage order. options.stage_layers, when
+// set, wins over options.partition (it is what a launcher resolved). With may_profile false,
+// `--partition time` (which would measure this process) is a UserError; with one stage nothing
+// is profiled. UserError, one line, for every bad input: unknown method, unreadable or
+// malformed file, a file for another model or another number of stages, replicas > 1, a stage
+// without layers.
+std::vector<LayerRange> plan_stage_layers(const TrainOptions& options, int num_stages,
+                                          bool may_profile = true);
+
+// "0-2,3-5" and back. parse_stage_layers checks only the syntax; plan_stage_layers checks the
+// ranges against the model.
+std::string format_stage_layers(const std::vector<LayerRange>& ranges);
+std::vector<LayerRange> parse_stage_layers(const std::string& text);
+
+// One line for the run's log: "partition params: stage 0 = layers 0-2 (embedding..block1), ...".
+std::string describe_stage_layers(const ModelOptions& model, const std::string& partition,
+                                  const std::vector<LayerRange>& ranges);
+
+}  // namespace pptrain

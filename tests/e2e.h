@@ -1,0 +1,157 @@
+// Helpers of the end-to-end tests: run the real pptrain binary (PPTRAIN_BINARY) in a scratch
+// folder, read what it wrote, and compare a pipelined run with the single-process reference.
+//
+//   TempDir dir;
+//   RunResult run = run_pptrain("train --model gpt ... --metrics " + (dir / "m.jsonl").string(), dir);
+//   ASSERT_EQ(run.exit_code, 0) << run.err;
+//   expect_same_losses(read_losses(dir / "m.jsonl"), read_losses(dir / "ref.jsonl"));
+//
+// Parameters compare per tensor as max|a - b| / max(max|b|, 1e-12) <= 1e-5, losses to 1e-5
+// relative: a pipelined run computes the same sums as --pp 1, in a different order.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pptrain/models/model.h"
+#include "pptrain/runtime/stage.h"
+
+namespace pptrain::e2e {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  double seconds = 0;
+};
+
+inline std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A fresh folder per test case, removed afterwards.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "pptrain_e2e_XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+// Runs `pptrain <args>` with extra environment assignments ("A=1 B=2 "), capturing its output
+// in `dir`.
+inline RunResult run_pptrain(const std::string& args, const TempDir& dir,
+                             const std::string& env = "") {
+  const auto out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string command = env + PPTRAIN_BINARY + std::string(" ") + args + " > " +
+                              out.string() + " 2> " + err.string();
+  const auto start = std::chrono::steady_clock::now();
+  const int status = std::system(command.c_str());
+  RunResult result;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.out = read_text(out);
+  result.err = read_text(err);
+  return result;
+}
+
+inline RunResult run_train(const std::string& args, const TempDir& dir,
+                           const std::string& env = "") {
+  return run_pptrain("train " + args, dir, env);
+}
+
+// The "loss" of every line of a --metrics file.
+inline std::vector<double> read_losses(const fs::path& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+  }
+  return losses;
+}
+
+inline ModelOptions small_model(const std::string& kind) {
+  ModelOptions model;
+  model.kind = kind;
+  model.layers = 8;  // enough blocks for 4 ranks x 2 chunks
+  model.d_model = 32;
+  model.heads = 4;
+  model.seq_len = 16;
+  return model;
+}
+
+inline std::string model_args(const ModelOptions& m) {
+  return "--model " + m.kind + " --layers " + std::to_string(m.layers) + " --d-model " +
+         std::to_string(m.d_model) + " --heads " + std::to_string(m.heads) + " --seq-len " +
+         std::to_string(m.seq_len);
+}
+
+inline void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+  }
+}
+
+// Every layer's parameters in `dir` against `reference_dir` (both written by --save).
+inline void expect_same_parameters(const ModelOptions& model, const fs::path& dir,
+                                   const fs::path& reference_dir) {
+  for (int layer = 0; layer < num_layers(model); ++layer) {
+    auto got = make_layer(model, layer).ptr();
+    auto want = make_layer(model, layer).ptr();
+    torch::load(got, layer_file(dir.string(), layer));
+    torch::load(want, layer_file(reference_dir.string(), layer));
+    const auto got_params = got->named_parameters();
+    const auto want_params = want->named_parameters();
+    ASSERT_EQ(got_params.size(), want_params.size());
+    for (const auto& item : want_params) {
+      const torch::Tensor a = got_params[item.key()];
+      const torch::Tensor b = item.value();
+      const double scale = std::max(b.abs().max().item<double>(), 1e-12);
+      const double rel = (a - b).abs().max().item<double>() / scale;
+      EXPECT_LE(rel, 1e-5) << "layer " << layer << " parameter " << item.key();
+    }
+  }
+}
+
+// Bad input gets exit status 2 and one line on stderr, "pptrain: error: ...", containing
+// `expected`, and nothing on stdout.
+inline void expect_one_line_error(const RunResult& run, const std::string& expected) {
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_EQ(run.err.rfind("pptrain: error: ", 0), 0u) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find(expected), std::string::npos) << "expected '" << expected << "' in "
+                                                       << run.err;
+  EXPECT_EQ(run.out, "");
+}
+
+}  // namespace pptrain::e2e
