@@ -5,117 +5,19 @@
 // parameters equal those of --pp 1 (same model, same microbatch split) to 1e-5 relative.
 // Parameters compare per tensor as max|a - b| / max(max|b|, 1e-12) <= 1e-5.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "pptrain/models/model.h"
-#include "pptrain/runtime/stage.h"
+#include "tests/e2e.h"
 
 namespace pptrain {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-  double seconds = 0;
-};
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A fresh folder per test case, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "pptrain_e2e_XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-
-// Runs `pptrain train <args>` with extra environment assignments ("A=1 B=2 ").
-RunResult run_train(const std::string& args, const TempDir& dir, const std::string& env = "") {
-  const auto out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string command = env + PPTRAIN_BINARY + std::string(" train ") + args + " > " +
-                              out.string() + " 2> " + err.string();
-  const auto start = std::chrono::steady_clock::now();
-  const int status = std::system(command.c_str());
-  RunResult result;
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.out = read_text(out);
-  result.err = read_text(err);
-  return result;
-}
-
-std::vector<double> read_losses(const fs::path& metrics) {
-  std::vector<double> losses;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
-  return losses;
-}
-
-ModelOptions small_model(const std::string& kind) {
-  ModelOptions model;
-  model.kind = kind;
-  model.layers = 8;  // enough blocks for 4 ranks x 2 chunks
-  model.d_model = 32;
-  model.heads = 4;
-  model.seq_len = 16;
-  return model;
-}
-
-std::string model_args(const ModelOptions& m) {
-  return "--model " + m.kind + " --layers " + std::to_string(m.layers) + " --d-model " +
-         std::to_string(m.d_model) + " --heads " + std::to_string(m.heads) + " --seq-len " +
-         std::to_string(m.seq_len);
-}
-
-// Every layer's parameters in `dir` against `reference_dir`.
-void expect_same_parameters(const ModelOptions& model, const fs::path& dir, const fs::path& reference_dir) {
-  for (int layer = 0; layer < num_layers(model); ++layer) {
-    auto got = make_layer(model, layer).ptr();
-    auto want = make_layer(model, layer).ptr();
-    torch::load(got, layer_file(dir.string(), layer));
-    torch::load(want, layer_file(reference_dir.string(), layer));
-    const auto got_params = got->named_parameters();
-    const auto want_params = want->named_parameters();
-    ASSERT_EQ(got_params.size(), want_params.size());
-    for (const auto& item : want_params) {
-      const torch::Tensor a = got_params[item.key()];
-      const torch::Tensor b = item.value();
-      const double scale = std::max(b.abs().max().item<double>(), 1e-12);
-      const double rel = (a - b).abs().max().item<double>() / scale;
-      EXPECT_LE(rel, 1e-5) << "layer " << layer << " parameter " << item.key();
-    }
-  }
-}
+using namespace e2e;  // TempDir, run_train, read_losses, small_model, expect_same_parameters, ...
 
 using Case = std::tuple<std::string, std::string>;  // model kind, schedule
 
