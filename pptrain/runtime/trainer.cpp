@@ -21,6 +21,7 @@
 #include "pptrain/runtime/stage.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/validate.h"
+#include "pptrain/sim/compare.h"
 #include "pptrain/sim/metrics.h"
 
 namespace pptrain {
@@ -98,6 +99,7 @@ struct RankReport {
   double loss = 0;
   int64_t peak_activation_bytes = 0;
   double step_seconds = 0;
+  double start_s = 0;  // the step's start on the host's steady clock: aligns the ranks' events
   std::vector<TimelineEvent> events;
 };
 
@@ -107,7 +109,7 @@ std::vector<RankReport> gather_reports(const RankReport& mine, Transport& transp
   const int rank = transport.rank();
   auto header = torch::tensor({mine.has_loss ? 1.0 : 0.0, mine.loss,
                                static_cast<double>(mine.peak_activation_bytes), mine.step_seconds,
-                               static_cast<double>(mine.events.size())},
+                               static_cast<double>(mine.events.size()), mine.start_s},
                               torch::kFloat64);
   if (rank != 0) {
     auto events = torch::empty({static_cast<int64_t>(mine.events.size()), 5}, torch::kFloat64);
@@ -129,13 +131,14 @@ std::vector<RankReport> gather_reports(const RankReport& mine, Transport& transp
   std::vector<RankReport> reports(transport.world_size());
   reports[0] = mine;
   for (int peer = 1; peer < transport.world_size(); ++peer) {
-    auto h = torch::empty({5}, torch::kFloat64);
+    auto h = torch::empty({6}, torch::kFloat64);
     transport.recv(h, peer, kReportHeaderTag).wait();
     RankReport& r = reports[peer];
     r.has_loss = h[0].item<double>() != 0;
     r.loss = h[1].item<double>();
     r.peak_activation_bytes = static_cast<int64_t>(h[2].item<double>());
     r.step_seconds = h[3].item<double>();
+    r.start_s = h[5].item<double>();
     auto events = torch::empty({static_cast<int64_t>(h[4].item<double>()), 5}, torch::kFloat64);
     transport.recv(events, peer, kReportEventsTag).wait();
     auto e = events.accessor<double, 2>();
@@ -287,11 +290,13 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     boundary_shapes.push_back(layer_output_shape(options.model, ranges[b].second, microbatch_size));
   }
   const ModelOptions model = options.model;
+  ExecutorOptions executor_options;
+  executor_options.recompute = options.recompute;
   Executor executor(lowered, rank, stage_ptrs, &transport,
                     [model](const torch::Tensor& output, const torch::Tensor& target) {
                       return compute_loss(model, output, target);
                     },
-                    boundary_shapes);
+                    boundary_shapes, executor_options);
 
   const bool first = lowered.stage_to_rank[0] == rank;
   const bool last = lowered.stage_to_rank[S - 1] == rank;
@@ -313,6 +318,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     std::fflush(stdout);
   }
 
+  std::vector<Timeline> measured_steps;  // rank 0, --compare-sim
   for (int step = 0; step < options.steps; ++step) {
     maybe_crash_for_test(rank, step);
     StepData data;
@@ -333,6 +339,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     const double grad_norm = clip_grad_norm(params, options.clip, transport);
     optimizer->step();
     mine.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    mine.start_s = std::chrono::duration<double>(start.time_since_epoch()).count();
     mine.has_loss = record.has_loss;
     mine.loss = record.loss;
     mine.events = std::move(record.events);
@@ -349,7 +356,17 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
       if (r.has_loss) loss = r.loss;
       step_seconds = std::max(step_seconds, r.step_seconds);
       peaks.push_back(r.peak_activation_bytes);
-      timeline.events.insert(timeline.events.end(), r.events.begin(), r.events.end());
+      // Each rank timed its events from its own start after the barrier; on rank 0's clock they
+      // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady
+      // clock; a gap of a second or more means they do not (other hosts), and the ranks'
+      // starts are taken as simultaneous instead.
+      double offset = r.start_s - reports[0].start_s;
+      if (std::abs(offset) >= 1.0) offset = 0;
+      for (TimelineEvent e : r.events) {
+        e.start += offset;
+        e.end += offset;
+        timeline.events.push_back(e);
+      }
     }
     const TimelineStats stats = timeline_stats(timeline);
     const double samples_per_s = options.data.batch_size / step_seconds;
@@ -362,6 +379,15 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
                   peak_text.c_str());
       std::fflush(stdout);
     }
+    // --compare-sim reads the costs off every step but the first (a warm-up: first-touch
+    // allocations, cold caches), or off the only one.
+    if (options.compare_sim && (step > 0 || options.steps == 1)) measured_steps.push_back(timeline);
+    std::optional<Comparison> comparison;
+    if (options.compare_sim && step + 1 == options.steps) {
+      comparison = compare_to_simulation(lowered, measured_steps);
+      std::printf("%s", format_comparison(*comparison).c_str());
+      std::fflush(stdout);
+    }
     if (metrics.is_open()) {
       nlohmann::ordered_json line = {{"step", step + 1},
                              {"loss", loss},
@@ -371,6 +397,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
                              {"bubble_ratio", stats.bubble_ratio},
                              {"grad_norm", grad_norm},
                              {"peak_activation_bytes", peaks}};
+      if (comparison) line["compare_sim"] = comparison_json(*comparison);
       metrics << line.dump() << "\n";
       metrics.flush();
     }
@@ -382,7 +409,17 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
         SvgOptions svg;
         svg.time_unit = "s";
         svg.show_comms = true;
-        write_text_file(options.svg_path, render_svg(timeline, svg), "--svg");
+        if (comparison) {
+          // Measured above predicted, on one time axis.
+          svg.title = lowered.name + ", P=" + std::to_string(P) + ", M=" + std::to_string(M) +
+                      ": measured step " + std::to_string(step + 1) +
+                      " above its prediction from the run's own costs";
+          svg.labels = {"measured", "predicted"};
+          write_text_file(options.svg_path,
+                          render_svg({timeline, comparison->predicted.timeline}, svg), "--svg");
+        } else {
+          write_text_file(options.svg_path, render_svg(timeline, svg), "--svg");
+        }
       }
     }
   }

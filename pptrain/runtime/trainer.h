@@ -43,6 +43,11 @@ struct TrainOptions {
   std::string load_dir;           // parameters to start from, same layout
   int threads = 1;                // compute threads per process (workers: P processes, P cores)
   bool quiet = false;             // no per-step lines on stdout
+  // Keep only each stage's input between F and its backward, and rerun F before I or B.
+  bool recompute = false;
+  // After the last step, simulate the schedule with this run's own measured costs and print
+  // predicted against measured (sim/compare.h); with svg_path, draw both timelines.
+  bool compare_sim = false;
 };
 
 // Checks the options and returns the lowered schedule to run. UserError (one line) for anything

@@ -99,6 +99,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save", o.save_dir, "Write the final parameters, DIR/layer_<i>.pt");
   cmd->add_option("--load", o.load_dir, "Start from parameters saved with --save");
   cmd->add_flag("--quiet", o.quiet, "No per-step lines");
+  cmd->add_flag("--recompute", o.recompute,
+                "Keep only each stage's input between forward and backward; rerun the forward "
+                "before the backward (less activation memory, one more forward)");
+  cmd->add_flag("--compare-sim", o.compare_sim,
+                "After training, simulate the schedule with this run's measured per-stage times "
+                "and print predicted vs measured (with --svg: both timelines)");
   cmd->callback([options] {
     TrainOptions o = *options;
     o.data.seed = o.model.seed;
