@@ -1,6 +1,8 @@
 #include "pptrain/runtime/executor.h"
 
+#include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -16,7 +18,6 @@ struct Executor::Slot {
   torch::Tensor output_grad;  // gradient of `output`: from RECV_B or the next stage on this rank
   torch::Tensor input_grad;   // gradient of `input`, waiting for SEND_B
   bool forwarded = false;     // F ran and no backward yet
-  PendingComm sent_output;    // SEND_F in flight
   WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
 };
 
@@ -26,7 +27,7 @@ struct Executor::StepState {
   std::vector<size_t> recv_positions;         // positions of this rank's RECV actions, in order
   size_t next_recv = 0;                       // index into recv_positions: next one to post
   std::map<size_t, PendingComm> posted;       // position of a RECV -> its posted receive
-  std::vector<PendingComm> sent_grads;        // SEND_B in flight
+  std::map<size_t, PendingComm> sent;         // position of a SEND -> the send in flight
   StepRecord record;
 };
 
@@ -47,6 +48,52 @@ Executor::Executor(Schedule lowered, int rank, std::vector<Stage*> stages, Trans
   PPTRAIN_ASSERT(held == schedule_.stages_of(rank_), "rank ", rank_, " was given the wrong stages");
   PPTRAIN_ASSERT(schedule_.num_ranks == 1 || schedule_.has_comms(),
                  "the executor needs a lowered schedule (with SEND/RECV)");
+  plan_send_releases();
+}
+
+// A send holds its tensor until it is waited on, and waiting too early could block this rank on
+// a peer that first needs something from it. It is safe once the peer has posted the matching
+// receive: Gloo moves the data then on its own, so waiting costs at most the transfer. A rank
+// posts every receive up to its current position before it runs that action, so any message
+// the peer sends from a later position than that receive proves it posted. We wait on a send
+// right after the first of our receives that carries such a message; a send without one is
+// waited on at the step end.
+void Executor::plan_send_releases() {
+  using Key = std::tuple<int, int, int>;  // op, stage, microbatch
+  std::map<Key, std::pair<int, size_t>> where;  // comm action -> (rank, position)
+  for (int r = 0; r < schedule_.num_ranks; ++r) {
+    for (size_t p = 0; p < schedule_.actions[r].size(); ++p) {
+      const Action& a = schedule_.actions[r][p];
+      if (is_comm(a.op)) where[{static_cast<int>(a.op), a.stage, a.microbatch}] = {r, p};
+    }
+  }
+  // The other end of a comm action: RECV_F s+1 for SEND_F s, SEND_B s+1 for RECV_B s, ...
+  const auto other_end = [&](const Action& a) -> const std::pair<int, size_t>* {
+    Op op = Op::F;
+    switch (a.op) {
+      case Op::SEND_F: op = Op::RECV_F; break;
+      case Op::RECV_F: op = Op::SEND_F; break;
+      case Op::SEND_B: op = Op::RECV_B; break;
+      case Op::RECV_B: op = Op::SEND_B; break;
+      default: return nullptr;
+    }
+    const auto it = where.find({static_cast<int>(op), peer_stage(a.op, a.stage), a.microbatch});
+    return it == where.end() ? nullptr : &it->second;
+  };
+  const auto& mine = schedule_.actions[rank_];
+  for (size_t p = 0; p < mine.size(); ++p) {
+    if (mine[p].op != Op::SEND_F && mine[p].op != Op::SEND_B) continue;
+    const auto* receive = other_end(mine[p]);
+    if (!receive) continue;
+    for (size_t q = p + 1; q < mine.size(); ++q) {
+      if (mine[q].op != Op::RECV_F && mine[q].op != Op::RECV_B) continue;
+      const auto* send = other_end(mine[q]);
+      if (send && send->first == receive->first && send->second > receive->second) {
+        release_after_[q].push_back(p);
+        break;
+      }
+    }
+  }
 }
 
 Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
@@ -74,17 +121,25 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
       Slot& s = slot(state, action.stage, action.microbatch);
       (action.op == Op::RECV_F ? s.input : s.output_grad) = it->second.tensor();
       state.posted.erase(it);
+      const auto released = release_after_.find(p);
+      if (released != release_after_.end()) {
+        for (size_t send : released->second) {
+          auto sent = state.sent.find(send);
+          if (sent == state.sent.end()) continue;
+          sent->second.wait();
+          state.sent.erase(sent);
+        }
+      }
       const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
       state.record.events.push_back({rank_, action, begin, end});
       continue;
     }
     const auto& atoms = action.op == Op::OVERLAP_F_B ? action.parts : std::vector<Action>{action};
-    for (const Action& atom : atoms) run_action(atom, data, state);
+    for (const Action& atom : atoms) run_action(atom, p, data, state);
   }
   // Lazily waited sends: everything must be delivered before the next step reuses the tags.
-  for (auto& sent : state.sent_grads) sent.wait();
+  for (auto& [position, sent] : state.sent) sent.wait();
   for (auto& [key, s] : state.slots) {
-    s.sent_output.wait();
     PPTRAIN_ASSERT(s.weight_grads.empty(), "stage ", key.first, " microbatch ", key.second,
                    " has weight gradients that no W ran");
   }
@@ -112,7 +167,8 @@ void Executor::post_receives_through(size_t position, StepState& state) {
   }
 }
 
-void Executor::run_action(const Action& action, const StepData& data, StepState& state) {
+void Executor::run_action(const Action& action, size_t position, const StepData& data,
+                          StepState& state) {
   const double begin = std::chrono::duration<double>(Clock::now() - state.start).count();
   const int s = action.stage, mb = action.microbatch;
   switch (action.op) {
@@ -124,8 +180,8 @@ void Executor::run_action(const Action& action, const StepData& data, StepState&
       Slot& sl = slot(state, s, mb);
       PPTRAIN_CHECK(sl.output.defined(), "schedule error: ", to_string(action),
                     " on rank ", rank_, " sends an output that F has not produced");
-      sl.sent_output = transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
-                                        comm_tag(action.op, s, mb, schedule_.num_microbatches));
+      state.sent[position] = transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
+                                              comm_tag(action.op, s, mb, schedule_.num_microbatches));
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = torch::Tensor();
       break;
@@ -134,9 +190,8 @@ void Executor::run_action(const Action& action, const StepData& data, StepState&
       Slot& sl = slot(state, s, mb);
       PPTRAIN_CHECK(sl.input_grad.defined(), "schedule error: ", to_string(action),
                     " on rank ", rank_, " sends an input gradient that no backward produced");
-      state.sent_grads.push_back(transport_->send(sl.input_grad.contiguous(),
-                                                  schedule_.stage_to_rank[s - 1],
-                                                  comm_tag(action.op, s, mb, schedule_.num_microbatches)));
+      state.sent[position] = transport_->send(sl.input_grad.contiguous(), schedule_.stage_to_rank[s - 1],
+                                              comm_tag(action.op, s, mb, schedule_.num_microbatches));
       sl.input_grad = torch::Tensor();
       break;
     }
@@ -192,10 +247,6 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
   const int last = schedule_.num_stages - 1;
   PPTRAIN_CHECK(sl.forwarded, "schedule error: backward of stage ", s, " microbatch ", mb,
                 " on rank ", rank_, " runs before its forward (or twice)");
-  // The peer has long received this output (its gradient depends on it): this never blocks,
-  // and dropping the finished send lets the buffer go.
-  sl.sent_output.wait();
-  sl.sent_output = PendingComm();
   std::vector<torch::Tensor> grads;
   if (s != last) {
     PPTRAIN_CHECK(sl.output_grad.defined(), "schedule error: backward of stage ", s,

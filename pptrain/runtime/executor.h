@@ -12,7 +12,8 @@
 //   I s m        the same backward under DeferWeightGrads: only the input gradient; the weight
 //                gradients wait as closures in the (stage, microbatch) store...
 //   W s m        ... until W runs them, which frees what they hold.
-//   SEND_* s m   non-blocking send; waited on lazily (at the latest at the step end).
+//   SEND_* s m   non-blocking send; waited on (letting its tensor go) once a message from the
+//                peer shows that it posted the receive, at the latest at the step end.
 //   RECV_* s m   waits for a receive that was posted ahead into a preallocated buffer.
 //   OVERLAP_F_B  runs its parts in order.
 // When adjacent stages live on the same rank (a V placement) the tensor is handed over locally.
@@ -44,7 +45,7 @@ struct ExecutorOptions {
   // more overlaps communication further but holds more buffers. -1: the whole step's at once.
   int recv_ahead = 4;
   // Activation recomputation: between a microbatch's F and its I or B a stage holds only its
-  // input (and, until the backward, the output buffer it sent), not the autograd graph.
+  // input (and the output it sent, until the send is known to be done), not the autograd graph.
   bool recompute = false;
 };
 
@@ -78,7 +79,8 @@ class Executor {
   struct Slot;  // what one (stage, microbatch) holds during a step
   struct StepState;
 
-  void run_action(const Action& action, const StepData& data, StepState& state);
+  void run_action(const Action& action, size_t position, const StepData& data, StepState& state);
+  void plan_send_releases();
   void forward(int stage, int mb, const StepData& data, StepState& state);
   // The stage's layers on `input`, and on the last stage the loss / M against the targets.
   torch::Tensor stage_output(int stage, int mb, const torch::Tensor& input, const StepData& data);
@@ -94,6 +96,8 @@ class Executor {
   LossFn loss_;
   std::vector<std::vector<int64_t>> boundary_shapes_;
   ExecutorOptions options_;
+  // Position of one of our RECVs -> positions of our SENDs safe to wait on once it completed.
+  std::map<size_t, std::vector<size_t>> release_after_;
 };
 
 }  // namespace pptrain
