@@ -47,8 +47,12 @@ TEST_P(RecomputeMatchesReference, LossesAndParametersEqualSingleProcess) {
                              dir);
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   const std::vector<std::pair<std::string, int>> runs =
-      kind == "gpt" ? std::vector<std::pair<std::string, int>>{{"zb-h1", 2}, {"zb-h2", 4}, {"zb-v", 2}, {"1f1b", 4}}
-                    : std::vector<std::pair<std::string, int>>{{"zb-h1", 4}, {"zb-h2", 2}, {"zb-v", 4}, {"1f1b", 2}};
+      kind == "gpt" ? std::vector<std::pair<std::string, int>>{{"zb-h1", 2},
+                                                               {"zb-h2", 4},
+                                                               {"zb-v", 2},
+                                                               {"1f1b", 4}}
+                    : std::vector<std::pair<std::string, int>>{
+                          {"zb-h1", 4}, {"zb-h2", 2}, {"zb-v", 4}, {"1f1b", 2}};
   for (const auto& [schedule, pp] : runs) {
     SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule + " --recompute");
     const std::string tag = schedule + "_pp" + std::to_string(pp);
@@ -63,7 +67,9 @@ TEST_P(RecomputeMatchesReference, LossesAndParametersEqualSingleProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, RecomputeMatchesReference, ::testing::Values("gpt", "mlp"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 // The memory tests' model: big enough that activations dominate the bytes a step allocates.
 ModelOptions memory_model() {
@@ -86,9 +92,10 @@ std::string memory_args(int pp, const std::string& schedule) {
 TEST(Recompute, LowersThePeakActivationMemory) {
   TempDir dir;
   for (const char* flag : {"", " --recompute"}) {
-    const auto run = run_train(memory_args(2, "gpipe") + flag + " --metrics " +
-                                   (dir / (std::string(flag).empty() ? "plain" : "recompute")).string(),
-                               dir);
+    const auto run =
+        run_train(memory_args(2, "gpipe") + flag + " --metrics " +
+                      (dir / (std::string(flag).empty() ? "plain" : "recompute")).string(),
+                  dir);
     ASSERT_EQ(run.exit_code, 0) << run.err;
   }
   const auto plain = last_peaks(dir / "plain"), recompute = last_peaks(dir / "recompute");
@@ -123,7 +130,8 @@ StageMemory measure_stage_memory(const ModelOptions& model, int stage, int num_s
   torch::Tensor input = layer_input_dtype(model, first) == torch::kInt64
                             ? torch::randint(0, model.vocab_size, shape, torch::kInt64)
                             : torch::randn(shape).requires_grad_(true);
-  const int64_t received = stage > 0 ? input.numel() * static_cast<int64_t>(input.element_size()) : 0;
+  const int64_t received =
+      stage > 0 ? input.numel() * static_cast<int64_t>(input.element_size()) : 0;
   torch::Tensor target;
   if (last) target = torch::randint(0, model.vocab_size, {mb, model.seq_len}, torch::kInt64);
 
@@ -172,7 +180,8 @@ TEST(Memory, PeakActivationsFollowTheSimulator) {
     std::vector<std::tuple<std::string, double, double>> peaks;  // (what, predicted, measured)
     for (const std::string schedule : {"gpipe", "1f1b", "zb-h2"}) {
       TempDir dir;
-      const auto run = run_train(memory_args(pp, schedule) + " --metrics " + (dir / "m.jsonl").string(), dir);
+      const auto run =
+          run_train(memory_args(pp, schedule) + " --metrics " + (dir / "m.jsonl").string(), dir);
       ASSERT_EQ(run.exit_code, 0) << run.err;
       const auto measured = last_peaks(dir / "m.jsonl");
       ASSERT_EQ(measured.size(), static_cast<size_t>(pp));
@@ -180,11 +189,12 @@ TEST(Memory, PeakActivationsFollowTheSimulator) {
       for (int r = 0; r < pp; ++r) {
         // One stage per rank: rank r holds stage r.
         const double predicted = sim.ranks[r].peak_activations + stages[r].transient;
-        const std::string what = "--pp " + std::to_string(pp) + " " + schedule + " rank " + std::to_string(r);
+        const std::string what =
+            "--pp " + std::to_string(pp) + " " + schedule + " rank " + std::to_string(r);
         EXPECT_NEAR(measured[r] / predicted, 1.0, 0.2)
             << what << ": measured " << measured[r] << " B = " << measured[r] / stages[r].activation
-            << " microbatches of activations, predicted " << predicted << " B = "
-            << predicted / stages[r].activation;
+            << " microbatches of activations, predicted " << predicted
+            << " B = " << predicted / stages[r].activation;
         peaks.emplace_back(what, predicted, static_cast<double>(measured[r]));
       }
     }
@@ -201,16 +211,18 @@ TEST(Memory, PeakActivationsFollowTheSimulator) {
 // --compare-sim prints the block, adds it to the last metrics line and draws both timelines.
 TEST(CompareSim, PrintsWritesAndDraws) {
   TempDir dir;
-  const std::string common = model_args(small_model("gpt")) +
-                             " --batch-size 8 --microbatches 4 --steps 3 --compare-sim";
+  const std::string common =
+      model_args(small_model("gpt")) + " --batch-size 8 --microbatches 4 --steps 3 --compare-sim";
   for (const std::string schedule : {"zb-h1", "1f1b"}) {
     SCOPED_TRACE(schedule);
-    const auto run = run_train(common + " --pp 2 --schedule " + schedule + " --metrics " +
-                                   (dir / "m.jsonl").string() + " --svg " + (dir / "t.svg").string(),
-                               dir);
+    const auto run =
+        run_train(common + " --pp 2 --schedule " + schedule + " --metrics " +
+                      (dir / "m.jsonl").string() + " --svg " + (dir / "t.svg").string(),
+                  dir);
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_NE(run.out.find("predicted vs measured (costs: medians over 2 measured steps)"),
-              std::string::npos) << run.out;
+              std::string::npos)
+        << run.out;
     EXPECT_NE(run.out.find("makespan  predicted"), std::string::npos) << run.out;
     const auto c = last_metrics_line(dir / "m.jsonl").at("compare_sim");
     EXPECT_EQ(c.at("steps").get<int>(), 2);

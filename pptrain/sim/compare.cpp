@@ -41,9 +41,10 @@ void comm_samples(const Timeline& step, std::vector<double>& samples) {
   for (const auto& send : step.events) {
     const Op op = send.action.op;
     if (op != Op::SEND_F && op != Op::SEND_B) continue;
-    const Key key = op == Op::SEND_F
-                        ? Key{static_cast<int>(Op::RECV_F), send.action.stage + 1, send.action.microbatch}
-                        : Key{static_cast<int>(Op::RECV_B), send.action.stage - 1, send.action.microbatch};
+    const Key key =
+        op == Op::SEND_F
+            ? Key{static_cast<int>(Op::RECV_F), send.action.stage + 1, send.action.microbatch}
+            : Key{static_cast<int>(Op::RECV_B), send.action.stage - 1, send.action.microbatch};
     const auto it = receives.find(key);
     if (it == receives.end() || it->second->start > send.start) continue;
     samples.push_back(std::max(0.0, it->second->end - send.start));
@@ -131,9 +132,9 @@ std::string format_comparison(const Comparison& c) {
   std::snprintf(cell, sizeof(cell), "  comm latency %.3f ms (from %d waiting receive%s)\n",
                 cost.comm * 1e3, c.costs.comm_samples, c.costs.comm_samples == 1 ? "" : "s");
   out += cell;
-  const double error = c.measured_makespan > 0
-                           ? (c.predicted.makespan - c.measured_makespan) / c.measured_makespan * 100
-                           : 0;
+  const double error = c.measured_makespan > 0 ? (c.predicted.makespan - c.measured_makespan) /
+                                                     c.measured_makespan * 100
+                                               : 0;
   char line[160];
   std::snprintf(line, sizeof(line),
                 "  makespan  predicted %.4f s  measured %.4f s  (prediction %+.1f%%)\n",

@@ -23,10 +23,9 @@
 // monotonic clock); the simulator's rules are in simulator.h.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "pptrain/render/timeline.h"
 #include "pptrain/schedule/schedule.h"

@@ -38,19 +38,20 @@ TEST(MeasureCosts, StepMeansThenMedianOverSteps) {
 TEST(MeasureCosts, LatencyFromReceivesThatWaited) {
   Timeline t;
   t.num_ranks = 2;
-  t.events = {
-      // Rank 1 waits from 0 for microbatch 0, sent at 1.0, arrives 1.3: one sample of 0.3.
-      event(0, "0SEND_F0", 1.0, 1.01), event(1, "1RECV_F0", 0.0, 1.3),
-      // Microbatch 1 had arrived before rank 1 asked for it: no sample.
-      event(0, "0SEND_F1", 2.0, 2.01), event(1, "1RECV_F1", 5.0, 5.0),
-      // A gradient going back, waited for: 0.5.
-      event(1, "1SEND_B0", 3.0, 3.0), event(0, "0RECV_B0", 2.5, 3.5)};
+  t.events = {// Rank 1 waits from 0 for microbatch 0, sent at 1.0, arrives 1.3: one sample of 0.3.
+              event(0, "0SEND_F0", 1.0, 1.01), event(1, "1RECV_F0", 0.0, 1.3),
+              // Microbatch 1 had arrived before rank 1 asked for it: no sample.
+              event(0, "0SEND_F1", 2.0, 2.01), event(1, "1RECV_F1", 5.0, 5.0),
+              // A gradient going back, waited for: 0.5.
+              event(1, "1SEND_B0", 3.0, 3.0), event(0, "0RECV_B0", 2.5, 3.5)};
   const MeasuredCosts m = measure_costs({t}, 2);
   EXPECT_EQ(m.comm_samples, 2);
   EXPECT_NEAR(m.cost.comm, 0.4, 1e-12);  // median of 0.3 and 0.5
 }
 
-TEST(MeasureCosts, NeedsAStep) { EXPECT_THROW(measure_costs({}, 2), UserError); }
+TEST(MeasureCosts, NeedsAStep) {
+  EXPECT_THROW(measure_costs({}, 2), UserError);
+}
 
 // A simulated run read back as if measured: the costs come back, and the prediction equals it.
 TEST(CompareToSimulation, SimulatedRunPredictsItself) {
