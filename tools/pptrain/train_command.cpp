@@ -1,7 +1,7 @@
 // `pptrain train`: pipeline-parallel training of a gpt or mlp model following a schedule.
 //
-//   pptrain train --model gpt --layers 8 --pp 2 --schedule 1f1b --microbatches 8 --batch-size 8 \
-//                 --steps 10 --metrics m.jsonl --trace last_step.json --save ckpt
+//   pptrain train --model gpt --layers 8 --pp 2 --schedule 1f1b --microbatches 8
+//                 --batch-size 8 --steps 10 --metrics m.jsonl --trace last_step.json --save ckpt
 //
 // Without RANK in the environment and with --pp > 1, this process checks the arguments, then
 // starts P workers (itself again, one per rank) and supervises them; with RANK set (by us or by
