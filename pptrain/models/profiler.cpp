@@ -1,6 +1,5 @@
 #include "pptrain/models/profiler.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <thread>
 
 #include "pptrain/common/check.h"
+#include "pptrain/models/compute_threads.h"
 #include "pptrain/models/weight_grad_store.h"
 #include "pptrain/runtime/memory.h"
 
@@ -33,18 +33,6 @@ double median(std::vector<double> values) {
 
 int64_t tensor_bytes(const torch::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
-}
-
-// One compute thread, for LibTorch and for OpenBLAS, whose pool torch::set_num_threads does not
-// reach. Thread CPU time counts the calling thread only: with OpenBLAS free to use a second
-// core, a d_model 256 gpt block measured about 30% less than it costs in a one-thread worker.
-// OpenBLAS is looked up at run time, as the trainer does, so no particular BLAS is linked.
-void use_one_compute_thread() {
-  torch::set_num_threads(1);
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    set(1);
-  }
 }
 
 std::string hostname() {
@@ -115,7 +103,7 @@ ModelProfile profile_model(const ProfileOptions& options) {
   PPTRAIN_CHECK(options.warmup >= 0, "--warmup must be >= 0, got ", options.warmup);
   PPTRAIN_CHECK(options.iters >= 1, "--iters must be >= 1, got ", options.iters);
 
-  use_one_compute_thread();
+  set_compute_threads(1);  // thread CPU time must see all the work (compute_threads.h)
   install_counting_allocator();  // for stash_bytes
   ModelProfile profile;
   profile.options = options;

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
 
 namespace pptrain {
 namespace {
@@ -307,11 +308,7 @@ Profile parse_pipedream_graph(const std::string& text, const std::string& source
 }
 
 Profile read_profile(const std::string& path) {
-  std::ifstream file(path);
-  PPTRAIN_CHECK(file.good(), "cannot open profile '", path, "'");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  std::string text = buffer.str();
+  const std::string text = read_text_file(path, "profile");
   size_t first = text.find_first_not_of(" \t\r\n");
   PPTRAIN_CHECK(first != std::string::npos, path,
                 ": empty file; expected a pptrain JSON profile or a PipeDream graph.txt");

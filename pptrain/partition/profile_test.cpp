@@ -202,7 +202,7 @@ TEST(ReadProfile, ChoosesTheFormatByContent) {
   EXPECT_EQ(read_profile(json_path).source, json_path);
   EXPECT_EQ(read_profile(graph_path).layers.at(0).name, "node1 Conv");
   expect_user_error([] { read_profile("/nonexistent/profile.json"); },
-                    {"cannot open", "/nonexistent/profile.json"});
+                    {"cannot read profile", "/nonexistent/profile.json"});
   std::remove(json_path.c_str());
   std::remove(graph_path.c_str());
 }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
 #include "pptrain/models/profiler.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
@@ -114,11 +115,7 @@ std::vector<LayerRange> partitioned(const Profile& profile, const std::string& m
 std::vector<LayerRange> from_file(const std::string& path, const TrainOptions& options,
                                   int num_stages) {
   const std::string what = "--partition '" + path + "'";
-  std::ifstream in(path);
-  PPTRAIN_CHECK(in.good(), what, ": cannot read the file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const std::string text = read_text_file(path, "--partition file");
   const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   PPTRAIN_CHECK(doc.is_object() && (doc.contains("stages") || doc.contains("layers")), what,
                 " is neither a partition JSON (`pptrain partition --json`, with 'stages') nor a "

@@ -1,7 +1,5 @@
 #include "pptrain/runtime/trainer.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
+#include "pptrain/models/compute_threads.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/runtime/executor.h"
@@ -161,23 +161,6 @@ void maybe_crash_for_test(int rank, int step) {
   }
 }
 
-void write_text_file(const std::string& path, const std::string& text, const char* flag) {
-  std::ofstream out(path);
-  PPTRAIN_CHECK(out.good(), "cannot write ", flag, " file '", path, "'");
-  out << text;
-}
-
-// One knob for every thread pool that computes: LibTorch's own (and MKL's), and OpenBLAS's,
-// which LibTorch's setting does not reach. Without the latter a --pp 1 run would quietly use
-// every core for its matrix products while each worker uses one. OpenBLAS is looked up at run
-// time so we do not link against a particular BLAS.
-void set_compute_threads(int threads) {
-  torch::set_num_threads(threads);
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    set(threads);
-  }
-}
 
 std::string mib(int64_t bytes) {
   char text[32];
@@ -249,8 +232,8 @@ Schedule plan_training(const TrainOptions& options) {
   DataOptions data = options.data;
   Dataset check_data(options.model, data);
   check_output_path(options.metrics_path, "--metrics");
-  check_output_path(options.trace_path, "--trace");
-  check_output_path(options.svg_path, "--svg");
+  check_output_path(options.trace_path, "--trace file");
+  check_output_path(options.svg_path, "--svg file");
   if (!options.load_dir.empty()) {
     PPTRAIN_CHECK(std::filesystem::is_directory(options.load_dir), "--load '", options.load_dir,
                   "' is not a folder");
@@ -403,7 +386,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     }
     if (step + 1 == options.steps) {
       if (!options.trace_path.empty()) {
-        write_text_file(options.trace_path, render_chrome_trace(timeline, 1e6), "--trace");
+        write_text_file(options.trace_path, render_chrome_trace(timeline, 1e6), "--trace file");
       }
       if (!options.svg_path.empty()) {
         SvgOptions svg;
@@ -416,9 +399,9 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
                       " above its prediction from the run's own costs";
           svg.labels = {"measured", "predicted"};
           write_text_file(options.svg_path,
-                          render_svg({timeline, comparison->predicted.timeline}, svg), "--svg");
+                          render_svg({timeline, comparison->predicted.timeline}, svg), "--svg file");
         } else {
-          write_text_file(options.svg_path, render_svg(timeline, svg), "--svg");
+          write_text_file(options.svg_path, render_svg(timeline, svg), "--svg file");
         }
       }
     }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
 
 namespace pptrain {
 
@@ -144,17 +145,11 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
 }
 
 Schedule read_schedule_csv(const std::string& path) {
-  std::ifstream in(path);
-  PPTRAIN_CHECK(in.good(), "cannot read schedule file '", path, "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_csv(text.str());
+  return parse_csv(read_text_file(path, "schedule file"));
 }
 
 void write_schedule_csv(const Schedule& schedule, const std::string& path) {
-  std::ofstream out(path);
-  PPTRAIN_CHECK(out.good(), "cannot write schedule file '", path, "'");
-  out << to_csv(schedule);
+  write_text_file(path, to_csv(schedule), "schedule file");
 }
 
 Schedule lower(const Schedule& schedule) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/grid.h"
 #include "pptrain/render/svg.h"
@@ -47,13 +48,6 @@ std::string joined_names() {
   return names;
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  PPTRAIN_CHECK(out.good(), "cannot write '", path, "'");
-  out << text;
-  out.close();
-  PPTRAIN_CHECK(out.good(), "cannot write '", path, "'");
-}
 
 // "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
 std::string file_stem(const std::string& path) {
@@ -158,7 +152,7 @@ void run_schedule_command(const ScheduleArgs& args) {
   SimResult result = simulate(lowered, cost);
 
   if (!args.export_path.empty()) {
-    write_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)));
+    write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)), "--export file");
   }
   if (args.grid) {
     GridOptions options;
@@ -176,10 +170,10 @@ void run_schedule_command(const ScheduleArgs& args) {
     SvgOptions options;
     options.time_unit = "cost units";
     options.show_comms = args.with_comms;
-    write_file(args.svg_path, render_svg(result.timeline, options));
+    write_text_file(args.svg_path, render_svg(result.timeline, options), "--svg file");
   }
   if (!args.trace_path.empty()) {
-    write_file(args.trace_path, render_chrome_trace(result.timeline, /*time_unit_us=*/1000));
+    write_text_file(args.trace_path, render_chrome_trace(result.timeline, /*time_unit_us=*/1000), "--trace file");
   }
   if (args.json) {
     std::cout << summary_json(schedule, result).dump() << std::endl;
