@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pptrain/runtime/launcher.h"
 #include "tests/e2e.h"
 
 namespace pptrain {
@@ -137,6 +138,22 @@ TEST(Supervision, CrashedWorkerStopsTheRun) {
       << run.err;
   // The run got going before the crash: rank 0 printed steps 1 and 2.
   EXPECT_NE(run.out.find("step 2/1000"), std::string::npos) << run.out;
+}
+
+// Started by hand (RANK set) while its peer never comes: a one-line error within the
+// communication timeout, not a hang and not a backtrace.
+TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
+  TempDir dir;
+  const std::string env = "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(find_free_port()) + " PPTRAIN_COMM_TIMEOUT_S=3 ";
+  const auto run = run_train(model_args(small_model("mlp")) +
+                                 " --pp 2 --schedule 1f1b --batch-size 8 --microbatches 4 --steps 2",
+                             dir, env);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_LT(run.seconds, 30.0);
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find("pptrain: error: rank 0 of 2 could not join the rendezvous"), std::string::npos)
+      << run.err;
 }
 
 // Bad input: exit status 2, one line on stderr naming the problem, no worker started.

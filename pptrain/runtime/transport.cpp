@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "pptrain/common/check.h"
@@ -75,6 +76,14 @@ class C10dTransport : public Transport {
   TransportOptions options_;
 };
 
+// The first line of an error's message: c10::Error's what() carries a C++ backtrace that a user
+// of the command line does not need.
+std::string brief(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  return text.substr(0, text.find('\n'));
+}
+
 int env_int(const char* name) {
   const char* text = std::getenv(name);
   PPTRAIN_CHECK(text && *text, "environment variable ", name,
@@ -98,7 +107,7 @@ void PendingComm::wait() {
     work_->wait(timeout_);
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("communication failed or timed out after ") +
-                             std::to_string(timeout_.count() / 1000) + " s: " + e.what());
+                             std::to_string(timeout_.count() / 1000) + " s: " + brief(e));
   }
   work_.reset();
 }
@@ -123,7 +132,9 @@ TransportOptions TransportOptions::from_env() {
 
 std::unique_ptr<Transport> make_local_transport() { return std::make_unique<LocalTransport>(); }
 
-std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
+namespace {
+
+std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(options.master_port);
   store_options.isServer = options.rank == 0;
@@ -154,6 +165,24 @@ std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
                   ")");
   }
   return std::make_unique<C10dTransport>(store, group, options);
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
+  try {
+    return connect_or_throw(options);
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Most often a rank that never started, or ranks given different MASTER_ADDR/MASTER_PORT.
+    throw std::runtime_error("rank " + std::to_string(options.rank) + " of " +
+                             std::to_string(options.world_size) + " could not join the rendezvous at " +
+                             options.master_addr + ":" + std::to_string(options.master_port) +
+                             " within " + std::to_string(options.timeout.count() / 1000) +
+                             " s (are all WORLD_SIZE ranks started with the same MASTER_ADDR and "
+                             "MASTER_PORT?): " + brief(e));
+  }
 }
 
 int comm_tag(Op op, int stage, int microbatch, int num_microbatches) {

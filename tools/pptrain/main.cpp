@@ -1,9 +1,17 @@
 // pptrain: pipeline-parallel training. `pptrain --help` lists the subcommands.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "pptrain/common/check.h"
 #include "tools/pptrain/commands.h"
+
+namespace {
+
+// Errors from libraries can carry a backtrace after their message: one line is what a user reads.
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"pptrain: pipeline-parallel training of deep networks"};
@@ -24,8 +32,11 @@ int main(int argc, char** argv) {
   } catch (const pptrain::UserError& e) {
     std::fprintf(stderr, "pptrain: error: %s\n", e.what());
     return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "pptrain: internal error: %s\n", e.what());
+  } catch (const pptrain::InternalError& e) {
+    std::fprintf(stderr, "pptrain: internal error: %s\n", first_line(e.what()).c_str());
+    return 1;
+  } catch (const std::exception& e) {  // a failure of the run: communication, a file system, ...
+    std::fprintf(stderr, "pptrain: error: %s\n", first_line(e.what()).c_str());
     return 1;
   }
   return 0;
