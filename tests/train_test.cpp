@@ -6,11 +6,12 @@
 // Parameters compare per tensor as max|a - b| / max(max|b|, 1e-12) <= 1e-5.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "pptrain/runtime/launcher.h"
 #include "tests/e2e.h"
@@ -40,9 +41,10 @@ TEST_P(MatchesReference, LossesAndParametersEqualSingleProcess) {
   for (int pp : {2, 4}) {
     SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule);
     const std::string tag = "pp" + std::to_string(pp);
-    const auto run = run_train(common + " --pp " + std::to_string(pp) + " --metrics " +
-                                   (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
-                               dir);
+    const auto run =
+        run_train(common + " --pp " + std::to_string(pp) + " --metrics " +
+                      (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
+                  dir);
     ASSERT_EQ(run.exit_code, 0) << run.err;
     const auto losses = read_losses(dir / (tag + ".jsonl"));
     ASSERT_EQ(losses.size(), ref_losses.size());
@@ -53,17 +55,55 @@ TEST_P(MatchesReference, LossesAndParametersEqualSingleProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, MatchesReference,
-    ::testing::Combine(::testing::Values("gpt", "mlp"),
-                       ::testing::Values("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v")),
-    [](const ::testing::TestParamInfo<Case>& info) {
-      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-      for (char& c : name) {
-        if (c == '-') c = '_';
-      }
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Schedules, MatchesReference,
+                         ::testing::Combine(::testing::Values("gpt", "mlp"),
+                                            ::testing::Values("gpipe", "1f1b", "interleaved-1f1b",
+                                                              "zb-h1", "zb-h2", "zb-v")),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string name =
+                               std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+// A schedule is data: one written by hand (fused and split backwards mixed, W's late and out of
+// order) and one exported with its communication by `pptrain schedule` train like --pp 1.
+TEST(MatchesReferenceScheduleFile, HandWrittenAndExportedSchedules) {
+  const ModelOptions model = small_model("mlp");
+  TempDir dir;
+  const std::string common =
+      model_args(model) + " --batch-size 8 --microbatches 4 --steps 5 --quiet";
+  ASSERT_EQ(run_train(common + " --pp 1 --schedule 1f1b --metrics " + (dir / "ref.jsonl").string() +
+                          " --save " + (dir / "ref").string(),
+                      dir)
+                .exit_code,
+            0);
+  {
+    std::ofstream csv(dir / "hand.csv");
+    csv << "0F0,0F1,0F2,0I0,0F3,0I1,0I2,0W1,0W0,0B3,0W2\n"
+           "1F0,1B0,1F1,1I1,1F2,1B2,1W1,1F3,1I3,1W3\n";
+  }
+  const auto exported =
+      run_pptrain("schedule --schedule zb-h2 --pp 4 --microbatches 4 --with-comms --export " +
+                      (dir / "zb-h2.csv").string(),
+                  dir);
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  for (const auto& [file, pp] : {std::pair<std::string, int>{"hand.csv", 2}, {"zb-h2.csv", 4}}) {
+    SCOPED_TRACE(file);
+    const auto run =
+        run_train(common + " --pp " + std::to_string(pp) + " --schedule-file " +
+                      (dir / file).string() + " --metrics " + (dir / (file + ".jsonl")).string() +
+                      " --save " + (dir / (file + ".params")).string(),
+                  dir);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const auto want = read_losses(dir / "ref.jsonl"), got = read_losses(dir / (file + ".jsonl"));
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]));
+    expect_same_parameters(model, dir / (file + ".params"), dir / "ref");
+  }
+}
 
 // AdamW normalises each gradient, so it also checks the small ones; one schedule is enough.
 TEST(MatchesReferenceAdamW, ZbVOnTwoRanks) {
@@ -73,9 +113,13 @@ TEST(MatchesReferenceAdamW, ZbVOnTwoRanks) {
                              " --batch-size 8 --microbatches 4 --steps 5 --quiet --optimizer adamw "
                              "--schedule zb-v";
   ASSERT_EQ(run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() + " --save " +
-                          (dir / "ref").string(), dir).exit_code, 0);
+                          (dir / "ref").string(),
+                      dir)
+                .exit_code,
+            0);
   const auto run = run_train(common + " --pp 2 --metrics " + (dir / "run.jsonl").string() +
-                                 " --save " + (dir / "run").string(), dir);
+                                 " --save " + (dir / "run").string(),
+                             dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto want = read_losses(dir / "ref.jsonl"), got = read_losses(dir / "run.jsonl");
   ASSERT_EQ(got.size(), want.size());
@@ -101,7 +145,8 @@ TEST(Outputs, MetricsTraceSvgAndLoad) {
     const auto j = nlohmann::json::parse(line);
     ++lines;
     EXPECT_EQ(j.at("step").get<int>(), lines);
-    for (const char* key : {"loss", "step_time_s", "samples_per_s", "tokens_per_s", "bubble_ratio"}) {
+    for (const char* key :
+         {"loss", "step_time_s", "samples_per_s", "tokens_per_s", "bubble_ratio"}) {
       EXPECT_TRUE(j.at(key).is_number()) << key;
     }
     EXPECT_GE(j["bubble_ratio"].get<double>(), 0.0);
@@ -117,10 +162,11 @@ TEST(Outputs, MetricsTraceSvgAndLoad) {
 
   // Training on from the checkpoint with another split starts where the first run ended: its
   // first loss is below the first run's first loss.
-  const auto resumed = run_train(model_args(small_model("gpt")) +
-                                     " --pp 1 --batch-size 8 --microbatches 4 --quiet --steps 1 --metrics " +
-                                     (dir / "r.jsonl").string() + " --load " + (dir / "ckpt").string(),
-                                 dir);
+  const auto resumed =
+      run_train(model_args(small_model("gpt")) +
+                    " --pp 1 --batch-size 8 --microbatches 4 --quiet --steps 1 --metrics " +
+                    (dir / "r.jsonl").string() + " --load " + (dir / "ckpt").string(),
+                dir);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
   const auto first = read_losses(dir / "m.jsonl"), again = read_losses(dir / "r.jsonl");
   ASSERT_EQ(again.size(), 1u);
@@ -129,9 +175,10 @@ TEST(Outputs, MetricsTraceSvgAndLoad) {
 
 TEST(Supervision, CrashedWorkerStopsTheRun) {
   TempDir dir;
-  const auto run = run_train(model_args(small_model("gpt")) +
-                                 " --pp 2 --schedule 1f1b --batch-size 8 --microbatches 4 --steps 1000",
-                             dir, "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=2 ");
+  const auto run =
+      run_train(model_args(small_model("gpt")) +
+                    " --pp 2 --schedule 1f1b --batch-size 8 --microbatches 4 --steps 1000",
+                dir, "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=2 ");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_LT(run.seconds, 30.0);
   EXPECT_NE(run.err.find("pptrain: error: worker rank 1 was killed by signal 6"), std::string::npos)
@@ -146,13 +193,15 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
   TempDir dir;
   const std::string env = "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                           std::to_string(find_free_port()) + " PPTRAIN_COMM_TIMEOUT_S=3 ";
-  const auto run = run_train(model_args(small_model("mlp")) +
-                                 " --pp 2 --schedule 1f1b --batch-size 8 --microbatches 4 --steps 2",
-                             dir, env);
+  const auto run =
+      run_train(model_args(small_model("mlp")) +
+                    " --pp 2 --schedule 1f1b --batch-size 8 --microbatches 4 --steps 2",
+                dir, env);
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_LT(run.seconds, 30.0);
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
-  EXPECT_NE(run.err.find("pptrain: error: rank 0 of 2 could not join the rendezvous"), std::string::npos)
+  EXPECT_NE(run.err.find("pptrain: error: rank 0 of 2 could not join the rendezvous"),
+            std::string::npos)
       << run.err;
 }
 
@@ -164,7 +213,9 @@ struct BadInput {
 };
 
 // Test names show the case's name, not its bytes.
-void PrintTo(const BadInput& input, std::ostream* out) { *out << input.name; }
+void PrintTo(const BadInput& input, std::ostream* out) {
+  *out << input.name;
+}
 
 class RejectsBadInput : public ::testing::TestWithParam<BadInput> {};
 
@@ -177,7 +228,8 @@ TEST_P(RejectsBadInput, OneLineAndExitStatus2) {
   for (size_t at; (at = args.find(placeholder)) != std::string::npos;) {
     args.replace(at, placeholder.size(), (dir / "").string());
   }
-  const auto run = run_train("--model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 --steps 2 " + args, dir);
+  const auto run = run_train(
+      "--model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 --steps 2 " + args, dir);
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_EQ(run.err.rfind("pptrain: error: ", 0), 0u) << run.err;
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
@@ -190,7 +242,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadInput{"MoreRanksThanBlocks", "--pp 5 --schedule 1f1b --microbatches 4 --batch-size 8",
                  "--pp 5 is larger than the model's 4 blocks"},
-        BadInput{"TooManyStages", "--pp 4 --schedule interleaved-1f1b --microbatches 4 --batch-size 8",
+        BadInput{"TooManyStages",
+                 "--pp 4 --schedule interleaved-1f1b --microbatches 4 --batch-size 8",
                  "has 8 stages"},
         BadInput{"NoMicrobatches", "--pp 2 --schedule 1f1b --microbatches 0 --batch-size 8",
                  "--microbatches must be >= 1, got 0"},
@@ -198,15 +251,19 @@ INSTANTIATE_TEST_SUITE_P(
                  "--batch-size 6 is not a positive multiple of --microbatches 4"},
         BadInput{"UnknownSchedule", "--pp 2 --schedule 2f2b --microbatches 4 --batch-size 8",
                  "unknown schedule '2f2b'"},
-        BadInput{"UnreadableData", "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --data DIR/missing.txt",
+        BadInput{"UnreadableData",
+                 "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --data DIR/missing.txt",
                  "missing.txt"},
-        BadInput{"ScheduleFileForOtherP", "--pp 4 --schedule-file DIR/two_ranks.csv --microbatches 2 --batch-size 8",
+        BadInput{"ScheduleFileForOtherP",
+                 "--pp 4 --schedule-file DIR/two_ranks.csv --microbatches 2 --batch-size 8",
                  "is for 2 ranks, but --pp is 4"},
-        BadInput{"InvalidScheduleFile", "--pp 2 --schedule-file DIR/broken.csv --microbatches 2 --batch-size 8",
+        BadInput{"InvalidScheduleFile",
+                 "--pp 2 --schedule-file DIR/broken.csv --microbatches 2 --batch-size 8",
                  "is not valid"},
-        BadInput{"ChunksTheScheduleCannotUse", "--pp 2 --schedule 1f1b --chunks 2 --microbatches 4 --batch-size 8",
-                 "chunks=2"},
-        BadInput{"UnknownOptimizer", "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --optimizer lion",
+        BadInput{"ChunksTheScheduleCannotUse",
+                 "--pp 2 --schedule 1f1b --chunks 2 --microbatches 4 --batch-size 8", "chunks=2"},
+        BadInput{"UnknownOptimizer",
+                 "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --optimizer lion",
                  "--optimizer must be sgd or adamw, got 'lion'"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
