@@ -2,9 +2,9 @@
 // folder, read what it wrote, and compare a pipelined run with the single-process reference.
 //
 //   TempDir dir;
-//   RunResult run = run_pptrain("train --model gpt ... --metrics " + (dir / "m.jsonl").string(), dir);
-//   ASSERT_EQ(run.exit_code, 0) << run.err;
-//   expect_same_losses(read_losses(dir / "m.jsonl"), read_losses(dir / "ref.jsonl"));
+//   RunResult run = run_pptrain("train --model gpt ... --metrics " + (dir / "m.jsonl").string(),
+//   dir); ASSERT_EQ(run.exit_code, 0) << run.err; expect_same_losses(read_losses(dir / "m.jsonl"),
+//   read_losses(dir / "ref.jsonl"));
 //
 // Parameters compare per tensor as max|a - b| / max(max|b|, 1e-12) <= 1e-5, losses to 1e-5
 // relative: a pipelined run computes the same sums as --pp 1, in a different order.
@@ -20,11 +20,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "pptrain/models/model.h"
 #include "pptrain/runtime/stage.h"
@@ -71,8 +70,8 @@ class TempDir {
 inline RunResult run_pptrain(const std::string& args, const TempDir& dir,
                              const std::string& env = "") {
   const auto out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string command = env + PPTRAIN_BINARY + std::string(" ") + args + " > " +
-                              out.string() + " 2> " + err.string();
+  const std::string command =
+      env + PPTRAIN_BINARY + std::string(" ") + args + " > " + out.string() + " 2> " + err.string();
   const auto start = std::chrono::steady_clock::now();
   const int status = std::system(command.c_str());
   RunResult result;
@@ -149,8 +148,8 @@ inline void expect_one_line_error(const RunResult& run, const std::string& expec
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_EQ(run.err.rfind("pptrain: error: ", 0), 0u) << run.err;
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
-  EXPECT_NE(run.err.find(expected), std::string::npos) << "expected '" << expected << "' in "
-                                                       << run.err;
+  EXPECT_NE(run.err.find(expected), std::string::npos)
+      << "expected '" << expected << "' in " << run.err;
   EXPECT_EQ(run.out, "");
 }
 

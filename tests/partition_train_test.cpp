@@ -6,11 +6,10 @@
 // line naming the problem.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "pptrain/runtime/partition_plan.h"
 #include "tests/e2e.h"
@@ -24,8 +23,10 @@ using namespace e2e;
 std::string partition_json(const std::vector<std::pair<int, int>>& ranges, int replicas = 1) {
   nlohmann::json doc = {{"method", "time"}, {"stages", nlohmann::json::array()}};
   for (const auto& [first, last] : ranges) {
-    doc["stages"].push_back(
-        {{"first_layer", first}, {"last_layer", last}, {"replicas", replicas}, {"compute_s", 0.001}});
+    doc["stages"].push_back({{"first_layer", first},
+                             {"last_layer", last},
+                             {"replicas", replicas},
+                             {"compute_s", 0.001}});
   }
   return doc.dump();
 }
@@ -45,7 +46,9 @@ nlohmann::json profile_doc(const ModelOptions& model) {
   return {{"format", "pptrain-profile-1"}, {"layers", layers}};
 }
 
-void write_file(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 // The "partition ..." line of a run's stdout (empty if there is none, or more than one).
 std::string partition_line(const std::string& out) {
@@ -67,8 +70,8 @@ const char* kSteps = "5";
 // losses and parameters agree; returns the pipelined run.
 RunResult expect_matches_single_process(const ModelOptions& model, const std::string& args,
                                         const std::string& pipelined, const TempDir& dir) {
-  const std::string common = model_args(model) + " --batch-size 8 --microbatches 4 --steps " +
-                             kSteps + " " + args;
+  const std::string common =
+      model_args(model) + " --batch-size 8 --microbatches 4 --steps " + kSteps + " " + args;
   const auto ref = run_train(common + " --pp 1 --quiet --metrics " + (dir / "ref.jsonl").string() +
                                  " --save " + (dir / "ref").string(),
                              dir);
@@ -107,8 +110,9 @@ TEST(PartitionFile, NonUniformVShapeEqualsSingleProcess) {
   write_file(dir / "p.json", partition_json({{0, 0}, {1, 5}, {6, 6}, {7, 7}}));
   const auto run = expect_matches_single_process(
       model, "--schedule zb-v", "--pp 2 --partition " + (dir / "p.json").string(), dir);
-  EXPECT_NE(partition_line(run.out).find("stage 1 = layers 1-5 (block1..block5), stage 2 = layer 6"),
-            std::string::npos)
+  EXPECT_NE(
+      partition_line(run.out).find("stage 1 = layers 1-5 (block1..block5), stage 2 = layer 6"),
+      std::string::npos)
       << run.out;
 }
 
@@ -161,10 +165,10 @@ TEST(PartitionTime, MeasuredAndFromProfileFile) {
   std::vector<LayerRange> expected;
   for (const auto& s : stages) expected.emplace_back(s["first_layer"], s["last_layer"]);
 
-  const auto run = run_train(model_args(model) + " --pp 2 --schedule 1f1b --batch-size 8 " +
-                                 "--microbatches 4 --steps 1 --partition " +
-                                 (dir / "prof.json").string(),
-                             dir);
+  const auto run =
+      run_train(model_args(model) + " --pp 2 --schedule 1f1b --batch-size 8 " +
+                    "--microbatches 4 --steps 1 --partition " + (dir / "prof.json").string(),
+                dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(partition_line(run.out),
             describe_stage_layers(model, (dir / "prof.json").string(), expected))
@@ -179,7 +183,9 @@ struct BadInput {
   std::string env;       // extra environment
 };
 
-void PrintTo(const BadInput& input, std::ostream* out) { *out << input.name; }
+void PrintTo(const BadInput& input, std::ostream* out) {
+  *out << input.name;
+}
 
 class RejectsBadPartition : public ::testing::TestWithParam<BadInput> {};
 
@@ -204,11 +210,11 @@ TEST_P(RejectsBadPartition, OneLineAndExitStatus2) {
   three.layers = 3;
   write_file(dir / "three_layers.json", profile_doc(three).dump());
   write_file(dir / "cycle.txt",
-        "node1 -- Conv -- forward_compute_time=1.0, backward_compute_time=2.0, "
-        "activation_size=64.0, parameter_size=16.0\n"
-        "node2 -- ReLU -- forward_compute_time=1.0, backward_compute_time=2.0, "
-        "activation_size=64.0, parameter_size=0.0\n"
-        "\tnode1 -- node2\n\tnode2 -- node1\n");
+             "node1 -- Conv -- forward_compute_time=1.0, backward_compute_time=2.0, "
+             "activation_size=64.0, parameter_size=16.0\n"
+             "node2 -- ReLU -- forward_compute_time=1.0, backward_compute_time=2.0, "
+             "activation_size=64.0, parameter_size=0.0\n"
+             "\tnode1 -- node2\n\tnode2 -- node1\n");
 
   std::string args = GetParam().args;
   const std::string placeholder = "DIR/";

@@ -38,14 +38,14 @@ std::string concat(const Parts&... parts) {
 
 }  // namespace pptrain
 
-#define PPTRAIN_CHECK(cond, ...)                                         \
-  do {                                                                   \
+#define PPTRAIN_CHECK(cond, ...)                                                     \
+  do {                                                                               \
     if (!(cond)) throw ::pptrain::UserError(::pptrain::detail::concat(__VA_ARGS__)); \
   } while (false)
 
-#define PPTRAIN_ASSERT(cond, ...)                                                   \
-  do {                                                                              \
-    if (!(cond))                                                                    \
-      throw ::pptrain::InternalError(::pptrain::detail::concat(                     \
+#define PPTRAIN_ASSERT(cond, ...)                                                     \
+  do {                                                                                \
+    if (!(cond))                                                                      \
+      throw ::pptrain::InternalError(::pptrain::detail::concat(                       \
           __FILE__, ":", __LINE__, ": internal error: ", #cond, " ", ##__VA_ARGS__)); \
   } while (false)

@@ -103,7 +103,7 @@ ModelProfile profile_model(const ProfileOptions& options) {
   PPTRAIN_CHECK(options.warmup >= 0, "--warmup must be >= 0, got ", options.warmup);
   PPTRAIN_CHECK(options.iters >= 1, "--iters must be >= 1, got ", options.iters);
 
-  set_compute_threads(1);  // thread CPU time must see all the work (compute_threads.h)
+  set_compute_threads(1);        // thread CPU time must see all the work (compute_threads.h)
   install_counting_allocator();  // for stash_bytes
   ModelProfile profile;
   profile.options = options;

@@ -13,11 +13,11 @@ namespace pptrain {
 using Clock = std::chrono::steady_clock;
 
 struct Executor::Slot {
-  torch::Tensor input;        // stage input; a leaf with requires_grad on stages > 0
-  torch::Tensor output;       // stage output, or loss / M on the last stage
-  torch::Tensor output_grad;  // gradient of `output`: from RECV_B or the next stage on this rank
-  torch::Tensor input_grad;   // gradient of `input`, waiting for SEND_B
-  bool forwarded = false;     // F ran and no backward yet
+  torch::Tensor input;           // stage input; a leaf with requires_grad on stages > 0
+  torch::Tensor output;          // stage output, or loss / M on the last stage
+  torch::Tensor output_grad;     // gradient of `output`: from RECV_B or the next stage on this rank
+  torch::Tensor input_grad;      // gradient of `input`, waiting for SEND_B
+  bool forwarded = false;        // F ran and no backward yet
   WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
 };
 
@@ -59,7 +59,7 @@ Executor::Executor(Schedule lowered, int rank, std::vector<Stage*> stages, Trans
 // right after the first of our receives that carries such a message; a send without one is
 // waited on at the step end.
 void Executor::plan_send_releases() {
-  using Key = std::tuple<int, int, int>;  // op, stage, microbatch
+  using Key = std::tuple<int, int, int>;        // op, stage, microbatch
   std::map<Key, std::pair<int, size_t>> where;  // comm action -> (rank, position)
   for (int r = 0; r < schedule_.num_ranks; ++r) {
     for (size_t p = 0; p < schedule_.actions[r].size(); ++p) {
@@ -71,11 +71,20 @@ void Executor::plan_send_releases() {
   const auto other_end = [&](const Action& a) -> const std::pair<int, size_t>* {
     Op op = Op::F;
     switch (a.op) {
-      case Op::SEND_F: op = Op::RECV_F; break;
-      case Op::RECV_F: op = Op::SEND_F; break;
-      case Op::SEND_B: op = Op::RECV_B; break;
-      case Op::RECV_B: op = Op::SEND_B; break;
-      default: return nullptr;
+      case Op::SEND_F:
+        op = Op::RECV_F;
+        break;
+      case Op::RECV_F:
+        op = Op::SEND_F;
+        break;
+      case Op::SEND_B:
+        op = Op::RECV_B;
+        break;
+      case Op::RECV_B:
+        op = Op::SEND_B;
+        break;
+      default:
+        return nullptr;
     }
     const auto it = where.find({static_cast<int>(op), peer_stage(a.op, a.stage), a.microbatch});
     return it == where.end() ? nullptr : &it->second;
@@ -107,7 +116,8 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   StepState state;
   state.start = step_start;
   for (size_t p = 0; p < actions.size(); ++p) {
-    if (actions[p].op == Op::RECV_F || actions[p].op == Op::RECV_B) state.recv_positions.push_back(p);
+    if (actions[p].op == Op::RECV_F || actions[p].op == Op::RECV_B)
+      state.recv_positions.push_back(p);
   }
   for (size_t p = 0; p < actions.size(); ++p) {
     post_receives_through(p, state);
@@ -150,9 +160,11 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
 void Executor::post_receives_through(size_t position, StepState& state) {
   // Receives before `position` have been consumed; keep the next recv_ahead ones posted too.
   size_t consumed = 0;
-  while (consumed < state.recv_positions.size() && state.recv_positions[consumed] < position) ++consumed;
-  const size_t limit = options_.recv_ahead < 0 ? state.recv_positions.size()
-                                               : consumed + static_cast<size_t>(options_.recv_ahead);
+  while (consumed < state.recv_positions.size() && state.recv_positions[consumed] < position)
+    ++consumed;
+  const size_t limit = options_.recv_ahead < 0
+                           ? state.recv_positions.size()
+                           : consumed + static_cast<size_t>(options_.recv_ahead);
   while (state.next_recv < state.recv_positions.size() &&
          (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
     const size_t p = state.recv_positions[state.next_recv++];
@@ -161,9 +173,9 @@ void Executor::post_receives_through(size_t position, StepState& state) {
     PPTRAIN_ASSERT(peer >= 0 && peer < schedule_.num_stages, to_string(a), " has no peer stage");
     const int boundary = a.op == Op::RECV_F ? a.stage - 1 : a.stage;
     torch::Tensor buffer = torch::empty(boundary_shapes_[boundary], torch::kFloat32);
-    state.posted.emplace(p, transport_->recv(buffer, schedule_.stage_to_rank[peer],
-                                             comm_tag(a.op, a.stage, a.microbatch,
-                                                      schedule_.num_microbatches)));
+    state.posted.emplace(
+        p, transport_->recv(buffer, schedule_.stage_to_rank[peer],
+                            comm_tag(a.op, a.stage, a.microbatch, schedule_.num_microbatches)));
   }
 }
 
@@ -172,30 +184,41 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
   const double begin = std::chrono::duration<double>(Clock::now() - state.start).count();
   const int s = action.stage, mb = action.microbatch;
   switch (action.op) {
-    case Op::F: forward(s, mb, data, state); break;
-    case Op::B: backward(s, mb, /*defer_weight_grads=*/false, data, state); break;
-    case Op::I: backward(s, mb, /*defer_weight_grads=*/true, data, state); break;
-    case Op::W: slot(state, s, mb).weight_grads.run(); break;
+    case Op::F:
+      forward(s, mb, data, state);
+      break;
+    case Op::B:
+      backward(s, mb, /*defer_weight_grads=*/false, data, state);
+      break;
+    case Op::I:
+      backward(s, mb, /*defer_weight_grads=*/true, data, state);
+      break;
+    case Op::W:
+      slot(state, s, mb).weight_grads.run();
+      break;
     case Op::SEND_F: {
       Slot& sl = slot(state, s, mb);
-      PPTRAIN_CHECK(sl.output.defined(), "schedule error: ", to_string(action),
-                    " on rank ", rank_, " sends an output that F has not produced");
-      state.sent[position] = transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
-                                              comm_tag(action.op, s, mb, schedule_.num_microbatches));
+      PPTRAIN_CHECK(sl.output.defined(), "schedule error: ", to_string(action), " on rank ", rank_,
+                    " sends an output that F has not produced");
+      state.sent[position] =
+          transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
+                           comm_tag(action.op, s, mb, schedule_.num_microbatches));
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = torch::Tensor();
       break;
     }
     case Op::SEND_B: {
       Slot& sl = slot(state, s, mb);
-      PPTRAIN_CHECK(sl.input_grad.defined(), "schedule error: ", to_string(action),
-                    " on rank ", rank_, " sends an input gradient that no backward produced");
-      state.sent[position] = transport_->send(sl.input_grad.contiguous(), schedule_.stage_to_rank[s - 1],
-                                              comm_tag(action.op, s, mb, schedule_.num_microbatches));
+      PPTRAIN_CHECK(sl.input_grad.defined(), "schedule error: ", to_string(action), " on rank ",
+                    rank_, " sends an input gradient that no backward produced");
+      state.sent[position] =
+          transport_->send(sl.input_grad.contiguous(), schedule_.stage_to_rank[s - 1],
+                           comm_tag(action.op, s, mb, schedule_.num_microbatches));
       sl.input_grad = torch::Tensor();
       break;
     }
-    default: PPTRAIN_ASSERT(false, "cannot run ", to_string(action));
+    default:
+      PPTRAIN_ASSERT(false, "cannot run ", to_string(action));
   }
   const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
   state.record.events.push_back({rank_, action, begin, end});
@@ -218,7 +241,8 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
     input = data.inputs[mb];
   } else {
     PPTRAIN_CHECK(sl.input.defined(), "schedule error: ", s, "F", mb, " on rank ", rank_,
-                  " runs before its input arrived (missing RECV_F or forward of stage ", s - 1, ")");
+                  " runs before its input arrived (missing RECV_F or forward of stage ", s - 1,
+                  ")");
     // The input is a leaf of this stage's graph: backward leaves its gradient in input.grad().
     input = sl.input.requires_grad_(true);
   }
@@ -238,7 +262,8 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
   }
   sl.forwarded = true;
   // Kept for the backward, or (recomputing) only for SEND_F, which takes it over.
-  if (!options_.recompute || (s != schedule_.num_stages - 1 && !is_local(s + 1))) sl.output = output;
+  if (!options_.recompute || (s != schedule_.num_stages - 1 && !is_local(s + 1)))
+    sl.output = output;
 }
 
 void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& data,
@@ -249,8 +274,8 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
                 " on rank ", rank_, " runs before its forward (or twice)");
   std::vector<torch::Tensor> grads;
   if (s != last) {
-    PPTRAIN_CHECK(sl.output_grad.defined(), "schedule error: backward of stage ", s,
-                  " microbatch ", mb, " on rank ", rank_,
+    PPTRAIN_CHECK(sl.output_grad.defined(), "schedule error: backward of stage ", s, " microbatch ",
+                  mb, " on rank ", rank_,
                   " runs before its output gradient arrived (missing RECV_B or backward of stage ",
                   s + 1, ")");
     grads.push_back(sl.output_grad);

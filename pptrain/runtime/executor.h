@@ -38,7 +38,8 @@
 namespace pptrain {
 
 // Loss of one microbatch: the last stage's output against the targets (a mean over elements).
-using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+using LossFn =
+    std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 
 struct ExecutorOptions {
   // Receives posted before the action that consumes them, counted from the current position:

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
-
 #include "pptrain/runtime/memory.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/schedule/schedule.h"
@@ -20,11 +19,13 @@ ModelOptions tiny_mlp() {
 }
 
 // Gradients of the whole model, computed the plain way: one graph per microbatch, loss / M.
-std::vector<torch::Tensor> reference_grads(const ModelOptions& model, const std::vector<torch::Tensor>& inputs,
+std::vector<torch::Tensor> reference_grads(const ModelOptions& model,
+                                           const std::vector<torch::Tensor>& inputs,
                                            const std::vector<torch::Tensor>& targets) {
   Stage whole = make_stage(model, 0, {0, num_layers(model) - 1});
   for (size_t m = 0; m < inputs.size(); ++m) {
-    auto loss = compute_loss(model, whole.forward(inputs[m]), targets[m]) / static_cast<double>(inputs.size());
+    auto loss = compute_loss(model, whole.forward(inputs[m]), targets[m]) /
+                static_cast<double>(inputs.size());
     loss.backward();
   }
   std::vector<torch::Tensor> grads;
@@ -43,26 +44,30 @@ StepData random_step(int microbatches, int64_t rows, int64_t width, uint64_t see
   return data;
 }
 
-Executor make_executor(const ModelOptions& model, const Schedule& schedule, std::vector<Stage*> stages,
-                       Transport* transport, std::vector<std::vector<int64_t>> boundary_shapes,
+Executor make_executor(const ModelOptions& model, const Schedule& schedule,
+                       std::vector<Stage*> stages, Transport* transport,
+                       std::vector<std::vector<int64_t>> boundary_shapes,
                        ExecutorOptions options = {}) {
-  return Executor(schedule, 0, std::move(stages), transport,
-                  [model](const torch::Tensor& out, const torch::Tensor& target) {
-                    return compute_loss(model, out, target);
-                  },
-                  std::move(boundary_shapes), options);
+  return Executor(
+      schedule, 0, std::move(stages), transport,
+      [model](const torch::Tensor& out, const torch::Tensor& target) {
+        return compute_loss(model, out, target);
+      },
+      std::move(boundary_shapes), options);
 }
 
 // tiny_mlp() as two stages on one rank (layers 0-1 and 2-3), run through one step of `csv` on two
 // microbatches; the gradients it leaves must equal plain autograd's.
-StepRecord run_two_local_stages_against_autograd(const std::string& csv, ExecutorOptions options = {}) {
+StepRecord run_two_local_stages_against_autograd(const std::string& csv,
+                                                 ExecutorOptions options = {}) {
   const ModelOptions model = tiny_mlp();
   const Schedule schedule = parse_csv(csv);
   EXPECT_EQ(schedule.num_stages, 2);
   Stage first = make_stage(model, 0, {0, 1});
   Stage second = make_stage(model, 1, {2, 3});
   auto transport = make_local_transport();
-  Executor executor = make_executor(model, schedule, {&first, &second}, transport.get(), {{2, 8}}, options);
+  Executor executor =
+      make_executor(model, schedule, {&first, &second}, transport.get(), {{2, 8}}, options);
   const StepData data = random_step(/*microbatches=*/2, /*rows=*/2, /*width=*/8, /*seed=*/3);
   StepRecord record = executor.run_step(data, std::chrono::steady_clock::now());
   const auto want = reference_grads(model, data.inputs, data.targets);
@@ -83,7 +88,8 @@ StepRecord run_two_local_stages_against_autograd(const std::string& csv, Executo
 // Two stages on one rank, the V placement's turn: F hands the activation over locally, I and W
 // split the backward, and the gradient goes back locally. The result must equal plain autograd.
 TEST(Executor, LocalStagesWithSplitBackwardMatchPlainAutograd) {
-  const StepRecord record = run_two_local_stages_against_autograd("0F0,1F0,0F1,1F1,1I0,0I0,1B1,1W0,0B1,0W0\n");
+  const StepRecord record =
+      run_two_local_stages_against_autograd("0F0,1F0,0F1,1F1,1I0,0I0,1B1,1W0,0B1,0W0\n");
   EXPECT_TRUE(record.has_loss);
   EXPECT_EQ(record.events.size(), 10u);
   for (const auto& event : record.events) EXPECT_LE(event.start, event.end);
@@ -91,7 +97,8 @@ TEST(Executor, LocalStagesWithSplitBackwardMatchPlainAutograd) {
 
 // A composite action runs its parts in order; each part is one timeline event.
 TEST(Executor, OverlappedForwardAndBackwardRunAsTheirParts) {
-  const StepRecord record = run_two_local_stages_against_autograd("0F0,1F0,(0F1;1B0)OVERLAP_F_B,0B0,1F1,1B1,0B1\n");
+  const StepRecord record =
+      run_two_local_stages_against_autograd("0F0,1F0,(0F1;1B0)OVERLAP_F_B,0B0,1F1,1B1,0B1\n");
   ASSERT_EQ(record.events.size(), 8u);
   EXPECT_EQ(to_string(record.events[2].action), "0F1");
   EXPECT_EQ(to_string(record.events[3].action), "1B0");
@@ -102,7 +109,8 @@ TEST(Executor, OverlappedForwardAndBackwardRunAsTheirParts) {
 TEST(Executor, RecomputeMatchesPlainAutograd) {
   ExecutorOptions options;
   options.recompute = true;
-  const StepRecord record = run_two_local_stages_against_autograd("0F0,1F0,0F1,1F1,1I0,0I0,1B1,1W0,0B1,0W0\n", options);
+  const StepRecord record =
+      run_two_local_stages_against_autograd("0F0,1F0,0F1,1F1,1I0,0I0,1B1,1W0,0B1,0W0\n", options);
   EXPECT_TRUE(record.has_loss);
 }
 

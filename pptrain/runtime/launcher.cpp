@@ -25,7 +25,9 @@ namespace {
 
 std::atomic<int> g_interrupt_signal{0};
 
-void on_interrupt(int signal) { g_interrupt_signal = signal; }
+void on_interrupt(int signal) {
+  g_interrupt_signal = signal;
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -37,7 +39,9 @@ std::string describe_status(int status) {
   return "stopped with wait status " + std::to_string(status);
 }
 
-bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+bool failed(int status) {
+  return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
 
 // The child: become worker `rank` and exec the program again. Never returns.
 [[noreturn]] void exec_worker(const LaunchOptions& options, int rank, int port, pid_t parent) {
@@ -101,7 +105,8 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigemptyset(&action.sa_mask);
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   sigaction(SIGINT, &action, &old_int);
   sigaction(SIGTERM, &action, &old_term);
 
@@ -180,7 +185,8 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   const int first = failures.front();
   result.message = "worker rank " + std::to_string(first) + " " + describe_status(statuses[first]);
   for (size_t i = 1; i < failures.size(); ++i) {
-    result.message += "; rank " + std::to_string(failures[i]) + " " + describe_status(statuses[failures[i]]);
+    result.message +=
+        "; rank " + std::to_string(failures[i]) + " " + describe_status(statuses[failures[i]]);
   }
   result.message += "; stopped the other workers";
   // A user error found by a worker keeps its exit status 2.

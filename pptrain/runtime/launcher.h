@@ -25,8 +25,8 @@ struct LaunchOptions {
 
 // What happened to the workers.
 struct LaunchResult {
-  int exit_code = 0;     // 0 if every worker exited with 0; else the code the launcher exits with
-  std::string message;   // empty on success; else one line naming the failed rank(s)
+  int exit_code = 0;    // 0 if every worker exited with 0; else the code the launcher exits with
+  std::string message;  // empty on success; else one line naming the failed rank(s)
 };
 
 // This process's own command-line arguments without argv[0] (from /proc/self/cmdline).

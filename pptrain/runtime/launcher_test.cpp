@@ -15,9 +15,10 @@ LaunchOptions shell(int workers, const std::string& script) {
 
 TEST(Launcher, WorkersGetTheTorchrunEnvironment) {
   const auto result = launch_workers(shell(
-      3, "test \"$WORLD_SIZE\" = 3 && test \"$RANK\" = \"$LOCAL_RANK\" && test \"$RANK\" -lt 3 && "
-         "test \"$MASTER_ADDR\" = 127.0.0.1 && test \"$MASTER_PORT\" -gt 0 && "
-         "test \"$OMP_NUM_THREADS\" = 1 || exit 5"));
+      3,
+      "test \"$WORLD_SIZE\" = 3 && test \"$RANK\" = \"$LOCAL_RANK\" && test \"$RANK\" -lt 3 && "
+      "test \"$MASTER_ADDR\" = 127.0.0.1 && test \"$MASTER_PORT\" -gt 0 && "
+      "test \"$OMP_NUM_THREADS\" = 1 || exit 5"));
   EXPECT_EQ(result.exit_code, 0) << result.message;
   EXPECT_EQ(result.message, "");
 }
@@ -25,14 +26,15 @@ TEST(Launcher, WorkersGetTheTorchrunEnvironment) {
 TEST(Launcher, AWorkerKilledBySignalStopsTheOthersAndIsNamed) {
   // Rank 1 aborts; the others would sleep far longer than the test's timeout (exec: the shell
   // becomes the sleep, so killing the worker leaves no grandchild holding ctest's pipe).
-  const auto result = launch_workers(
-      shell(3, "if [ \"$RANK\" = 1 ]; then kill -ABRT $$; fi; exec sleep 600"));
+  const auto result =
+      launch_workers(shell(3, "if [ \"$RANK\" = 1 ]; then kill -ABRT $$; fi; exec sleep 600"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.message.rfind("worker rank 1 was killed by signal 6", 0), 0u) << result.message;
 }
 
 TEST(Launcher, AFailedExitStatusIsNamed) {
-  const auto result = launch_workers(shell(2, "if [ \"$RANK\" = 0 ]; then exit 3; fi; exec sleep 600"));
+  const auto result =
+      launch_workers(shell(2, "if [ \"$RANK\" = 0 ]; then exit 3; fi; exec sleep 600"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.message.rfind("worker rank 0 exited with status 3", 0), 0u) << result.message;
 }

@@ -44,7 +44,8 @@ class CountingAllocator : public c10::Allocator {
   c10::DataPtr allocate(size_t n) PPTRAIN_ALLOCATE_CONST override {
     c10::DataPtr inner = inner_->allocate(n + kHeaderBytes);
     const c10::Device device = inner.device();
-    TORCH_INTERNAL_ASSERT(inner.get() == inner.get_context(), "wrapped allocator's block has a context");
+    TORCH_INTERNAL_ASSERT(inner.get() == inner.get_context(),
+                          "wrapped allocator's block has a context");
     char* block = static_cast<char*>(inner.release_context());
     const int64_t bytes = static_cast<int64_t>(n);
     std::memcpy(block, &bytes, sizeof(bytes));
@@ -86,9 +87,17 @@ void install_counting_allocator() {
   });
 }
 
-bool counting_allocator_installed() { return g_installed; }
-int64_t allocated_bytes() { return g_allocated.load(std::memory_order_relaxed); }
-int64_t peak_bytes() { return g_peak.load(std::memory_order_relaxed); }
-void reset_peak() { g_peak.store(g_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed); }
+bool counting_allocator_installed() {
+  return g_installed;
+}
+int64_t allocated_bytes() {
+  return g_allocated.load(std::memory_order_relaxed);
+}
+int64_t peak_bytes() {
+  return g_peak.load(std::memory_order_relaxed);
+}
+void reset_peak() {
+  g_peak.store(g_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
 
 }  // namespace pptrain

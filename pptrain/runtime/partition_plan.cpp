@@ -3,9 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"

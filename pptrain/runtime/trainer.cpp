@@ -6,9 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
@@ -64,7 +63,8 @@ void check_output_path(const std::string& path, const char* flag) {
 // Global gradient norm over every stage's parameters (one all-reduce of the squared norm, summed
 // in float64), then scaling to max_norm as torch.nn.utils.clip_grad_norm_ does. Returns the norm
 // before clipping.
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm, Transport& transport) {
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                      Transport& transport) {
   torch::NoGradGuard no_grad;
   auto squared = torch::zeros({1}, torch::kFloat64);
   for (const auto& p : params) {
@@ -87,7 +87,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& opti
                                                         const std::vector<torch::Tensor>& params) {
   if (options.optimizer == "adamw") {
     const double lr = options.lr > 0 ? options.lr : 1e-3;
-    return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(lr).weight_decay(0.01));
+    return std::make_unique<torch::optim::AdamW>(params,
+                                                 torch::optim::AdamWOptions(lr).weight_decay(0.01));
   }
   const double lr = options.lr > 0 ? options.lr : 0.05;
   return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(0.9));
@@ -107,10 +108,10 @@ struct RankReport {
 // stage, microbatch, start, end); rank 0 returns all of them, the others an empty list.
 std::vector<RankReport> gather_reports(const RankReport& mine, Transport& transport) {
   const int rank = transport.rank();
-  auto header = torch::tensor({mine.has_loss ? 1.0 : 0.0, mine.loss,
-                               static_cast<double>(mine.peak_activation_bytes), mine.step_seconds,
-                               static_cast<double>(mine.events.size()), mine.start_s},
-                              torch::kFloat64);
+  auto header = torch::tensor(
+      {mine.has_loss ? 1.0 : 0.0, mine.loss, static_cast<double>(mine.peak_activation_bytes),
+       mine.step_seconds, static_cast<double>(mine.events.size()), mine.start_s},
+      torch::kFloat64);
   if (rank != 0) {
     auto events = torch::empty({static_cast<int64_t>(mine.events.size()), 5}, torch::kFloat64);
     auto e = events.accessor<double, 2>();
@@ -161,7 +162,6 @@ void maybe_crash_for_test(int rank, int step) {
   }
 }
 
-
 std::string mib(int64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.2f", static_cast<double>(bytes) / (1 << 20));
@@ -181,12 +181,15 @@ Schedule plan_training(const TrainOptions& options) {
   PPTRAIN_CHECK(options.chunks >= 0, "--chunks must be >= 1, got ", options.chunks);
   PPTRAIN_CHECK(options.optimizer == "sgd" || options.optimizer == "adamw",
                 "--optimizer must be sgd or adamw, got '", options.optimizer, "'");
-  PPTRAIN_CHECK(options.lr >= 0 && std::isfinite(options.lr), "--lr must be >= 0, got ", options.lr);
-  PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ", options.clip);
+  PPTRAIN_CHECK(options.lr >= 0 && std::isfinite(options.lr), "--lr must be >= 0, got ",
+                options.lr);
+  PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ",
+                options.clip);
   PPTRAIN_CHECK(options.threads >= 1, "--threads must be >= 1, got ", options.threads);
   const int blocks = num_blocks(options.model);
   PPTRAIN_CHECK(options.pp <= blocks, "--pp ", options.pp, " is larger than the model's ", blocks,
-                " blocks (--layers ", options.model.layers, "); every stage needs at least one block");
+                " blocks (--layers ", options.model.layers,
+                "); every stage needs at least one block");
 
   Schedule schedule;
   std::string what;  // how errors name the schedule
@@ -211,10 +214,9 @@ Schedule plan_training(const TrainOptions& options) {
   }
   PPTRAIN_CHECK(schedule.flushes, what,
                 " is asynchronous (no flush); the runtime runs synchronous schedules only for now");
-  PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages,
-                " stages (--pp ", options.pp, " x ", schedule.chunks(),
-                " chunks) but the model has only ", blocks, " blocks (--layers ",
-                options.model.layers, ")");
+  PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
+                options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
+                " blocks (--layers ", options.model.layers, ")");
   try {
     validate(schedule);
   } catch (const ScheduleError& e) {
@@ -275,11 +277,12 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
   const ModelOptions model = options.model;
   ExecutorOptions executor_options;
   executor_options.recompute = options.recompute;
-  Executor executor(lowered, rank, stage_ptrs, &transport,
-                    [model](const torch::Tensor& output, const torch::Tensor& target) {
-                      return compute_loss(model, output, target);
-                    },
-                    boundary_shapes, executor_options);
+  Executor executor(
+      lowered, rank, stage_ptrs, &transport,
+      [model](const torch::Tensor& output, const torch::Tensor& target) {
+        return compute_loss(model, output, target);
+      },
+      boundary_shapes, executor_options);
 
   const bool first = lowered.stage_to_rank[0] == rank;
   const bool last = lowered.stage_to_rank[S - 1] == rank;
@@ -293,10 +296,12 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
   }
   const double tokens_per_sample = options.model.kind == "gpt" ? options.model.seq_len : 1;
   if (rank == 0 && !options.quiet) {
-    std::printf("training %s (%d layers, d_model %d) with %s: %d rank%s, %d stage%s, %d microbatches of %lld\n",
-                options.model.kind.c_str(), num_layers(options.model), options.model.d_model,
-                lowered.name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s", M,
-                static_cast<long long>(microbatch_size));
+    std::printf(
+        "training %s (%d layers, d_model %d) with %s: %d rank%s, %d stage%s, %d microbatches of "
+        "%lld\n",
+        options.model.kind.c_str(), num_layers(options.model), options.model.d_model,
+        lowered.name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s", M,
+        static_cast<long long>(microbatch_size));
     std::printf("%s\n", describe_stage_layers(options.model, options.partition, ranges).c_str());
     std::fflush(stdout);
   }
@@ -357,9 +362,10 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     if (!options.quiet) {
       std::string peak_text;
       for (auto b : peaks) peak_text += (peak_text.empty() ? "" : "/") + mib(b);
-      std::printf("step %d/%d  loss %.6f  time %.4f s  %.0f tokens/s  bubble %.3f  peak act %s MiB\n",
-                  step + 1, options.steps, loss, step_seconds, tokens_per_s, stats.bubble_ratio,
-                  peak_text.c_str());
+      std::printf(
+          "step %d/%d  loss %.6f  time %.4f s  %.0f tokens/s  bubble %.3f  peak act %s MiB\n",
+          step + 1, options.steps, loss, step_seconds, tokens_per_s, stats.bubble_ratio,
+          peak_text.c_str());
       std::fflush(stdout);
     }
     // --compare-sim reads the costs off every step but the first (a warm-up: first-touch
@@ -373,13 +379,13 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     }
     if (metrics.is_open()) {
       nlohmann::ordered_json line = {{"step", step + 1},
-                             {"loss", loss},
-                             {"step_time_s", step_seconds},
-                             {"samples_per_s", samples_per_s},
-                             {"tokens_per_s", tokens_per_s},
-                             {"bubble_ratio", stats.bubble_ratio},
-                             {"grad_norm", grad_norm},
-                             {"peak_activation_bytes", peaks}};
+                                     {"loss", loss},
+                                     {"step_time_s", step_seconds},
+                                     {"samples_per_s", samples_per_s},
+                                     {"tokens_per_s", tokens_per_s},
+                                     {"bubble_ratio", stats.bubble_ratio},
+                                     {"grad_norm", grad_norm},
+                                     {"peak_activation_bytes", peaks}};
       if (comparison) line["compare_sim"] = comparison_json(*comparison);
       metrics << line.dump() << "\n";
       metrics.flush();
@@ -399,7 +405,8 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
                       " above its prediction from the run's own costs";
           svg.labels = {"measured", "predicted"};
           write_text_file(options.svg_path,
-                          render_svg({timeline, comparison->predicted.timeline}, svg), "--svg file");
+                          render_svg({timeline, comparison->predicted.timeline}, svg),
+                          "--svg file");
         } else {
           write_text_file(options.svg_path, render_svg(timeline, svg), "--svg file");
         }

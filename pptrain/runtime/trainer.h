@@ -24,12 +24,13 @@ namespace pptrain {
 
 struct TrainOptions {
   ModelOptions model;
-  DataOptions data;           // batch_size, microbatches (M), seed, source
-  int pp = 1;                 // P: worker processes
-  int chunks = 0;             // V: stages per rank; 0 = the schedule's default
+  DataOptions data;  // batch_size, microbatches (M), seed, source
+  int pp = 1;        // P: worker processes
+  int chunks = 0;    // V: stages per rank; 0 = the schedule's default
   // Which layers each stage holds: uniform | params | time | FILE.json (partition_plan.h).
   std::string partition = "uniform";
-  std::string stage_layers;  // resolved ranges "0-2,3-5" (a launcher's workers); wins over partition
+  std::string
+      stage_layers;  // resolved ranges "0-2,3-5" (a launcher's workers); wins over partition
   std::string schedule = "1f1b";  // a generator name (schedule_names())
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
   int steps = 10;

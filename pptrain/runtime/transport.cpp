@@ -1,8 +1,9 @@
 #include "pptrain/runtime/transport.h"
 
+#include <torch/version.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 #if defined(USE_C10D_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -31,10 +32,12 @@ class LocalTransport : public Transport {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   PendingComm send(const torch::Tensor&, int peer, int tag) override {
-    PPTRAIN_ASSERT(false, "a single-process run has no peer to send to (peer ", peer, ", tag ", tag, ")");
+    PPTRAIN_ASSERT(false, "a single-process run has no peer to send to (peer ", peer, ", tag ", tag,
+                   ")");
   }
   PendingComm recv(const torch::Tensor&, int peer, int tag) override {
-    PPTRAIN_ASSERT(false, "a single-process run has no peer to receive from (peer ", peer, ", tag ", tag, ")");
+    PPTRAIN_ASSERT(false, "a single-process run has no peer to receive from (peer ", peer, ", tag ",
+                   tag, ")");
   }
   void allreduce_sum(torch::Tensor&) override {}
   void barrier() override {}
@@ -86,8 +89,9 @@ std::string brief(const std::exception& e) {
 
 int env_int(const char* name) {
   const char* text = std::getenv(name);
-  PPTRAIN_CHECK(text && *text, "environment variable ", name,
-                " is not set (expected as torchrun sets it: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
+  PPTRAIN_CHECK(
+      text && *text, "environment variable ", name,
+      " is not set (expected as torchrun sets it: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)");
   char* end = nullptr;
   const long value = std::strtol(text, &end, 10);
   PPTRAIN_CHECK(*end == '\0' && value >= 0 && value < (1L << 30), "environment variable ", name,
@@ -122,15 +126,17 @@ TransportOptions TransportOptions::from_env() {
   options.master_addr = addr;
   PPTRAIN_CHECK(options.world_size >= 1 && options.rank < options.world_size, "RANK=", options.rank,
                 " is not below WORLD_SIZE=", options.world_size);
-  PPTRAIN_CHECK(options.master_port > 0 && options.master_port < 65536, "MASTER_PORT=",
-                options.master_port, " is not a TCP port");
+  PPTRAIN_CHECK(options.master_port > 0 && options.master_port < 65536,
+                "MASTER_PORT=", options.master_port, " is not a TCP port");
   if (const char* t = std::getenv("PPTRAIN_COMM_TIMEOUT_S"); t && *t) {
     options.timeout = std::chrono::seconds(env_int("PPTRAIN_COMM_TIMEOUT_S"));
   }
   return options;
 }
 
-std::unique_ptr<Transport> make_local_transport() { return std::make_unique<LocalTransport>(); }
+std::unique_ptr<Transport> make_local_transport() {
+  return std::make_unique<LocalTransport>();
+}
 
 namespace {
 
@@ -177,11 +183,13 @@ std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
   } catch (const std::exception& e) {
     // Most often a rank that never started, or ranks given different MASTER_ADDR/MASTER_PORT.
     throw std::runtime_error("rank " + std::to_string(options.rank) + " of " +
-                             std::to_string(options.world_size) + " could not join the rendezvous at " +
-                             options.master_addr + ":" + std::to_string(options.master_port) +
-                             " within " + std::to_string(options.timeout.count() / 1000) +
+                             std::to_string(options.world_size) +
+                             " could not join the rendezvous at " + options.master_addr + ":" +
+                             std::to_string(options.master_port) + " within " +
+                             std::to_string(options.timeout.count() / 1000) +
                              " s (are all WORLD_SIZE ranks started with the same MASTER_ADDR and "
-                             "MASTER_PORT?): " + brief(e));
+                             "MASTER_PORT?): " +
+                             brief(e));
   }
 }
 
@@ -189,14 +197,26 @@ int comm_tag(Op op, int stage, int microbatch, int num_microbatches) {
   int boundary = 0;
   int direction = 0;
   switch (op) {
-    case Op::SEND_F: boundary = stage; break;
-    case Op::RECV_F: boundary = stage - 1; break;
-    case Op::SEND_B: boundary = stage - 1; direction = 1; break;
-    case Op::RECV_B: boundary = stage; direction = 1; break;
-    default: PPTRAIN_ASSERT(false, "not a communication op: ", op_name(op));
+    case Op::SEND_F:
+      boundary = stage;
+      break;
+    case Op::RECV_F:
+      boundary = stage - 1;
+      break;
+    case Op::SEND_B:
+      boundary = stage - 1;
+      direction = 1;
+      break;
+    case Op::RECV_B:
+      boundary = stage;
+      direction = 1;
+      break;
+    default:
+      PPTRAIN_ASSERT(false, "not a communication op: ", op_name(op));
   }
   PPTRAIN_ASSERT(boundary >= 0 && microbatch >= 0 && microbatch < num_microbatches);
-  const long long tag = (static_cast<long long>(boundary) * num_microbatches + microbatch) * 2 + direction;
+  const long long tag =
+      (static_cast<long long>(boundary) * num_microbatches + microbatch) * 2 + direction;
   PPTRAIN_CHECK(tag < kControlTagBase, "too many stages x microbatches for message tags (",
                 boundary + 1, " x ", num_microbatches, ")");
   return static_cast<int>(tag);

@@ -14,12 +14,12 @@
 //   sent.wait();  // at the latest before `activation` is modified or the step ends
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "pptrain/schedule/action.h"
 

@@ -2,11 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include "pptrain/common/check.h"
-
 #include <set>
 #include <thread>
 
+#include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
 
 namespace pptrain {
@@ -69,7 +68,8 @@ TEST(Transport, GlooSendRecvAllreduceBetweenTwoRanks) {
   ASSERT_EQ(errors[1], "");
   EXPECT_TRUE(torch::equal(received[0], torch::full({3}, 11.0f)));
   EXPECT_TRUE(torch::equal(received[1], torch::full({3}, 10.0f)));
-  for (const auto& r : reduced) EXPECT_TRUE(torch::equal(r, torch::full({2}, 3.0, torch::kFloat64)));
+  for (const auto& r : reduced)
+    EXPECT_TRUE(torch::equal(r, torch::full({2}, 3.0, torch::kFloat64)));
 }
 
 TEST(Transport, FromEnvNamesWhatIsMissing) {

@@ -13,9 +13,15 @@ struct OpName {
 };
 // Longest names first, so that "SEND_F" is not read as "S" + ... when matching prefixes.
 constexpr OpName kOpNames[] = {
-    {Op::OVERLAP_F_B, "OVERLAP_F_B"}, {Op::SEND_F, "SEND_F"}, {Op::RECV_F, "RECV_F"},
-    {Op::SEND_B, "SEND_B"},           {Op::RECV_B, "RECV_B"}, {Op::F, "F"},
-    {Op::I, "I"},                     {Op::W, "W"},           {Op::B, "B"},
+    {Op::OVERLAP_F_B, "OVERLAP_F_B"},
+    {Op::SEND_F, "SEND_F"},
+    {Op::RECV_F, "RECV_F"},
+    {Op::SEND_B, "SEND_B"},
+    {Op::RECV_B, "RECV_B"},
+    {Op::F, "F"},
+    {Op::I, "I"},
+    {Op::W, "W"},
+    {Op::B, "B"},
 };
 
 // Reads a non-negative decimal number at text[pos...]; returns -1 if there is none.
@@ -47,8 +53,12 @@ const char* op_name(Op op) {
 bool is_compute(Op op) {
   return op == Op::F || op == Op::I || op == Op::W || op == Op::B || op == Op::OVERLAP_F_B;
 }
-bool is_comm(Op op) { return !is_compute(op); }
-bool is_backward(Op op) { return op == Op::I || op == Op::B; }
+bool is_comm(Op op) {
+  return !is_compute(op);
+}
+bool is_backward(Op op) {
+  return op == Op::I || op == Op::B;
+}
 
 std::string to_string(const Action& action) {
   if (action.op == Op::OVERLAP_F_B) {
@@ -68,12 +78,15 @@ Action parse_action(std::string_view text) {
                     "' is not an action (expected <stage><op><microbatch> such as 0F1, 2W5, "
                     "1SEND_F3, or (0F7;7B3)OVERLAP_F_B)");
   };
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
+    text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+    text.remove_suffix(1);
   if (text.empty()) fail();
   if (text.front() == '(') {
     const std::string_view suffix = ")OVERLAP_F_B";
-    if (text.size() <= suffix.size() + 1 || text.substr(text.size() - suffix.size()) != suffix) fail();
+    if (text.size() <= suffix.size() + 1 || text.substr(text.size() - suffix.size()) != suffix)
+      fail();
     std::string_view inner = text.substr(1, text.size() - suffix.size() - 1);
     Action composite{Op::OVERLAP_F_B, -1, -1, {}};
     while (!inner.empty()) {

@@ -28,8 +28,8 @@ enum class Op {
 
 struct Action {
   Op op = Op::F;
-  int stage = 0;       // global stage index, 0 .. num_stages-1 (-1 for a composite)
-  int microbatch = 0;  // 0 .. num_microbatches-1 (-1 for a composite)
+  int stage = 0;              // global stage index, 0 .. num_stages-1 (-1 for a composite)
+  int microbatch = 0;         // 0 .. num_microbatches-1 (-1 for a composite)
   std::vector<Action> parts;  // only for OVERLAP_F_B: the overlapped actions, in order
 
   static Action make(Op op, int stage, int microbatch) { return Action{op, stage, microbatch, {}}; }
@@ -39,9 +39,9 @@ struct Action {
 
 // Short op name as it appears in the text form: "F", "I", "SEND_F", ...
 const char* op_name(Op op);
-bool is_compute(Op op);       // F, I, W, B, OVERLAP_F_B
-bool is_comm(Op op);          // SEND_F, RECV_F, SEND_B, RECV_B
-bool is_backward(Op op);      // I or B: the action that consumes a stage's activations
+bool is_compute(Op op);   // F, I, W, B, OVERLAP_F_B
+bool is_comm(Op op);      // SEND_F, RECV_F, SEND_B, RECV_B
+bool is_backward(Op op);  // I or B: the action that consumes a stage's activations
 
 std::string to_string(const Action& action);
 // Parses the text form. Throws UserError naming the text if it is not an action.

@@ -48,8 +48,9 @@ bool Schedule::operator==(const Schedule& other) const {
 Schedule strip_comms(const Schedule& schedule) {
   Schedule out = schedule;
   for (auto& list : out.actions) {
-    list.erase(std::remove_if(list.begin(), list.end(), [](const Action& a) { return is_comm(a.op); }),
-               list.end());
+    list.erase(
+        std::remove_if(list.begin(), list.end(), [](const Action& a) { return is_comm(a.op); }),
+        list.end());
   }
   return out;
 }
@@ -140,7 +141,8 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
   schedule.num_stages = static_cast<int>(schedule.stage_to_rank.size());
   schedule.num_microbatches = max_microbatch + 1;
   PPTRAIN_CHECK(schedule.num_stages % schedule.num_ranks == 0, "schedule has ", schedule.num_stages,
-                " stages on ", schedule.num_ranks, " ranks; every rank must hold the same number of stages");
+                " stages on ", schedule.num_ranks,
+                " ranks; every rank must hold the same number of stages");
   return schedule;
 }
 

@@ -21,10 +21,10 @@
 namespace pptrain {
 
 struct Schedule {
-  std::string name;           // e.g. "1f1b"; "imported" for a file
-  int num_ranks = 0;          // P: worker processes in the pipeline
-  int num_stages = 0;         // P * V: consecutive pieces of the model
-  int num_microbatches = 0;   // M: microbatches per mini-batch
+  std::string name;                          // e.g. "1f1b"; "imported" for a file
+  int num_ranks = 0;                         // P: worker processes in the pipeline
+  int num_stages = 0;                        // P * V: consecutive pieces of the model
+  int num_microbatches = 0;                  // M: microbatches per mini-batch
   std::vector<int> stage_to_rank;            // [num_stages] -> rank that runs the stage
   std::vector<std::vector<Action>> actions;  // [num_ranks] -> actions in execution order
   bool flushes = true;  // true: synchronous (all microbatches drain before the optimizer step)

@@ -17,8 +17,8 @@ TEST(ActionText, RoundTripsEveryOp) {
 }
 
 TEST(ActionText, RejectsMalformedText) {
-  for (const char* text : {"", "F1", "0F", "0X1", "0F1x", "(0F1)OVERLAP_F_B", "(0F1;1B0)", "-1F0",
-                           "0SEND1"}) {
+  for (const char* text :
+       {"", "F1", "0F", "0X1", "0F1x", "(0F1)OVERLAP_F_B", "(0F1;1B0)", "-1F0", "0SEND1"}) {
     EXPECT_THROW(parse_action(text), UserError) << text;
   }
 }

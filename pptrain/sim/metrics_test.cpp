@@ -7,9 +7,13 @@ namespace {
 
 TEST(TimelineStats, BubbleFollowsTheZeroBubbleDefinition) {
   // Two ranks; rank 1 starts one unit late and ends one unit late: span 3 on each rank.
-  Timeline t{"t", 2, {{0, Action::make(Op::F, 0, 0), 0, 1}, {0, Action::make(Op::B, 0, 0), 2, 3},
-                      {1, Action::make(Op::F, 1, 0), 1, 2}, {1, Action::make(Op::B, 1, 0), 2, 4},
-                      {1, Action::make(Op::SEND_B, 1, 0), 4, 4}}};
+  Timeline t{"t",
+             2,
+             {{0, Action::make(Op::F, 0, 0), 0, 1},
+              {0, Action::make(Op::B, 0, 0), 2, 3},
+              {1, Action::make(Op::F, 1, 0), 1, 2},
+              {1, Action::make(Op::B, 1, 0), 2, 4},
+              {1, Action::make(Op::SEND_B, 1, 0), 4, 4}}};
   TimelineStats s = timeline_stats(t);
   EXPECT_DOUBLE_EQ(s.makespan, 4);
   EXPECT_DOUBLE_EQ(s.cost, 3);

@@ -9,7 +9,9 @@
 namespace {
 
 // Errors from libraries can carry a backtrace after their message: one line is what a user reads.
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string first_line(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
 
 }  // namespace
 

@@ -48,7 +48,6 @@ std::string joined_names() {
   return names;
 }
 
-
 // "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
 std::string file_stem(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -152,7 +151,8 @@ void run_schedule_command(const ScheduleArgs& args) {
   SimResult result = simulate(lowered, cost);
 
   if (!args.export_path.empty()) {
-    write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)), "--export file");
+    write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)),
+                    "--export file");
   }
   if (args.grid) {
     GridOptions options;
@@ -173,7 +173,8 @@ void run_schedule_command(const ScheduleArgs& args) {
     write_text_file(args.svg_path, render_svg(result.timeline, options), "--svg file");
   }
   if (!args.trace_path.empty()) {
-    write_text_file(args.trace_path, render_chrome_trace(result.timeline, /*time_unit_us=*/1000), "--trace file");
+    write_text_file(args.trace_path, render_chrome_trace(result.timeline, /*time_unit_us=*/1000),
+                    "--trace file");
   }
   if (args.json) {
     std::cout << summary_json(schedule, result).dump() << std::endl;

@@ -32,9 +32,10 @@ void run_train(TrainOptions options) {
       options, lowered.num_stages, /*may_profile=*/!running_as_worker() || options.pp == 1));
   if (running_as_worker()) {
     TransportOptions transport_options = TransportOptions::from_env();
-    PPTRAIN_CHECK(transport_options.world_size == options.pp, "WORLD_SIZE=",
-                  transport_options.world_size, " does not match --pp ", options.pp);
-    auto transport = options.pp == 1 ? make_local_transport() : connect_transport(transport_options);
+    PPTRAIN_CHECK(transport_options.world_size == options.pp,
+                  "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp);
+    auto transport =
+        options.pp == 1 ? make_local_transport() : connect_transport(transport_options);
     train(options, lowered, *transport);
     return;
   }
@@ -61,21 +62,26 @@ void run_train(TrainOptions options) {
 
 void add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
-  CLI::App* cmd = app.add_subcommand("train", "Train a model split into a pipeline across worker processes");
+  CLI::App* cmd =
+      app.add_subcommand("train", "Train a model split into a pipeline across worker processes");
   TrainOptions& o = *options;
   cmd->add_option("--model", o.model.kind, "Model: gpt or mlp")->required();
   cmd->add_option("--layers", o.model.layers, "Transformer / MLP blocks")->capture_default_str();
   cmd->add_option("--d-model", o.model.d_model, "Model width")->capture_default_str();
   cmd->add_option("--heads", o.model.heads, "Attention heads (gpt)")->capture_default_str();
   cmd->add_option("--seq-len", o.model.seq_len, "Tokens per sample (gpt)")->capture_default_str();
-  cmd->add_option("--data", o.data.source,
-                  "Training text file, 'synthetic', or 'default' (a text under /usr/share/common-licenses)")
+  cmd->add_option(
+         "--data", o.data.source,
+         "Training text file, 'synthetic', or 'default' (a text under /usr/share/common-licenses)")
       ->capture_default_str();
   cmd->add_option("--pp", o.pp, "Pipeline ranks (worker processes)")->required();
-  cmd->add_option("--chunks", o.chunks, "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
+  cmd->add_option("--chunks", o.chunks,
+                  "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
       ->capture_default_str();
-  auto* name = cmd->add_option("--schedule", o.schedule, "Schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v");
-  auto* file = cmd->add_option("--schedule-file", o.schedule_file, "Schedule CSV (one row per rank)");
+  auto* name = cmd->add_option("--schedule", o.schedule,
+                               "Schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v");
+  auto* file =
+      cmd->add_option("--schedule-file", o.schedule_file, "Schedule CSV (one row per rank)");
   name->excludes(file);
   cmd->add_option("--partition", o.partition,
                   "Layers per stage: uniform, params (balanced parameter bytes), time (profiles "
@@ -86,12 +92,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--stage-layers", o.stage_layers, "Resolved stage layer ranges, e.g. 0-2,3-5")
       ->group("");
   cmd->add_option("--microbatches", o.data.microbatches, "Microbatches per step (M)")->required();
-  cmd->add_option("--batch-size", o.data.batch_size, "Samples per step, over all microbatches")->required();
+  cmd->add_option("--batch-size", o.data.batch_size, "Samples per step, over all microbatches")
+      ->required();
   cmd->add_option("--steps", o.steps, "Optimizer steps")->required();
-  cmd->add_option("--lr", o.lr, "Learning rate; 0 = 0.05 for sgd, 1e-3 for adamw")->capture_default_str();
+  cmd->add_option("--lr", o.lr, "Learning rate; 0 = 0.05 for sgd, 1e-3 for adamw")
+      ->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw")->capture_default_str();
   cmd->add_option("--clip", o.clip, "Max global gradient norm; 0 = off")->capture_default_str();
-  cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")->capture_default_str();
+  cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")
+      ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads per process")->capture_default_str();
   cmd->add_option("--metrics", o.metrics_path, "Write one JSON line of metrics per step");
   cmd->add_option("--trace", o.trace_path, "Write the last step's measured Chrome trace (JSON)");
