@@ -357,6 +357,9 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
       }
     }
     const TimelineStats stats = timeline_stats(timeline);
+    char bubble_text[32];
+    std::snprintf(bubble_text, sizeof(bubble_text), ", bubble %.1f%%", 100 * stats.bubble_ratio);
+    timeline.title += bubble_text;
     const double samples_per_s = options.data.batch_size / step_seconds;
     const double tokens_per_s = samples_per_s * tokens_per_sample;
     if (!options.quiet) {
