@@ -6,7 +6,7 @@
 # The ideal on two cores is 2.0x less the bubble.
 #
 #   bench/train_bench.sh [path/to/pptrain]      # default: build/tools/pptrain/pptrain
-#   ROUNDS=5 STEPS=8 bench/train_bench.sh build-runtime/tools/pptrain/pptrain
+#   ROUNDS=5 STEPS=8 bench/train_bench.sh build/tools/pptrain/pptrain
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PPTRAIN=${1:-build/tools/pptrain/pptrain}

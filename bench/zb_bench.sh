@@ -9,9 +9,9 @@
 # the same runs: per stage, I and W of zb-h1 against the fused B of 1f1b.
 #
 #   bench/zb_bench.sh [path/to/pptrain]      # default: build/tools/pptrain/pptrain
-#   ROUNDS=5 STEPS=8 bench/zb_bench.sh build-zb/tools/pptrain/pptrain
+#   ROUNDS=5 STEPS=8 bench/zb_bench.sh build/tools/pptrain/pptrain
 #   MODEL="--model gpt --layers 4 --d-model 64 --heads 4 --seq-len 32 --batch-size 8 --microbatches 4" \
-#     ROUNDS=1 STEPS=3 bench/zb_bench.sh build-zb/tools/pptrain/pptrain    # a quick smoke run
+#     ROUNDS=1 STEPS=3 bench/zb_bench.sh build/tools/pptrain/pptrain    # a quick smoke run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PPTRAIN=${1:-build/tools/pptrain/pptrain}
