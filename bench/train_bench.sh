@@ -19,25 +19,15 @@ trap 'rm -rf "$work"' EXIT
 
 configs=("pp1:--pp 1 --schedule 1f1b" "pp2-1f1b:--pp 2 --schedule 1f1b" "pp2-gpipe:--pp 2 --schedule gpipe")
 
-# Prints the values of one numeric field of a metrics file, skipping the first (warm-up) step.
-field() { sed -n "s/.*\"$2\":\([0-9.eE+-]*\).*/\1/p" "$1" | tail -n +2; }
-median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
-
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"
-for round in $(seq "$ROUNDS"); do
-  for config in "${configs[@]}"; do
-    name=${config%%:*}
-    "$PPTRAIN" train $MODEL ${config#*:} --steps "$STEPS" --quiet --metrics "$work/$name.$round.jsonl"
-  done
-done
-echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+source bench/lib.sh
+run_rounds
 
 printf "%-10s %12s %10s %14s\n" config tokens/s ratio bubble
 base=""
 for config in "${configs[@]}"; do
   name=${config%%:*}
-  tokens=$(for f in "$work/$name".*.jsonl; do field "$f" tokens_per_s; done | median)
-  bubble=$(for f in "$work/$name".*.jsonl; do field "$f" bubble_ratio; done | median)
+  tokens=$(median_field "$name" tokens_per_s)
+  bubble=$(median_field "$name" bubble_ratio)
   base=${base:-$tokens}
   printf "%-10s %12.0f %9.2fx %14.3f\n" "$name" "$tokens" "$(awk -v a="$tokens" -v b="$base" 'BEGIN {print a / b}')" "$bubble"
 done

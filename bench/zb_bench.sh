@@ -29,8 +29,8 @@ configs=("pp1:--pp 1 --schedule 1f1b"
          "pp2-zb-h2:--pp 2 --schedule zb-h2 --compare-sim"
          "pp2-zb-v:--pp 2 --schedule zb-v --compare-sim")
 
-# The values of one numeric field of a metrics file, skipping the first (warm-up) step.
-field() { sed -n "s/.*\"$2\":\([0-9.eE+-]*\).*/\1/p" "$1" | tail -n +2; }
+source bench/lib.sh
+
 # One field of the compare_sim object on the last line; for an array, entry $3 (0-based).
 compare() {
   local line
@@ -41,17 +41,9 @@ compare() {
     sed -n "s/.*\"$2\":\[\([^]]*\)\].*/\1/p" <<<"$line" | cut -d, -f$(($3 + 1))
   fi
 }
-median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 over_rounds() { local name=$1; shift; for f in "$work/$name".*.jsonl; do compare "$f" "$@"; done | median; }
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"
-for round in $(seq "$ROUNDS"); do
-  for config in "${configs[@]}"; do
-    name=${config%%:*}
-    "$PPTRAIN" train $MODEL ${config#*:} --steps "$STEPS" --quiet --metrics "$work/$name.$round.jsonl" >/dev/null
-  done
-done
-echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+run_rounds
 echo "$ROUNDS round(s) of $STEPS steps; $MODEL"
 echo
 
@@ -59,8 +51,8 @@ printf "%-10s %10s %7s %10s %15s %14s %11s\n" config tokens/s ratio bubble "pred
 base=""
 for config in "${configs[@]}"; do
   name=${config%%:*}
-  tokens=$(for f in "$work/$name".*.jsonl; do field "$f" tokens_per_s; done | median)
-  bubble=$(for f in "$work/$name".*.jsonl; do field "$f" bubble_ratio; done | median)
+  tokens=$(median_field "$name" tokens_per_s)
+  bubble=$(median_field "$name" bubble_ratio)
   base=${base:-$tokens}
   ratio=$(awk -v a="$tokens" -v b="$base" 'BEGIN {print a / b}')
   if [[ $name == pp1 ]]; then
