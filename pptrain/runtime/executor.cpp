@@ -67,26 +67,10 @@ void Executor::plan_send_releases() {
       if (is_comm(a.op)) where[{static_cast<int>(a.op), a.stage, a.microbatch}] = {r, p};
     }
   }
-  // The other end of a comm action: RECV_F s+1 for SEND_F s, SEND_B s+1 for RECV_B s, ...
+  // Where the other end of a comm action runs.
   const auto other_end = [&](const Action& a) -> const std::pair<int, size_t>* {
-    Op op = Op::F;
-    switch (a.op) {
-      case Op::SEND_F:
-        op = Op::RECV_F;
-        break;
-      case Op::RECV_F:
-        op = Op::SEND_F;
-        break;
-      case Op::SEND_B:
-        op = Op::RECV_B;
-        break;
-      case Op::RECV_B:
-        op = Op::SEND_B;
-        break;
-      default:
-        return nullptr;
-    }
-    const auto it = where.find({static_cast<int>(op), peer_stage(a.op, a.stage), a.microbatch});
+    const Action peer = comm_peer(a);
+    const auto it = where.find({static_cast<int>(peer.op), peer.stage, peer.microbatch});
     return it == where.end() ? nullptr : &it->second;
   };
   const auto& mine = schedule_.actions[rank_];
@@ -169,7 +153,7 @@ void Executor::post_receives_through(size_t position, StepState& state) {
          (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
     const size_t p = state.recv_positions[state.next_recv++];
     const Action& a = schedule_.actions[rank_][p];
-    const int peer = peer_stage(a.op, a.stage);
+    const int peer = comm_peer(a).stage;
     PPTRAIN_ASSERT(peer >= 0 && peer < schedule_.num_stages, to_string(a), " has no peer stage");
     const int boundary = a.op == Op::RECV_F ? a.stage - 1 : a.stage;
     torch::Tensor buffer = torch::empty(boundary_shapes_[boundary], torch::kFloat32);

@@ -222,8 +222,4 @@ int comm_tag(Op op, int stage, int microbatch, int num_microbatches) {
   return static_cast<int>(tag);
 }
 
-int peer_stage(Op op, int stage) {
-  return op == Op::SEND_F || op == Op::RECV_B ? stage + 1 : stage - 1;
-}
-
 }  // namespace pptrain

@@ -81,8 +81,6 @@ std::unique_ptr<Transport> connect_transport(const TransportOptions& options);
 // Tags of one step never collide; a step's messages are all waited on before the next step, so
 // reusing them step after step is safe. Control messages use tags from kControlTagBase up.
 int comm_tag(Op op, int stage, int microbatch, int num_microbatches);
-// The peer stage of a communication action (stage + 1 for SEND_F, stage - 1 for RECV_F, ...).
-int peer_stage(Op op, int stage);
 constexpr int kControlTagBase = 1 << 30;
 
 }  // namespace pptrain

@@ -27,10 +27,15 @@ TEST(CommTag, SendsMatchReceivesAndNeverCollide) {
       EXPECT_LT(std::max(f, b), kControlTagBase);
     }
   }
-  EXPECT_EQ(peer_stage(Op::SEND_F, 2), 3);
-  EXPECT_EQ(peer_stage(Op::RECV_F, 2), 1);
-  EXPECT_EQ(peer_stage(Op::SEND_B, 2), 1);
-  EXPECT_EQ(peer_stage(Op::RECV_B, 2), 3);
+  EXPECT_EQ(comm_peer(Action::make(Op::SEND_F, 2, 0)).stage, 3);
+  EXPECT_EQ(comm_peer(Action::make(Op::RECV_F, 2, 0)).stage, 1);
+  EXPECT_EQ(comm_peer(Action::make(Op::SEND_B, 2, 0)).stage, 1);
+  EXPECT_EQ(comm_peer(Action::make(Op::RECV_B, 2, 0)).stage, 3);
+  // Both ends of a message agree on its tag.
+  for (Op op : {Op::SEND_F, Op::RECV_F, Op::SEND_B, Op::RECV_B}) {
+    const Action a = Action::make(op, 2, 1), peer = comm_peer(a);
+    EXPECT_EQ(comm_tag(a.op, a.stage, 1, 4), comm_tag(peer.op, peer.stage, 1, 4)) << to_string(a);
+  }
 }
 
 // Two ranks (threads of this process) over Gloo: a receive posted before the send, an

@@ -365,21 +365,6 @@ class Validator {
   }
 
   // The action that matches a communication action on the peer rank.
-  static Action peer_of(const Action& a) {
-    switch (a.op) {
-      case Op::SEND_F:
-        return Action::make(Op::RECV_F, a.stage + 1, a.microbatch);
-      case Op::RECV_F:
-        return Action::make(Op::SEND_F, a.stage - 1, a.microbatch);
-      case Op::SEND_B:
-        return Action::make(Op::RECV_B, a.stage - 1, a.microbatch);
-      case Op::RECV_B:
-        return Action::make(Op::SEND_B, a.stage + 1, a.microbatch);
-      default:
-        PPTRAIN_ASSERT(false, "not a communication action: ", to_string(a));
-    }
-  }
-
   // Every SEND has its RECV on the peer rank and vice versa.
   void check_matching() {
     for (int r = 0; r < s_.num_ranks; ++r) {
@@ -387,7 +372,7 @@ class Validator {
       for (int i = 0; i < static_cast<int>(list.size()); ++i) {
         const Action& a = list[i];
         if (!is_comm(a.op)) continue;
-        const Action peer = peer_of(a);
+        const Action peer = comm_peer(a);
         if (!slot(peer.op, peer.stage, peer.microbatch).found()) {
           fail(r, i,
                "no matching " + to_string(peer) + " on rank " +
@@ -427,7 +412,7 @@ class Validator {
             break;
           }
         } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
-          const size_t m = message(peer_of(a));
+          const size_t m = message(comm_peer(a));
           arrived[m] = 1;
           if (waiter[m] >= 0) runnable.push_back(waiter[m]);
           waiter[m] = -1;
@@ -454,7 +439,7 @@ class Validator {
     for (size_t k = 0; k < stuck.size() && k < kMaxStuckListed; ++k) {
       const int r = stuck[k];
       const Action& recv = lowered.actions[r][pc[r]];
-      const Action send = peer_of(recv);
+      const Action send = comm_peer(recv);
       const int from = s_.stage_to_rank[send.stage];
       std::string awaited;
       if (compute_only_source) {
