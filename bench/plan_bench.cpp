@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "pptrain/common/check.h"
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   const int repeat = argc > 5 ? std::max(1, std::atoi(argv[5])) : 3;
   try {
     Schedule schedule, lowered;
+    std::optional<ValidatedSchedule> validated;
     SimResult result;
     std::string csv, svg, trace;
     struct Phase {
@@ -54,8 +56,9 @@ int main(int argc, char** argv) {
         {"generate", [&] { schedule = make_schedule(options); }},
         {"lower", [&] { lowered = lower(schedule); }},
         {"validate (compute-only)", [&] { validate(schedule); }},
-        {"validate (lowered)", [&] { validate(lowered); }},
-        {"simulate", [&] { result = simulate(lowered, CostModel::parse("F=1,I=1,W=1,comm=0")); }},
+        {"validate (lowered)", [&] { validated = validate(lowered); }},
+        {"simulate",
+         [&] { result = simulate(*validated, CostModel::parse("F=1,I=1,W=1,comm=0")); }},
         {"to_csv + parse_csv",
          [&] {
            csv = to_csv(lowered);

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "pptrain/runtime/partition_plan.h"
+#include "pptrain/train/partition_plan.h"
 #include "tests/e2e.h"
 
 namespace pptrain {

@@ -10,9 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "pptrain/device/memory.h"
 #include "pptrain/models/weight_grad_store.h"
-#include "pptrain/runtime/memory.h"
 #include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 #include "tests/e2e.h"
 
@@ -185,7 +186,8 @@ TEST(Memory, PeakActivationsFollowTheSimulator) {
       ASSERT_EQ(run.exit_code, 0) << run.err;
       const auto measured = last_peaks(dir / "m.jsonl");
       ASSERT_EQ(measured.size(), static_cast<size_t>(pp));
-      const SimResult sim = simulate(make_schedule({schedule, pp, kMemoryMicrobatches}), cost);
+      const SimResult sim =
+          simulate(validate(make_schedule({schedule, pp, kMemoryMicrobatches})), cost);
       for (int r = 0; r < pp; ++r) {
         // One stage per rank: rank r holds stage r.
         const double predicted = sim.ranks[r].peak_activations + stages[r].transient;

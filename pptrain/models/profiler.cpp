@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "pptrain/common/check.h"
-#include "pptrain/models/compute_threads.h"
+#include "pptrain/device/compute_threads.h"
+#include "pptrain/device/memory.h"
 #include "pptrain/models/weight_grad_store.h"
-#include "pptrain/runtime/memory.h"
 
 namespace pptrain {
 namespace {

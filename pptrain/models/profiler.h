@@ -19,7 +19,7 @@
 //   stash_bytes         bytes the forward leaves allocated while its output is alive: the saved
 //                       intermediates and the output itself (the next layer, or the loss, keeps
 //                       it). Measured as the growth of CPU tensor bytes across the forward with
-//                       the runtime's counting allocator (runtime/memory.h), median over the
+//                       the runtime's counting allocator (device/memory.h), median over the
 //                       iterations; the layer's input is not counted (it was allocated before).
 //                       Summed over a stage's layers this is the stage's activation memory per
 //                       microbatch in flight, apart from the stage input.

@@ -6,9 +6,8 @@
 
 namespace pptrain {
 
-std::string render_chrome_trace(const Timeline& timeline, double time_unit_us) {
-  PPTRAIN_CHECK(time_unit_us > 0, "chrome trace time unit must be > 0 microseconds, got ",
-                time_unit_us);
+std::string render_chrome_trace(const Timeline& timeline) {
+  const double time_unit_us = timeline.unit == TimeUnit::kSeconds ? 1e6 : 1000;
   // Each event is serialized as soon as it is built, one per line: no tree of hundreds of
   // thousands of events in memory, and a trace that reads and diffs line by line.
   std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";

@@ -6,19 +6,18 @@
 //                     "args": {"name": "rank 1"}}], "displayTimeUnit": "ms"}
 //
 // One complete event ("ph": "X") per action, named by its text form, on thread `rank`; one
-// thread_name metadata event per rank. Times are microseconds: time_unit_us says how many a
-// timeline unit is (1e6 for a measured run in seconds; 1000 for a simulated run in cost units,
-// so that one unit shows as one millisecond).
+// thread_name metadata event per rank. Times are microseconds, from the timeline's unit: a
+// second is 1e6; a simulated run's cost unit shows as one millisecond (1000).
 //
-//   std::ofstream("1f1b.json") << render_chrome_trace(result.timeline, 1000);
+//   std::ofstream("1f1b.json") << render_chrome_trace(result.timeline);
 #pragma once
 
 #include <string>
 
-#include "pptrain/render/timeline.h"
+#include "pptrain/schedule/timeline.h"
 
 namespace pptrain {
 
-std::string render_chrome_trace(const Timeline& timeline, double time_unit_us = 1000);
+std::string render_chrome_trace(const Timeline& timeline);
 
 }  // namespace pptrain

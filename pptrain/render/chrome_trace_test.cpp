@@ -20,7 +20,7 @@ Timeline two_rank_timeline() {
 }
 
 TEST(ChromeTrace, OneCompleteEventPerActionAndOneThreadNamePerRank) {
-  const auto trace = nlohmann::json::parse(render_chrome_trace(two_rank_timeline(), 1000));
+  const auto trace = nlohmann::json::parse(render_chrome_trace(two_rank_timeline()));
   ASSERT_TRUE(trace.contains("traceEvents"));
   int complete = 0, thread_names = 0;
   for (const auto& e : trace["traceEvents"]) {
@@ -38,7 +38,9 @@ TEST(ChromeTrace, OneCompleteEventPerActionAndOneThreadNamePerRank) {
 }
 
 TEST(ChromeTrace, ScalesTimesToMicroseconds) {
-  const auto trace = nlohmann::json::parse(render_chrome_trace(two_rank_timeline(), 1e6));
+  Timeline measured = two_rank_timeline();
+  measured.unit = TimeUnit::kSeconds;
+  const auto trace = nlohmann::json::parse(render_chrome_trace(measured));
   bool found = false;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] != "X" || e["name"] != "1B0") continue;
@@ -51,7 +53,13 @@ TEST(ChromeTrace, ScalesTimesToMicroseconds) {
     EXPECT_EQ(e["args"]["microbatch"], 0);
   }
   EXPECT_TRUE(found);
-  EXPECT_THROW(render_chrome_trace(two_rank_timeline(), 0), UserError);
+  // A simulated timeline's cost unit shows as one millisecond.
+  const auto simulated = nlohmann::json::parse(render_chrome_trace(two_rank_timeline()));
+  for (const auto& e : simulated["traceEvents"]) {
+    if (e["ph"] == "X" && e["name"] == "1B0") {
+      EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 2500);
+    }
+  }
 }
 
 }  // namespace

@@ -262,9 +262,12 @@ class SvgWriter {
                px(axis_y + 4) + "\" stroke=\"#333333\" stroke-width=\"1\"/>\n";
       text(x, axis_y + 15, fmt(k * step), "10", "middle");
     }
-    if (!options_.time_unit.empty()) {
-      text(kMarginLeft + options_.plot_width_px, axis_y + 27, "time (" + options_.time_unit + ")",
-           "10", "end", "fill=\"#444444\"");
+    const std::string unit = !options_.time_unit.empty() ? options_.time_unit
+                             : timelines_.empty()        ? ""
+                                                         : unit_name(timelines_[0].unit);
+    if (!unit.empty()) {
+      text(kMarginLeft + options_.plot_width_px, axis_y + 27, "time (" + unit + ")", "10", "end",
+           "fill=\"#444444\"");
     }
     return axis_y + kAxisHeight;
   }

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "pptrain/render/timeline.h"
+#include "pptrain/schedule/timeline.h"
 
 namespace pptrain {
 
@@ -23,7 +23,7 @@ struct SvgOptions {
   std::string title;                // picture title; empty: the first timeline's title
   std::vector<std::string> labels;  // one per stacked timeline; empty: each timeline's title
                                     // (a single timeline gets no label of its own)
-  std::string time_unit;            // shown on the time axis, e.g. "s" or "cost units"
+  std::string time_unit;            // shown on the time axis; empty: the first timeline's unit
   double plot_width_px = 1000;      // width of the time axis
   double row_height_px = 22;        // height of one rank's row
   bool show_comms = false;          // draw SEND/RECV events as thin bars under the boxes

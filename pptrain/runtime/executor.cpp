@@ -7,6 +7,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/models/weight_grad_store.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 

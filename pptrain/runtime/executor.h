@@ -30,10 +30,10 @@
 #include <map>
 #include <vector>
 
-#include "pptrain/render/timeline.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/timeline.h"
 
 namespace pptrain {
 

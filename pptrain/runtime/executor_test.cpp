@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
-#include "pptrain/runtime/memory.h"
+#include "pptrain/device/memory.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/schedule/schedule.h"
 

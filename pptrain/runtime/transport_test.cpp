@@ -7,6 +7,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 namespace {

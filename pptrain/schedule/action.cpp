@@ -60,21 +60,6 @@ bool is_backward(Op op) {
   return op == Op::I || op == Op::B;
 }
 
-Action comm_peer(const Action& a) {
-  switch (a.op) {
-    case Op::SEND_F:
-      return Action::make(Op::RECV_F, a.stage + 1, a.microbatch);
-    case Op::RECV_F:
-      return Action::make(Op::SEND_F, a.stage - 1, a.microbatch);
-    case Op::SEND_B:
-      return Action::make(Op::RECV_B, a.stage - 1, a.microbatch);
-    case Op::RECV_B:
-      return Action::make(Op::SEND_B, a.stage + 1, a.microbatch);
-    default:
-      PPTRAIN_ASSERT(false, "not a communication action: ", to_string(a));
-  }
-}
-
 std::string to_string(const Action& action) {
   if (action.op == Op::OVERLAP_F_B) {
     std::string text = "(";

@@ -43,10 +43,6 @@ bool is_compute(Op op);   // F, I, W, B, OVERLAP_F_B
 bool is_comm(Op op);      // SEND_F, RECV_F, SEND_B, RECV_B
 bool is_backward(Op op);  // I or B: the action that consumes a stage's activations
 
-// The other end of a communication action: RECV_F s+1 m for SEND_F s m, SEND_F s-1 m for
-// RECV_F s m, RECV_B s-1 m for SEND_B s m, SEND_B s+1 m for RECV_B s m.
-Action comm_peer(const Action& action);
-
 std::string to_string(const Action& action);
 // Parses the text form. Throws UserError naming the text if it is not an action.
 Action parse_action(std::string_view text);

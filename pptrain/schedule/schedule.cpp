@@ -7,6 +7,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 
@@ -157,31 +158,21 @@ void write_schedule_csv(const Schedule& schedule, const std::string& path) {
 Schedule lower(const Schedule& schedule) {
   if (schedule.has_comms()) return schedule;
   Schedule out = schedule;
-  const auto rank_of = [&](int stage) { return schedule.stage_to_rank[stage]; };
-  const int last = schedule.num_stages - 1;
+  const auto& placement = schedule.stage_to_rank;
   for (int r = 0; r < schedule.num_ranks; ++r) {
     std::vector<Action> lowered;
     for (const Action& a : schedule.actions[r]) {
-      const auto& atoms = a.op == Op::OVERLAP_F_B ? a.parts : std::vector<Action>{a};
-      // Receives first: everything the (possibly composite) action consumes.
-      for (const Action& atom : atoms) {
-        const int s = atom.stage, mb = atom.microbatch;
-        if (atom.op == Op::F && s > 0 && rank_of(s - 1) != r) {
-          lowered.push_back(Action::make(Op::RECV_F, s, mb));
-        }
-        if (is_backward(atom.op) && s < last && rank_of(s + 1) != r) {
-          lowered.push_back(Action::make(Op::RECV_B, s, mb));
+      // Receives first: everything the (possibly composite) action consumes from other ranks.
+      for (const Action& atom : atoms_of(a)) {
+        for (const Need& need : inputs_of(atom, placement, /*lowered=*/true)) {
+          if (need.fact == Fact::kReceivedF || need.fact == Fact::kReceivedB) {
+            lowered.push_back(producer_of(need));
+          }
         }
       }
       lowered.push_back(a);
-      for (const Action& atom : atoms) {
-        const int s = atom.stage, mb = atom.microbatch;
-        if (atom.op == Op::F && s < last && rank_of(s + 1) != r) {
-          lowered.push_back(Action::make(Op::SEND_F, s, mb));
-        }
-        if (is_backward(atom.op) && s > 0 && rank_of(s - 1) != r) {
-          lowered.push_back(Action::make(Op::SEND_B, s, mb));
-        }
+      for (const Action& atom : atoms_of(a)) {
+        if (const auto send = send_after(atom, placement)) lowered.push_back(*send);
       }
     }
     out.actions[r] = std::move(lowered);

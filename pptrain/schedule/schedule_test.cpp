@@ -16,14 +16,6 @@ TEST(ActionText, RoundTripsEveryOp) {
   EXPECT_EQ(parse_action(" 1B2 "), Action::make(Op::B, 1, 2));
 }
 
-TEST(ActionText, CommPeerIsTheOtherEnd) {
-  EXPECT_EQ(comm_peer(parse_action("2SEND_F5")), parse_action("3RECV_F5"));
-  EXPECT_EQ(comm_peer(parse_action("2RECV_F5")), parse_action("1SEND_F5"));
-  EXPECT_EQ(comm_peer(parse_action("2SEND_B5")), parse_action("1RECV_B5"));
-  EXPECT_EQ(comm_peer(parse_action("2RECV_B5")), parse_action("3SEND_B5"));
-  EXPECT_THROW(comm_peer(parse_action("2F5")), InternalError);
-}
-
 TEST(ActionText, RejectsMalformedText) {
   for (const char* text :
        {"", "F1", "0F", "0X1", "0F1x", "(0F1)OVERLAP_F_B", "(0F1;1B0)", "-1F0", "0SEND1"}) {

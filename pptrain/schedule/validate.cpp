@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <array>
 
-#include "pptrain/render/grid.h"
+#include "pptrain/schedule/grid.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 namespace {
@@ -32,13 +33,11 @@ struct Where {
   }
 };
 
+// Calls fn(atom, part index) for each plain action inside `action` (atoms_of, semantics.h).
 template <typename Fn>
 void for_each_atom(const Action& action, Fn fn) {
-  if (action.op != Op::OVERLAP_F_B) {
-    fn(action, 0);
-    return;
-  }
-  for (size_t k = 0; k < action.parts.size(); ++k) fn(action.parts[k], static_cast<int>(k));
+  int part = 0;
+  for (const Action& atom : atoms_of(action)) fn(atom, part++);
 }
 
 std::string text_of(Op op, int stage, int microbatch) {
@@ -49,7 +48,8 @@ class Validator {
  public:
   explicit Validator(const Schedule& schedule) : s_(schedule) {}
 
-  void run() {
+  // Returns the schedule with its communication: s_ itself, or s_ lowered.
+  Schedule run() {
     check_shape();
     M_ = s_.num_microbatches;
     seen_.assign(static_cast<size_t>(s_.num_stages) * M_, {});
@@ -60,9 +60,11 @@ class Validator {
     if (with_comms_) {
       check_matching();
       check_deadlock(s_, /*compute_only_source=*/false);
-    } else {
-      check_deadlock(lower(s_), /*compute_only_source=*/true);
+      return s_;
     }
+    Schedule lowered = lower(s_);
+    check_deadlock(lowered, /*compute_only_source=*/true);
+    return lowered;
   }
 
  private:
@@ -302,8 +304,21 @@ class Validator {
     }
   }
 
+  // Every input that `a` waits for and that its own rank produces must come earlier in the
+  // list (inputs_of, semantics.h). Inputs from other ranks are ordered by the deadlock check.
   void check_deps(const Action& a, const Where& here) {
-    const int s = a.stage, mb = a.microbatch, r = here.rank;
+    for (const Need& need : inputs_of(a, s_.stage_to_rank, with_comms_)) {
+      if (s_.stage_to_rank[need.stage] != here.rank) continue;
+      const Where& dep = need.fact == Fact::kInputGrad
+                             ? backward(need.stage, need.microbatch)
+                             : slot(producer_of(need).op, need.stage, need.microbatch);
+      require_before(here, dep, [&] { return describe(a, need); });
+    }
+  }
+
+  // How a failed dependency reads: "forward of stage 1 microbatch 0 runs before 1RECV_F0 ...".
+  DepText describe(const Action& a, const Need& need) {
+    const int s = a.stage, mb = a.microbatch;
     const auto of = [&](const char* kind) {
       return std::string(kind) + " of stage " + std::to_string(s) + " microbatch " +
              std::to_string(mb);
@@ -311,56 +326,29 @@ class Validator {
     const auto from_rank = [&](const char* what, int stage) {
       return std::string(what) + std::to_string(s_.stage_to_rank[stage]);
     };
-    const auto on_this_rank = [&](int stage) { return s_.stage_to_rank[stage] == r; };
-    switch (a.op) {
-      case Op::F:
-        if (s == 0) break;
-        if (on_this_rank(s - 1)) {
-          require_before(here, slot(Op::F, s - 1, mb), [&] {
-            return DepText{of("forward"), "its input's forward " + text_of(Op::F, s - 1, mb), ""};
-          });
-        } else if (with_comms_) {
-          require_before(here, slot(Op::RECV_F, s, mb), [&] {
-            return DepText{of("forward"), text_of(Op::RECV_F, s, mb),
-                           from_rank("it receives the input from rank ", s - 1)};
-          });
-        }
-        break;
-      case Op::I:
-      case Op::B:
-        require_before(here, slot(Op::F, s, mb), [&] {
-          return DepText{of("backward"), "its forward " + text_of(Op::F, s, mb), ""};
-        });
-        if (s == last_stage()) break;
-        if (on_this_rank(s + 1)) {
-          require_before(here, backward(s + 1, mb), [&] {
-            return DepText{of("backward"), backward_text(s + 1, mb),
-                           "it produces the output gradient"};
-          });
-        } else if (with_comms_) {
-          require_before(here, slot(Op::RECV_B, s, mb), [&] {
-            return DepText{of("backward"), text_of(Op::RECV_B, s, mb),
-                           from_rank("it receives the output gradient from rank ", s + 1)};
-          });
-        }
-        break;
-      case Op::W:
-        require_before(here, slot(Op::I, s, mb), [&] {
-          return DepText{of("weight backward"), text_of(Op::I, s, mb), ""};
-        });
-        break;
-      case Op::SEND_F:
-        require_before(here, slot(Op::F, s, mb), [&] {
-          return DepText{to_string(a), text_of(Op::F, s, mb), "it produces the output sent"};
-        });
-        break;
-      case Op::SEND_B:
-        require_before(here, backward(s, mb), [&] {
-          return DepText{to_string(a), backward_text(s, mb), "it produces the input gradient sent"};
-        });
-        break;
-      default:  // receives wait for their sender, which is the deadlock check's business
-        break;
+    const std::string what = a.op == Op::F       ? of("forward")
+                             : a.op == Op::W     ? of("weight backward")
+                             : is_backward(a.op) ? of("backward")
+                                                 : to_string(a);
+    const bool send = a.op == Op::SEND_F || a.op == Op::SEND_B;
+    switch (need.fact) {
+      case Fact::kOutput:
+        if (send) return {what, text_of(Op::F, s, mb), "it produces the output sent"};
+        if (need.stage != s) return {what, "its input's forward " + text_of(Op::F, s - 1, mb), ""};
+        return {what, "its forward " + text_of(Op::F, s, mb), ""};
+      case Fact::kInputGrad:
+        if (send) return {what, backward_text(s, mb), "it produces the input gradient sent"};
+        if (a.op == Op::W) return {what, text_of(Op::I, s, mb), ""};
+        return {what, backward_text(need.stage, mb), "it produces the output gradient"};
+      case Fact::kReceivedF:
+        return {what, text_of(Op::RECV_F, s, mb),
+                from_rank("it receives the input from rank ", s - 1)};
+      case Fact::kReceivedB:
+        return {what, text_of(Op::RECV_B, s, mb),
+                from_rank("it receives the output gradient from rank ", s + 1)};
+      default:
+        PPTRAIN_ASSERT(false, to_string(a), " cannot wait for a ", fact_name(need.fact),
+                       " on its own rank");
     }
   }
 
@@ -388,14 +376,12 @@ class Validator {
   // With `compute_only_source`, `lowered` is lower(s_) and positions are mapped back to s_.
   void check_deadlock(const Schedule& lowered, bool compute_only_source) {
     const int P = lowered.num_ranks;
-    const size_t S = static_cast<size_t>(lowered.num_stages);
-    // A message is named by its receive: (direction, receiving stage, microbatch).
-    const auto message = [&](const Action& recv) {
-      const size_t direction = recv.op == Op::RECV_F ? 0 : 1;
-      return (direction * S + recv.stage) * M_ + recv.microbatch;
+    const auto message = [&](const Action& comm) {
+      return message_index(message_of(comm), lowered.num_stages, M_);
     };
-    std::vector<char> arrived(2 * S * M_, 0);
-    std::vector<int> waiter(2 * S * M_, -1);
+    const size_t messages = message_count(lowered.num_stages, M_);
+    std::vector<char> arrived(messages, 0);
+    std::vector<int> waiter(messages, -1);
     std::vector<size_t> pc(P, 0);
     std::vector<int> runnable(P);
     for (int r = 0; r < P; ++r) runnable[r] = P - 1 - r;
@@ -412,7 +398,7 @@ class Validator {
             break;
           }
         } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
-          const size_t m = message(comm_peer(a));
+          const size_t m = message(a);
           arrived[m] = 1;
           if (waiter[m] >= 0) runnable.push_back(waiter[m]);
           waiter[m] = -1;
@@ -468,8 +454,8 @@ class Validator {
 
 }  // namespace
 
-void validate(const Schedule& schedule) {
-  Validator(schedule).run();
+ValidatedSchedule validate(const Schedule& schedule) {
+  return ValidatedSchedule(Validator(schedule).run());
 }
 
 }  // namespace pptrain

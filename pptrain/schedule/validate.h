@@ -1,7 +1,8 @@
 // Checks that a schedule can run: every action in range and on its rank, every microbatch's work
 // done exactly once, dependencies in order, sends matched with receives, and no deadlock.
 //
-//   validate(schedule);   // throws ScheduleError (a UserError) on the first problem found
+//   ValidatedSchedule ok = validate(schedule);  // ScheduleError (a UserError) on the first problem
+//   simulate(ok, cost);  Executor(ok, ...);      // they accept nothing else, and re-check nothing
 //
 // The message names the rank, the position in that rank's action list and the action, then shows
 // the schedule's grid with the action marked:
@@ -38,6 +39,21 @@ class ScheduleError : public UserError {
   std::string message_;
 };
 
-void validate(const Schedule& schedule);
+// A schedule that passed validate(), with its SEND/RECV actions (lowered when it had none).
+// Only validate() makes one, so whoever takes a ValidatedSchedule (the simulator, the executor)
+// relies on every rule of this file without checking it again.
+class ValidatedSchedule {
+ public:
+  const Schedule& schedule() const { return lowered_; }
+  const Schedule& operator*() const { return lowered_; }
+  const Schedule* operator->() const { return &lowered_; }
+
+ private:
+  friend ValidatedSchedule validate(const Schedule& schedule);
+  explicit ValidatedSchedule(Schedule lowered) : lowered_(std::move(lowered)) {}
+  Schedule lowered_;
+};
+
+ValidatedSchedule validate(const Schedule& schedule);
 
 }  // namespace pptrain

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "pptrain/render/grid.h"
+#include "pptrain/schedule/grid.h"
 
 namespace pptrain {
 namespace {

@@ -98,10 +98,12 @@ MeasuredCosts measure_costs(const std::vector<Timeline>& steps, int num_stages) 
   return out;
 }
 
-Comparison compare_to_simulation(const Schedule& lowered, const std::vector<Timeline>& steps) {
+Comparison compare_to_simulation(const ValidatedSchedule& schedule,
+                                 const std::vector<Timeline>& steps) {
   Comparison c;
-  c.costs = measure_costs(steps, lowered.num_stages);
-  c.predicted = simulate(lowered, c.costs.cost);
+  c.costs = measure_costs(steps, schedule->num_stages);
+  c.predicted = simulate(schedule, c.costs.cost);
+  c.predicted.timeline.unit = TimeUnit::kSeconds;  // the costs were measured in seconds
   std::vector<double> makespans, bubbles;
   for (const Timeline& step : steps) {
     const TimelineStats stats = timeline_stats(step);

@@ -27,8 +27,9 @@
 #include <string>
 #include <vector>
 
-#include "pptrain/render/timeline.h"
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/timeline.h"
+#include "pptrain/schedule/validate.h"
 #include "pptrain/sim/cost_model.h"
 #include "pptrain/sim/simulator.h"
 
@@ -50,8 +51,9 @@ struct Comparison {
   int steps = 0;                     // measured steps used
 };
 
-// `lowered`: the schedule that ran, with its SEND/RECV actions. UserError if `steps` is empty.
-Comparison compare_to_simulation(const Schedule& lowered, const std::vector<Timeline>& steps);
+// `schedule`: the schedule that ran. UserError if `steps` is empty.
+Comparison compare_to_simulation(const ValidatedSchedule& schedule,
+                                 const std::vector<Timeline>& steps);
 
 // A readable block: the per-stage costs, then predicted against measured makespan and bubble.
 std::string format_comparison(const Comparison& comparison);

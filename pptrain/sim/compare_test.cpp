@@ -4,6 +4,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/validate.h"
 
 namespace pptrain {
 namespace {
@@ -55,7 +56,7 @@ TEST(MeasureCosts, NeedsAStep) {
 
 // A simulated run read back as if measured: the costs come back, and the prediction equals it.
 TEST(CompareToSimulation, SimulatedRunPredictsItself) {
-  const Schedule lowered = lower(make_schedule({"zb-h1", 2, 4}));
+  const ValidatedSchedule lowered = validate(make_schedule({"zb-h1", 2, 4}));
   CostModel truth;
   truth.stage_forward = {1.0, 1.5};
   truth.stage_backward_input = {0.8, 1.2};
@@ -105,11 +106,11 @@ TEST(SimulatorWeightStash, CountedFromIUntilW) {
   const Schedule s = parse_csv("0F0,0I0,0F1,0I1,0W0,0W1\n");
   CostModel cost;
   cost.stage_activation = {2};
-  EXPECT_EQ(simulate(s, cost).ranks[0].peak_activations, 2);
+  EXPECT_EQ(simulate(validate(s), cost).ranks[0].peak_activations, 2);
   cost.stage_weight_stash = {1};
-  EXPECT_EQ(simulate(s, cost).ranks[0].peak_activations, 3);
+  EXPECT_EQ(simulate(validate(s), cost).ranks[0].peak_activations, 3);
   // A fused B leaves nothing for later.
-  EXPECT_EQ(simulate(parse_csv("0F0,0B0,0F1,0B1\n"), cost).ranks[0].peak_activations, 2);
+  EXPECT_EQ(simulate(validate(parse_csv("0F0,0B0,0F1,0B1\n")), cost).ranks[0].peak_activations, 2);
 }
 
 }  // namespace

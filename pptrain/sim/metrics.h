@@ -11,7 +11,7 @@
 
 #include <vector>
 
-#include "pptrain/render/timeline.h"
+#include "pptrain/schedule/timeline.h"
 
 namespace pptrain {
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/metrics.h"
 
 namespace pptrain {
@@ -14,83 +14,10 @@ namespace {
 
 constexpr double kNotYet = -1;  // all real times are >= 0
 
-// Times at which things happened, indexed by (stage, microbatch).
-struct Table {
-  int microbatches = 0;
-  std::vector<double> at;
-  Table(int stages, int mbs) : microbatches(mbs), at(static_cast<size_t>(stages) * mbs, kNotYet) {}
-  double& operator()(int stage, int mb) {
-    return at[static_cast<size_t>(stage) * microbatches + mb];
-  }
-};
-
-// The plain actions inside `a` (its parts for a composite, else `a` itself), without copying:
-// the simulator asks for them on every step.
-struct Atoms {
-  const Action* first;
-  const Action* last;
-  const Action* begin() const { return first; }
-  const Action* end() const { return last; }
-  bool empty() const { return first == last; }
-};
-Atoms atoms_of(const Action& a) {
-  if (a.op == Op::OVERLAP_F_B) return {a.parts.data(), a.parts.data() + a.parts.size()};
-  return {&a, &a + 1};
-}
-
-// Rejects actions the schedule cannot mean, before any timing.
-void check_ranges(const Schedule& schedule) {
-  PPTRAIN_CHECK(
-      schedule.num_ranks >= 1 && schedule.num_stages >= 1 && schedule.num_microbatches >= 1,
-      "cannot simulate schedule '", schedule.name, "': it needs ranks, stages and ",
-      "microbatches >= 1, got P=", schedule.num_ranks, ", stages=", schedule.num_stages,
-      ", M=", schedule.num_microbatches);
-  PPTRAIN_CHECK(static_cast<int>(schedule.stage_to_rank.size()) == schedule.num_stages &&
-                    static_cast<int>(schedule.actions.size()) == schedule.num_ranks,
-                "cannot simulate schedule '", schedule.name, "': stage_to_rank has ",
-                schedule.stage_to_rank.size(), " entries for ", schedule.num_stages,
-                " stages and actions ", schedule.actions.size(), " lists for ", schedule.num_ranks,
-                " ranks");
-  for (int stage = 0; stage < schedule.num_stages; ++stage) {
-    const int rank = schedule.stage_to_rank[stage];
-    PPTRAIN_CHECK(rank >= 0 && rank < schedule.num_ranks, "cannot simulate schedule '",
-                  schedule.name, "': stage ", stage, " is placed on rank ", rank, ", expected 0..",
-                  schedule.num_ranks - 1);
-  }
-  for (int r = 0; r < schedule.num_ranks; ++r) {
-    for (const Action& a : schedule.actions[r]) {
-      const Atoms atoms = atoms_of(a);
-      PPTRAIN_CHECK(!atoms.empty(), "rank ", r, ": empty composite action ", to_string(a));
-      for (const Action& atom : atoms) {
-        PPTRAIN_CHECK(atom.stage >= 0 && atom.stage < schedule.num_stages && atom.microbatch >= 0 &&
-                          atom.microbatch < schedule.num_microbatches,
-                      "rank ", r, ": action ", to_string(atom), " is outside the schedule (",
-                      schedule.num_stages, " stages, ", schedule.num_microbatches,
-                      " microbatches)");
-        PPTRAIN_CHECK(atom.op != Op::OVERLAP_F_B, "rank ", r, ": nested composite ", to_string(a));
-        PPTRAIN_CHECK(schedule.stage_to_rank[atom.stage] == r, "rank ", r, ": action ",
-                      to_string(atom), " belongs to stage ", atom.stage, " which runs on rank ",
-                      schedule.stage_to_rank[atom.stage]);
-        PPTRAIN_CHECK(!(atom.op == Op::RECV_F && atom.stage == 0) &&
-                          !(atom.op == Op::RECV_B && atom.stage == schedule.num_stages - 1),
-                      "rank ", r, ": ", to_string(atom), " receives from a stage that does not ",
-                      "exist");
-      }
-    }
-  }
-}
-
 class Simulation {
  public:
-  Simulation(const Schedule& schedule, const CostModel& cost)
-      : s_(schedule),
-        cost_(cost),
-        forward_end_(s_.num_stages, s_.num_microbatches),
-        backward_end_(s_.num_stages, s_.num_microbatches),
-        sent_f_(s_.num_stages, s_.num_microbatches),
-        sent_b_(s_.num_stages, s_.num_microbatches),
-        received_f_(s_.num_stages, s_.num_microbatches),
-        received_b_(s_.num_stages, s_.num_microbatches) {}
+  Simulation(const Schedule& lowered, const CostModel& cost)
+      : s_(lowered), cost_(cost), done_at_(s_.num_stages, s_.num_microbatches, kNotYet) {}
 
   SimResult run() {
     const int P = s_.num_ranks;
@@ -110,66 +37,41 @@ class Simulation {
       while (position_[r] < static_cast<int>(s_.actions[r].size()) && step(r)) {
       }
     }
-    report_stuck_rank();
+    for (int r = 0; r < P; ++r) {
+      // The validator ran this schedule under the same rules and found no deadlock.
+      PPTRAIN_ASSERT(position_[r] == static_cast<int>(s_.actions[r].size()), "schedule '", s_.name,
+                     "' stuck on rank ", r, " at ", to_string(s_.actions[r][position_[r]]));
+    }
     return result();
   }
 
  private:
   int rank_of(int stage) const { return s_.stage_to_rank[stage]; }
 
-  // When the input `atom` needs is available on rank r, or kNotYet; `waiting` names what it waits
-  // for. Inputs from another rank come through that rank's RECV (which a lowered schedule has).
-  double input_ready(const Action& atom, int r, Action* waiting) {
-    const int st = atom.stage, mb = atom.microbatch, last = s_.num_stages - 1;
-    // Op::I here stands for "the backward, I or B".
-    const auto need = [&](double t, Op op, int stage) {
-      if (t == kNotYet) *waiting = Action::make(op, stage, mb);
-      return t;
-    };
-    switch (atom.op) {
-      case Op::F:
-        if (st == 0) return 0;
-        if (rank_of(st - 1) == r) return need(forward_end_(st - 1, mb), Op::F, st - 1);
-        return need(received_f_(st, mb), Op::RECV_F, st);
-      case Op::I:
-      case Op::B: {
-        const double own = need(forward_end_(st, mb), Op::F, st);
-        if (own == kNotYet || st == last) return own;
-        const double grad = rank_of(st + 1) == r ? need(backward_end_(st + 1, mb), Op::I, st + 1)
-                                                 : need(received_b_(st, mb), Op::RECV_B, st);
-        return grad == kNotYet ? kNotYet : std::max(own, grad);
-      }
-      case Op::W:
-        return need(backward_end_(st, mb), Op::I, st);
-      case Op::SEND_F:
-        return need(forward_end_(st, mb), Op::F, st);
-      case Op::SEND_B:
-        return need(backward_end_(st, mb), Op::I, st);
-      case Op::RECV_F: {
-        const double sent = need(sent_f_(st - 1, mb), Op::SEND_F, st - 1);
-        return sent == kNotYet ? kNotYet : sent + cost_.comm;
-      }
-      case Op::RECV_B: {
-        const double sent = need(sent_b_(st + 1, mb), Op::SEND_B, st + 1);
-        return sent == kNotYet ? kNotYet : sent + cost_.comm;
-      }
-      default:
-        PPTRAIN_ASSERT(false, "composite passed as an atom");
+  // When everything `atom` waits for (inputs_of, semantics.h) is available on its rank, or
+  // kNotYet. A message arrives `comm` after its SEND.
+  double input_ready(const Action& atom) const {
+    double ready = 0;
+    for (const Need& need : inputs_of(atom, s_.stage_to_rank, /*lowered=*/true)) {
+      const double t = done_at_[need];
+      if (t == kNotYet) return kNotYet;
+      const bool message = need.fact == Fact::kSentF || need.fact == Fact::kSentB;
+      ready = std::max(ready, message ? t + cost_.comm : t);
     }
+    return ready;
   }
 
   // Runs rank r's next action if its inputs are available; false if it has to wait.
   bool step(int r) {
     const Action& a = s_.actions[r][position_[r]];
-    const Atoms atoms = atoms_of(a);
     double start = free_at_[r];
-    for (const Action& atom : atoms) {
-      const double ready = input_ready(atom, r, &waiting_);
+    for (const Action& atom : atoms_of(a)) {
+      const double ready = input_ready(atom);
       if (ready == kNotYet) return false;
       start = std::max(start, ready);
     }
     const double end = start + cost_.time(a, s_.num_stages, s_.num_ranks);
-    for (const Action& atom : atoms) {
+    for (const Action& atom : atoms_of(a)) {
       record(atom, r, start, end);
       wake_consumer_of(atom);
     }
@@ -194,22 +96,20 @@ class Simulation {
   }
 
   void record(const Action& atom, int r, double start, double end) {
-    const int st = atom.stage, mb = atom.microbatch;
+    const int st = atom.stage;
     const double activation = cost_.activation(st, s_.num_stages, s_.num_ranks);
+    done_at_[produced_by(atom)] = end;
     switch (atom.op) {
       case Op::F:
-        forward_end_(st, mb) = end;
         memory_events_[r].emplace_back(start, activation);
         break;
       case Op::I:
-        backward_end_(st, mb) = end;
         memory_events_[r].emplace_back(end, -activation);
         if (const double stash = cost_.weight_stash(st, s_.num_stages)) {
           memory_events_[r].emplace_back(end, stash);
         }
         break;
       case Op::B:
-        backward_end_(st, mb) = end;
         memory_events_[r].emplace_back(end, -activation);
         break;
       case Op::W:
@@ -217,39 +117,8 @@ class Simulation {
           memory_events_[r].emplace_back(end, -stash);
         }
         break;
-      case Op::SEND_F:
-        sent_f_(st, mb) = end;
-        break;
-      case Op::SEND_B:
-        sent_b_(st, mb) = end;
-        break;
-      case Op::RECV_F:
-        received_f_(st, mb) = end;
-        break;
-      case Op::RECV_B:
-        received_b_(st, mb) = end;
-        break;
       default:
         break;
-    }
-  }
-
-  void report_stuck_rank() {
-    for (int r = 0; r < s_.num_ranks; ++r) {
-      if (position_[r] == static_cast<int>(s_.actions[r].size())) continue;
-      const Action& a = s_.actions[r][position_[r]];
-      const Atoms atoms = atoms_of(a);
-      for (const Action& atom : atoms) {
-        if (input_ready(atom, r, &waiting_) == kNotYet) break;
-      }
-      const std::string what = waiting_.op == Op::I
-                                   ? "the backward (I or B) of stage " +
-                                         std::to_string(waiting_.stage) + ", microbatch " +
-                                         std::to_string(waiting_.microbatch)
-                                   : to_string(waiting_);
-      PPTRAIN_CHECK(false, "schedule '", s_.name, "' cannot run: rank ", r, " is stuck at ",
-                    to_string(a), " waiting for ", what,
-                    ", which never happens (a dependency cycle, or a missing or misplaced action)");
     }
   }
 
@@ -285,24 +154,19 @@ class Simulation {
 
   const Schedule& s_;
   const CostModel& cost_;
-  Table forward_end_, backward_end_;  // end of F / of I or B, per (stage, microbatch)
-  Table sent_f_, sent_b_;             // when the SEND left, keyed by the sending stage
-  Table received_f_, received_b_;     // when the RECV completed, keyed by the receiving stage
-  std::vector<int> position_;         // [rank] next action to run
-  std::vector<double> free_at_;       // [rank] end of its last action
+  FactTable<double> done_at_;    // when each fact came true (semantics.h); kNotYet until then
+  std::vector<int> position_;    // [rank] next action to run
+  std::vector<double> free_at_;  // [rank] end of its last action
   std::vector<std::vector<std::pair<double, double>>> memory_events_;  // [rank] (time, +/-)
   std::vector<TimelineEvent> events_;
-  Action waiting_;            // what the last blocked action waits for (I: I or B)
   std::deque<int> work_;      // ranks to try to advance
   std::vector<bool> queued_;  // [rank] is in work_
 };
 
 }  // namespace
 
-SimResult simulate(const Schedule& schedule, const CostModel& cost) {
-  check_ranges(schedule);  // before lowering, which indexes stage_to_rank by stage
-  const Schedule lowered = lower(schedule);
-  return Simulation(lowered, cost).run();
+SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost) {
+  return Simulation(*schedule, cost).run();
 }
 
 }  // namespace pptrain

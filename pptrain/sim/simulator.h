@@ -1,21 +1,17 @@
 // Discrete-event simulator: times a schedule under a CostModel and reports makespan, bubble
 // ratio, per-rank busy/idle time and peak activation memory, plus a Timeline for rendering.
 //
-//   Schedule s = make_schedule({"1f1b", 4, 8});
+//   ValidatedSchedule s = validate(make_schedule({"1f1b", 4, 8}));
 //   SimResult r = simulate(s, CostModel::parse("F=1,I=1,W=1"));
 //   r.bubble_ratio;                  // 3/11
 //   r.ranks[0].peak_activations;     // 4
 //
-// Rules (each rank runs its list strictly in order; an action starts when the rank is free and
-// its inputs have arrived):
-//   F on stage s, microbatch m     after F(s-1, m) ended (+ comm if s-1 is on another rank)
-//   I or B on s, m                 after F(s, m) and after I/B(s+1, m) (+ comm across ranks)
-//   W on s, m                      after I(s, m)
-//   OVERLAP_F_B                    waits for all its parts' inputs, lasts the sum of their times
-//                                  (a conservative choice: no overlap speed-up is assumed)
-//   SEND_* / RECV_*                take no time on the rank; a RECV waits for the arrival.
-// A schedule without SEND/RECV is lowered first, so the timeline shows the comm actions too, as
-// zero-length events at the moment they happen.
+// Rules: each rank runs its list strictly in order; an action starts when the rank is free and
+// everything it waits for (inputs_of, pptrain/schedule/semantics.h) has happened, a message
+// arriving `comm` after its SEND. OVERLAP_F_B waits for all its parts' inputs and lasts the sum
+// of their times (a conservative choice: no overlap speed-up is assumed). SEND_* and RECV_* take
+// no time on the rank; they appear in the timeline as zero-length events at the moment they
+// happen.
 //
 // Figures come from timeline_stats() (pptrain/sim/metrics.h), the same definitions used for
 // measured runs: busy = sum of compute durations on a rank, idle = makespan - busy,
@@ -33,8 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "pptrain/render/timeline.h"
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/timeline.h"
+#include "pptrain/schedule/validate.h"
 #include "pptrain/sim/cost_model.h"
 
 namespace pptrain {
@@ -54,10 +51,7 @@ struct SimResult {
   Timeline timeline;             // every action, comm actions as zero-length events
 };
 
-// Simulates the schedule (lowering it first if it has no SEND/RECV). Throws UserError if it
-// cannot run to completion (a dependency cycle, or a RECV without its SEND), naming a stuck rank,
-// the action it is stuck at and what that waits for; or if an action refers to a stage or
-// microbatch outside the schedule or sits on a rank that does not run its stage.
-SimResult simulate(const Schedule& schedule, const CostModel& cost);
+// Simulates a validated schedule (validate.h): it always runs to completion.
+SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost);
 
 }  // namespace pptrain

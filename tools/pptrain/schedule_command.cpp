@@ -14,9 +14,9 @@
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
 #include "pptrain/render/chrome_trace.h"
-#include "pptrain/render/grid.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/grid.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
@@ -146,9 +146,9 @@ void run_schedule_command(const ScheduleArgs& args) {
       args.import_path.empty() ? generate_schedule(args) : import_schedule(args);
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).
-  validate(schedule);
-  const Schedule lowered = lower(schedule);
-  SimResult result = simulate(lowered, cost);
+  const ValidatedSchedule validated = validate(schedule);
+  const Schedule& lowered = *validated;
+  SimResult result = simulate(validated, cost);
 
   if (!args.export_path.empty()) {
     write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)),
@@ -168,13 +168,11 @@ void run_schedule_command(const ScheduleArgs& args) {
                           percent(result.bubble_ratio) + " (" + cost.to_string() + ")";
   if (!args.svg_path.empty()) {
     SvgOptions options;
-    options.time_unit = "cost units";
     options.show_comms = args.with_comms;
     write_text_file(args.svg_path, render_svg(result.timeline, options), "--svg file");
   }
   if (!args.trace_path.empty()) {
-    write_text_file(args.trace_path, render_chrome_trace(result.timeline, /*time_unit_us=*/1000),
-                    "--trace file");
+    write_text_file(args.trace_path, render_chrome_trace(result.timeline), "--trace file");
   }
   if (args.json) {
     std::cout << summary_json(schedule, result).dump() << std::endl;

@@ -14,9 +14,9 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
-#include "pptrain/runtime/partition_plan.h"
-#include "pptrain/runtime/trainer.h"
 #include "pptrain/runtime/transport.h"
+#include "pptrain/train/partition_plan.h"
+#include "pptrain/train/trainer.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
@@ -24,12 +24,13 @@ namespace pptrain::cli {
 namespace {
 
 void run_train(TrainOptions options) {
-  const Schedule lowered = plan_training(options);  // every user error, before any worker starts
+  const ValidatedSchedule lowered =
+      plan_training(options);  // every user error, before any worker starts
   const bool has_stage_layers = !options.stage_layers.empty();  // given on the command line
   // Resolved once here, so that the workers we start all get the same ranges. A rank started by
   // torchrun resolves them itself, which must not depend on its own timings.
   options.stage_layers = format_stage_layers(plan_stage_layers(
-      options, lowered.num_stages, /*may_profile=*/!running_as_worker() || options.pp == 1));
+      options, lowered->num_stages, /*may_profile=*/!running_as_worker() || options.pp == 1));
   if (running_as_worker()) {
     TransportOptions transport_options = TransportOptions::from_env();
     PPTRAIN_CHECK(transport_options.world_size == options.pp,

@@ -1,4 +1,4 @@
-#include "pptrain/runtime/memory.h"
+#include "pptrain/device/memory.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

@@ -19,6 +19,7 @@
 #include "pptrain/models/model.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/validate.h"
 
 namespace pptrain {
 
@@ -54,9 +55,9 @@ struct TrainOptions {
 // Checks the options and returns the lowered schedule to run. UserError (one line) for anything
 // a user can get wrong. With pp == 1 every schedule name means the same single-stage run:
 // all microbatches' forwards, then all their backwards.
-Schedule plan_training(const TrainOptions& options);
+ValidatedSchedule plan_training(const TrainOptions& options);
 
 // Runs this process's rank of the training (transport.world_size() must be options.pp).
-void train(const TrainOptions& options, const Schedule& lowered, Transport& transport);
+void train(const TrainOptions& options, const ValidatedSchedule& schedule, Transport& transport);
 
 }  // namespace pptrain

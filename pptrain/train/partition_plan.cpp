@@ -1,4 +1,4 @@
-#include "pptrain/runtime/partition_plan.h"
+#include "pptrain/train/partition_plan.h"
 
 #include <cstdlib>
 #include <filesystem>

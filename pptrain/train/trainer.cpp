@@ -1,4 +1,4 @@
-#include "pptrain/runtime/trainer.h"
+#include "pptrain/train/trainer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,17 +11,17 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
-#include "pptrain/models/compute_threads.h"
+#include "pptrain/device/compute_threads.h"
+#include "pptrain/device/memory.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/runtime/executor.h"
-#include "pptrain/runtime/memory.h"
-#include "pptrain/runtime/partition_plan.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/compare.h"
 #include "pptrain/sim/metrics.h"
+#include "pptrain/train/partition_plan.h"
 
 namespace pptrain {
 
@@ -170,7 +170,7 @@ std::string mib(int64_t bytes) {
 
 }  // namespace
 
-Schedule plan_training(const TrainOptions& options) {
+ValidatedSchedule plan_training(const TrainOptions& options) {
   check_options(options.model);
   const int M = options.data.microbatches;
   PPTRAIN_CHECK(options.pp >= 1, "--pp must be >= 1, got ", options.pp);
@@ -217,8 +217,9 @@ Schedule plan_training(const TrainOptions& options) {
   PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
                 options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
                 " blocks (--layers ", options.model.layers, ")");
+  std::optional<ValidatedSchedule> validated;
   try {
-    validate(schedule);
+    validated = validate(schedule);
   } catch (const ScheduleError& e) {
     std::string where;
     if (e.rank() >= 0) where = "rank " + std::to_string(e.rank()) + ", ";
@@ -240,10 +241,11 @@ Schedule plan_training(const TrainOptions& options) {
     PPTRAIN_CHECK(std::filesystem::is_directory(options.load_dir), "--load '", options.load_dir,
                   "' is not a folder");
   }
-  return lower(schedule);
+  return *validated;
 }
 
-void train(const TrainOptions& options, const Schedule& lowered, Transport& transport) {
+void train(const TrainOptions& options, const ValidatedSchedule& validated, Transport& transport) {
+  const Schedule& lowered = *validated;
   install_counting_allocator();
   set_compute_threads(options.threads);
   const int rank = transport.rank();
@@ -335,6 +337,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     const auto reports = gather_reports(mine, transport);
     if (rank != 0) continue;
     Timeline timeline;
+    timeline.unit = TimeUnit::kSeconds;
     timeline.title = lowered.name + ", P=" + std::to_string(P) + ", M=" + std::to_string(M) +
                      " (measured, step " + std::to_string(step + 1) + ")";
     timeline.num_ranks = P;
@@ -376,7 +379,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     if (options.compare_sim && (step > 0 || options.steps == 1)) measured_steps.push_back(timeline);
     std::optional<Comparison> comparison;
     if (options.compare_sim && step + 1 == options.steps) {
-      comparison = compare_to_simulation(lowered, measured_steps);
+      comparison = compare_to_simulation(validated, measured_steps);
       std::printf("%s", format_comparison(*comparison).c_str());
       std::fflush(stdout);
     }
@@ -395,7 +398,7 @@ void train(const TrainOptions& options, const Schedule& lowered, Transport& tran
     }
     if (step + 1 == options.steps) {
       if (!options.trace_path.empty()) {
-        write_text_file(options.trace_path, render_chrome_trace(timeline, 1e6), "--trace file");
+        write_text_file(options.trace_path, render_chrome_trace(timeline), "--trace file");
       }
       if (!options.svg_path.empty()) {
         SvgOptions svg;

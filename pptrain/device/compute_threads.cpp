@@ -1,4 +1,4 @@
-#include "pptrain/models/compute_threads.h"
+#include "pptrain/device/compute_threads.h"
 
 #include <dlfcn.h>
 #include <torch/torch.h>

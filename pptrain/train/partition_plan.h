@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "pptrain/models/model.h"
-#include "pptrain/runtime/trainer.h"
+#include "pptrain/train/trainer.h"
 
 namespace pptrain {
 

@@ -1,4 +1,4 @@
-#include "pptrain/render/grid.h"
+#include "pptrain/schedule/grid.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,151 @@
+#include "pptrain/schedule/semantics.h"
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+const char* fact_name(Fact fact) {
+  switch (fact) {
+    case Fact::kOutput:
+      return "output";
+    case Fact::kInputGrad:
+      return "input gradient";
+    case Fact::kWeightGrad:
+      return "weight gradients";
+    case Fact::kSentF:
+      return "sent activation";
+    case Fact::kSentB:
+      return "sent gradient";
+    case Fact::kReceivedF:
+      return "received activation";
+    case Fact::kReceivedB:
+      return "received gradient";
+  }
+  PPTRAIN_ASSERT(false, "unknown fact");
+}
+
+Need produced_by(const Action& atom) {
+  const int s = atom.stage, m = atom.microbatch;
+  switch (atom.op) {
+    case Op::F:
+      return {Fact::kOutput, s, m};
+    case Op::I:
+    case Op::B:
+      return {Fact::kInputGrad, s, m};
+    case Op::W:
+      return {Fact::kWeightGrad, s, m};
+    case Op::SEND_F:
+      return {Fact::kSentF, s, m};
+    case Op::SEND_B:
+      return {Fact::kSentB, s, m};
+    case Op::RECV_F:
+      return {Fact::kReceivedF, s, m};
+    case Op::RECV_B:
+      return {Fact::kReceivedB, s, m};
+    case Op::OVERLAP_F_B:
+      break;
+  }
+  PPTRAIN_ASSERT(false, "a composite produces its parts' facts, not one: ", to_string(atom));
+}
+
+Action producer_of(const Need& need) {
+  static constexpr Op kProducer[kNumFacts] = {Op::F,      Op::I,      Op::W,     Op::SEND_F,
+                                              Op::SEND_B, Op::RECV_F, Op::RECV_B};
+  return Action::make(kProducer[static_cast<int>(need.fact)], need.stage, need.microbatch);
+}
+
+Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered) {
+  const int s = atom.stage, m = atom.microbatch;
+  const int last = static_cast<int>(stage_to_rank.size()) - 1;
+  const auto across = [&](int other) {
+    return lowered && stage_to_rank[other] != stage_to_rank[s];
+  };
+  Needs needs;
+  switch (atom.op) {
+    case Op::F:
+      if (s > 0)
+        needs.push_back(across(s - 1) ? Need{Fact::kReceivedF, s, m}
+                                      : Need{Fact::kOutput, s - 1, m});
+      break;
+    case Op::I:
+    case Op::B:
+      needs.push_back({Fact::kOutput, s, m});
+      if (s < last)
+        needs.push_back(across(s + 1) ? Need{Fact::kReceivedB, s, m}
+                                      : Need{Fact::kInputGrad, s + 1, m});
+      break;
+    case Op::W:
+      needs.push_back({Fact::kInputGrad, s, m});
+      break;
+    case Op::SEND_F:
+      needs.push_back({Fact::kOutput, s, m});
+      break;
+    case Op::SEND_B:
+      needs.push_back({Fact::kInputGrad, s, m});
+      break;
+    case Op::RECV_F:
+      needs.push_back({Fact::kSentF, s - 1, m});
+      break;
+    case Op::RECV_B:
+      needs.push_back({Fact::kSentB, s + 1, m});
+      break;
+    case Op::OVERLAP_F_B:
+      PPTRAIN_ASSERT(false, "inputs_of takes one atom, not a composite: ", to_string(atom));
+  }
+  return needs;
+}
+
+std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank) {
+  const int s = atom.stage, last = static_cast<int>(stage_to_rank.size()) - 1;
+  const auto elsewhere = [&](int other) { return stage_to_rank[other] != stage_to_rank[s]; };
+  if (atom.op == Op::F && s < last && elsewhere(s + 1)) {
+    return Action::make(Op::SEND_F, s, atom.microbatch);
+  }
+  if (is_backward(atom.op) && s > 0 && elsewhere(s - 1)) {
+    return Action::make(Op::SEND_B, s, atom.microbatch);
+  }
+  return std::nullopt;
+}
+
+Message message_of(const Action& a) {
+  switch (a.op) {
+    case Op::SEND_F:
+      return {false, a.stage, a.microbatch};
+    case Op::RECV_F:
+      return {false, a.stage - 1, a.microbatch};
+    case Op::SEND_B:
+      return {true, a.stage - 1, a.microbatch};
+    case Op::RECV_B:
+      return {true, a.stage, a.microbatch};
+    default:
+      PPTRAIN_ASSERT(false, "not a communication action: ", to_string(a));
+  }
+}
+
+size_t message_index(const Message& message, int num_stages, int num_microbatches) {
+  const size_t boundaries = num_stages > 1 ? static_cast<size_t>(num_stages - 1) : 1;
+  return ((message.backward ? boundaries : 0) + static_cast<size_t>(message.boundary)) *
+             static_cast<size_t>(num_microbatches) +
+         static_cast<size_t>(message.microbatch);
+}
+
+size_t message_count(int num_stages, int num_microbatches) {
+  const size_t boundaries = num_stages > 1 ? static_cast<size_t>(num_stages - 1) : 1;
+  return 2 * boundaries * static_cast<size_t>(num_microbatches);
+}
+
+Action comm_peer(const Action& a) {
+  const Message m = message_of(a);
+  switch (a.op) {
+    case Op::SEND_F:
+      return Action::make(Op::RECV_F, m.boundary + 1, m.microbatch);
+    case Op::RECV_F:
+      return Action::make(Op::SEND_F, m.boundary, m.microbatch);
+    case Op::SEND_B:
+      return Action::make(Op::RECV_B, m.boundary, m.microbatch);
+    default:  // RECV_B
+      return Action::make(Op::SEND_B, m.boundary + 1, m.microbatch);
+  }
+}
+
+}  // namespace pptrain

@@ -1,0 +1,145 @@
+// What a schedule's actions mean, defined once: the plain actions a composite stands for, what
+// each action waits for and leaves behind, and which message a SEND or RECV carries. Lowering,
+// the validator, the simulator, the generators and the executor all read the rules from here.
+//
+// Every action leaves one Fact behind, keyed by its own stage and microbatch:
+//   F s m       kOutput     stage s's output for microbatch m (and the stash its backward needs)
+//   I s m       kInputGrad  the gradient of stage s's input
+//   B s m       kInputGrad  the same (B is I and W fused)
+//   W s m       kWeightGrad stage s's weight gradients for microbatch m
+//   SEND_F s m  kSentF      ...   SEND_B s m  kSentB
+//   RECV_F s m  kReceivedF  ...   RECV_B s m  kReceivedB
+// and waits for (inputs_of):
+//   F s m       kOutput s-1 m, or kReceivedF s m when stage s-1 is on another rank (lowered)
+//   I/B s m     kOutput s m, and kInputGrad s+1 m, or kReceivedB s m across ranks (lowered)
+//   W s m       kInputGrad s m (its I)
+//   SEND_F s m  kOutput s m            SEND_B s m  kInputGrad s m
+//   RECV_F s m  kSentF s-1 m           RECV_B s m  kSentB s+1 m
+// In a compute-only schedule (not lowered) a compute action waits for the producer itself, on
+// whatever rank it runs. Stage 0 has no input to wait for and the last stage no output gradient.
+//
+//   for (const Action& atom : atoms_of(action))
+//     for (const Need& need : inputs_of(atom, schedule.stage_to_rank, /*lowered=*/true)) ...
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include "pptrain/schedule/action.h"
+
+namespace pptrain {
+
+// The plain actions inside an action: the parts of an OVERLAP_F_B, else the action itself. A
+// view into the action, which must outlive it.
+class Atoms {
+ public:
+  explicit Atoms(const Action& action)
+      : first_(action.op == Op::OVERLAP_F_B ? action.parts.data() : &action),
+        last_(action.op == Op::OVERLAP_F_B ? action.parts.data() + action.parts.size()
+                                           : &action + 1) {}
+  const Action* begin() const { return first_; }
+  const Action* end() const { return last_; }
+  bool empty() const { return first_ == last_; }
+
+ private:
+  const Action* first_;
+  const Action* last_;
+};
+inline Atoms atoms_of(const Action& action) {
+  return Atoms(action);
+}
+
+enum class Fact : unsigned char {
+  kOutput,
+  kInputGrad,
+  kWeightGrad,
+  kSentF,
+  kSentB,
+  kReceivedF,
+  kReceivedB,
+};
+constexpr int kNumFacts = 7;
+const char* fact_name(Fact fact);  // "output", "input gradient", ...
+
+// One fact about one (stage, microbatch).
+struct Need {
+  Fact fact = Fact::kOutput;
+  int stage = 0;
+  int microbatch = 0;
+  bool operator==(const Need& other) const {
+    return fact == other.fact && stage == other.stage && microbatch == other.microbatch;
+  }
+};
+
+// At most two inputs per atom; iterate with a range-for.
+class Needs {
+ public:
+  void push_back(const Need& need) { items_[size_++] = need; }
+  const Need* begin() const { return items_.data(); }
+  const Need* end() const { return items_.data() + size_; }
+  size_t size() const { return size_; }
+
+ private:
+  std::array<Need, 2> items_{};
+  size_t size_ = 0;
+};
+
+// The fact an atom (not a composite) leaves behind.
+Need produced_by(const Action& atom);
+// The atom that produces `need`'s fact. For kInputGrad that is an I (a schedule may have a B
+// there instead; both produce it).
+Action producer_of(const Need& need);
+// What `atom` waits for (see the table above). `stage_to_rank` places the stages; `lowered`
+// says whether inputs from other ranks arrive through RECV actions.
+Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered);
+
+// The SEND that must follow `atom` in a lowered schedule because what it produced is consumed on
+// another rank: SEND_F after an F whose next stage lives elsewhere, SEND_B after an I or B whose
+// previous stage does. None for anything else.
+std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank);
+
+// One message between adjacent stages: the activation (forward) or its gradient (backward)
+// crossing boundary b, the cut between stages b and b+1, for one microbatch. A SEND and the RECV
+// at the other end carry the same message.
+struct Message {
+  bool backward = false;
+  int boundary = 0;
+  int microbatch = 0;
+  bool operator==(const Message& other) const {
+    return backward == other.backward && boundary == other.boundary &&
+           microbatch == other.microbatch;
+  }
+};
+Message message_of(const Action& comm);  // InternalError for a compute action
+// The other end of a communication action: RECV_F s+1 m for SEND_F s m, SEND_F s-1 m for
+// RECV_F s m, RECV_B s-1 m for SEND_B s m, SEND_B s+1 m for RECV_B s m.
+Action comm_peer(const Action& comm);
+// A dense number for a message, 0 .. message_count(...) - 1, the same on every rank.
+size_t message_index(const Message& message, int num_stages, int num_microbatches);
+size_t message_count(int num_stages, int num_microbatches);
+
+// A dense table of one value per (fact, stage, microbatch), for whoever tracks facts: positions
+// (validator), times (simulator), steps (generators).
+template <typename T>
+class FactTable {
+ public:
+  FactTable(int num_stages, int num_microbatches, T initial)
+      : stages_(num_stages),
+        microbatches_(num_microbatches),
+        values_(static_cast<size_t>(kNumFacts) * num_stages * num_microbatches, initial) {}
+  T& operator[](const Need& need) { return values_[index(need)]; }
+  const T& operator[](const Need& need) const { return values_[index(need)]; }
+
+ private:
+  size_t index(const Need& need) const {
+    return (static_cast<size_t>(need.fact) * stages_ + need.stage) * microbatches_ +
+           need.microbatch;
+  }
+  int stages_;
+  int microbatches_;
+  std::vector<T> values_;
+};
+
+}  // namespace pptrain

@@ -1,0 +1,98 @@
+#include "pptrain/schedule/semantics.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
+
+namespace pptrain {
+namespace {
+
+std::vector<Need> needs_of(const char* text, const std::vector<int>& placement, bool lowered) {
+  const Needs needs = inputs_of(parse_action(text), placement, lowered);
+  return {needs.begin(), needs.end()};
+}
+
+TEST(Semantics, CommPeerIsTheOtherEnd) {
+  EXPECT_EQ(comm_peer(parse_action("2SEND_F5")), parse_action("3RECV_F5"));
+  EXPECT_EQ(comm_peer(parse_action("2RECV_F5")), parse_action("1SEND_F5"));
+  EXPECT_EQ(comm_peer(parse_action("2SEND_B5")), parse_action("1RECV_B5"));
+  EXPECT_EQ(comm_peer(parse_action("2RECV_B5")), parse_action("3SEND_B5"));
+  EXPECT_THROW(comm_peer(parse_action("2F5")), InternalError);
+}
+
+TEST(Semantics, BothEndsCarryOneMessageAndEveryMessageHasItsOwnIndex) {
+  const int S = 4, M = 3;
+  std::set<size_t> seen;
+  for (Op op : {Op::SEND_F, Op::SEND_B, Op::RECV_F, Op::RECV_B}) {
+    for (int s = 0; s < S; ++s) {
+      for (int m = 0; m < M; ++m) {
+        const Action a = Action::make(op, s, m);
+        const bool exists = (op == Op::SEND_F || op == Op::RECV_B) ? s + 1 < S : s > 0;
+        if (!exists) continue;
+        EXPECT_EQ(message_of(a), message_of(comm_peer(a))) << to_string(a);
+        const size_t index = message_index(message_of(a), S, M);
+        EXPECT_LT(index, message_count(S, M));
+        if (op == Op::SEND_F || op == Op::SEND_B) {
+          EXPECT_TRUE(seen.insert(index).second) << to_string(a);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), message_count(S, M));
+}
+
+TEST(Semantics, InputsFollowTheTable) {
+  const std::vector<int> v_shape = {0, 1, 1, 0};  // stages 0 and 3 on rank 0, 1 and 2 on rank 1
+  // A forward waits for the previous stage's output, through a RECV across ranks when lowered.
+  EXPECT_EQ(needs_of("1F2", v_shape, true), (std::vector<Need>{{Fact::kReceivedF, 1, 2}}));
+  EXPECT_EQ(needs_of("1F2", v_shape, false), (std::vector<Need>{{Fact::kOutput, 0, 2}}));
+  EXPECT_EQ(needs_of("2F2", v_shape, true), (std::vector<Need>{{Fact::kOutput, 1, 2}}));
+  EXPECT_TRUE(needs_of("0F0", v_shape, true).empty());
+  // A backward waits for its forward and the next stage's input gradient; the last stage only
+  // for its forward. I and B mean the same here.
+  EXPECT_EQ(needs_of("1I0", v_shape, true),
+            (std::vector<Need>{{Fact::kOutput, 1, 0}, {Fact::kInputGrad, 2, 0}}));
+  EXPECT_EQ(needs_of("2B0", v_shape, true),
+            (std::vector<Need>{{Fact::kOutput, 2, 0}, {Fact::kReceivedB, 2, 0}}));
+  EXPECT_EQ(needs_of("3I0", v_shape, true), (std::vector<Need>{{Fact::kOutput, 3, 0}}));
+  EXPECT_EQ(needs_of("3W1", v_shape, true), (std::vector<Need>{{Fact::kInputGrad, 3, 1}}));
+  // Communication: a send waits for what it sends, a receive for the send.
+  EXPECT_EQ(needs_of("0SEND_F1", v_shape, true), (std::vector<Need>{{Fact::kOutput, 0, 1}}));
+  EXPECT_EQ(needs_of("3SEND_B1", v_shape, true), (std::vector<Need>{{Fact::kInputGrad, 3, 1}}));
+  EXPECT_EQ(needs_of("1RECV_F1", v_shape, true), (std::vector<Need>{{Fact::kSentF, 0, 1}}));
+  EXPECT_EQ(needs_of("2RECV_B1", v_shape, true), (std::vector<Need>{{Fact::kSentB, 3, 1}}));
+}
+
+TEST(Semantics, EveryNeedIsProducedByItsProducer) {
+  const std::vector<int> placement = {0, 1, 0, 1};
+  for (const char* text : {"1F0", "2I1", "3W0", "1SEND_F0", "2SEND_B1", "1RECV_F0", "2RECV_B1"}) {
+    for (const Need& need : inputs_of(parse_action(text), placement, true)) {
+      EXPECT_EQ(produced_by(producer_of(need)), need) << text;
+    }
+  }
+}
+
+TEST(Semantics, SendsFollowWhatLeavesTheRank) {
+  const std::vector<int> placement = {0, 1, 1, 0};
+  EXPECT_EQ(send_after(parse_action("0F0"), placement), parse_action("0SEND_F0"));
+  EXPECT_FALSE(send_after(parse_action("1F0"), placement));  // stage 2 is on the same rank
+  EXPECT_EQ(send_after(parse_action("2I0"), placement), std::nullopt);
+  EXPECT_EQ(send_after(parse_action("1B0"), placement), parse_action("1SEND_B0"));
+  EXPECT_FALSE(send_after(parse_action("3F0"), placement));  // the last stage sends nothing on
+  EXPECT_FALSE(send_after(parse_action("3W0"), placement));
+}
+
+TEST(Semantics, AtomsOfACompositeAreItsParts) {
+  const Action both = parse_action("(0F7;1B3)OVERLAP_F_B");
+  std::vector<Action> atoms;
+  for (const Action& a : atoms_of(both)) atoms.push_back(a);
+  EXPECT_EQ(atoms, both.parts);
+  const Action plain = parse_action("0F1");
+  EXPECT_EQ(std::distance(atoms_of(plain).begin(), atoms_of(plain).end()), 1);
+}
+
+}  // namespace
+}  // namespace pptrain
