@@ -15,7 +15,7 @@
 #include "pptrain/common/check.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 

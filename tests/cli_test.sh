@@ -24,6 +24,16 @@ expect_error() {
   head -1 "$work/err" | grep -q -- "$needle" || fail "$what: message lacks '$needle': $(cat "$work/err")"
 }
 
+# The README's table of schedules is the registry's (pptrain schedule --list).
+readme="$(dirname "$0")/../README.md"
+"$pptrain" schedule --list >"$work/list" || fail "schedule --list exited $?"
+grep -qF -- "$(head -3 "$work/list")" "$readme" || fail "schedule --list printed nothing usable"
+while IFS= read -r line; do
+  grep -qxF -- "$line" "$readme" || fail "README's schedule table lacks: $line (paste pptrain schedule --list)"
+done <"$work/list"
+[ "$(grep -c '^| `' "$readme")" -eq "$(grep -c '^| `' "$work/list")" ] \
+  || fail "README's schedule table has rows the registry does not (paste pptrain schedule --list)"
+
 # The schedule picture renders.
 for name in gpipe 1f1b zb-h2 zb-v; do
   "$pptrain" schedule --schedule "$name" --pp 4 --microbatches 8 --svg "$work/$name.svg" >/dev/null \

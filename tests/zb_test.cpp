@@ -12,7 +12,7 @@
 
 #include "pptrain/device/memory.h"
 #include "pptrain/models/weight_grad_store.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 #include "tests/e2e.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 

@@ -4,6 +4,7 @@
 #include <deque>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 namespace {
@@ -79,13 +80,18 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   s.actions.resize(P);
 
   constexpr int kNotYet = -1;
-  // Step at which F / I of (stage, microbatch) ended; kNotYet until it has.
-  std::vector<std::vector<int>> f_end(S, std::vector<int>(M, kNotYet));
-  std::vector<std::vector<int>> i_end(S, std::vector<int>(M, kNotYet));
+  // Step at which each fact (semantics.h) came true: kNotYet until it has.
+  FactTable<int> done_at(S, M, kNotYet);
   std::vector<int> next_f(S, 0), next_i(S, 0);
   std::vector<int> stashes(P, 0);
   std::vector<std::deque<Action>> waiting_w(P);
-  const auto done_by = [](int end, int step) { return end != kNotYet && end <= step; };
+  // Everything `a` waits for has happened by `step`.
+  const auto inputs_done = [&](const Action& a, int step) {
+    for (const Need& need : inputs_of(a, s.stage_to_rank, /*lowered=*/false)) {
+      if (done_at[need] == kNotYet || done_at[need] > step) return false;
+    }
+    return true;
+  };
 
   const long total = 3L * S * M;
   long scheduled = 0;
@@ -95,19 +101,18 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
       const int lower = r, upper = S - 1 - r;
       const auto f_ready = [&](int stage) {
         const int m = next_f[stage];
-        return m < M && stashes[r] < S && (stage == 0 || done_by(f_end[stage - 1][m], step));
+        return m < M && stashes[r] < S && inputs_done(Action::make(Op::F, stage, m), step);
       };
       const auto i_ready = [&](int stage) {
         const int m = next_i[stage];
-        return m < M && done_by(f_end[stage][m], step) &&
-               (stage == S - 1 || done_by(i_end[stage + 1][m], step));
+        return m < M && inputs_done(Action::make(Op::I, stage, m), step);
       };
       // W's ready at this step, upper chunk first (waiting_w holds them in I order).
       const auto pick_w = [&]() -> int {
         int best = -1;
         for (int k = 0; k < static_cast<int>(waiting_w[r].size()); ++k) {
           const Action& w = waiting_w[r][k];
-          if (!done_by(i_end[w.stage][w.microbatch], step)) continue;
+          if (!inputs_done(w, step)) continue;
           if (best < 0 || (w.stage == upper && waiting_w[r][best].stage != upper)) best = k;
         }
         return best;
@@ -132,12 +137,11 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
       }
 
       const int st = chosen.stage, mb = chosen.microbatch;
+      done_at[produced_by(chosen)] = step + 1;
       if (chosen.op == Op::F) {
-        f_end[st][mb] = step + 1;
         ++next_f[st];
         ++stashes[r];
       } else if (chosen.op == Op::I) {
-        i_end[st][mb] = step + 1;
         ++next_i[st];
         --stashes[r];
         waiting_w[r].push_back(Action::make(Op::W, st, mb));
@@ -165,12 +169,6 @@ void check_sizes(const char* name, int ranks, int microbatches, int chunks = 1) 
   const long long pairs = 1LL * ranks * chunks * microbatches;
   PPTRAIN_CHECK(pairs <= kMaxStageMicrobatches, "schedule '", name, "': ranks x chunks x ",
                 "microbatches = ", pairs, " is too large (at most ", kMaxStageMicrobatches, ")");
-}
-
-// Chunks for a schedule that supports exactly one value (0 = that default).
-void check_fixed_chunks(const ScheduleOptions& o, int only) {
-  PPTRAIN_CHECK(o.chunks == 0 || o.chunks == only, "schedule '", o.name, "' runs ", only,
-                " chunk(s) per rank, got chunks=", o.chunks);
 }
 
 }  // namespace
@@ -252,35 +250,6 @@ Schedule make_zb_h2(int ranks, int microbatches) {
 Schedule make_zb_v(int ranks, int microbatches) {
   check_sizes("zb-v", ranks, microbatches, 2);
   return zb_v_list_schedule(ranks, microbatches);
-}
-
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b",  "interleaved-1f1b",
-                                                 "zb-h1", "zb-h2", "zb-v"};
-  return names;
-}
-
-Schedule make_schedule(const ScheduleOptions& o) {
-  const auto& names = schedule_names();
-  if (std::find(names.begin(), names.end(), o.name) == names.end()) {
-    std::string list;
-    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-    PPTRAIN_CHECK(false, "unknown schedule '", o.name, "'; expected one of: ", list);
-  }
-  PPTRAIN_CHECK(o.chunks >= 0, "schedule '", o.name, "': chunks must be >= 0 (0 = default), got ",
-                o.chunks);
-  if (o.name == "interleaved-1f1b") {
-    return make_interleaved_1f1b(o.ranks, o.microbatches, o.chunks == 0 ? 2 : o.chunks);
-  }
-  if (o.name == "zb-v") {
-    check_fixed_chunks(o, 2);
-    return make_zb_v(o.ranks, o.microbatches);
-  }
-  check_fixed_chunks(o, 1);
-  if (o.name == "gpipe") return make_gpipe(o.ranks, o.microbatches);
-  if (o.name == "1f1b") return make_1f1b(o.ranks, o.microbatches);
-  if (o.name == "zb-h1") return make_zb_h1(o.ranks, o.microbatches);
-  return make_zb_h2(o.ranks, o.microbatches);
 }
 
 }  // namespace pptrain

@@ -4,8 +4,8 @@
 // add communication). The result is a fixed per-rank order; the simulator times it under any
 // cost model, the runtime executes it.
 //
-//   Schedule s = make_schedule({"1f1b", /*ranks=*/4, /*microbatches=*/8});
-//   Schedule z = make_schedule({"zb-v", 4, 8});   // chunks = 2 by default
+//   Schedule s = make_1f1b(/*ranks=*/4, /*microbatches=*/8);
+//   Schedule z = make_zb_v(4, 8);   // by name: make_schedule({"zb-v", 4, 8}) (registry.h)
 //
 // Notation below: P ranks, M microbatches, V chunks (stages per rank), and F, I, W the times of
 // one rank's whole share of the model for one microbatch (B = I + W). A rank's "bubble" is
@@ -22,24 +22,8 @@
 
 namespace pptrain {
 
-struct ScheduleOptions {
-  std::string name;      // one of schedule_names(): "gpipe", "1f1b", "interleaved-1f1b", ...
-  int ranks = 1;         // P >= 1
-  int microbatches = 1;  // M >= 1
-  int chunks = 0;        // V: stages per rank; 0 = the schedule's default (2 for
-                         // interleaved-1f1b and zb-v, 1 otherwise)
-};
-
-// Builds the named schedule. Throws UserError naming the bad value for an unknown name or
-// impossible parameters (P < 1, M < 1, a V the schedule does not support, M not a multiple of P
-// for interleaved-1f1b).
-Schedule make_schedule(const ScheduleOptions& options);
-
-// The names make_schedule() accepts, in a stable order.
-const std::vector<std::string>& schedule_names();
-
-// The generators themselves; make_schedule() dispatches to them. Each checks its parameters as
-// make_schedule() does.
+// The generators; make_schedule() (registry.h) resolves a name and the chunks, then calls one.
+// Each checks its own parameters (P >= 1, M >= 1, ...) and throws UserError naming the bad value.
 
 // GPipe: every rank runs all M forwards, then all M backwards, both in microbatch order.
 // Bubble (P-1)(F+B) per rank, i.e. bubble ratio (P-1)/(M+P-1); peak activations M on every rank.

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

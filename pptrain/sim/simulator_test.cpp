@@ -9,7 +9,7 @@
 #include <tuple>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

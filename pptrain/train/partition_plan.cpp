@@ -27,17 +27,17 @@ std::string model_text(const ModelOptions& model) {
 }
 
 // "4 (--pp 2 x 2 chunks)".
-std::string stages_text(const TrainOptions& options, int num_stages) {
-  return std::to_string(num_stages) + " (--pp " + std::to_string(options.pp) + " x " +
-         std::to_string(num_stages / options.pp) + " chunk" +
-         (num_stages / options.pp == 1 ? "" : "s") + ")";
+std::string stages_text(const StageLayerOptions& options, int num_stages) {
+  return std::to_string(num_stages) + " (--pp " + std::to_string(options.ranks) + " x " +
+         std::to_string(num_stages / options.ranks) + " chunk" +
+         (num_stages / options.ranks == 1 ? "" : "s") + ")";
 }
 
 // Checks a partition against the run: it covers exactly the model's layers, every stage has at
 // least one, no stage is replicated, and it has the run's number of stages. Coverage is checked
 // first: a file for another model size is the more likely mistake, and the message says so.
 std::vector<LayerRange> checked_ranges(const Partition& partition, const std::string& what,
-                                       const TrainOptions& options, int num_stages) {
+                                       const StageLayerOptions& options, int num_stages) {
   const int L = num_layers(options.model);
   std::vector<LayerRange> ranges;
   int next = 0;
@@ -91,10 +91,10 @@ Profile parameter_profile(const ModelOptions& model) {
   return profile;
 }
 
-Profile measured_profile(const TrainOptions& options) {
+Profile measured_profile(const StageLayerOptions& options) {
   ProfileOptions profile_options;
   profile_options.model = options.model;
-  profile_options.microbatch_size = options.data.batch_size / options.data.microbatches;
+  profile_options.microbatch_size = options.microbatch_size;
   Profile profile;
   profile.layers = profile_model(profile_options).layers;
   profile.source = "a profile of this machine";
@@ -102,7 +102,7 @@ Profile measured_profile(const TrainOptions& options) {
 }
 
 std::vector<LayerRange> partitioned(const Profile& profile, const std::string& method,
-                                    const std::string& what, const TrainOptions& options,
+                                    const std::string& what, const StageLayerOptions& options,
                                     int num_stages) {
   PartitionOptions partition_options;
   partition_options.method = method;
@@ -111,7 +111,7 @@ std::vector<LayerRange> partitioned(const Profile& profile, const std::string& m
 }
 
 // FILE.json: a partition ("stages") or a profile ("layers"), by content.
-std::vector<LayerRange> from_file(const std::string& path, const TrainOptions& options,
+std::vector<LayerRange> from_file(const std::string& path, const StageLayerOptions& options,
                                   int num_stages) {
   const std::string what = "--partition '" + path + "'";
   const std::string text = read_text_file(path, "--partition file");
@@ -135,8 +135,7 @@ std::vector<LayerRange> from_file(const std::string& path, const TrainOptions& o
 
 }  // namespace
 
-std::vector<LayerRange> plan_stage_layers(const TrainOptions& options, int num_stages,
-                                          bool may_profile) {
+std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int num_stages) {
   PPTRAIN_CHECK(num_stages >= 1, "a run needs at least one stage, got ", num_stages);
   if (!options.stage_layers.empty()) {
     Partition given;
@@ -151,7 +150,7 @@ std::vector<LayerRange> plan_stage_layers(const TrainOptions& options, int num_s
   if (spec == "params" || spec == "time") {
     // One stage holds everything: nothing to balance, nothing to measure.
     if (num_stages == 1) return {{0, num_layers(options.model) - 1}};
-    PPTRAIN_CHECK(spec == "params" || may_profile,
+    PPTRAIN_CHECK(spec == "params" || options.may_profile,
                   "--partition time would time the layers in every rank, and the ranks would "
                   "disagree; with RANK set (torchrun) give a profile instead: pptrain profile "
                   "--out P.json ..., then --partition P.json");

@@ -14,9 +14,9 @@
 // (`--stage-layers 0-2,3-5`). A rank started by torchrun resolves it itself, which is
 // deterministic for everything but `time` without a file; that case is refused (may_profile).
 //
-//   const Schedule lowered = plan_training(options);
-//   auto ranges = plan_stage_layers(options, lowered.num_stages);   // UserError on bad input
-//   options.stage_layers = format_stage_layers(ranges);             // "0-2,3-5"
+//   StageLayerOptions options{model, "params"};
+//   auto ranges = plan_stage_layers(options, /*num_stages=*/4);    // UserError on bad input
+//   format_stage_layers(ranges);                                    // "0-2,3-5"
 #pragma once
 
 #include <string>
@@ -24,21 +24,27 @@
 #include <vector>
 
 #include "pptrain/models/model.h"
-#include "pptrain/train/trainer.h"
 
 namespace pptrain {
 
 // Layers [first, last] of one stage, inclusive (as uniform_split returns them).
 using LayerRange = std::pair<int, int>;
 
-// The ranges of the run's `num_stages` stages (P x V), stage order. options.stage_layers, when
-// set, wins over options.partition (it is what a launcher resolved). With may_profile false,
-// `--partition time` (which would measure this process) is a UserError; with one stage nothing
-// is profiled. UserError, one line, for every bad input: unknown method, unreadable or
-// malformed file, a file for another model or another number of stages, replicas > 1, a stage
-// without layers.
-std::vector<LayerRange> plan_stage_layers(const TrainOptions& options, int num_stages,
-                                          bool may_profile = true);
+struct StageLayerOptions {
+  ModelOptions model;
+  std::string partition = "uniform";  // uniform | params | time | FILE.json
+  std::string stage_layers;           // resolved ranges "0-2,3-5" (a launcher's); wins over
+                                      // `partition`
+  int64_t microbatch_size = 1;        // samples per microbatch: what `time` profiles with
+  int ranks = 1;                      // P, only for messages ("4 (--pp 2 x 2 chunks)")
+  bool may_profile = true;  // false: `time` (which would measure this process) is a UserError
+};
+
+// The ranges of the run's `num_stages` stages (P x V), stage order. With one stage nothing is
+// profiled. UserError, one line, for every bad input: unknown method, unreadable or malformed
+// file, a file for another model or another number of stages, replicas > 1, a stage without
+// layers.
+std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int num_stages);
 
 // "0-2,3-5" and back. parse_stage_layers checks only the syntax; plan_stage_layers checks the
 // ranges against the model.

@@ -4,6 +4,7 @@
 //
 //   pptrain schedule --schedule 1f1b --pp 4 --microbatches 8 --grid --svg 1f1b.svg
 //   pptrain schedule --import mine.csv --cost F=1,I=1,W=1,comm=0.1 --json
+//   pptrain schedule --list     # the registry as a markdown table (the README's)
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -15,8 +16,8 @@
 #include "pptrain/common/files.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
-#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/grid.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
@@ -38,15 +39,10 @@ struct ScheduleArgs {
   std::string trace_path;
   bool grid = false;
   bool json = false;
+  bool list = false;
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
 };
-
-std::string joined_names() {
-  std::string names;
-  for (const auto& name : schedule_names()) names += (names.empty() ? "" : ", ") + name;
-  return names;
-}
 
 // "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
 std::string file_stem(const std::string& path) {
@@ -76,7 +72,7 @@ Schedule import_schedule(const ScheduleArgs& args) {
 }
 
 Schedule generate_schedule(const ScheduleArgs& args) {
-  PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", joined_names(),
+  PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
                 ") or --import FILE.csv is required");
   PPTRAIN_CHECK(args.pp_given, "--pp is required with --schedule (the number of pipeline ranks)");
   PPTRAIN_CHECK(args.microbatches_given,
@@ -135,6 +131,10 @@ nlohmann::ordered_json summary_json(const Schedule& s, const SimResult& result) 
 }
 
 void run_schedule_command(const ScheduleArgs& args) {
+  if (args.list) {
+    std::fputs(schedule_table_markdown().c_str(), stdout);
+    return;
+  }
   const CostModel cost = [&] {
     try {
       return CostModel::parse(args.cost);
@@ -187,7 +187,9 @@ void add_schedule_command(CLI::App& app) {
   auto args = std::make_shared<ScheduleArgs>();
   CLI::App* cmd = app.add_subcommand(
       "schedule", "Generate (or import) a pipeline schedule, validate it and simulate it");
-  cmd->add_option("--schedule", args->schedule, "Schedule to generate: " + joined_names());
+  cmd->add_option("--schedule", args->schedule, "Schedule to generate (see the list below)");
+  cmd->add_flag("--list", args->list, "Print the schedules as a markdown table and exit");
+  cmd->footer("Schedules (P ranks, M microbatches, V chunks per rank):\n" + schedule_help_text());
   auto* pp = cmd->add_option("--pp", args->pp, "Pipeline ranks (P)");
   auto* microbatches =
       cmd->add_option("--microbatches", args->microbatches, "Microbatches per mini-batch (M)");

@@ -15,7 +15,9 @@
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/transport.h"
-#include "pptrain/train/partition_plan.h"
+#include "pptrain/schedule/registry.h"
+#include "pptrain/train/observers.h"
+#include "pptrain/train/plan.h"
 #include "pptrain/train/trainer.h"
 #include "tools/pptrain/commands.h"
 
@@ -23,40 +25,39 @@ namespace pptrain::cli {
 
 namespace {
 
-void run_train(TrainOptions options) {
-  const ValidatedSchedule lowered =
-      plan_training(options);  // every user error, before any worker starts
-  const bool has_stage_layers = !options.stage_layers.empty();  // given on the command line
-  // Resolved once here, so that the workers we start all get the same ranges. A rank started by
-  // torchrun resolves them itself, which must not depend on its own timings.
-  options.stage_layers = format_stage_layers(plan_stage_layers(
-      options, lowered->num_stages, /*may_profile=*/!running_as_worker() || options.pp == 1));
-  if (running_as_worker()) {
-    TransportOptions transport_options = TransportOptions::from_env();
+void run_train(const TrainOptions& options) {
+  const bool worker = running_as_worker();
+  // Every user error surfaces here, before any worker starts. A rank started by torchrun cannot
+  // time the layers the way the others would, so it does not profile (plan.h).
+  const TrainingPlan plan = plan_training(options, /*may_profile=*/!worker || options.pp == 1);
+  if (!worker && options.pp > 1) {
+    LaunchOptions launch;
+    launch.workers = options.pp;
+    launch.args = own_arguments();  // the workers get this command line again...
+    if (options.stage_layers.empty()) {
+      // ...with the ranges resolved here, so that every rank holds the same layers.
+      launch.args.insert(launch.args.end(),
+                         {"--stage-layers", format_stage_layers(plan.stage_layers)});
+    }
+    const LaunchResult result = launch_workers(launch);
+    if (result.exit_code != 0) {
+      std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
+      std::fflush(stderr);
+      std::exit(result.exit_code);
+    }
+    return;
+  }
+  std::unique_ptr<Transport> transport;
+  if (options.pp == 1) {
+    transport = make_local_transport();
+  } else {
+    const TransportOptions transport_options = TransportOptions::from_env();
     PPTRAIN_CHECK(transport_options.world_size == options.pp,
                   "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp);
-    auto transport =
-        options.pp == 1 ? make_local_transport() : connect_transport(transport_options);
-    train(options, lowered, *transport);
-    return;
+    transport = connect_transport(transport_options);
   }
-  if (options.pp == 1) {
-    auto transport = make_local_transport();
-    train(options, lowered, *transport);
-    return;
-  }
-  LaunchOptions launch;
-  launch.workers = options.pp;
-  launch.args = own_arguments();  // the workers get exactly this command line again
-  if (!has_stage_layers) {
-    launch.args.insert(launch.args.end(), {"--stage-layers", options.stage_layers});
-  }
-  const LaunchResult result = launch_workers(launch);
-  if (result.exit_code != 0) {
-    std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
-    std::fflush(stderr);
-    std::exit(result.exit_code);
-  }
+  const auto observers = make_observers(options);
+  train(plan, *transport, raw_pointers(observers));
 }
 
 }  // namespace
@@ -79,8 +80,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--chunks", o.chunks,
                   "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
       ->capture_default_str();
-  auto* name = cmd->add_option("--schedule", o.schedule,
-                               "Schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v");
+  auto* name = cmd->add_option("--schedule", o.schedule, "Schedule (see the list below)")
+                   ->capture_default_str();
   auto* file =
       cmd->add_option("--schedule-file", o.schedule_file, "Schedule CSV (one row per rank)");
   name->excludes(file);
@@ -115,6 +116,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--compare-sim", o.compare_sim,
                 "After training, simulate the schedule with this run's measured per-stage times "
                 "and print predicted vs measured (with --svg: both timelines)");
+  cmd->footer("Schedules (P ranks, M microbatches, V chunks per rank):\n" + schedule_help_text());
   cmd->callback([options] {
     TrainOptions o = *options;
     o.data.seed = o.model.seed;

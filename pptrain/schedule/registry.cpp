@@ -1,0 +1,116 @@
+#include "pptrain/schedule/registry.h"
+
+#include <cstdio>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
+
+namespace pptrain {
+namespace {
+
+// A generator that takes no chunk count (it runs the one its entry allows).
+template <Schedule (*Make)(int, int)>
+Schedule without_chunks(int ranks, int microbatches, int) {
+  return Make(ranks, microbatches);
+}
+
+std::string chunks_text(const ScheduleEntry& e) {
+  if (e.min_chunks == e.max_chunks) return std::to_string(e.min_chunks);
+  const std::string range = e.max_chunks
+                                ? std::to_string(e.min_chunks) + "-" + std::to_string(e.max_chunks)
+                                : ">= " + std::to_string(e.min_chunks);
+  return range + " (default " + std::to_string(e.default_chunks) + ")";
+}
+
+}  // namespace
+
+const std::vector<ScheduleEntry>& schedule_registry() {
+  static const std::vector<ScheduleEntry> entries = {
+      {"gpipe", 1, 1, 1,
+       "GPipe: all forwards, then all backwards; bubble (P-1)/(M+P-1), M microbatches of "
+       "activations",
+       without_chunks<make_gpipe>},
+      {"1f1b", 1, 1, 1,
+       "PipeDream-Flush / DAPPLE: warm-up forwards, then one forward one backward; GPipe's "
+       "bubble with at most P microbatches of activations",
+       without_chunks<make_1f1b>},
+      {"interleaved-1f1b", 2, 2, 0,
+       "Megatron's virtual stages: stage s on rank s mod P, 1/V of 1F1B's bubble; M a multiple "
+       "of P",
+       make_interleaved_1f1b},
+      {"zb-h1", 1, 1, 1,
+       "zero bubble H1: backward split into I and W, the W's fill 1F1B's bubble; 1F1B's memory",
+       without_chunks<make_zb_h1>},
+      {"zb-h2", 1, 1, 1,
+       "zero bubble H2: more warm-up forwards, no bubble when F = I = W; about twice 1F1B's "
+       "memory",
+       without_chunks<make_zb_h2>},
+      {"zb-v", 2, 2, 2,
+       "zero bubble V: rank r holds stages r and 2P-1-r; no bubble from M >= 2P with 1F1B's "
+       "memory",
+       without_chunks<make_zb_v>},
+  };
+  return entries;
+}
+
+const ScheduleEntry& find_schedule(const std::string& name) {
+  for (const auto& entry : schedule_registry()) {
+    if (entry.name == name) return entry;
+  }
+  throw UserError("unknown schedule '" + name + "' (expected one of: " + schedule_names_text() +
+                  ")");
+}
+
+std::vector<std::string> schedule_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : schedule_registry()) names.push_back(entry.name);
+  return names;
+}
+
+std::string schedule_names_text() {
+  std::string text;
+  for (const auto& entry : schedule_registry()) text += (text.empty() ? "" : ", ") + entry.name;
+  return text;
+}
+
+std::string schedule_help_text() {
+  std::string text;
+  for (const auto& e : schedule_registry()) {
+    char line[512];
+    std::snprintf(line, sizeof line, "  %-17s chunks %-16s %s\n", e.name.c_str(),
+                  chunks_text(e).c_str(), e.summary.c_str());
+    text += line;
+  }
+  return text;
+}
+
+std::string schedule_table_markdown() {
+  std::string text = "| schedule | chunks per rank | what it is |\n| --- | --- | --- |\n";
+  for (const auto& e : schedule_registry()) {
+    text += "| `" + e.name + "` | " + chunks_text(e) + " | " + e.summary + " |\n";
+  }
+  return text;
+}
+
+int resolve_chunks(const ScheduleEntry& entry, int requested) {
+  PPTRAIN_CHECK(requested >= 0, "schedule '", entry.name,
+                "': chunks must be >= 0 (0 = default), got ", requested);
+  const int chunks = requested == 0 ? entry.default_chunks : requested;
+  if (entry.min_chunks == entry.max_chunks) {
+    PPTRAIN_CHECK(chunks == entry.min_chunks, "schedule '", entry.name, "' runs ", entry.min_chunks,
+                  " chunk(s) per rank, got chunks=", chunks);
+  } else {
+    PPTRAIN_CHECK(
+        chunks >= entry.min_chunks && (entry.max_chunks == 0 || chunks <= entry.max_chunks),
+        "schedule '", entry.name, "' needs chunks ", chunks_text(entry),
+        " (stages per rank), got chunks=", chunks);
+  }
+  return chunks;
+}
+
+Schedule make_schedule(const ScheduleOptions& o) {
+  const ScheduleEntry& entry = find_schedule(o.name);
+  return entry.make(o.ranks, o.microbatches, resolve_chunks(entry, o.chunks));
+}
+
+}  // namespace pptrain

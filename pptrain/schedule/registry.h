@@ -1,0 +1,60 @@
+// The schedule registry: the one list of schedules pptrain can generate by name.
+//
+// Each entry says what the schedule is called, how many stages per rank it runs by default and
+// which it accepts, what it is in one line, and how to make it. `--schedule` checks names
+// against it, `--help` and `pptrain schedule --list` (which the README's table is checked
+// against) print it. A new schedule is one entry in registry.cpp.
+//
+//   Schedule s = make_schedule({"1f1b", /*ranks=*/4, /*microbatches=*/8});
+//   Schedule z = make_schedule({"zb-v", 4, 8});   // chunks 0: the entry's default (2)
+//   const ScheduleEntry& e = find_schedule("zb-h1");   // UserError listing the names if unknown
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pptrain/schedule/schedule.h"
+
+namespace pptrain {
+
+struct ScheduleOptions {
+  std::string name;      // a registry name: "gpipe", "1f1b", "interleaved-1f1b", ...
+  int ranks = 1;         // P >= 1
+  int microbatches = 1;  // M >= 1
+  int chunks = 0;        // V: stages per rank; 0 = the schedule's default
+};
+
+struct ScheduleEntry {
+  std::string name;
+  int default_chunks = 1;  // V when ScheduleOptions::chunks is 0
+  int min_chunks = 1;      // the V it accepts: min_chunks .. max_chunks
+  int max_chunks = 1;      // 0: no upper bound
+  std::string summary;     // one line, for --help and the README
+  // Builds the schedule for (ranks, microbatches, chunks), chunks already resolved and in range.
+  std::function<Schedule(int ranks, int microbatches, int chunks)> make;
+};
+
+// Every schedule, in a stable order (the order of --help and the README).
+const std::vector<ScheduleEntry>& schedule_registry();
+// The entry called `name`; UserError naming it and listing every name if there is none.
+const ScheduleEntry& find_schedule(const std::string& name);
+// The registry's names, in its order.
+std::vector<std::string> schedule_names();
+// "gpipe, 1f1b, interleaved-1f1b, ..." for messages.
+std::string schedule_names_text();
+// One line per schedule for --help: "  1f1b              1 chunk    <summary>".
+std::string schedule_help_text();
+// The README's table (markdown): | schedule | chunks (default) | what it is |.
+std::string schedule_table_markdown();
+
+// The chunks a schedule runs for a requested count (0 = the entry's default); UserError naming
+// the entry's range if it does not run that many.
+int resolve_chunks(const ScheduleEntry& entry, int requested);
+
+// Builds the named schedule: resolves chunks (0 = default), checks it against the entry, then
+// calls its generator. UserError naming the bad value for an unknown name or impossible
+// parameters (P < 1, M < 1, chunks out of range, the generator's own conditions).
+Schedule make_schedule(const ScheduleOptions& options);
+
+}  // namespace pptrain

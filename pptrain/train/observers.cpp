@@ -1,0 +1,138 @@
+#include "pptrain/train/observers.h"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
+#include "pptrain/render/chrome_trace.h"
+#include "pptrain/render/svg.h"
+
+namespace pptrain {
+namespace {
+
+std::string mib(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", static_cast<double>(bytes) / (1 << 20));
+  return text;
+}
+
+}  // namespace
+
+void LogPrinter::on_start(const TrainingPlan& plan) {
+  const int P = plan.ranks(), S = plan.num_stages();
+  std::printf(
+      "training %s (%d layers, d_model %d) with %s: %d rank%s, %d stage%s, %d microbatches of "
+      "%lld\n",
+      plan.model.kind.c_str(), num_layers(plan.model), plan.model.d_model,
+      plan.schedule->name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s", plan.microbatches(),
+      static_cast<long long>(plan.microbatch_size));
+  std::printf("%s\n", describe_stage_layers(plan.model, plan.partition, plan.stage_layers).c_str());
+  std::fflush(stdout);
+}
+
+void LogPrinter::on_step(const StepReport& r) {
+  std::string peaks;
+  for (auto bytes : r.peak_activation_bytes) peaks += (peaks.empty() ? "" : "/") + mib(bytes);
+  std::printf("step %d/%d  loss %.6f  time %.4f s  %.0f tokens/s  bubble %.3f  peak act %s MiB\n",
+              r.step, r.steps, r.loss, r.step_seconds, r.tokens_per_s, r.stats.bubble_ratio,
+              peaks.c_str());
+  std::fflush(stdout);
+}
+
+void LogPrinter::on_end(const TrainingPlan& plan) {
+  if (plan.save_dir.empty()) return;
+  std::printf("saved parameters to %s (one file per layer)\n", plan.save_dir.c_str());
+  std::fflush(stdout);
+}
+
+void SimComparison::on_start(const TrainingPlan& plan) {
+  schedule_ = plan.schedule;
+}
+
+void SimComparison::on_step(const StepReport& report) {
+  // The costs are read off every step but the first (a warm-up: first-touch allocations, cold
+  // caches), or off the only one.
+  if (report.step > 1 || report.steps == 1) measured_.push_back(report.timeline);
+  if (!report.last()) return;
+  result_ = compare_to_simulation(*schedule_, measured_);
+  std::printf("%s", format_comparison(*result_).c_str());
+  std::fflush(stdout);
+}
+
+MetricsWriter::MetricsWriter(std::string path, const SimComparison* comparison)
+    : path_(std::move(path)), comparison_(comparison) {}
+
+void MetricsWriter::on_start(const TrainingPlan&) {
+  out_.open(path_);
+  PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
+}
+
+void MetricsWriter::on_step(const StepReport& r) {
+  nlohmann::ordered_json line = {{"step", r.step},
+                                 {"loss", r.loss},
+                                 {"step_time_s", r.step_seconds},
+                                 {"samples_per_s", r.samples_per_s},
+                                 {"tokens_per_s", r.tokens_per_s},
+                                 {"bubble_ratio", r.stats.bubble_ratio},
+                                 {"grad_norm", r.grad_norm},
+                                 {"peak_activation_bytes", r.peak_activation_bytes}};
+  if (r.last() && comparison_ && comparison_->result()) {
+    line["compare_sim"] = comparison_json(*comparison_->result());
+  }
+  out_ << line.dump() << "\n";
+  out_.flush();
+}
+
+void TraceWriter::on_step(const StepReport& report) {
+  if (!report.last()) return;
+  write_text_file(path_, render_chrome_trace(report.timeline), "--trace file");
+}
+
+SvgWriter::SvgWriter(std::string path, const SimComparison* comparison)
+    : path_(std::move(path)), comparison_(comparison) {}
+
+void SvgWriter::on_start(const TrainingPlan& plan) {
+  run_ = plan.schedule->name + ", P=" + std::to_string(plan.ranks()) +
+         ", M=" + std::to_string(plan.microbatches());
+}
+
+void SvgWriter::on_step(const StepReport& report) {
+  if (!report.last()) return;
+  SvgOptions svg;
+  svg.show_comms = true;
+  if (!comparison_ || !comparison_->result()) {
+    write_text_file(path_, render_svg(report.timeline, svg), "--svg file");
+    return;
+  }
+  // Measured above predicted, on one time axis.
+  const Timeline& measured = report.timeline;
+  svg.title = run_ + ": measured step " + std::to_string(report.step) +
+              " above its prediction from the run's own costs";
+  svg.labels = {"measured", "predicted"};
+  write_text_file(path_, render_svg({measured, comparison_->result()->predicted.timeline}, svg),
+                  "--svg file");
+}
+
+std::vector<std::unique_ptr<StepObserver>> make_observers(const TrainOptions& options) {
+  std::vector<std::unique_ptr<StepObserver>> observers;
+  if (!options.quiet) observers.push_back(std::make_unique<LogPrinter>());
+  SimComparison* comparison = nullptr;
+  if (options.compare_sim) {
+    auto owned = std::make_unique<SimComparison>();
+    comparison = owned.get();
+    observers.push_back(std::move(owned));
+  }
+  if (!options.metrics_path.empty()) {
+    observers.push_back(std::make_unique<MetricsWriter>(options.metrics_path, comparison));
+  }
+  if (!options.trace_path.empty()) {
+    observers.push_back(std::make_unique<TraceWriter>(options.trace_path));
+  }
+  if (!options.svg_path.empty()) {
+    observers.push_back(std::make_unique<SvgWriter>(options.svg_path, comparison));
+  }
+  return observers;
+}
+
+}  // namespace pptrain

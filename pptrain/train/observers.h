@@ -1,0 +1,94 @@
+// Observers of a training run: everything rank 0 does with a step's report besides training.
+//
+// The train loop (trainer.h) knows nothing of stdout, files or pictures: it hands each
+// StepReport (report.h) to a list of observers, in order. The CLI makes the list from its flags
+// with make_observers(); a program of its own can pass any observers, or none.
+//
+//   LogPrinter          the run's header, then one line per step on stdout (not with --quiet)
+//   SimComparison       --compare-sim: on the last step, simulates the schedule with the run's own
+//                       measured costs and prints predicted against measured
+//   MetricsWriter       --metrics FILE: one JSON line per step (with the comparison, if any)
+//   TraceWriter         --trace FILE: the last step's measured Chrome trace
+//   SvgWriter           --svg FILE: the last step's measured timeline (above the prediction,
+//                       with --compare-sim)
+#pragma once
+
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pptrain/sim/compare.h"
+#include "pptrain/train/plan.h"
+#include "pptrain/train/report.h"
+
+namespace pptrain {
+
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_start(const TrainingPlan& /*plan*/) {}  // before the first step
+  virtual void on_step(const StepReport& report) = 0;
+  virtual void on_end(const TrainingPlan& /*plan*/) {}  // after the last step and the save
+};
+
+class LogPrinter : public StepObserver {
+ public:
+  void on_start(const TrainingPlan& plan) override;
+  void on_step(const StepReport& report) override;
+  void on_end(const TrainingPlan& plan) override;
+};
+
+class SimComparison : public StepObserver {
+ public:
+  void on_start(const TrainingPlan& plan) override;
+  void on_step(const StepReport& report) override;
+  // The comparison, once the last step has been seen.
+  const std::optional<Comparison>& result() const { return result_; }
+
+ private:
+  std::optional<ValidatedSchedule> schedule_;
+  std::vector<Timeline> measured_;
+  std::optional<Comparison> result_;
+};
+
+class MetricsWriter : public StepObserver {
+ public:
+  // `comparison`, when given, must come before this writer in the observer list.
+  MetricsWriter(std::string path, const SimComparison* comparison = nullptr);
+  void on_start(const TrainingPlan& plan) override;
+  void on_step(const StepReport& report) override;
+
+ private:
+  std::string path_;
+  const SimComparison* comparison_;
+  std::ofstream out_;
+};
+
+class TraceWriter : public StepObserver {
+ public:
+  explicit TraceWriter(std::string path) : path_(std::move(path)) {}
+  void on_step(const StepReport& report) override;
+
+ private:
+  std::string path_;
+};
+
+class SvgWriter : public StepObserver {
+ public:
+  // `comparison`, when given, must come before this writer in the observer list.
+  SvgWriter(std::string path, const SimComparison* comparison = nullptr);
+  void on_start(const TrainingPlan& plan) override;
+  void on_step(const StepReport& report) override;
+
+ private:
+  std::string path_;
+  const SimComparison* comparison_;
+  std::string run_;  // "1f1b, P=2, M=8", for the title
+};
+
+// The observers `pptrain train` runs for its flags, in the order they must run.
+std::vector<std::unique_ptr<StepObserver>> make_observers(const TrainOptions& options);
+
+}  // namespace pptrain

@@ -1,0 +1,141 @@
+#include "pptrain/train/plan.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/registry.h"
+
+namespace pptrain {
+namespace {
+
+// The --pp 1 reference: one stage, all forwards, then all backwards (GPipe on one rank).
+Schedule single_stage_schedule(const std::string& name, int microbatches) {
+  Schedule s;
+  s.name = name;
+  s.num_ranks = 1;
+  s.num_stages = 1;
+  s.num_microbatches = microbatches;
+  s.stage_to_rank = {0};
+  s.actions.resize(1);
+  for (int m = 0; m < microbatches; ++m) s.actions[0].push_back(Action::make(Op::F, 0, m));
+  for (int m = 0; m < microbatches; ++m) s.actions[0].push_back(Action::make(Op::B, 0, m));
+  return s;
+}
+
+void check_output_path(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  const auto parent = std::filesystem::path(path).parent_path();
+  PPTRAIN_CHECK(parent.empty() || std::filesystem::is_directory(parent), flag, " '", path,
+                "': folder '", parent.string(), "' does not exist");
+}
+
+void check_flags(const TrainOptions& options) {
+  check_options(options.model);
+  const int M = options.data.microbatches;
+  PPTRAIN_CHECK(options.pp >= 1, "--pp must be >= 1, got ", options.pp);
+  PPTRAIN_CHECK(M >= 1, "--microbatches must be >= 1, got ", M);
+  PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0, "--batch-size ",
+                options.data.batch_size, " is not a positive multiple of --microbatches ", M);
+  PPTRAIN_CHECK(options.steps >= 1, "--steps must be >= 1, got ", options.steps);
+  PPTRAIN_CHECK(options.chunks >= 0,
+                "--chunks must be >= 1 (or 0 for the schedule's default), got ", options.chunks);
+  PPTRAIN_CHECK(options.optimizer == "sgd" || options.optimizer == "adamw",
+                "--optimizer must be sgd or adamw, got '", options.optimizer, "'");
+  PPTRAIN_CHECK(options.lr >= 0 && std::isfinite(options.lr), "--lr must be >= 0, got ",
+                options.lr);
+  PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ",
+                options.clip);
+  PPTRAIN_CHECK(options.threads >= 1, "--threads must be >= 1, got ", options.threads);
+  const int blocks = num_blocks(options.model);
+  PPTRAIN_CHECK(options.pp <= blocks, "--pp ", options.pp, " is larger than the model's ", blocks,
+                " blocks (--layers ", options.model.layers,
+                "); every stage needs at least one block");
+}
+
+// The schedule the flags ask for, before validation; `what` names it in messages.
+Schedule requested_schedule(const TrainOptions& options, std::string& what) {
+  const int M = options.data.microbatches;
+  if (!options.schedule_file.empty()) {
+    what = "schedule file '" + options.schedule_file + "'";
+    Schedule schedule = read_schedule_csv(options.schedule_file);
+    PPTRAIN_CHECK(schedule.num_ranks == options.pp, what, " is for ", schedule.num_ranks,
+                  " ranks, but --pp is ", options.pp);
+    PPTRAIN_CHECK(schedule.num_microbatches == M, what, " has ", schedule.num_microbatches,
+                  " microbatches, but --microbatches is ", M);
+    PPTRAIN_CHECK(options.chunks == 0 || options.chunks == schedule.chunks(), "--chunks ",
+                  options.chunks, " does not match ", what, ", which has ", schedule.chunks(),
+                  " stages per rank");
+    return schedule;
+  }
+  what = "schedule '" + options.schedule + "'";
+  const ScheduleEntry& entry = find_schedule(options.schedule);
+  // One rank has nothing to overlap: every schedule is the same single-stage run. Its chunks
+  // are still checked, so a flag that --pp 2 would refuse is refused at --pp 1 too.
+  const int chunks = resolve_chunks(entry, options.chunks);
+  if (options.pp == 1) return single_stage_schedule(options.schedule, M);
+  return entry.make(options.pp, M, chunks);
+}
+
+// Validates the schedule; a problem reads as `what` is not valid, followed by the marked grid.
+ValidatedSchedule validated_schedule(const Schedule& schedule, const std::string& what) {
+  try {
+    return validate(schedule);
+  } catch (const ScheduleError& e) {
+    throw ScheduleError(e.rank(), e.position(), e.message(), what + " is not valid: " + e.what());
+  }
+}
+
+}  // namespace
+
+TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
+  check_flags(options);
+  std::string what;
+  const Schedule schedule = requested_schedule(options, what);
+  PPTRAIN_CHECK(schedule.flushes, what,
+                " is asynchronous (no flush); the runtime runs synchronous schedules only for now");
+  const int blocks = num_blocks(options.model);
+  PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
+                options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
+                " blocks (--layers ", options.model.layers, ")");
+  TrainingPlan plan(validated_schedule(schedule, what));
+
+  plan.model = options.model;
+  plan.data = options.data;
+  plan.microbatch_size = options.data.batch_size / options.data.microbatches;
+  plan.tokens_per_sample = options.model.kind == "gpt" ? options.model.seq_len : 1;
+  StageLayerOptions layers;
+  layers.model = options.model;
+  layers.partition = options.partition;
+  layers.stage_layers = options.stage_layers;
+  layers.microbatch_size = plan.microbatch_size;
+  layers.ranks = options.pp;
+  layers.may_profile = may_profile;
+  plan.stage_layers = plan_stage_layers(layers, plan.num_stages());
+  plan.partition = options.partition;
+  for (int b = 0; b + 1 < plan.num_stages(); ++b) {
+    plan.boundary_shapes.push_back(
+        layer_output_shape(options.model, plan.stage_layers[b].second, plan.microbatch_size));
+  }
+  plan.steps = options.steps;
+  plan.optimizer = options.optimizer;
+  plan.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;
+  plan.clip = options.clip;
+  plan.recompute = options.recompute;
+  plan.threads = options.threads;
+  plan.load_dir = options.load_dir;
+  plan.save_dir = options.save_dir;
+
+  // Reads (and so checks) the data source before any worker starts.
+  Dataset check_data(options.model, options.data);
+  check_output_path(options.metrics_path, "--metrics");
+  check_output_path(options.trace_path, "--trace file");
+  check_output_path(options.svg_path, "--svg file");
+  if (!options.load_dir.empty()) {
+    PPTRAIN_CHECK(std::filesystem::is_directory(options.load_dir), "--load '", options.load_dir,
+                  "' is not a folder");
+  }
+  return plan;
+}
+
+}  // namespace pptrain

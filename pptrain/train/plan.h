@@ -1,0 +1,94 @@
+// A training run, resolved once: what `pptrain train` was asked for (TrainOptions, the flags as
+// given) and what that means (TrainingPlan: the validated schedule, which layers each stage
+// holds, which stages each rank runs, the microbatch size, the optimizer's settings).
+//
+//   TrainOptions options;                      // from the command line
+//   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // every user error here
+//   train(plan, transport, observers);         // trainer.h: reads the plan, never changes it
+//
+// plan_training() runs every check that does not need the workers (model, data file, schedule,
+// partition, output paths) in whichever process calls it, so bad input never starts a worker.
+// Every rank of a run computes the same plan from the same flags: the one part that could
+// differ between processes (`--partition time` measures this machine) is resolved by the
+// launching process and handed to its workers as `--stage-layers`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pptrain/data/data.h"
+#include "pptrain/models/model.h"
+#include "pptrain/schedule/validate.h"
+#include "pptrain/train/partition_plan.h"
+
+namespace pptrain {
+
+// The flags of `pptrain train`, as the user gave them.
+struct TrainOptions {
+  ModelOptions model;
+  DataOptions data;  // batch_size, microbatches (M), seed, source
+  int pp = 1;        // P: worker processes
+  int chunks = 0;    // V: stages per rank; 0 = the schedule's default
+  // Which layers each stage holds: uniform | params | time | FILE.json (partition_plan.h).
+  std::string partition = "uniform";
+  std::string stage_layers;       // resolved ranges "0-2,3-5" (a launcher's); wins over partition
+  std::string schedule = "1f1b";  // a registry name (schedule/registry.h)
+  std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
+  int steps = 10;
+  std::string optimizer = "sgd";  // "sgd" (momentum 0.9) or "adamw" (weight decay 0.01)
+  double lr = 0;                  // 0: 0.05 for sgd, 1e-3 for adamw
+  double clip = 1.0;              // max global gradient norm; 0 = no clipping
+  std::string metrics_path;       // JSON lines, one per step
+  std::string trace_path;         // Chrome trace of the last step
+  std::string svg_path;           // SVG timeline of the last step
+  std::string save_dir;           // parameters after the last step, DIR/layer_<i>.pt
+  std::string load_dir;           // parameters to start from, same layout
+  int threads = 1;                // compute threads per process (workers: P processes, P cores)
+  bool quiet = false;             // no per-step lines on stdout
+  // Keep only each stage's input between F and its backward, and rerun F before I or B.
+  bool recompute = false;
+  // After the last step, simulate the schedule with this run's own measured costs and print
+  // predicted against measured (sim/compare.h); with svg_path, draw both timelines.
+  bool compare_sim = false;
+};
+
+// What a run is. Read-only once made.
+struct TrainingPlan {
+  explicit TrainingPlan(ValidatedSchedule validated) : schedule(std::move(validated)) {}
+
+  ModelOptions model;
+  DataOptions data;
+  // The schedule every rank runs, with its SEND/RECV actions. With --pp 1 every schedule name
+  // means the same single-stage run: all microbatches' forwards, then all their backwards.
+  ValidatedSchedule schedule;
+  std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
+  std::string partition;                 // how stage_layers was chosen, for the log
+  // [num_stages - 1]: shape of the float tensor crossing the cut after stage b, for one
+  // microbatch (the activation, and its gradient going back).
+  std::vector<std::vector<int64_t>> boundary_shapes;
+  int64_t microbatch_size = 0;   // samples per microbatch: batch_size / M
+  double tokens_per_sample = 1;  // gpt: seq_len; mlp: 1
+  int steps = 0;
+  std::string optimizer;  // "sgd" or "adamw"
+  double lr = 0;          // resolved: never 0
+  double clip = 0;        // max global gradient norm; 0 = no clipping
+  bool recompute = false;
+  int threads = 1;       // compute threads per process
+  std::string load_dir;  // empty: start from the seeded initialisation
+  std::string save_dir;  // empty: do not save
+
+  int ranks() const { return schedule->num_ranks; }
+  int num_stages() const { return schedule->num_stages; }
+  int microbatches() const { return schedule->num_microbatches; }
+  std::vector<int> stages_of(int rank) const { return schedule->stages_of(rank); }
+  bool holds_first_stage(int rank) const { return schedule->stage_to_rank.front() == rank; }
+  bool holds_last_stage(int rank) const { return schedule->stage_to_rank.back() == rank; }
+};
+
+// Checks the options and resolves the plan. UserError (one line) for anything a user can get
+// wrong. With may_profile false, `--partition time` without a file is refused (a rank started
+// by torchrun cannot measure the same timings as the others).
+TrainingPlan plan_training(const TrainOptions& options, bool may_profile);
+
+}  // namespace pptrain

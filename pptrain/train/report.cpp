@@ -1,0 +1,108 @@
+#include "pptrain/train/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace pptrain {
+namespace {
+
+// Control-message tags (pipeline messages use tags below kControlTagBase).
+constexpr int kReportHeaderTag = kControlTagBase + 1;
+constexpr int kReportEventsTag = kControlTagBase + 2;
+constexpr int kHeaderFields = 6;  // has_loss, loss, peak bytes, seconds, event count, start_s
+constexpr int kEventFields = 5;   // op, stage, microbatch, start, end
+
+// Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
+// events); rank 0 returns all of them in rank order, the others an empty list.
+std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
+  const int rank = transport.rank();
+  auto header = torch::tensor(
+      {mine.has_loss ? 1.0 : 0.0, mine.loss, static_cast<double>(mine.peak_activation_bytes),
+       mine.seconds, static_cast<double>(mine.events.size()), mine.start_s},
+      torch::kFloat64);
+  if (rank != 0) {
+    auto events =
+        torch::empty({static_cast<int64_t>(mine.events.size()), kEventFields}, torch::kFloat64);
+    auto e = events.accessor<double, 2>();
+    for (size_t i = 0; i < mine.events.size(); ++i) {
+      const auto& ev = mine.events[i];
+      e[i][0] = static_cast<double>(ev.action.op);
+      e[i][1] = ev.action.stage;
+      e[i][2] = ev.action.microbatch;
+      e[i][3] = ev.start;
+      e[i][4] = ev.end;
+    }
+    auto sent_header = transport.send(header, 0, kReportHeaderTag);
+    auto sent_events = transport.send(events, 0, kReportEventsTag);
+    sent_header.wait();
+    sent_events.wait();
+    return {};
+  }
+  std::vector<RankStep> steps(transport.world_size());
+  steps[0] = mine;
+  for (int peer = 1; peer < transport.world_size(); ++peer) {
+    auto h = torch::empty({kHeaderFields}, torch::kFloat64);
+    transport.recv(h, peer, kReportHeaderTag).wait();
+    RankStep& r = steps[peer];
+    r.has_loss = h[0].item<double>() != 0;
+    r.loss = h[1].item<double>();
+    r.peak_activation_bytes = static_cast<int64_t>(h[2].item<double>());
+    r.seconds = h[3].item<double>();
+    r.start_s = h[5].item<double>();
+    auto events =
+        torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
+    transport.recv(events, peer, kReportEventsTag).wait();
+    auto e = events.accessor<double, 2>();
+    for (int64_t i = 0; i < events.size(0); ++i) {
+      const Action action = Action::make(static_cast<Op>(static_cast<int>(e[i][0])),
+                                         static_cast<int>(e[i][1]), static_cast<int>(e[i][2]));
+      r.events.push_back({peer, action, e[i][3], e[i][4]});
+    }
+  }
+  return steps;
+}
+
+}  // namespace
+
+std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step, double grad_norm,
+                                             const RankStep& mine, Transport& transport) {
+  const std::vector<RankStep> ranks = gather(mine, transport);
+  if (transport.rank() != 0) return std::nullopt;
+  StepReport report;
+  report.step = step + 1;
+  report.steps = plan.steps;
+  report.grad_norm = grad_norm;
+  Timeline& timeline = report.timeline;
+  timeline.title = plan.schedule->name + ", P=" + std::to_string(plan.ranks()) +
+                   ", M=" + std::to_string(plan.microbatches()) + " (measured, step " +
+                   std::to_string(report.step) + ")";
+  timeline.num_ranks = plan.ranks();
+  timeline.unit = TimeUnit::kSeconds;
+  for (const RankStep& r : ranks) {
+    if (r.has_loss) report.loss = r.loss;
+    report.step_seconds = std::max(report.step_seconds, r.seconds);
+    report.rank_seconds.push_back(r.seconds);
+    report.peak_activation_bytes.push_back(r.peak_activation_bytes);
+    // Each rank timed its events from its own start after the barrier; on rank 0's clock they
+    // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady
+    // clock; a gap of a second or more means they do not (other hosts), and the ranks' starts
+    // are taken as simultaneous instead.
+    double offset = r.start_s - ranks[0].start_s;
+    if (std::abs(offset) >= 1.0) offset = 0;
+    for (TimelineEvent e : r.events) {
+      e.start += offset;
+      e.end += offset;
+      timeline.events.push_back(e);
+    }
+  }
+  report.stats = timeline_stats(timeline);
+  char bubble[32];
+  std::snprintf(bubble, sizeof bubble, ", bubble %.1f%%", 100 * report.stats.bubble_ratio);
+  timeline.title += bubble;
+  report.samples_per_s = plan.data.batch_size / report.step_seconds;
+  report.tokens_per_s = report.samples_per_s * plan.tokens_per_sample;
+  return report;
+}
+
+}  // namespace pptrain

@@ -1,0 +1,54 @@
+// What one training step did, as rank 0 hands it to the observers (observers.h).
+//
+// Every rank measures its own share of a step (RankStep: its loss if it holds the last stage,
+// its timed actions, its peak activation memory); gather_step_report() sends them to rank 0,
+// which puts every rank's events on its own clock and returns one StepReport.
+//
+//   RankStep mine = ...;                             // this rank's measurements
+//   if (auto report = gather_step_report(plan, step, grad_norm, mine, transport))
+//     for (StepObserver* o : observers) o->on_step(*report);   // rank 0 only
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "pptrain/runtime/transport.h"
+#include "pptrain/schedule/timeline.h"
+#include "pptrain/sim/metrics.h"
+#include "pptrain/train/plan.h"
+
+namespace pptrain {
+
+// One rank's measurements of one step.
+struct RankStep {
+  bool has_loss = false;              // true on the rank holding the last stage
+  double loss = 0;                    // mean over the mini-batch
+  int64_t peak_activation_bytes = 0;  // allocated during the step, above its start
+  double seconds = 0;                 // common start to this rank's optimizer step done
+  double start_s = 0;  // the step's start on the host's steady clock: aligns the ranks' events
+  std::vector<TimelineEvent> events;  // seconds since the step start
+};
+
+struct StepReport {
+  int step = 0;                                // 1-based
+  int steps = 0;                               // of the run
+  double loss = 0;                             // mean over the mini-batch
+  double grad_norm = 0;                        // global, before clipping
+  double step_seconds = 0;                     // the slowest rank's
+  double samples_per_s = 0;                    // batch_size / step_seconds
+  double tokens_per_s = 0;                     // samples_per_s x tokens per sample
+  std::vector<double> rank_seconds;            // [rank]
+  std::vector<int64_t> peak_activation_bytes;  // [rank]
+  Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
+  TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
+
+  bool last() const { return step == steps; }
+};
+
+// Collective over all ranks: every rank sends `mine` to rank 0, which returns the step's report;
+// the other ranks return nothing. `step` is 0-based.
+std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step, double grad_norm,
+                                             const RankStep& mine, Transport& transport);
+
+}  // namespace pptrain
