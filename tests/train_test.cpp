@@ -206,6 +206,60 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
       << run.err;
 }
 
+// Two ranks started by hand (torchrun style) whose flags differ in one setting: both stop at
+// once with exit status 2 and a line naming the flag, instead of crashing in Gloo, hanging until
+// the communication timeout, or training silently wrong.
+struct Disagreement {
+  std::string name;
+  std::string rank1_flags;  // replaces the default for rank 1 only
+  std::string expected;
+};
+
+void PrintTo(const Disagreement& d, std::ostream* out) {
+  *out << d.name;
+}
+
+class RanksDisagree : public ::testing::TestWithParam<Disagreement> {};
+
+TEST_P(RanksDisagree, BothRanksStopNamingTheFlag) {
+  TempDir dir;
+  const std::string common =
+      "train --model gpt --layers 4 --heads 4 --seq-len 16 --pp 2 "
+      "--microbatches 4 --batch-size 8 --steps 2 --quiet ";
+  const std::string rank0 = common + "--d-model 32 --seed 1 --schedule 1f1b";
+  std::string rank1 = common + GetParam().rank1_flags;
+  const std::string env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(find_free_port()) + " PPTRAIN_COMM_TIMEOUT_S=60 ";
+  // Both ranks at once; each one's exit status and stderr in its own files.
+  const auto side = [&](int rank, const std::string& args) {
+    const std::string r = std::to_string(rank);
+    return "(RANK=" + r + " " + env + PPTRAIN_BINARY + " " + args + " >/dev/null 2>" +
+           (dir / ("err" + r)).string() + "; echo $? >" + (dir / ("rc" + r)).string() + ")";
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const std::string both = side(0, rank0) + " & " + side(1, rank1) + " & wait";
+  ASSERT_EQ(std::system(("bash -c '" + both + "'").c_str()), 0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  for (int rank : {0, 1}) {
+    const std::string err = read_text(dir / ("err" + std::to_string(rank)));
+    EXPECT_EQ(std::stoi(read_text(dir / ("rc" + std::to_string(rank)))), 2) << err;
+    EXPECT_EQ(err.rfind("pptrain: error: ranks disagree on " + GetParam().expected, 0), 0u) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, RanksDisagree,
+    ::testing::Values(Disagreement{"DModel", "--d-model 64 --seed 1 --schedule 1f1b",
+                                   "--d-model: rank 0 has 32, rank 1 has 64"},
+                      Disagreement{"Seed", "--d-model 32 --seed 2 --schedule 1f1b",
+                                   "--seed: rank 0 has 1, rank 1 has 2"},
+                      Disagreement{"Schedule", "--d-model 32 --seed 1 --schedule zb-h1",
+                                   "--schedule: rank 0 has 1f1b, rank 1 has zb-h1"}),
+    [](const ::testing::TestParamInfo<Disagreement>& info) { return info.param.name; });
+
 // Bad input: exit status 2, one line on stderr naming the problem, no worker started.
 struct BadInput {
   std::string name;

@@ -4,12 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "pptrain/train/control_tags.h"
+
 namespace pptrain {
 namespace {
 
-// Control-message tags (pipeline messages use tags below kControlTagBase).
-constexpr int kReportHeaderTag = kControlTagBase + 1;
-constexpr int kReportEventsTag = kControlTagBase + 2;
 constexpr int kHeaderFields = 6;  // has_loss, loss, peak bytes, seconds, event count, start_s
 constexpr int kEventFields = 5;   // op, stage, microbatch, start, end
 
@@ -33,8 +32,8 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
       e[i][3] = ev.start;
       e[i][4] = ev.end;
     }
-    auto sent_header = transport.send(header, 0, kReportHeaderTag);
-    auto sent_events = transport.send(events, 0, kReportEventsTag);
+    auto sent_header = transport.send(header, 0, tag_of(ControlTag::kReportHeader));
+    auto sent_events = transport.send(events, 0, tag_of(ControlTag::kReportEvents));
     sent_header.wait();
     sent_events.wait();
     return {};
@@ -43,7 +42,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
   steps[0] = mine;
   for (int peer = 1; peer < transport.world_size(); ++peer) {
     auto h = torch::empty({kHeaderFields}, torch::kFloat64);
-    transport.recv(h, peer, kReportHeaderTag).wait();
+    transport.recv(h, peer, tag_of(ControlTag::kReportHeader)).wait();
     RankStep& r = steps[peer];
     r.has_loss = h[0].item<double>() != 0;
     r.loss = h[1].item<double>();
@@ -52,7 +51,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
     r.start_s = h[5].item<double>();
     auto events =
         torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
-    transport.recv(events, peer, kReportEventsTag).wait();
+    transport.recv(events, peer, tag_of(ControlTag::kReportEvents)).wait();
     auto e = events.accessor<double, 2>();
     for (int64_t i = 0; i < events.size(0); ++i) {
       const Action action = Action::make(static_cast<Op>(static_cast<int>(e[i][0])),

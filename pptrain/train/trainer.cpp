@@ -11,6 +11,7 @@
 #include "pptrain/device/memory.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/stage.h"
+#include "pptrain/train/agreement.h"
 
 namespace pptrain {
 namespace {
@@ -127,6 +128,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   const int rank = transport.rank();
   PPTRAIN_CHECK(transport.world_size() == plan.ranks(), "WORLD_SIZE=", transport.world_size(),
                 " but the schedule is for --pp ", plan.ranks());
+  check_ranks_agree(plan, transport);  // before any message whose shape the plan decides
   RankModel model(plan, rank);
   const RankData data(plan, rank);
   const ModelOptions model_options = plan.model;

@@ -1,0 +1,155 @@
+#include "pptrain/train/agreement.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
+#include "pptrain/common/check.h"
+#include "pptrain/train/control_tags.h"
+
+namespace pptrain {
+namespace {
+
+using Settings = std::vector<std::pair<std::string, std::string>>;
+
+// FNV-1a, 64 bits, as hex: a digest of a schedule's actions that every rank computes alike.
+std::string digest(const std::string& text) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(hash));
+  return out;
+}
+
+std::string to_text(double value) {
+  char out[32];
+  std::snprintf(out, sizeof out, "%.17g", value);
+  return out;
+}
+
+// "flag\tvalue\n" lines and back. Values never hold a newline or a tab: flags are one token.
+std::string encode(const Settings& settings) {
+  std::string text;
+  for (const auto& [flag, value] : settings) text += flag + "\t" + value + "\n";
+  return text;
+}
+Settings decode(const std::string& text) {
+  Settings settings;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t tab = text.find('\t', at), end = text.find('\n', at);
+    PPTRAIN_ASSERT(tab != std::string::npos && end != std::string::npos && tab < end,
+                   "malformed settings text from a peer");
+    settings.emplace_back(text.substr(at, tab - at), text.substr(tab + 1, end - tab - 1));
+    at = end + 1;
+  }
+  return settings;
+}
+
+void send_text(const std::string& text, int peer, ControlTag length_tag, ControlTag text_tag,
+               Transport& transport) {
+  auto length = torch::tensor({static_cast<int64_t>(text.size())}, torch::kInt64);
+  auto sent_length = transport.send(length, peer, tag_of(length_tag));
+  if (!text.empty()) {  // an empty text is its length alone
+    auto bytes = torch::empty({static_cast<int64_t>(text.size())}, torch::kUInt8);
+    std::copy(text.begin(), text.end(), bytes.data_ptr<uint8_t>());
+    transport.send(bytes, peer, tag_of(text_tag)).wait();
+  }
+  sent_length.wait();
+}
+
+std::string recv_text(int peer, ControlTag length_tag, ControlTag text_tag, Transport& transport) {
+  auto length = torch::empty({1}, torch::kInt64);
+  transport.recv(length, peer, tag_of(length_tag)).wait();
+  if (length.item<int64_t>() == 0) return "";
+  auto bytes = torch::empty({length.item<int64_t>()}, torch::kUInt8);
+  transport.recv(bytes, peer, tag_of(text_tag)).wait();
+  const auto* data = bytes.data_ptr<uint8_t>();
+  return std::string(data, data + bytes.numel());
+}
+
+// Rank 0's verdict on every rank's settings: empty when they agree, else the error message for
+// the first flag that differs, naming up to three ranks that differ from rank 0.
+std::string verdict(const std::vector<Settings>& ranks) {
+  const Settings& mine = ranks[0];
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto& [flag, value] = mine[i];
+    std::string differing;
+    int listed = 0, more = 0;
+    for (size_t r = 1; r < ranks.size(); ++r) {
+      const std::string theirs = i < ranks[r].size() && ranks[r][i].first == flag
+                                     ? ranks[r][i].second
+                                     : std::string("(another pptrain version)");
+      if (theirs == value) continue;
+      if (listed++ < 3) {
+        differing += ", rank " + std::to_string(r) + " has " + theirs;
+      } else {
+        ++more;
+      }
+    }
+    if (differing.empty()) continue;
+    if (more) differing += ", and " + std::to_string(more) + " more ranks";
+    return "ranks disagree on " + flag + ": rank 0 has " + value + differing +
+           " (start every rank with the same flags)";
+  }
+  return "";
+}
+
+}  // namespace
+
+Settings plan_settings(const TrainingPlan& plan) {
+  const ModelOptions& m = plan.model;
+  std::string layers;
+  for (const auto& [first, last] : plan.stage_layers) {
+    layers += (layers.empty() ? "" : ",") + std::to_string(first) + "-" + std::to_string(last);
+  }
+  return {
+      {"--pp (WORLD_SIZE)", std::to_string(plan.ranks())},
+      {"--model", m.kind},
+      {"--layers", std::to_string(m.layers)},
+      {"--d-model", std::to_string(m.d_model)},
+      {"--heads", std::to_string(m.heads)},
+      {"--seq-len", std::to_string(m.seq_len)},
+      {"--seed", std::to_string(m.seed)},
+      {"--data", plan.data.source},
+      {"--batch-size", std::to_string(plan.data.batch_size)},
+      {"--microbatches", std::to_string(plan.microbatches())},
+      {"--schedule", plan.schedule->name},
+      {"--chunks (stages per rank)", std::to_string(plan.schedule->chunks())},
+      {"the schedule's actions (--schedule-file)", digest(to_csv(*plan.schedule))},
+      {"--partition (stage layers)", layers},
+      {"--steps", std::to_string(plan.steps)},
+      {"--optimizer", plan.optimizer},
+      {"--lr", to_text(plan.lr)},
+      {"--clip", to_text(plan.clip)},
+      {"--recompute", plan.recompute ? "on" : "off"},
+      {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
+  };
+}
+
+void check_ranks_agree(const TrainingPlan& plan, Transport& transport) {
+  const int world = transport.world_size();
+  if (world == 1) return;
+  const Settings mine = plan_settings(plan);
+  std::string outcome;
+  if (transport.rank() != 0) {
+    send_text(encode(mine), 0, ControlTag::kSettingsLength, ControlTag::kSettings, transport);
+    outcome = recv_text(0, ControlTag::kVerdictLength, ControlTag::kVerdict, transport);
+  } else {
+    std::vector<Settings> ranks = {mine};
+    for (int peer = 1; peer < world; ++peer) {
+      ranks.push_back(
+          decode(recv_text(peer, ControlTag::kSettingsLength, ControlTag::kSettings, transport)));
+    }
+    outcome = verdict(ranks);
+    for (int peer = 1; peer < world; ++peer) {
+      send_text(outcome, peer, ControlTag::kVerdictLength, ControlTag::kVerdict, transport);
+    }
+  }
+  if (!outcome.empty()) throw UserError(outcome);
+}
+
+}  // namespace pptrain

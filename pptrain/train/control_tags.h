@@ -1,0 +1,23 @@
+// Tags of the train loop's own messages between ranks (step reports, the settings check). They
+// sit above every pipeline message's tag (kControlTagBase, runtime/transport.h), so the two
+// kinds never meet; listing them in one place keeps them apart from each other.
+#pragma once
+
+#include "pptrain/runtime/transport.h"
+
+namespace pptrain {
+
+enum class ControlTag : int {
+  kReportHeader = 1,  // report.cpp: a rank's step measurements, then its events
+  kReportEvents,
+  kSettingsLength,  // agreement.cpp: a rank's settings text, then rank 0's verdict
+  kSettings,
+  kVerdictLength,
+  kVerdict,
+};
+
+inline int tag_of(ControlTag tag) {
+  return kControlTagBase + static_cast<int>(tag);
+}
+
+}  // namespace pptrain
