@@ -206,6 +206,28 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
       << run.err;
 }
 
+// A loss that blows up (--lr 1e30) stops the run with exit status 1 naming the step, on one
+// process and on two; --skip-nonfinite trains on, skipping those steps.
+TEST(NonFinite, StopsTheRunNamingTheStepUnlessSkipped) {
+  for (const std::string pp : {"1", "2"}) {
+    TempDir dir;
+    const std::string args = model_args(small_model("mlp")) + " --pp " + pp +
+                             " --schedule 1f1b --batch-size 8 --microbatches 4 --steps 4 "
+                             "--lr 1e30 --clip 0 --quiet --metrics " +
+                             (dir / "m.jsonl").string();
+    const auto stopped = run_train(args, dir);
+    EXPECT_EQ(stopped.exit_code, 1) << stopped.err;
+    EXPECT_NE(stopped.err.find("the gradient norm is "), std::string::npos) << stopped.err;
+    EXPECT_NE(stopped.err.find("stopped before the optimizer step"), std::string::npos)
+        << stopped.err;
+    const auto skipped = run_train(args + " --skip-nonfinite", dir);
+    EXPECT_EQ(skipped.exit_code, 0) << skipped.err;
+    // JSON has no NaN: a non-finite loss is written as null.
+    const std::string metrics = read_text(dir / "m.jsonl");
+    EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 4) << metrics;
+  }
+}
+
 // Two ranks started by hand (torchrun style) whose flags differ in one setting: both stop at
 // once with exit status 2 and a line naming the flag, instead of crashing in Gloo, hanging until
 // the communication timeout, or training silently wrong.

@@ -126,6 +126,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--lr", to_text(plan.lr)},
       {"--clip", to_text(plan.clip)},
       {"--recompute", plan.recompute ? "on" : "off"},
+      {"--skip-nonfinite", plan.skip_nonfinite ? "on" : "off"},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
   };
 }

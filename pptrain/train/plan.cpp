@@ -122,6 +122,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;
   plan.clip = options.clip;
   plan.recompute = options.recompute;
+  plan.skip_nonfinite = options.skip_nonfinite;
   plan.threads = options.threads;
   plan.load_dir = options.load_dir;
   plan.save_dir = options.save_dir;

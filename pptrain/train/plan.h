@@ -51,6 +51,9 @@ struct TrainOptions {
   // After the last step, simulate the schedule with this run's own measured costs and print
   // predicted against measured (sim/compare.h); with svg_path, draw both timelines.
   bool compare_sim = false;
+  // A step whose loss or gradients are not finite skips its optimizer step instead of stopping
+  // the run.
+  bool skip_nonfinite = false;
 };
 
 // What a run is. Read-only once made.
@@ -74,9 +77,10 @@ struct TrainingPlan {
   double lr = 0;          // resolved: never 0
   double clip = 0;        // max global gradient norm; 0 = no clipping
   bool recompute = false;
-  int threads = 1;       // compute threads per process
-  std::string load_dir;  // empty: start from the seeded initialisation
-  std::string save_dir;  // empty: do not save
+  bool skip_nonfinite = false;  // see TrainOptions
+  int threads = 1;              // compute threads per process
+  std::string load_dir;         // empty: start from the seeded initialisation
+  std::string save_dir;         // empty: do not save
 
   int ranks() const { return schedule->num_ranks; }
   int num_stages() const { return schedule->num_stages; }

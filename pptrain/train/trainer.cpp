@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/compute_threads.h"
@@ -109,6 +111,22 @@ void maybe_crash_for_test(int rank, int step) {
   }
 }
 
+// Why a run stops at a step whose gradients are not finite: the step, the norm, and the loss on
+// the rank that computed it.
+std::string nonfinite_message(const TrainingPlan& plan, int step, double grad_norm,
+                              const StepRecord& record) {
+  std::string text =
+      "step " + std::to_string(step + 1) + ": the gradient norm is " + std::to_string(grad_norm);
+  const int last = plan.schedule->stage_to_rank.back();
+  if (record.has_loss) {
+    text += " and the loss is " + std::to_string(record.loss) + " on rank " + std::to_string(last);
+  } else {
+    text += " (the loss is on rank " + std::to_string(last) + ")";
+  }
+  return text + "; stopped before the optimizer step (a smaller --lr may help; " +
+         "--skip-nonfinite skips such steps instead)";
+}
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -157,7 +175,12 @@ void train(const TrainingPlan& plan, Transport& transport,
     RankStep mine;
     mine.peak_activation_bytes = peak_bytes() - base_bytes;
     const double grad_norm = clip_grad_norm(model.params, plan.clip, transport);
-    model.optimizer->step();
+    // Every rank has the same global norm, so every rank takes the same branch.
+    if (std::isfinite(grad_norm)) {
+      model.optimizer->step();
+    } else if (!plan.skip_nonfinite) {
+      throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
+    }
     mine.seconds = seconds_since(start);
     mine.start_s = std::chrono::duration<double>(start.time_since_epoch()).count();
     mine.has_loss = record.has_loss;

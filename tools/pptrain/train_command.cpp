@@ -113,6 +113,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--recompute", o.recompute,
                 "Keep only each stage's input between forward and backward; rerun the forward "
                 "before the backward (less activation memory, one more forward)");
+  cmd->add_flag("--skip-nonfinite", o.skip_nonfinite,
+                "Skip the optimizer step of a step whose loss or gradients are not finite "
+                "(default: stop the run, exit status 1, naming the step)");
   cmd->add_flag("--compare-sim", o.compare_sim,
                 "After training, simulate the schedule with this run's measured per-stage times "
                 "and print predicted vs measured (with --svg: both timelines)");
