@@ -69,7 +69,7 @@ std::vector<std::string> schedule_names() {
 
 std::string schedule_names_text() {
   std::string text;
-  for (const auto& entry : schedule_registry()) text += (text.empty() ? "" : ", ") + entry.name;
+  for (const auto& name : schedule_names()) text += (text.empty() ? "" : ", ") + name;
   return text;
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <limits>
 #include <utility>
 
 #include "pptrain/common/check.h"

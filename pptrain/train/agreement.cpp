@@ -102,10 +102,6 @@ std::string verdict(const std::vector<Settings>& ranks) {
 
 Settings plan_settings(const TrainingPlan& plan) {
   const ModelOptions& m = plan.model;
-  std::string layers;
-  for (const auto& [first, last] : plan.stage_layers) {
-    layers += (layers.empty() ? "" : ",") + std::to_string(first) + "-" + std::to_string(last);
-  }
   return {
       {"--pp (WORLD_SIZE)", std::to_string(plan.ranks())},
       {"--model", m.kind},
@@ -120,7 +116,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--schedule", plan.schedule->name},
       {"--chunks (stages per rank)", std::to_string(plan.schedule->chunks())},
       {"the schedule's actions (--schedule-file)", digest(to_csv(*plan.schedule))},
-      {"--partition (stage layers)", layers},
+      {"--partition (stage layers)", format_stage_layers(plan.stage_layers)},
       {"--steps", std::to_string(plan.steps)},
       {"--optimizer", plan.optimizer},
       {"--lr", to_text(plan.lr)},
