@@ -18,6 +18,12 @@ if find "$work/prefix/include" -name '*_test.cpp' -o -name 'testing.h' | grep -q
   echo "FAIL: test files were installed:"; find "$work/prefix/include" -name '*test*'; exit 1
 fi
 
+# The installed pptrain finds the installed pptrain-runtime beside it.
+if [[ -x "$work/prefix/bin/pptrain-runtime" ]]; then
+  "$work/prefix/bin/pptrain" train --help | grep -q -- --microbatches \
+    || { echo "FAIL: the installed pptrain does not run the installed pptrain-runtime"; exit 1; }
+fi
+
 # The consumer builds with the compiler of this build, out of this tree, in Release.
 compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 cmake -S "$here/consumer" -B "$work/consumer" -DCMAKE_BUILD_TYPE=Release \
