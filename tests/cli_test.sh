@@ -77,6 +77,8 @@ if [ -x "$runtime" ]; then
   "$pptrain" train --help | grep -q -- "--microbatches" || fail "pptrain train --help lacks the train flags"
   expect_error "runtime flag error" "--model is required" "$pptrain" train
   grep -q '^LibTorch none$' <<<"$version" && fail "--version says no LibTorch, but the runtime is built"
+else
+  expect_error "train without a runtime" "PPTRAIN_BUILD_RUNTIME=OFF" "$pptrain" train --pp 2
 fi
 
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi

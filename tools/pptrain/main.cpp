@@ -60,7 +60,14 @@ int exec_runtime(char** argv) {
 
 int main(int argc, char** argv) {
   // This app takes no option before a subcommand, so a runtime command is argv[1].
-  if (kHasRuntime && argc > 1 && is_runtime_command(argv[1])) return exec_runtime(argv);
+  if (argc > 1 && is_runtime_command(argv[1])) {
+    if (kHasRuntime) return exec_runtime(argv);
+    std::fprintf(stderr,
+                 "pptrain: error: '%s' needs pptrain-runtime, which this build left out "
+                 "(-DPPTRAIN_BUILD_RUNTIME=OFF)\n",
+                 argv[1]);
+    return 2;
+  }
   CLI::App app{"pptrain: pipeline-parallel training of deep networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", kVersion);
