@@ -70,5 +70,26 @@ expect_error "missing import file" "$work/none.csv" "$pptrain" schedule --import
 expect_error "bad cost" "cost" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --cost F=-1
 expect_error "unknown flag" "--bogus" "$pptrain" schedule --bogus
 
+# The planner is one program without LibTorch; train and profile are pptrain-runtime's, run by
+# pptrain in its place (docs/ARCHITECTURE.md, "Two programs").
+if ldd "$pptrain" | grep -q libtorch; then fail "pptrain links LibTorch"; fi
+version=$("$pptrain" --version) || fail "--version exited $?"
+grep -Eq '^pptrain [0-9]+\.[0-9]+\.[0-9]+$' <<<"$version" || fail "--version lacks pptrain's version: $version"
+grep -Eq '^LibTorch ([0-9.]+|none)$' <<<"$version" || fail "--version lacks LibTorch's version: $version"
+runtime="$(dirname "$pptrain")/pptrain-runtime"
+if [ -x "$runtime" ]; then
+  for command in train profile; do
+    listed=$("$pptrain" --help | grep -E "^ +$command ")
+    own=$("$runtime" --help | grep -E "^ +$command ")
+    [ -n "$listed" ] && [ "$listed" = "$own" ] \
+      || fail "pptrain --help lists $command as '$listed', pptrain-runtime as '$own'"
+  done
+  "$pptrain" train --help | grep -q -- "--microbatches" || fail "pptrain train --help lacks the train flags"
+  expect_error "runtime flag error" "--model is required" "$pptrain" train
+  grep -q '^LibTorch none$' <<<"$version" && fail "--version says no LibTorch, but the runtime is built"
+else
+  expect_error "train without a runtime" "PPTRAIN_BUILD_RUNTIME=OFF" "$pptrain" train --pp 2
+fi
+
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all CLI checks passed"

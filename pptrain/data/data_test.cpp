@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "pptrain/common/check.h"
+#include "pptrain/models/model.h"
 
 namespace pptrain {
 namespace {
@@ -73,6 +74,49 @@ TEST(Dataset, SplitAlongTheBatch) {
   EXPECT_TRUE(torch::equal(torch::cat(parts, 0), t));
   EXPECT_THROW(Dataset::split(t, 3), UserError);
   EXPECT_THROW(Dataset::split(t, 0), UserError);
+}
+
+// The training program's test is training: a few steps on this data lower a small model's loss
+// (the data room's test, since models sits below data).
+void expect_loss_falls(const ModelOptions& options, double lr) {
+  torch::nn::Sequential model;
+  for (int i = 0; i < num_layers(options); ++i) model->push_back(make_layer(options, i));
+  DataOptions data_options;
+  data_options.batch_size = 16;
+  Dataset data(options, data_options);
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(lr));
+  auto evaluate = [&] {
+    torch::NoGradGuard no_grad;
+    auto batch = data.batch(1000);
+    return compute_loss(options, model->forward(batch.inputs), batch.targets).item<double>();
+  };
+  const double before = evaluate();
+  for (int step = 0; step < 30; ++step) {
+    auto batch = data.batch(step);
+    optimizer.zero_grad();
+    compute_loss(options, model->forward(batch.inputs), batch.targets).backward();
+    optimizer.step();
+  }
+  const double after = evaluate();
+  EXPECT_LT(after, 0.8 * before) << options.kind << ": " << before << " -> " << after;
+}
+
+// Three blocks, small enough to train in a moment.
+ModelOptions small_model(const std::string& kind) {
+  ModelOptions options = gpt(/*seq_len=*/8);
+  options.kind = kind;
+  options.layers = 3;
+  options.d_model = kind == "gpt" ? 16 : 8;
+  options.heads = 2;
+  options.seed = 7;
+  return options;
+}
+
+TEST(Dataset, GptLearnsText) {
+  expect_loss_falls(small_model("gpt"), 1e-2);
+}
+TEST(Dataset, MlpLearnsTeacher) {
+  expect_loss_falls(small_model("mlp"), 1e-2);
 }
 
 TEST(Dataset, RejectsBadSources) {

@@ -155,7 +155,7 @@ TEST(PipeDreamGraph, CycleMessageNamesANodeOnTheCycle) {
 }
 
 TEST(ShippedProfiles, AllFourParseWithPositiveCosts) {
-  ASSERT_EQ(testing::repo_root().front(), '/') << "__FILE__ is not absolute";
+  ASSERT_EQ(testing::repo_root().front(), '/') << "PPTRAIN_SOURCE_DIR is not absolute";
   // Node counts of the files, less their Input nodes and unused __getitem__ sinks.
   const std::pair<const char*, size_t> expected[] = {
       {"alexnet", 22}, {"vgg16", 40}, {"resnet50", 176}, {"gnmt", 48 - 3 - 8}};

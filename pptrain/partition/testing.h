@@ -2,8 +2,9 @@
 //
 //   Profile vgg = read_profile(shipped_graph("vgg16"));
 //
-// The profiles are in the repository (data/pipedream/<model>/graph.txt), found from this file's
-// own path, so the tests run from any build directory of a clean clone.
+// The profiles are in the repository (data/pipedream/<model>/graph.txt), found from
+// PPTRAIN_SOURCE_DIR, which CMake gives the test binary, so the tests run from any build
+// directory of a clean clone. (Not from __FILE__: under ccache with a base_dir it is relative.)
 #pragma once
 
 #include <string>
@@ -11,9 +12,7 @@
 namespace pptrain::testing {
 
 inline std::string repo_root() {
-  std::string here = __FILE__;  // <root>/pptrain/partition/testing.h
-  for (int up = 0; up < 3; ++up) here = here.substr(0, here.find_last_of('/'));
-  return here;
+  return PPTRAIN_SOURCE_DIR;
 }
 
 inline std::string shipped_graph(const std::string& model) {

@@ -1,5 +1,8 @@
 // The CLI's subcommands. Each lives in its own file (`<name>_command.cpp`) and registers itself
 // on the app; its callback does the work and throws pptrain::UserError on bad input.
+//
+// Two programs share them: `pptrain` (main.cpp: schedule, partition; no LibTorch) and
+// `pptrain-runtime` (runtime_main.cpp: train, profile), which `pptrain` runs for those two.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,9 +11,11 @@ namespace pptrain::cli {
 
 void add_schedule_command(CLI::App& app);
 void add_partition_command(CLI::App& app);
-#ifdef PPTRAIN_WITH_RUNTIME
 void add_train_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
-#endif
+
+// Parses the command line and runs the chosen subcommand; turns every error into one line on
+// stderr and the exit status: 0 (also for --help), 2 for a user's mistake, 1 otherwise.
+int run_cli(CLI::App& app, int argc, char** argv);
 
 }  // namespace pptrain::cli
