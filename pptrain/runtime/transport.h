@@ -17,30 +17,53 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
-#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <utility>
 
 #include "pptrain/schedule/action.h"
 
 namespace pptrain {
 
-// A send or receive in flight. Holds the tensor so it outlives the operation.
+// A send or receive in flight, from any Transport. It holds the tensor, so that the tensor
+// outlives the operation, and a waiter: a function that blocks until the operation is done and
+// throws (naming the timeout) when it fails or takes longer than its transport's timeout. Each
+// implementation supplies its own waiter, so this class knows nothing of c10d. Move-only: one
+// operation is waited on by one owner.
 class PendingComm {
  public:
+  using Waiter = std::function<void()>;
+
   PendingComm() = default;
-  PendingComm(c10::intrusive_ptr<c10d::Work> work, torch::Tensor tensor,
-              std::chrono::milliseconds timeout);
-  // Blocks until the operation is done; throws (naming the timeout) if it fails or times out.
-  // Later calls return at once.
-  void wait();
-  bool pending() const { return static_cast<bool>(work_); }
+  // An empty `waiter` makes an operation that is already complete.
+  PendingComm(Waiter waiter, torch::Tensor tensor)
+      : waiter_(std::move(waiter)), tensor_(std::move(tensor)) {}
+  // A moved-from PendingComm is complete: its waiter is taken, not copied (std::function leaves
+  // a moved-from function unspecified).
+  PendingComm(PendingComm&& other) noexcept
+      : waiter_(std::exchange(other.waiter_, nullptr)), tensor_(std::move(other.tensor_)) {}
+  PendingComm& operator=(PendingComm&& other) noexcept {
+    waiter_ = std::exchange(other.waiter_, nullptr);
+    tensor_ = std::move(other.tensor_);
+    return *this;
+  }
+  PendingComm(const PendingComm&) = delete;
+  PendingComm& operator=(const PendingComm&) = delete;
+
+  // Blocks until the operation is done; throws if it fails or times out, and then a later call
+  // waits again. After a successful wait, later calls return at once.
+  void wait() {
+    if (!waiter_) return;
+    waiter_();
+    waiter_ = nullptr;
+  }
+  bool pending() const { return static_cast<bool>(waiter_); }
   const torch::Tensor& tensor() const { return tensor_; }
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  Waiter waiter_;
   torch::Tensor tensor_;
-  std::chrono::milliseconds timeout_{0};
 };
 
 class Transport {
