@@ -4,6 +4,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/schedule/schedule.h"
 
@@ -65,7 +66,7 @@ StepRecord run_two_local_stages_against_autograd(const std::string& csv,
   EXPECT_EQ(schedule.num_stages, 2);
   Stage first = make_stage(model, 0, {0, 1});
   Stage second = make_stage(model, 1, {2, 3});
-  auto transport = make_local_transport();
+  auto transport = std::move(make_loopback_transports(1).front());
   Executor executor =
       make_executor(model, schedule, {&first, &second}, transport.get(), {{2, 8}}, options);
   const StepData data = random_step(/*microbatches=*/2, /*rows=*/2, /*width=*/8, /*seed=*/3);
@@ -125,7 +126,7 @@ TEST(Executor, RecomputeLowersThePeak) {
   int64_t peaks[2];
   for (bool recompute : {false, true}) {
     Stage whole = make_stage(model, 0, {0, num_layers(model) - 1});
-    auto transport = make_local_transport();
+    auto transport = std::move(make_loopback_transports(1).front());
     ExecutorOptions options;
     options.recompute = recompute;
     Executor executor = make_executor(model, schedule, {&whole}, transport.get(), {}, options);
@@ -142,7 +143,7 @@ TEST(Executor, BackwardBeforeForwardIsAScheduleError) {
   const ModelOptions model = tiny_mlp();
   const Schedule schedule = parse_csv("0B0,0F0\n");
   Stage whole = make_stage(model, 0, {0, 3});
-  auto transport = make_local_transport();
+  auto transport = std::move(make_loopback_transports(1).front());
   Executor executor = make_executor(model, schedule, {&whole}, transport.get(), {});
   StepData data{{torch::randn({2, 8})}, {torch::randn({2, 8})}};
   EXPECT_THROW(executor.run_step(data, std::chrono::steady_clock::now()), UserError);

@@ -49,22 +49,6 @@ PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
   };
 }
 
-class LocalTransport : public Transport {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  PendingComm send(const torch::Tensor&, int peer, int tag) override {
-    PPTRAIN_ASSERT(false, "a single-process run has no peer to send to (peer ", peer, ", tag ", tag,
-                   ")");
-  }
-  PendingComm recv(const torch::Tensor&, int peer, int tag) override {
-    PPTRAIN_ASSERT(false, "a single-process run has no peer to receive from (peer ", peer, ", tag ",
-                   tag, ")");
-  }
-  void allreduce_sum(torch::Tensor&) override {}
-  void barrier() override {}
-};
-
 class C10dTransport : public Transport {
  public:
   C10dTransport(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<GroupBase> group,
@@ -129,10 +113,6 @@ TransportOptions TransportOptions::from_env() {
     options.timeout = std::chrono::seconds(env_int("PPTRAIN_COMM_TIMEOUT_S"));
   }
   return options;
-}
-
-std::unique_ptr<Transport> make_local_transport() {
-  return std::make_unique<LocalTransport>();
 }
 
 namespace {

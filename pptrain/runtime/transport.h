@@ -1,11 +1,12 @@
 // Point-to-point and collective communication between pipeline ranks.
 //
-// A Transport is the runtime's only view of the other processes: non-blocking send/recv of one
+// A Transport is the runtime's only view of the other ranks: non-blocking send/recv of one
 // tensor, a blocking sum all-reduce and a barrier. Two implementations:
-//   make_local_transport()        one process, no peers (--pp 1); send/recv are errors.
 //   connect_transport(options)    a c10d ProcessGroup (Gloo on CPU; NCCL when LibTorch was built
 //                                 with it and options.backend == "nccl"), rendezvous through a
 //                                 c10d TCPStore served by rank 0, as torchrun sets it up.
+//   make_loopback_transports(P)   P ranks as threads of one process (loopback_transport.h); with
+//                                 P = 1 it is the transport of a one-process run (--pp 1).
 //
 //   auto transport = connect_transport(TransportOptions::from_env());
 //   auto sent = transport->send(activation, /*peer=*/1, comm_tag(...));
@@ -66,6 +67,9 @@ class PendingComm {
   torch::Tensor tensor_;
 };
 
+// How long a rendezvous, receive or collective may take before it is an error, unless set.
+inline constexpr std::chrono::milliseconds kDefaultCommTimeout = std::chrono::seconds(120);
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -87,14 +91,13 @@ struct TransportOptions {
   int master_port = 29500;
   std::string backend = "gloo";  // "gloo" or "nccl" (only when built with NCCL)
   // Every rendezvous, receive and collective fails after this long instead of hanging.
-  std::chrono::milliseconds timeout = std::chrono::seconds(120);
+  std::chrono::milliseconds timeout = kDefaultCommTimeout;
 
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun sets them. UserError if missing or
   // malformed; `timeout` from PPTRAIN_COMM_TIMEOUT_S when set.
   static TransportOptions from_env();
 };
 
-std::unique_ptr<Transport> make_local_transport();
 std::unique_ptr<Transport> connect_transport(const TransportOptions& options);
 
 // Tags of the pipeline's point-to-point messages. Each (direction, boundary, microbatch) gets its

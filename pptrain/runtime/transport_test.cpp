@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <set>
-#include <thread>
 
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
+#include "pptrain/runtime/testing.h"
 #include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
@@ -44,34 +44,25 @@ TEST(CommTag, SendsMatchReceivesAndNeverCollide) {
 TEST(Transport, GlooSendRecvAllreduceBetweenTwoRanks) {
   const int port = find_free_port();
   std::vector<torch::Tensor> received(2), reduced(2);
-  std::vector<std::string> errors(2);
-  auto rank_main = [&](int rank) {
-    try {
-      TransportOptions options;
-      options.rank = rank;
-      options.world_size = 2;
-      options.master_port = port;
-      options.timeout = std::chrono::seconds(30);
-      auto transport = connect_transport(options);
-      auto buffer = torch::zeros({3});
-      auto posted = transport->recv(buffer, 1 - rank, 7);
-      auto sent = transport->send(torch::full({3}, 10.0f + rank), 1 - rank, 7);
-      posted.wait();
-      sent.wait();
-      received[rank] = buffer;
-      auto value = torch::full({2}, static_cast<double>(rank + 1), torch::kFloat64);
-      transport->allreduce_sum(value);
-      reduced[rank] = value;
-      transport->barrier();
-    } catch (const std::exception& e) {
-      errors[rank] = e.what();
-    }
-  };
-  std::thread other(rank_main, 1);
-  rank_main(0);
-  other.join();
-  ASSERT_EQ(errors[0], "");
-  ASSERT_EQ(errors[1], "");
+  const std::string errors = testing::run_rank_threads(2, [&](int rank) {
+    TransportOptions options;
+    options.rank = rank;
+    options.world_size = 2;
+    options.master_port = port;
+    options.timeout = std::chrono::seconds(30);
+    auto transport = connect_transport(options);
+    auto buffer = torch::zeros({3});
+    auto posted = transport->recv(buffer, 1 - rank, 7);
+    auto sent = transport->send(torch::full({3}, 10.0f + rank), 1 - rank, 7);
+    posted.wait();
+    sent.wait();
+    received[rank] = buffer;
+    auto value = torch::full({2}, static_cast<double>(rank + 1), torch::kFloat64);
+    transport->allreduce_sum(value);
+    reduced[rank] = value;
+    transport->barrier();
+  });
+  ASSERT_EQ(errors, "");
   EXPECT_TRUE(torch::equal(received[0], torch::full({3}, 11.0f)));
   EXPECT_TRUE(torch::equal(received[1], torch::full({3}, 10.0f)));
   for (const auto& r : reduced)

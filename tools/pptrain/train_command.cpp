@@ -14,6 +14,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
+#include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/train/partition_plan.h"
 #include "pptrain/train/trainer.h"
@@ -35,13 +36,13 @@ void run_train(TrainOptions options) {
     TransportOptions transport_options = TransportOptions::from_env();
     PPTRAIN_CHECK(transport_options.world_size == options.pp,
                   "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp);
-    auto transport =
-        options.pp == 1 ? make_local_transport() : connect_transport(transport_options);
+    auto transport = options.pp == 1 ? std::move(make_loopback_transports(1).front())
+                                     : connect_transport(transport_options);
     train(options, lowered, *transport);
     return;
   }
   if (options.pp == 1) {
-    auto transport = make_local_transport();
+    auto transport = std::move(make_loopback_transports(1).front());
     train(options, lowered, *transport);
     return;
   }
