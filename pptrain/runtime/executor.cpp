@@ -160,7 +160,7 @@ void Executor::post_receives_through(size_t position, StepState& state) {
     torch::Tensor buffer = torch::empty(boundary_shapes_[boundary], torch::kFloat32);
     state.posted.emplace(
         p, transport_->recv(buffer, schedule_.stage_to_rank[peer],
-                            comm_tag(a.op, a.stage, a.microbatch, schedule_.num_microbatches)));
+                            message_tag(a, schedule_.num_stages, schedule_.num_microbatches)));
   }
 }
 
@@ -187,7 +187,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
                     " sends an output that F has not produced");
       state.sent[position] =
           transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
-                           comm_tag(action.op, s, mb, schedule_.num_microbatches));
+                           message_tag(action, schedule_.num_stages, schedule_.num_microbatches));
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = torch::Tensor();
       break;
@@ -198,7 +198,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
                     rank_, " sends an input gradient that no backward produced");
       state.sent[position] =
           transport_->send(sl.input_grad.contiguous(), schedule_.stage_to_rank[s - 1],
-                           comm_tag(action.op, s, mb, schedule_.num_microbatches));
+                           message_tag(action, schedule_.num_stages, schedule_.num_microbatches));
       sl.input_grad = torch::Tensor();
       break;
     }

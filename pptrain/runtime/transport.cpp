@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 
@@ -170,33 +171,13 @@ std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
   }
 }
 
-int comm_tag(Op op, int stage, int microbatch, int num_microbatches) {
-  int boundary = 0;
-  int direction = 0;
-  switch (op) {
-    case Op::SEND_F:
-      boundary = stage;
-      break;
-    case Op::RECV_F:
-      boundary = stage - 1;
-      break;
-    case Op::SEND_B:
-      boundary = stage - 1;
-      direction = 1;
-      break;
-    case Op::RECV_B:
-      boundary = stage;
-      direction = 1;
-      break;
-    default:
-      PPTRAIN_ASSERT(false, "not a communication op: ", op_name(op));
-  }
-  PPTRAIN_ASSERT(boundary >= 0 && microbatch >= 0 && microbatch < num_microbatches);
-  const long long tag =
-      (static_cast<long long>(boundary) * num_microbatches + microbatch) * 2 + direction;
-  PPTRAIN_CHECK(tag < kControlTagBase, "too many stages x microbatches for message tags (",
-                boundary + 1, " x ", num_microbatches, ")");
-  return static_cast<int>(tag);
+int message_tag(const Action& comm, int num_stages, int num_microbatches) {
+  const size_t count = message_count(num_stages, num_microbatches);
+  PPTRAIN_CHECK(count <= static_cast<size_t>(kControlTagBase), "a schedule of ", num_stages,
+                " stages and ", num_microbatches, " microbatches has ", count,
+                " messages per step, more than the ", kControlTagBase,
+                " tags below the control tags (use fewer stages or microbatches)");
+  return static_cast<int>(message_index(message_of(comm), num_stages, num_microbatches));
 }
 
 }  // namespace pptrain

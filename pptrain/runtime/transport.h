@@ -9,8 +9,8 @@
 //                                 P = 1 it is the transport of a one-process run (--pp 1).
 //
 //   auto transport = connect_transport(TransportOptions::from_env());
-//   auto sent = transport->send(activation, /*peer=*/1, comm_tag(...));
-//   auto got = transport->recv(buffer, /*peer=*/0, comm_tag(...));  // posted early
+//   auto sent = transport->send(activation, /*peer=*/1, message_tag(...));
+//   auto got = transport->recv(buffer, /*peer=*/0, message_tag(...));  // posted early
 //   got.wait();   // buffer now holds the data
 //   sent.wait();  // at the latest before `activation` is modified or the step ends
 #pragma once
@@ -100,13 +100,13 @@ struct TransportOptions {
 
 std::unique_ptr<Transport> connect_transport(const TransportOptions& options);
 
-// Tags of the pipeline's point-to-point messages. Each (direction, boundary, microbatch) gets its
-// own tag, where boundary b is the cut between stages b and b+1:
-//   SEND_F s m  <->  RECV_F s+1 m   (activation across boundary s)
-//   SEND_B s m  <->  RECV_B s-1 m   (gradient across boundary s-1)
-// Tags of one step never collide; a step's messages are all waited on before the next step, so
-// reusing them step after step is safe. Control messages use tags from kControlTagBase up.
-int comm_tag(Op op, int stage, int microbatch, int num_microbatches);
+// Tags of the pipeline's point-to-point messages. A SEND and the RECV at its other end carry the
+// same Message (schedule/semantics.h, the one definition of a message), and a message's tag is its
+// message_index(): both ends agree on it, and no two messages of a step share one. A step's
+// messages are all waited on before the next step, so reusing the tags step after step is safe.
+// Control messages use tags from kControlTagBase up; UserError when the schedule has too many
+// messages for their tags to stay below it.
+int message_tag(const Action& comm, int num_stages, int num_microbatches);
 constexpr int kControlTagBase = 1 << 30;
 
 }  // namespace pptrain
