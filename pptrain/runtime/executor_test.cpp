@@ -4,9 +4,9 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/memory.h"
-#include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/validate.h"
 
 namespace pptrain {
 namespace {
@@ -45,16 +45,17 @@ StepData random_step(int microbatches, int64_t rows, int64_t width, uint64_t see
   return data;
 }
 
+// An executor for rank 0 of a one-rank schedule: no messages, so no transport.
 Executor make_executor(const ModelOptions& model, const Schedule& schedule,
-                       std::vector<Stage*> stages, Transport* transport,
+                       std::vector<Stage*> stages,
                        std::vector<std::vector<int64_t>> boundary_shapes,
                        ExecutorOptions options = {}) {
-  return Executor(
-      schedule, 0, std::move(stages), transport,
-      [model](const torch::Tensor& out, const torch::Tensor& target) {
-        return compute_loss(model, out, target);
-      },
-      std::move(boundary_shapes), options);
+  options.stages = std::move(stages);
+  options.loss = [model](const torch::Tensor& out, const torch::Tensor& target) {
+    return compute_loss(model, out, target);
+  };
+  options.boundary_shapes = std::move(boundary_shapes);
+  return Executor(validate(schedule), options);
 }
 
 // tiny_mlp() as two stages on one rank (layers 0-1 and 2-3), run through one step of `csv` on two
@@ -66,9 +67,7 @@ StepRecord run_two_local_stages_against_autograd(const std::string& csv,
   EXPECT_EQ(schedule.num_stages, 2);
   Stage first = make_stage(model, 0, {0, 1});
   Stage second = make_stage(model, 1, {2, 3});
-  auto transport = std::move(make_loopback_transports(1).front());
-  Executor executor =
-      make_executor(model, schedule, {&first, &second}, transport.get(), {{2, 8}}, options);
+  Executor executor = make_executor(model, schedule, {&first, &second}, {{2, 8}}, options);
   const StepData data = random_step(/*microbatches=*/2, /*rows=*/2, /*width=*/8, /*seed=*/3);
   StepRecord record = executor.run_step(data, std::chrono::steady_clock::now());
   const auto want = reference_grads(model, data.inputs, data.targets);
@@ -126,10 +125,9 @@ TEST(Executor, RecomputeLowersThePeak) {
   int64_t peaks[2];
   for (bool recompute : {false, true}) {
     Stage whole = make_stage(model, 0, {0, num_layers(model) - 1});
-    auto transport = std::move(make_loopback_transports(1).front());
     ExecutorOptions options;
     options.recompute = recompute;
-    Executor executor = make_executor(model, schedule, {&whole}, transport.get(), {}, options);
+    Executor executor = make_executor(model, schedule, {&whole}, {}, options);
     for (auto& p : whole.parameters()) p.mutable_grad() = torch::zeros_like(p);
     const int64_t base = allocated_bytes();
     reset_peak();
@@ -137,16 +135,6 @@ TEST(Executor, RecomputeLowersThePeak) {
     peaks[recompute] = peak_bytes() - base;
   }
   EXPECT_LT(peaks[1], peaks[0] * 0.6) << "without " << peaks[0] << " B, with " << peaks[1] << " B";
-}
-
-TEST(Executor, BackwardBeforeForwardIsAScheduleError) {
-  const ModelOptions model = tiny_mlp();
-  const Schedule schedule = parse_csv("0B0,0F0\n");
-  Stage whole = make_stage(model, 0, {0, 3});
-  auto transport = std::move(make_loopback_transports(1).front());
-  Executor executor = make_executor(model, schedule, {&whole}, transport.get(), {});
-  StepData data{{torch::randn({2, 8})}, {torch::randn({2, 8})}};
-  EXPECT_THROW(executor.run_step(data, std::chrono::steady_clock::now()), UserError);
 }
 
 TEST(Memory, CountsLiveTensorsAndThePeak) {

@@ -278,13 +278,15 @@ void train(const TrainOptions& options, const ValidatedSchedule& validated, Tran
   }
   const ModelOptions model = options.model;
   ExecutorOptions executor_options;
+  executor_options.rank = rank;
+  executor_options.stages = stage_ptrs;
+  executor_options.transport = &transport;
+  executor_options.loss = [model](const torch::Tensor& output, const torch::Tensor& target) {
+    return compute_loss(model, output, target);
+  };
+  executor_options.boundary_shapes = boundary_shapes;
   executor_options.recompute = options.recompute;
-  Executor executor(
-      lowered, rank, stage_ptrs, &transport,
-      [model](const torch::Tensor& output, const torch::Tensor& target) {
-        return compute_loss(model, output, target);
-      },
-      boundary_shapes, executor_options);
+  Executor executor(validated, executor_options);
 
   const bool first = lowered.stage_to_rank[0] == rank;
   const bool last = lowered.stage_to_rank[S - 1] == rank;
