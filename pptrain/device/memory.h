@@ -10,6 +10,11 @@
 //   auto base = allocated_bytes(); reset_peak();
 //   ... run a step ...
 //   int64_t activation_peak = peak_bytes() - base;
+//
+// The counts are process-wide, not per thread: a tensor is often freed on another thread than
+// the one that allocated it (a loopback message is copied by its sender and freed by its
+// receiver), so per-thread counts would drift. Ranks run as threads of one process (the loopback
+// tests) therefore share one count; only a one-rank-per-process run measures a rank's own peak.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "pptrain/common/check.h"
 #include "pptrain/models/model.h"
 #include "pptrain/models/weight_grad_store.h"
@@ -167,6 +169,20 @@ TEST(DeferWeightGrads, IsNotReentrantAndClearsOnExit) {
     EXPECT_EQ(active_weight_grad_store(), &a);
   }
   EXPECT_EQ(active_weight_grad_store(), nullptr);
+}
+
+// Ranks that run as threads of one process each defer into their own store: a guard is seen
+// only by the thread that holds it.
+TEST(DeferWeightGrads, IsPerThread) {
+  WeightGradStore mine, theirs;
+  DeferWeightGrads defer(&mine);
+  std::thread other([&] {
+    EXPECT_EQ(active_weight_grad_store(), nullptr);
+    DeferWeightGrads their_defer(&theirs);  // not a reentry: another thread
+    EXPECT_EQ(active_weight_grad_store(), &theirs);
+  });
+  other.join();
+  EXPECT_EQ(active_weight_grad_store(), &mine);
 }
 
 TEST(WeightGradStore, RunsClosuresInOrderOnce) {

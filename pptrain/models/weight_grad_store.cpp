@@ -1,15 +1,16 @@
 #include "pptrain/models/weight_grad_store.h"
 
-#include <atomic>
 #include <utility>
 
 #include "pptrain/common/check.h"
 
 namespace pptrain {
 namespace {
-// Process-wide on purpose: autograd may run a backward on one of its own threads, where a
-// thread-local guard set by the caller would not be seen.
-std::atomic<WeightGradStore*> active_store{nullptr};
+// One per thread, so that ranks running as threads of one process (the loopback tests) each
+// defer into their own store. That still reaches PipeLinear's backward because LibTorch's
+// engine runs a backward of CPU tensors on the thread that called it; only CUDA/XPU work moves
+// to the engine's device threads, where this guard would not be seen (the runtime is CPU-only).
+thread_local WeightGradStore* active_store = nullptr;
 }  // namespace
 
 void WeightGradStore::push(std::function<void()> compute_weight_grad, int64_t stash_bytes) {
@@ -32,18 +33,17 @@ void WeightGradStore::run() {
 
 DeferWeightGrads::DeferWeightGrads(WeightGradStore* store) {
   PPTRAIN_ASSERT(store != nullptr, "DeferWeightGrads needs a store");
-  WeightGradStore* expected = nullptr;
   // Leaves the live guard in place when it throws, so that guard still clears it on exit.
-  PPTRAIN_ASSERT(active_store.compare_exchange_strong(expected, store),
-                 "DeferWeightGrads is not reentrant");
+  PPTRAIN_ASSERT(active_store == nullptr, "DeferWeightGrads is not reentrant");
+  active_store = store;
 }
 
 DeferWeightGrads::~DeferWeightGrads() {
-  active_store.store(nullptr);
+  active_store = nullptr;
 }
 
 WeightGradStore* active_weight_grad_store() {
-  return active_store.load();
+  return active_store;
 }
 
 }  // namespace pptrain

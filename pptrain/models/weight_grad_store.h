@@ -40,8 +40,9 @@ class WeightGradStore {
 };
 
 // While alive, pipeline-aware layers push their weight gradients into `store` instead of
-// computing them. Process-wide, not thread-local: autograd may run backward on another thread.
-// Not reentrant: at most one guard at a time (InternalError otherwise).
+// computing them, in backward passes of CPU tensors run by this thread. Per thread, so ranks
+// that run as threads of one process do not see each other's guard. Not reentrant: at most one
+// guard per thread at a time (InternalError otherwise).
 class DeferWeightGrads {
  public:
   explicit DeferWeightGrads(WeightGradStore* store);

@@ -2,7 +2,6 @@
 
 #include <map>
 #include <optional>
-#include <tuple>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -32,23 +31,29 @@ struct Executor::StepState {
   StepRecord record;
 };
 
-Executor::Executor(Schedule lowered, int rank, std::vector<Stage*> stages, Transport* transport,
-                   LossFn loss, std::vector<std::vector<int64_t>> boundary_shapes,
-                   ExecutorOptions options)
-    : schedule_(std::move(lowered)),
-      rank_(rank),
-      transport_(transport),
-      loss_(std::move(loss)),
-      boundary_shapes_(std::move(boundary_shapes)),
-      options_(options) {
-  PPTRAIN_ASSERT(rank_ >= 0 && rank_ < schedule_.num_ranks);
-  PPTRAIN_ASSERT(static_cast<int>(boundary_shapes_.size()) == schedule_.num_stages - 1);
-  for (Stage* stage : stages) stages_[stage->index()] = stage;
+Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
+    : schedule_(std::move(schedule)), options_(std::move(options)) {
+  const Schedule& sched = *schedule_;
+  const int rank = options_.rank;
+  PPTRAIN_ASSERT(rank >= 0 && rank < sched.num_ranks, "rank ", rank, " is not in a schedule of ",
+                 sched.num_ranks, " ranks");
+  PPTRAIN_ASSERT(static_cast<int>(options_.boundary_shapes.size()) == sched.num_stages - 1,
+                 sched.num_stages - 1, " boundary shapes expected, got ",
+                 options_.boundary_shapes.size());
+  for (Stage* stage : options_.stages) stages_[stage->index()] = stage;
   std::vector<int> held;
   for (const auto& [index, stage] : stages_) held.push_back(index);
-  PPTRAIN_ASSERT(held == schedule_.stages_of(rank_), "rank ", rank_, " was given the wrong stages");
-  PPTRAIN_ASSERT(schedule_.num_ranks == 1 || schedule_.has_comms(),
-                 "the executor needs a lowered schedule (with SEND/RECV)");
+  PPTRAIN_ASSERT(held == sched.stages_of(rank), "rank ", rank, " was given the wrong stages");
+  PPTRAIN_ASSERT(options_.loss || !is_local(sched.num_stages - 1),
+                 "the rank of the last stage needs a loss function");
+  const auto& mine = sched.actions[rank];
+  tags_.assign(mine.size(), -1);
+  for (size_t p = 0; p < mine.size(); ++p) {
+    if (!is_comm(mine[p].op)) continue;
+    PPTRAIN_ASSERT(options_.transport != nullptr, "rank ", rank, " communicates (",
+                   to_string(mine[p]), ") but has no transport");
+    tags_[p] = message_tag(mine[p], sched.num_stages, sched.num_microbatches);
+  }
   plan_send_releases();
 }
 
@@ -60,29 +65,33 @@ Executor::Executor(Schedule lowered, int rank, std::vector<Stage*> stages, Trans
 // right after the first of our receives that carries such a message; a send without one is
 // waited on at the step end.
 void Executor::plan_send_releases() {
-  using Key = std::tuple<int, int, int>;        // op, stage, microbatch
-  std::map<Key, std::pair<int, size_t>> where;  // comm action -> (rank, position)
-  for (int r = 0; r < schedule_.num_ranks; ++r) {
-    for (size_t p = 0; p < schedule_.actions[r].size(); ++p) {
-      const Action& a = schedule_.actions[r][p];
-      if (is_comm(a.op)) where[{static_cast<int>(a.op), a.stage, a.microbatch}] = {r, p};
+  const Schedule& sched = *schedule_;
+  // Where the two ends of each message run, by message_index().
+  struct End {
+    int rank = -1;
+    size_t position = 0;
+  };
+  const size_t count = message_count(sched.num_stages, sched.num_microbatches);
+  std::vector<End> sent_at(count), received_at(count);
+  const auto index_of = [&](const Action& comm) {
+    return message_index(message_of(comm), sched.num_stages, sched.num_microbatches);
+  };
+  for (int r = 0; r < sched.num_ranks; ++r) {
+    for (size_t p = 0; p < sched.actions[r].size(); ++p) {
+      const Action& a = sched.actions[r][p];
+      if (a.op == Op::SEND_F || a.op == Op::SEND_B) sent_at[index_of(a)] = {r, p};
+      if (a.op == Op::RECV_F || a.op == Op::RECV_B) received_at[index_of(a)] = {r, p};
     }
   }
-  // Where the other end of a comm action runs.
-  const auto other_end = [&](const Action& a) -> const std::pair<int, size_t>* {
-    const Action peer = comm_peer(a);
-    const auto it = where.find({static_cast<int>(peer.op), peer.stage, peer.microbatch});
-    return it == where.end() ? nullptr : &it->second;
-  };
-  const auto& mine = schedule_.actions[rank_];
+  const auto& mine = sched.actions[options_.rank];
   for (size_t p = 0; p < mine.size(); ++p) {
     if (mine[p].op != Op::SEND_F && mine[p].op != Op::SEND_B) continue;
-    const auto* receive = other_end(mine[p]);
-    if (!receive) continue;
+    const End& receive = received_at[index_of(mine[p])];
+    PPTRAIN_ASSERT(receive.rank >= 0, to_string(mine[p]), " has no matching receive");
     for (size_t q = p + 1; q < mine.size(); ++q) {
       if (mine[q].op != Op::RECV_F && mine[q].op != Op::RECV_B) continue;
-      const auto* send = other_end(mine[q]);
-      if (send && send->first == receive->first && send->second > receive->second) {
+      const End& send = sent_at[index_of(mine[q])];
+      if (send.rank == receive.rank && send.position > receive.position) {
         release_after_[q].push_back(p);
         break;
       }
@@ -90,14 +99,23 @@ void Executor::plan_send_releases() {
   }
 }
 
+int Executor::peer_rank(const Action& comm) const {
+  return schedule_->stage_to_rank[comm_peer(comm).stage];
+}
+
+PendingComm Executor::send(size_t position, const torch::Tensor& tensor) {
+  const Action& action = schedule_->actions[options_.rank][position];
+  return options_.transport->send(tensor, peer_rank(action), tags_[position]);
+}
+
 Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
-  PPTRAIN_ASSERT(is_local(stage) && mb >= 0 && mb < schedule_.num_microbatches, "stage ", stage,
-                 " microbatch ", mb, " is not run on rank ", rank_);
+  PPTRAIN_ASSERT(is_local(stage) && mb >= 0 && mb < schedule_->num_microbatches, "stage ", stage,
+                 " microbatch ", mb, " is not run on rank ", options_.rank);
   return state.slots[{stage, mb}];
 }
 
 StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start) {
-  const auto& actions = schedule_.actions[rank_];
+  const auto& actions = schedule_->actions[options_.rank];
   StepState state;
   state.start = step_start;
   for (size_t p = 0; p < actions.size(); ++p) {
@@ -126,7 +144,7 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
         }
       }
       const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
-      state.record.events.push_back({rank_, action, begin, end});
+      state.record.events.push_back({options_.rank, action, begin, end});
       continue;
     }
     const auto& atoms = action.op == Op::OVERLAP_F_B ? action.parts : std::vector<Action>{action};
@@ -153,14 +171,10 @@ void Executor::post_receives_through(size_t position, StepState& state) {
   while (state.next_recv < state.recv_positions.size() &&
          (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
     const size_t p = state.recv_positions[state.next_recv++];
-    const Action& a = schedule_.actions[rank_][p];
-    const int peer = comm_peer(a).stage;
-    PPTRAIN_ASSERT(peer >= 0 && peer < schedule_.num_stages, to_string(a), " has no peer stage");
-    const int boundary = a.op == Op::RECV_F ? a.stage - 1 : a.stage;
-    torch::Tensor buffer = torch::empty(boundary_shapes_[boundary], torch::kFloat32);
-    state.posted.emplace(
-        p, transport_->recv(buffer, schedule_.stage_to_rank[peer],
-                            comm_tag(a.op, a.stage, a.microbatch, schedule_.num_microbatches)));
+    const Action& a = schedule_->actions[options_.rank][p];
+    torch::Tensor buffer =
+        torch::empty(options_.boundary_shapes[message_of(a).boundary], torch::kFloat32);
+    state.posted.emplace(p, options_.transport->recv(buffer, peer_rank(a), tags_[p]));
   }
 }
 
@@ -183,22 +197,18 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       break;
     case Op::SEND_F: {
       Slot& sl = slot(state, s, mb);
-      PPTRAIN_CHECK(sl.output.defined(), "schedule error: ", to_string(action), " on rank ", rank_,
-                    " sends an output that F has not produced");
-      state.sent[position] =
-          transport_->send(sl.output.contiguous(), schedule_.stage_to_rank[s + 1],
-                           comm_tag(action.op, s, mb, schedule_.num_microbatches));
+      PPTRAIN_ASSERT(sl.output.defined(), to_string(action), " on rank ", options_.rank,
+                     " sends an output that F has not produced");
+      state.sent[position] = send(position, sl.output.contiguous());
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = torch::Tensor();
       break;
     }
     case Op::SEND_B: {
       Slot& sl = slot(state, s, mb);
-      PPTRAIN_CHECK(sl.input_grad.defined(), "schedule error: ", to_string(action), " on rank ",
-                    rank_, " sends an input gradient that no backward produced");
-      state.sent[position] =
-          transport_->send(sl.input_grad.contiguous(), schedule_.stage_to_rank[s - 1],
-                           comm_tag(action.op, s, mb, schedule_.num_microbatches));
+      PPTRAIN_ASSERT(sl.input_grad.defined(), to_string(action), " on rank ", options_.rank,
+                     " sends an input gradient that no backward produced");
+      state.sent[position] = send(position, sl.input_grad.contiguous());
       sl.input_grad = torch::Tensor();
       break;
     }
@@ -206,16 +216,16 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       PPTRAIN_ASSERT(false, "cannot run ", to_string(action));
   }
   const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
-  state.record.events.push_back({rank_, action, begin, end});
+  state.record.events.push_back({options_.rank, action, begin, end});
 }
 
 torch::Tensor Executor::stage_output(int s, int mb, const torch::Tensor& input,
                                      const StepData& data) {
   torch::Tensor output = stages_.at(s)->forward(input);
-  if (s != schedule_.num_stages - 1) return output;
+  if (s != schedule_->num_stages - 1) return output;
   PPTRAIN_ASSERT(mb < static_cast<int>(data.targets.size()), "no targets for microbatch ", mb);
   // Divided by M so the accumulated gradients are those of the mean over the mini-batch.
-  return loss_(output, data.targets[mb]) / schedule_.num_microbatches;
+  return options_.loss(output, data.targets[mb]) / schedule_->num_microbatches;
 }
 
 void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
@@ -225,9 +235,9 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
     PPTRAIN_ASSERT(mb < static_cast<int>(data.inputs.size()), "no input data for microbatch ", mb);
     input = data.inputs[mb];
   } else {
-    PPTRAIN_CHECK(sl.input.defined(), "schedule error: ", s, "F", mb, " on rank ", rank_,
-                  " runs before its input arrived (missing RECV_F or forward of stage ", s - 1,
-                  ")");
+    PPTRAIN_ASSERT(sl.input.defined(), s, "F", mb, " on rank ", options_.rank,
+                   " runs before its input arrived (missing RECV_F or forward of stage ", s - 1,
+                   ")");
     // The input is a leaf of this stage's graph: backward leaves its gradient in input.grad().
     input = sl.input.requires_grad_(true);
   }
@@ -239,7 +249,7 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
     if (options_.recompute) no_graph.emplace();
     output = stage_output(s, mb, input, data);
   }
-  if (s == schedule_.num_stages - 1) {
+  if (s == schedule_->num_stages - 1) {
     state.record.has_loss = true;
     state.record.loss += output.item<double>();
   } else if (is_local(s + 1)) {
@@ -247,22 +257,22 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
   }
   sl.forwarded = true;
   // Kept for the backward, or (recomputing) only for SEND_F, which takes it over.
-  if (!options_.recompute || (s != schedule_.num_stages - 1 && !is_local(s + 1)))
+  if (!options_.recompute || (s != schedule_->num_stages - 1 && !is_local(s + 1)))
     sl.output = output;
 }
 
 void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& data,
                         StepState& state) {
   Slot& sl = slot(state, s, mb);
-  const int last = schedule_.num_stages - 1;
-  PPTRAIN_CHECK(sl.forwarded, "schedule error: backward of stage ", s, " microbatch ", mb,
-                " on rank ", rank_, " runs before its forward (or twice)");
+  const int last = schedule_->num_stages - 1;
+  PPTRAIN_ASSERT(sl.forwarded, "backward of stage ", s, " microbatch ", mb, " on rank ",
+                 options_.rank, " runs before its forward (or twice)");
   std::vector<torch::Tensor> grads;
   if (s != last) {
-    PPTRAIN_CHECK(sl.output_grad.defined(), "schedule error: backward of stage ", s, " microbatch ",
-                  mb, " on rank ", rank_,
-                  " runs before its output gradient arrived (missing RECV_B or backward of stage ",
-                  s + 1, ")");
+    PPTRAIN_ASSERT(sl.output_grad.defined(), "backward of stage ", s, " microbatch ", mb,
+                   " on rank ", options_.rank,
+                   " runs before its output gradient arrived (missing RECV_B or backward of stage ",
+                   s + 1, ")");
     grads.push_back(sl.output_grad);
   }
   // Same input, same layers, same thread count: the rerun reproduces F's output bit for bit.

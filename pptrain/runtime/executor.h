@@ -19,7 +19,13 @@
 // When adjacent stages live on the same rank (a V placement) the tensor is handed over locally.
 // Gradients accumulate in the parameters' .grad over the step; the caller clips and steps.
 //
-//   Executor executor(lowered, rank, {&stage0, &stage3}, transport.get(), loss, shapes);
+//   ExecutorOptions options;
+//   options.rank = 0;
+//   options.stages = {&stage0, &stage3};
+//   options.transport = transport.get();
+//   options.loss = loss;
+//   options.boundary_shapes = shapes;
+//   Executor executor(validate(schedule), options);
 //   StepRecord record = executor.run_step(data, step_start);
 #pragma once
 
@@ -34,6 +40,7 @@
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/timeline.h"
+#include "pptrain/schedule/validate.h"
 
 namespace pptrain {
 
@@ -42,6 +49,20 @@ using LossFn =
     std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 
 struct ExecutorOptions {
+  // This process's rank in the schedule, 0 .. num_ranks-1.
+  int rank = 0;
+  // This rank's stages, exactly schedule.stages_of(rank) (in any order). Not owned: they must
+  // outlive the Executor, and their parameters' .grad is where the gradients accumulate.
+  std::vector<Stage*> stages;
+  // How this rank reaches the others; not owned. May stay null when this rank has no SEND or
+  // RECV (a one-rank schedule).
+  Transport* transport = nullptr;
+  // Loss of one microbatch on the last stage. Needed on the rank that holds the last stage.
+  LossFn loss;
+  // boundary_shapes[b]: shape of the float32 tensor that crosses the cut between stages b and
+  // b+1 for one microbatch, the activation going forward and its gradient coming back (mlp:
+  // [microbatch, d_model]; gpt: [microbatch, seq, d_model]). One entry per cut: num_stages - 1.
+  std::vector<std::vector<int64_t>> boundary_shapes;
   // Receives posted before the action that consumes them, counted from the current position:
   // more overlaps communication further but holds more buffers. -1: the whole step's at once.
   int recv_ahead = 4;
@@ -65,16 +86,14 @@ struct StepRecord {
 
 class Executor {
  public:
-  // `lowered`: a schedule with its SEND/RECV actions (lower()). `stages`: this rank's stages,
-  // exactly schedule.stages_of(rank). `boundary_shapes[b]`: shape of the float tensor crossing
-  // the cut between stages b and b+1 for one microbatch (activation and its gradient).
-  Executor(Schedule lowered, int rank, std::vector<Stage*> stages, Transport* transport,
-           LossFn loss, std::vector<std::vector<int64_t>> boundary_shapes,
-           ExecutorOptions options = {});
+  // `schedule`: validated, so with its SEND/RECV actions and every rule of validate.h holding.
+  // InternalError when `options` does not fit it (wrong stages, missing transport, loss or
+  // shapes); UserError when it has too many messages for the transport's tags.
+  Executor(ValidatedSchedule schedule, ExecutorOptions options);
 
   StepRecord run_step(const StepData& data, std::chrono::steady_clock::time_point step_start);
 
-  const Schedule& schedule() const { return schedule_; }
+  const Schedule& schedule() const { return *schedule_; }
 
  private:
   struct Slot;  // what one (stage, microbatch) holds during a step
@@ -87,16 +106,19 @@ class Executor {
   torch::Tensor stage_output(int stage, int mb, const torch::Tensor& input, const StepData& data);
   void backward(int stage, int mb, bool defer_weight_grads, const StepData& data, StepState& state);
   void post_receives_through(size_t position, StepState& state);
+  // Sends `tensor` as the message of our SEND at `position`.
+  PendingComm send(size_t position, const torch::Tensor& tensor);
   Slot& slot(StepState& state, int stage, int mb);
-  bool is_local(int stage) const { return schedule_.stage_to_rank[stage] == rank_; }
+  bool is_local(int stage) const { return schedule_->stage_to_rank[stage] == options_.rank; }
+  // The rank at the other end of a SEND or RECV.
+  int peer_rank(const Action& comm) const;
 
-  Schedule schedule_;
-  int rank_;
-  std::map<int, Stage*> stages_;  // global stage index -> stage
-  Transport* transport_;
-  LossFn loss_;
-  std::vector<std::vector<int64_t>> boundary_shapes_;
+  ValidatedSchedule schedule_;
   ExecutorOptions options_;
+  std::map<int, Stage*> stages_;  // global stage index -> stage
+  // Tag of each of our SEND/RECV actions by position (-1 for compute actions): worked out once,
+  // so a schedule too large for the tags fails here rather than halfway through a step.
+  std::vector<int> tags_;
   // Position of one of our RECVs -> positions of our SENDs safe to wait on once it completed.
   std::map<size_t, std::vector<size_t>> release_after_;
 };

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 
@@ -27,21 +28,27 @@ using GroupBase = c10d::Backend;
 using GroupBase = c10d::ProcessGroup;
 #endif
 
-class LocalTransport : public Transport {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  PendingComm send(const torch::Tensor&, int peer, int tag) override {
-    PPTRAIN_ASSERT(false, "a single-process run has no peer to send to (peer ", peer, ", tag ", tag,
-                   ")");
-  }
-  PendingComm recv(const torch::Tensor&, int peer, int tag) override {
-    PPTRAIN_ASSERT(false, "a single-process run has no peer to receive from (peer ", peer, ", tag ",
-                   tag, ")");
-  }
-  void allreduce_sum(torch::Tensor&) override {}
-  void barrier() override {}
-};
+// The first line of an error's message: c10::Error's what() carries a C++ backtrace that a user
+// of the command line does not need.
+std::string brief(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  return text.substr(0, text.find('\n'));
+}
+
+// Waits on a c10d operation for at most `timeout`, turning its failure into one line that names
+// the timeout.
+PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
+                                std::chrono::milliseconds timeout) {
+  return [work = std::move(work), timeout] {
+    try {
+      work->wait(timeout);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("communication failed or timed out after ") +
+                               std::to_string(timeout.count() / 1000) + " s: " + brief(e));
+    }
+  };
+}
 
 class C10dTransport : public Transport {
  public:
@@ -55,37 +62,27 @@ class C10dTransport : public Transport {
   PendingComm send(const torch::Tensor& tensor, int peer, int tag) override {
     PPTRAIN_ASSERT(tensor.is_contiguous(), "send needs a contiguous tensor");
     std::vector<at::Tensor> tensors{tensor};
-    return PendingComm(group_->send(tensors, peer, tag), tensor, options_.timeout);
+    return PendingComm(c10d_waiter(group_->send(tensors, peer, tag), options_.timeout), tensor);
   }
 
   PendingComm recv(const torch::Tensor& buffer, int peer, int tag) override {
     PPTRAIN_ASSERT(buffer.is_contiguous(), "recv needs a contiguous buffer");
     std::vector<at::Tensor> tensors{buffer};
-    return PendingComm(group_->recv(tensors, peer, tag), buffer, options_.timeout);
+    return PendingComm(c10d_waiter(group_->recv(tensors, peer, tag), options_.timeout), buffer);
   }
 
   void allreduce_sum(torch::Tensor& tensor) override {
     std::vector<at::Tensor> tensors{tensor};
-    PendingComm(group_->allreduce(tensors), tensor, options_.timeout).wait();
+    c10d_waiter(group_->allreduce(tensors), options_.timeout)();
   }
 
-  void barrier() override {
-    PendingComm(group_->barrier(), torch::Tensor(), options_.timeout).wait();
-  }
+  void barrier() override { c10d_waiter(group_->barrier(), options_.timeout)(); }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;  // kept alive: rank 0 serves it to the others
   c10::intrusive_ptr<GroupBase> group_;
   TransportOptions options_;
 };
-
-// The first line of an error's message: c10::Error's what() carries a C++ backtrace that a user
-// of the command line does not need.
-std::string brief(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  const std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
-  return text.substr(0, text.find('\n'));
-}
 
 int env_int(const char* name) {
   const char* text = std::getenv(name);
@@ -100,21 +97,6 @@ int env_int(const char* name) {
 }
 
 }  // namespace
-
-PendingComm::PendingComm(c10::intrusive_ptr<c10d::Work> work, torch::Tensor tensor,
-                         std::chrono::milliseconds timeout)
-    : work_(std::move(work)), tensor_(std::move(tensor)), timeout_(timeout) {}
-
-void PendingComm::wait() {
-  if (!work_) return;
-  try {
-    work_->wait(timeout_);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("communication failed or timed out after ") +
-                             std::to_string(timeout_.count() / 1000) + " s: " + brief(e));
-  }
-  work_.reset();
-}
 
 TransportOptions TransportOptions::from_env() {
   TransportOptions options;
@@ -132,10 +114,6 @@ TransportOptions TransportOptions::from_env() {
     options.timeout = std::chrono::seconds(env_int("PPTRAIN_COMM_TIMEOUT_S"));
   }
   return options;
-}
-
-std::unique_ptr<Transport> make_local_transport() {
-  return std::make_unique<LocalTransport>();
 }
 
 namespace {
@@ -193,33 +171,13 @@ std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
   }
 }
 
-int comm_tag(Op op, int stage, int microbatch, int num_microbatches) {
-  int boundary = 0;
-  int direction = 0;
-  switch (op) {
-    case Op::SEND_F:
-      boundary = stage;
-      break;
-    case Op::RECV_F:
-      boundary = stage - 1;
-      break;
-    case Op::SEND_B:
-      boundary = stage - 1;
-      direction = 1;
-      break;
-    case Op::RECV_B:
-      boundary = stage;
-      direction = 1;
-      break;
-    default:
-      PPTRAIN_ASSERT(false, "not a communication op: ", op_name(op));
-  }
-  PPTRAIN_ASSERT(boundary >= 0 && microbatch >= 0 && microbatch < num_microbatches);
-  const long long tag =
-      (static_cast<long long>(boundary) * num_microbatches + microbatch) * 2 + direction;
-  PPTRAIN_CHECK(tag < kControlTagBase, "too many stages x microbatches for message tags (",
-                boundary + 1, " x ", num_microbatches, ")");
-  return static_cast<int>(tag);
+int message_tag(const Action& comm, int num_stages, int num_microbatches) {
+  const size_t count = message_count(num_stages, num_microbatches);
+  PPTRAIN_CHECK(count <= static_cast<size_t>(kControlTagBase), "a schedule of ", num_stages,
+                " stages and ", num_microbatches, " microbatches has ", count,
+                " messages per step, more than the ", kControlTagBase,
+                " tags below the control tags (use fewer stages or microbatches)");
+  return static_cast<int>(message_index(message_of(comm), num_stages, num_microbatches));
 }
 
 }  // namespace pptrain

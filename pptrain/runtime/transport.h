@@ -1,15 +1,16 @@
 // Point-to-point and collective communication between pipeline ranks.
 //
-// A Transport is the runtime's only view of the other processes: non-blocking send/recv of one
+// A Transport is the runtime's only view of the other ranks: non-blocking send/recv of one
 // tensor, a blocking sum all-reduce and a barrier. Two implementations:
-//   make_local_transport()        one process, no peers (--pp 1); send/recv are errors.
 //   connect_transport(options)    a c10d ProcessGroup (Gloo on CPU; NCCL when LibTorch was built
 //                                 with it and options.backend == "nccl"), rendezvous through a
 //                                 c10d TCPStore served by rank 0, as torchrun sets it up.
+//   make_loopback_transports(P)   P ranks as threads of one process (loopback_transport.h); with
+//                                 P = 1 it is the transport of a one-process run (--pp 1).
 //
 //   auto transport = connect_transport(TransportOptions::from_env());
-//   auto sent = transport->send(activation, /*peer=*/1, comm_tag(...));
-//   auto got = transport->recv(buffer, /*peer=*/0, comm_tag(...));  // posted early
+//   auto sent = transport->send(activation, /*peer=*/1, message_tag(...));
+//   auto got = transport->recv(buffer, /*peer=*/0, message_tag(...));  // posted early
 //   got.wait();   // buffer now holds the data
 //   sent.wait();  // at the latest before `activation` is modified or the step ends
 #pragma once
@@ -17,31 +18,57 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
-#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <utility>
 
 #include "pptrain/schedule/action.h"
 
 namespace pptrain {
 
-// A send or receive in flight. Holds the tensor so it outlives the operation.
+// A send or receive in flight, from any Transport. It holds the tensor, so that the tensor
+// outlives the operation, and a waiter: a function that blocks until the operation is done and
+// throws (naming the timeout) when it fails or takes longer than its transport's timeout. Each
+// implementation supplies its own waiter, so this class knows nothing of c10d. Move-only: one
+// operation is waited on by one owner.
 class PendingComm {
  public:
+  using Waiter = std::function<void()>;
+
   PendingComm() = default;
-  PendingComm(c10::intrusive_ptr<c10d::Work> work, torch::Tensor tensor,
-              std::chrono::milliseconds timeout);
-  // Blocks until the operation is done; throws (naming the timeout) if it fails or times out.
-  // Later calls return at once.
-  void wait();
-  bool pending() const { return static_cast<bool>(work_); }
+  // An empty `waiter` makes an operation that is already complete.
+  PendingComm(Waiter waiter, torch::Tensor tensor)
+      : waiter_(std::move(waiter)), tensor_(std::move(tensor)) {}
+  // A moved-from PendingComm is complete: its waiter is taken, not copied (std::function leaves
+  // a moved-from function unspecified).
+  PendingComm(PendingComm&& other) noexcept
+      : waiter_(std::exchange(other.waiter_, nullptr)), tensor_(std::move(other.tensor_)) {}
+  PendingComm& operator=(PendingComm&& other) noexcept {
+    waiter_ = std::exchange(other.waiter_, nullptr);
+    tensor_ = std::move(other.tensor_);
+    return *this;
+  }
+  PendingComm(const PendingComm&) = delete;
+  PendingComm& operator=(const PendingComm&) = delete;
+
+  // Blocks until the operation is done; throws if it fails or times out, and then a later call
+  // waits again. After a successful wait, later calls return at once.
+  void wait() {
+    if (!waiter_) return;
+    waiter_();
+    waiter_ = nullptr;
+  }
+  bool pending() const { return static_cast<bool>(waiter_); }
   const torch::Tensor& tensor() const { return tensor_; }
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  Waiter waiter_;
   torch::Tensor tensor_;
-  std::chrono::milliseconds timeout_{0};
 };
+
+// How long a rendezvous, receive or collective may take before it is an error, unless set.
+inline constexpr std::chrono::milliseconds kDefaultCommTimeout = std::chrono::seconds(120);
 
 class Transport {
  public:
@@ -64,23 +91,22 @@ struct TransportOptions {
   int master_port = 29500;
   std::string backend = "gloo";  // "gloo" or "nccl" (only when built with NCCL)
   // Every rendezvous, receive and collective fails after this long instead of hanging.
-  std::chrono::milliseconds timeout = std::chrono::seconds(120);
+  std::chrono::milliseconds timeout = kDefaultCommTimeout;
 
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun sets them. UserError if missing or
   // malformed; `timeout` from PPTRAIN_COMM_TIMEOUT_S when set.
   static TransportOptions from_env();
 };
 
-std::unique_ptr<Transport> make_local_transport();
 std::unique_ptr<Transport> connect_transport(const TransportOptions& options);
 
-// Tags of the pipeline's point-to-point messages. Each (direction, boundary, microbatch) gets its
-// own tag, where boundary b is the cut between stages b and b+1:
-//   SEND_F s m  <->  RECV_F s+1 m   (activation across boundary s)
-//   SEND_B s m  <->  RECV_B s-1 m   (gradient across boundary s-1)
-// Tags of one step never collide; a step's messages are all waited on before the next step, so
-// reusing them step after step is safe. Control messages use tags from kControlTagBase up.
-int comm_tag(Op op, int stage, int microbatch, int num_microbatches);
+// Tags of the pipeline's point-to-point messages. A SEND and the RECV at its other end carry the
+// same Message (schedule/semantics.h, the one definition of a message), and a message's tag is its
+// message_index(): both ends agree on it, and no two messages of a step share one. A step's
+// messages are all waited on before the next step, so reusing the tags step after step is safe.
+// Control messages use tags from kControlTagBase up; UserError when the schedule has too many
+// messages for their tags to stay below it.
+int message_tag(const Action& comm, int num_stages, int num_microbatches);
 constexpr int kControlTagBase = 1 << 30;
 
 }  // namespace pptrain

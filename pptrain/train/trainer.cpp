@@ -151,13 +151,16 @@ void train(const TrainingPlan& plan, Transport& transport,
   const RankData data(plan, rank);
   const ModelOptions model_options = plan.model;
   ExecutorOptions executor_options;
+  executor_options.rank = rank;
+  executor_options.stages = model.stage_pointers();
+  executor_options.transport = &transport;
+  executor_options.loss = [model_options](const torch::Tensor& output,
+                                          const torch::Tensor& target) {
+    return compute_loss(model_options, output, target);
+  };
+  executor_options.boundary_shapes = plan.boundary_shapes;
   executor_options.recompute = plan.recompute;
-  Executor executor(
-      *plan.schedule, rank, model.stage_pointers(), &transport,
-      [model_options](const torch::Tensor& output, const torch::Tensor& target) {
-        return compute_loss(model_options, output, target);
-      },
-      plan.boundary_shapes, executor_options);
+  Executor executor(plan.schedule, executor_options);
   const bool reports = rank == 0;  // rank 0 gets the step reports
   if (reports) {
     for (StepObserver* o : observers) o->on_start(plan);

@@ -14,6 +14,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
+#include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/train/observers.h"
@@ -49,7 +50,7 @@ void run_train(const TrainOptions& options) {
   }
   std::unique_ptr<Transport> transport;
   if (options.pp == 1) {
-    transport = make_local_transport();
+    transport = std::move(make_loopback_transports(1).front());
   } else {
     const TransportOptions transport_options = TransportOptions::from_env();
     PPTRAIN_CHECK(transport_options.world_size == options.pp,
