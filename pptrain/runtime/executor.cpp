@@ -1,5 +1,6 @@
 #include "pptrain/runtime/executor.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <utility>
@@ -54,7 +55,33 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
                    to_string(mine[p]), ") but has no transport");
     tags_[p] = message_tag(mine[p], sched.num_stages, sched.num_microbatches);
   }
+  microbatches_per_step_ =
+      options_.microbatches_per_step > 0 ? options_.microbatches_per_step : sched.num_microbatches;
+  PPTRAIN_ASSERT(sched.num_microbatches % microbatches_per_step_ == 0, "a schedule of ",
+                 sched.num_microbatches, " microbatches is not made of steps of ",
+                 microbatches_per_step_);
   plan_send_releases();
+  plan_segments();
+}
+
+Executor::~Executor() = default;
+
+// Segment k ends after our last action on a microbatch of steps 0..k. Segments may be empty
+// (a rank can run all of a step's work in an earlier segment).
+void Executor::plan_segments() {
+  const auto& mine = schedule_->actions[options_.rank];
+  const int steps = schedule_->num_microbatches / microbatches_per_step_;
+  segment_ends_.assign(steps, 0);
+  for (size_t p = 0; p < mine.size(); ++p) {
+    for (const Action& atom : atoms_of(mine[p])) {
+      const int step = atom.microbatch / microbatches_per_step_;
+      segment_ends_[step] = std::max(segment_ends_[step], p + 1);
+    }
+  }
+  segment_ends_.back() = mine.size();
+  for (int k = 1; k < steps; ++k) {
+    segment_ends_[k] = std::max(segment_ends_[k], segment_ends_[k - 1]);
+  }
 }
 
 // A send holds its tensor until it is waited on, and waiting too early could block this rank on
@@ -116,18 +143,24 @@ Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
 
 StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start) {
   const auto& actions = schedule_->actions[options_.rank];
-  StepState state;
-  state.start = step_start;
-  for (size_t p = 0; p < actions.size(); ++p) {
-    if (actions[p].op == Op::RECV_F || actions[p].op == Op::RECV_B)
-      state.recv_positions.push_back(p);
+  if (!state_) {
+    state_ = std::make_unique<StepState>();
+    for (size_t p = 0; p < actions.size(); ++p) {
+      if (actions[p].op == Op::RECV_F || actions[p].op == Op::RECV_B)
+        state_->recv_positions.push_back(p);
+    }
   }
-  for (size_t p = 0; p < actions.size(); ++p) {
+  StepState& state = *state_;
+  state.start = step_start;
+  state.record = StepRecord();
+  const size_t begin = next_segment_ == 0 ? 0 : segment_ends_[next_segment_ - 1];
+  const size_t end = segment_ends_[next_segment_];
+  for (size_t p = begin; p < end; ++p) {
     post_receives_through(p, state);
     const Action& action = actions[p];
     if (action.op == Op::RECV_F || action.op == Op::RECV_B) {
       // The receive was posted ahead; what remains is waiting for it.
-      const double begin = std::chrono::duration<double>(Clock::now() - state.start).count();
+      const double begin_s = std::chrono::duration<double>(Clock::now() - state.start).count();
       auto it = state.posted.find(p);
       PPTRAIN_ASSERT(it != state.posted.end());
       it->second.wait();
@@ -143,21 +176,24 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
           state.sent.erase(sent);
         }
       }
-      const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
-      state.record.events.push_back({options_.rank, action, begin, end});
+      const double end_s = std::chrono::duration<double>(Clock::now() - state.start).count();
+      state.record.events.push_back({options_.rank, action, begin_s, end_s});
       continue;
     }
-    const auto& atoms = action.op == Op::OVERLAP_F_B ? action.parts : std::vector<Action>{action};
-    for (const Action& atom : atoms) run_action(atom, p, data, state);
+    for (const Action& atom : atoms_of(action)) run_action(atom, p, data, state);
   }
-  // Lazily waited sends: everything must be delivered before the next step reuses the tags.
+  StepRecord record = std::move(state.record);
+  if (++next_segment_ < segment_ends_.size()) return record;
+  // The end of the list: everything must be delivered before the next run reuses the tags.
   for (auto& [position, sent] : state.sent) sent.wait();
   for (auto& [key, s] : state.slots) {
     PPTRAIN_ASSERT(s.weight_grads.empty(), "stage ", key.first, " microbatch ", key.second,
                    " has weight gradients that no W ran");
   }
   PPTRAIN_ASSERT(state.posted.empty() && state.next_recv == state.recv_positions.size());
-  return std::move(state.record);
+  state_.reset();
+  next_segment_ = 0;
+  return record;
 }
 
 void Executor::post_receives_through(size_t position, StepState& state) {
@@ -220,20 +256,25 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
 }
 
 torch::Tensor Executor::stage_output(int s, int mb, const torch::Tensor& input,
-                                     const StepData& data) {
-  torch::Tensor output = stages_.at(s)->forward(input);
+                                     const StepData& data, bool backward) {
+  Stage& stage = options_.weights ? options_.weights(s, mb, backward) : *stages_.at(s);
+  torch::Tensor output = stage.forward(input);
   if (s != schedule_->num_stages - 1) return output;
-  PPTRAIN_ASSERT(mb < static_cast<int>(data.targets.size()), "no targets for microbatch ", mb);
+  const int index = mb - data.first_microbatch;
+  PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(data.targets.size()),
+                 "no targets for microbatch ", mb);
   // Divided by M so the accumulated gradients are those of the mean over the mini-batch.
-  return options_.loss(output, data.targets[mb]) / schedule_->num_microbatches;
+  return options_.loss(output, data.targets[index]) / microbatches_per_step_;
 }
 
 void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
   Slot& sl = slot(state, s, mb);
   torch::Tensor input;
   if (s == 0) {
-    PPTRAIN_ASSERT(mb < static_cast<int>(data.inputs.size()), "no input data for microbatch ", mb);
-    input = data.inputs[mb];
+    const int index = mb - data.first_microbatch;
+    PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(data.inputs.size()),
+                   "no input data for microbatch ", mb);
+    input = data.inputs[index];
   } else {
     PPTRAIN_ASSERT(sl.input.defined(), s, "F", mb, " on rank ", options_.rank,
                    " runs before its input arrived (missing RECV_F or forward of stage ", s - 1,
@@ -247,7 +288,7 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
     // Recomputation: no graph now; the backward rebuilds it from sl.input.
     std::optional<torch::NoGradGuard> no_graph;
     if (options_.recompute) no_graph.emplace();
-    output = stage_output(s, mb, input, data);
+    output = stage_output(s, mb, input, data, /*backward=*/false);
   }
   if (s == schedule_->num_stages - 1) {
     state.record.has_loss = true;
@@ -276,7 +317,7 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
     grads.push_back(sl.output_grad);
   }
   // Same input, same layers, same thread count: the rerun reproduces F's output bit for bit.
-  if (options_.recompute) sl.output = stage_output(s, mb, sl.input, data);
+  if (options_.recompute) sl.output = stage_output(s, mb, sl.input, data, /*backward=*/true);
   {
     std::optional<DeferWeightGrads> defer;
     if (defer_weight_grads) defer.emplace(&sl.weight_grads);
@@ -295,6 +336,10 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
   sl.input = torch::Tensor();
   sl.output = torch::Tensor();
   sl.output_grad = torch::Tensor();
+  if (options_.after_backward) {
+    PPTRAIN_ASSERT(!defer_weight_grads, "after_backward needs whole backwards (B), not I and W");
+    options_.after_backward(s, mb);
+  }
 }
 
 }  // namespace pptrain

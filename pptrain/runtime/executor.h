@@ -19,6 +19,13 @@
 // When adjacent stages live on the same rank (a V placement) the tensor is handed over locally.
 // Gradients accumulate in the parameters' .grad over the step; the caller clips and steps.
 //
+// An asynchronous schedule (no flush) is one list over the whole run, its microbatches numbered
+// 0 .. N-1 across steps: with ExecutorOptions::microbatches_per_step = M < N, each run_step()
+// runs the next of N / M segments, segment k ending on each rank after its last action on a
+// microbatch of step k (so later steps' forwards already run in it), and what is in flight
+// carries over to the next call. The `weights` and `after_backward` hooks let the caller choose
+// the weight version of each forward and backward and step its optimizers between backwards.
+//
 //   ExecutorOptions options;
 //   options.rank = 0;
 //   options.stages = {&stage0, &stage3};
@@ -34,6 +41,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
@@ -69,6 +77,17 @@ struct ExecutorOptions {
   // Activation recomputation: between a microbatch's F and its I or B a stage holds only its
   // input (and the output it sent, until the send is known to be done), not the autograd graph.
   bool recompute = false;
+  // Microbatches per step, M: the loss of each is divided by M. 0: the schedule's count (one
+  // segment per run_step). Smaller for an asynchronous schedule: the schedule's count must be a
+  // multiple of it.
+  int microbatches_per_step = 0;
+  // The stage whose weights the forward (backward = false) or the backward of (stage,
+  // microbatch) runs on; unset: the stage given in `stages`. The backward runs on the graph its
+  // forward built, so `backward` matters only when recomputing.
+  std::function<Stage&(int stage, int microbatch, bool backward)> weights;
+  // Called after each backward (B) of (stage, microbatch), its gradients left on the weights it
+  // ran on. Only for schedules without I/W split.
+  std::function<void(int stage, int microbatch)> after_backward;
 };
 
 // The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0,
@@ -76,6 +95,7 @@ struct ExecutorOptions {
 struct StepData {
   std::vector<torch::Tensor> inputs;   // [M] x gpt: int64 [mb, T]; mlp: float [mb, D]
   std::vector<torch::Tensor> targets;  // [M]
+  int first_microbatch = 0;            // microbatch number of inputs[0] and targets[0]
 };
 
 struct StepRecord {
@@ -90,7 +110,10 @@ class Executor {
   // InternalError when `options` does not fit it (wrong stages, missing transport, loss or
   // shapes); UserError when it has too many messages for the transport's tags.
   Executor(ValidatedSchedule schedule, ExecutorOptions options);
+  ~Executor();
 
+  // Runs the next segment (the whole list for a synchronous schedule). Event times are seconds
+  // since `step_start`.
   StepRecord run_step(const StepData& data, std::chrono::steady_clock::time_point step_start);
 
   const Schedule& schedule() const { return *schedule_; }
@@ -103,7 +126,9 @@ class Executor {
   void plan_send_releases();
   void forward(int stage, int mb, const StepData& data, StepState& state);
   // The stage's layers on `input`, and on the last stage the loss / M against the targets.
-  torch::Tensor stage_output(int stage, int mb, const torch::Tensor& input, const StepData& data);
+  torch::Tensor stage_output(int stage, int mb, const torch::Tensor& input, const StepData& data,
+                             bool backward);
+  void plan_segments();
   void backward(int stage, int mb, bool defer_weight_grads, const StepData& data, StepState& state);
   void post_receives_through(size_t position, StepState& state);
   // Sends `tensor` as the message of our SEND at `position`.
@@ -121,6 +146,11 @@ class Executor {
   std::vector<int> tags_;
   // Position of one of our RECVs -> positions of our SENDs safe to wait on once it completed.
   std::map<size_t, std::vector<size_t>> release_after_;
+  int microbatches_per_step_ = 0;
+  // End position (exclusive) of each segment of our list; the last is the list's size.
+  std::vector<size_t> segment_ends_;
+  size_t next_segment_ = 0;
+  std::unique_ptr<StepState> state_;  // the run in progress, between segments
 };
 
 }  // namespace pptrain

@@ -14,6 +14,14 @@ Schedule without_chunks(int ranks, int microbatches, int) {
   return Make(ranks, microbatches);
 }
 
+// The 1F1B order without a flush: asynchronous schedules differ only in their weight rule.
+Schedule make_async_1f1b(const char* name, int ranks, int microbatches) {
+  Schedule schedule = make_1f1b(ranks, microbatches);
+  schedule.name = name;
+  schedule.flushes = false;
+  return schedule;
+}
+
 std::string chunks_text(const ScheduleEntry& e) {
   if (e.min_chunks == e.max_chunks) return std::to_string(e.min_chunks);
   const std::string range = e.max_chunks
@@ -49,6 +57,18 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "zero bubble V: rank r holds stages r and 2P-1-r; no bubble from M >= 2P with 1F1B's "
        "memory",
        without_chunks<make_zb_v>},
+      {"pipedream", 1, 1, 1,
+       "PipeDream (async): 1F1B without flush, an optimizer step after every microbatch, weight "
+       "stashing (stage s keeps P-s versions); --vertical-sync: P versions everywhere",
+       [](int ranks, int microbatches, int) {
+         return make_async_1f1b("pipedream", ranks, microbatches);
+       },
+       WeightUpdate::kPipeDream},
+      {"2bw", 1, 1, 1,
+       "PipeDream-2BW (async): 1F1B without flush, step k's gradients taken on the weights of "
+       "step k-1; 2 versions per stage",
+       [](int ranks, int microbatches, int) { return make_async_1f1b("2bw", ranks, microbatches); },
+       WeightUpdate::kTwoBW},
   };
   return entries;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/weight_versions.h"
 
 namespace pptrain {
 
@@ -33,6 +34,9 @@ struct ScheduleEntry {
   std::string summary;     // one line, for --help and the README
   // Builds the schedule for (ranks, microbatches, chunks), chunks already resolved and in range.
   std::function<Schedule(int ranks, int microbatches, int chunks)> make;
+  // How the weights are updated: kFlush for a synchronous schedule; otherwise the rule of an
+  // asynchronous one (no flush), which `make` marks with flushes = false.
+  WeightUpdate update = WeightUpdate::kFlush;
 };
 
 // Every schedule, in a stable order (the order of --help and the README).

@@ -122,6 +122,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--lr", to_text(plan.lr)},
       {"--clip", to_text(plan.clip)},
       {"--recompute", plan.recompute ? "on" : "off"},
+      {"the weight update (--vertical-sync)", update_name(plan.weights.update)},
       {"--skip-nonfinite", plan.skip_nonfinite ? "on" : "off"},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
   };

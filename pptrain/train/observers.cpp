@@ -76,7 +76,8 @@ void MetricsWriter::on_step(const StepReport& r) {
                                  {"tokens_per_s", r.tokens_per_s},
                                  {"bubble_ratio", r.stats.bubble_ratio},
                                  {"grad_norm", r.grad_norm},
-                                 {"peak_activation_bytes", r.peak_activation_bytes}};
+                                 {"peak_activation_bytes", r.peak_activation_bytes},
+                                 {"weight_versions", r.weight_versions}};
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
   }

@@ -1,5 +1,6 @@
 #include "pptrain/train/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -20,6 +21,25 @@ Schedule single_stage_schedule(const std::string& name, int microbatches) {
   s.actions.resize(1);
   for (int m = 0; m < microbatches; ++m) s.actions[0].push_back(Action::make(Op::F, 0, m));
   for (int m = 0; m < microbatches; ++m) s.actions[0].push_back(Action::make(Op::B, 0, m));
+  return s;
+}
+
+// The one-process run of `stages` stages: each microbatch's forwards through every stage, then
+// its backwards, one microbatch after the other (the reference of an asynchronous schedule, and
+// of a synchronous one split into stages).
+Schedule serial_schedule(const std::string& name, int stages, int microbatches, bool flushes) {
+  Schedule s;
+  s.name = name;
+  s.num_ranks = 1;
+  s.num_stages = stages;
+  s.num_microbatches = microbatches;
+  s.stage_to_rank.assign(stages, 0);
+  s.actions.resize(1);
+  s.flushes = flushes;
+  for (int m = 0; m < microbatches; ++m) {
+    for (int st = 0; st < stages; ++st) s.actions[0].push_back(Action::make(Op::F, st, m));
+    for (int st = stages - 1; st >= 0; --st) s.actions[0].push_back(Action::make(Op::B, st, m));
+  }
   return s;
 }
 
@@ -47,6 +67,10 @@ void check_flags(const TrainOptions& options) {
   PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ",
                 options.clip);
   PPTRAIN_CHECK(options.threads >= 1, "--threads must be >= 1, got ", options.threads);
+  PPTRAIN_CHECK(options.stages >= 0, "--stages must be >= 1, got ", options.stages);
+  PPTRAIN_CHECK(options.stages == 0 || options.pp == 1,
+                "--stages is for --pp 1 (the stages of one process); with --pp ", options.pp,
+                " the schedule decides them");
   const int blocks = num_blocks(options.model);
   PPTRAIN_CHECK(options.pp <= blocks, "--pp ", options.pp, " is larger than the model's ", blocks,
                 " blocks (--layers ", options.model.layers,
@@ -70,11 +94,37 @@ Schedule requested_schedule(const TrainOptions& options, std::string& what) {
   }
   what = "schedule '" + options.schedule + "'";
   const ScheduleEntry& entry = find_schedule(options.schedule);
-  // One rank has nothing to overlap: every schedule is the same single-stage run. Its chunks
-  // are still checked, so a flag that --pp 2 would refuse is refused at --pp 1 too.
+  // One rank has nothing to overlap: every synchronous schedule is the same one-process run.
+  // Its chunks are still checked, so a flag that --pp 2 would refuse is refused at --pp 1 too.
   const int chunks = resolve_chunks(entry, options.chunks);
-  if (options.pp == 1) return single_stage_schedule(options.schedule, M);
-  return entry.make(options.pp, M, chunks);
+  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  // No flush: one list over the whole run, its microbatches numbered across steps.
+  const int run_microbatches = asynchronous ? options.steps * M : M;
+  PPTRAIN_CHECK(!asynchronous || run_microbatches / options.steps == M,
+                "--steps x --microbatches is too large for an asynchronous schedule");
+  if (options.pp == 1) {
+    if (!asynchronous && options.stages <= 1) return single_stage_schedule(options.schedule, M);
+    return serial_schedule(options.schedule, std::max(options.stages, 1), run_microbatches,
+                           !asynchronous);
+  }
+  return entry.make(options.pp, run_microbatches, chunks);
+}
+
+// The weight rule of the schedule the flags ask for.
+VersionRule version_rule(const TrainOptions& options, const Schedule& schedule) {
+  VersionRule rule;
+  rule.stages = schedule.num_stages;
+  rule.microbatches_per_step = options.data.microbatches;
+  if (!options.schedule_file.empty()) {
+    PPTRAIN_CHECK(!options.vertical_sync, "--vertical-sync applies to --schedule pipedream only");
+    return rule;
+  }
+  rule.update = find_schedule(options.schedule).update;
+  PPTRAIN_CHECK(!options.vertical_sync || rule.update == WeightUpdate::kPipeDream,
+                "--vertical-sync applies to --schedule pipedream only, not '", options.schedule,
+                "'");
+  if (options.vertical_sync) rule.update = WeightUpdate::kVerticalSync;
+  return rule;
 }
 
 // Validates the schedule; a problem reads as `what` is not valid, followed by the marked grid.
@@ -92,14 +142,14 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
   std::string what;
   const Schedule schedule = requested_schedule(options, what);
-  PPTRAIN_CHECK(schedule.flushes, what,
-                " is asynchronous (no flush); the runtime runs synchronous schedules only for now");
+  const VersionRule rule = version_rule(options, schedule);
   const int blocks = num_blocks(options.model);
   PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
                 options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
                 " blocks (--layers ", options.model.layers, ")");
   TrainingPlan plan(validated_schedule(schedule, what));
 
+  plan.weights = rule;
   plan.model = options.model;
   plan.data = options.data;
   plan.microbatch_size = options.data.batch_size / options.data.microbatches;

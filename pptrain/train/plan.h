@@ -20,6 +20,7 @@
 #include "pptrain/data/data.h"
 #include "pptrain/models/model.h"
 #include "pptrain/schedule/validate.h"
+#include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/partition_plan.h"
 
 namespace pptrain {
@@ -35,6 +36,10 @@ struct TrainOptions {
   std::string stage_layers;       // resolved ranges "0-2,3-5" (a launcher's); wins over partition
   std::string schedule = "1f1b";  // a registry name (schedule/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
+  // With --pp 1: the model in this many stages, run one after the other in this process (the
+  // reference of an asynchronous schedule on that many stages). 0: one stage.
+  int stages = 0;
+  bool vertical_sync = false;  // pipedream: every stage uses the version a microbatch entered with
   int steps = 10;
   std::string optimizer = "sgd";  // "sgd" (momentum 0.9) or "adamw" (weight decay 0.01)
   double lr = 0;                  // 0: 0.05 for sgd, 1e-3 for adamw
@@ -64,7 +69,10 @@ struct TrainingPlan {
   DataOptions data;
   // The schedule every rank runs, with its SEND/RECV actions. With --pp 1 every schedule name
   // means the same single-stage run: all microbatches' forwards, then all their backwards.
+  // An asynchronous schedule is one list over the whole run: steps x M microbatches.
   ValidatedSchedule schedule;
+  // Which weights each action uses and when the optimizers step (kFlush: synchronous).
+  VersionRule weights;
   std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
   std::string partition;                 // how stage_layers was chosen, for the log
   // [num_stages - 1]: shape of the float tensor crossing the cut after stage b, for one
@@ -84,7 +92,8 @@ struct TrainingPlan {
 
   int ranks() const { return schedule->num_ranks; }
   int num_stages() const { return schedule->num_stages; }
-  int microbatches() const { return schedule->num_microbatches; }
+  int microbatches() const { return data.microbatches; }  // M, per step
+  bool asynchronous() const { return weights.asynchronous(); }
   std::vector<int> stages_of(int rank) const { return schedule->stages_of(rank); }
   bool holds_first_stage(int rank) const { return schedule->stage_to_rank.front() == rank; }
   bool holds_last_stage(int rank) const { return schedule->stage_to_rank.back() == rank; }

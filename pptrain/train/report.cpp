@@ -9,16 +9,19 @@
 namespace pptrain {
 namespace {
 
-constexpr int kHeaderFields = 6;  // has_loss, loss, peak bytes, seconds, event count, start_s
+// has_loss, loss, peak bytes, seconds, event count, start_s, grad_norm_squared, weight_versions
+constexpr int kHeaderFields = 8;
 constexpr int kEventFields = 5;   // op, stage, microbatch, start, end
 
 // Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
 // events); rank 0 returns all of them in rank order, the others an empty list.
-std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
+std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
+                             std::vector<PendingComm>* unsent) {
   const int rank = transport.rank();
   auto header = torch::tensor(
       {mine.has_loss ? 1.0 : 0.0, mine.loss, static_cast<double>(mine.peak_activation_bytes),
-       mine.seconds, static_cast<double>(mine.events.size()), mine.start_s},
+       mine.seconds, static_cast<double>(mine.events.size()), mine.start_s, mine.grad_norm_squared,
+       static_cast<double>(mine.weight_versions)},
       torch::kFloat64);
   if (rank != 0) {
     auto events =
@@ -34,8 +37,13 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
     }
     auto sent_header = transport.send(header, 0, tag_of(ControlTag::kReportHeader));
     auto sent_events = transport.send(events, 0, tag_of(ControlTag::kReportEvents));
-    sent_header.wait();
-    sent_events.wait();
+    if (unsent) {
+      unsent->push_back(std::move(sent_header));
+      unsent->push_back(std::move(sent_events));
+    } else {
+      sent_header.wait();
+      sent_events.wait();
+    }
     return {};
   }
   std::vector<RankStep> steps(transport.world_size());
@@ -49,6 +57,8 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
     r.peak_activation_bytes = static_cast<int64_t>(h[2].item<double>());
     r.seconds = h[3].item<double>();
     r.start_s = h[5].item<double>();
+    r.grad_norm_squared = h[6].item<double>();
+    r.weight_versions = static_cast<int>(h[7].item<double>());
     auto events =
         torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
     transport.recv(events, peer, tag_of(ControlTag::kReportEvents)).wait();
@@ -65,8 +75,9 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport) {
 }  // namespace
 
 std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step, double grad_norm,
-                                             const RankStep& mine, Transport& transport) {
-  const std::vector<RankStep> ranks = gather(mine, transport);
+                                             const RankStep& mine, Transport& transport,
+                                             std::vector<PendingComm>* unsent) {
+  const std::vector<RankStep> ranks = gather(mine, transport, unsent);
   if (transport.rank() != 0) return std::nullopt;
   StepReport report;
   report.step = step + 1;
@@ -78,11 +89,14 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
                    std::to_string(report.step) + ")";
   timeline.num_ranks = plan.ranks();
   timeline.unit = TimeUnit::kSeconds;
+  double squared_norm = 0;
   for (const RankStep& r : ranks) {
     if (r.has_loss) report.loss = r.loss;
     report.step_seconds = std::max(report.step_seconds, r.seconds);
     report.rank_seconds.push_back(r.seconds);
     report.peak_activation_bytes.push_back(r.peak_activation_bytes);
+    report.weight_versions.push_back(r.weight_versions);
+    if (plan.asynchronous()) squared_norm += r.grad_norm_squared;
     // Each rank timed its events from its own start after the barrier; on rank 0's clock they
     // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady
     // clock; a gap of a second or more means they do not (other hosts), and the ranks' starts
@@ -95,6 +109,7 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
       timeline.events.push_back(e);
     }
   }
+  if (plan.asynchronous()) report.grad_norm = std::sqrt(squared_norm);
   report.stats = timeline_stats(timeline);
   char bubble[32];
   std::snprintf(bubble, sizeof bubble, ", bubble %.1f%%", 100 * report.stats.bubble_ratio);

@@ -27,6 +27,10 @@ struct RankStep {
   int64_t peak_activation_bytes = 0;  // allocated during the step, above its start
   double seconds = 0;                 // common start to this rank's optimizer step done
   double start_s = 0;  // the step's start on the host's steady clock: aligns the ranks' events
+  // Asynchronous schedules: the squared norm of the gradients of this rank's latest optimizer
+  // steps (one per stage), and the most weight versions one of its stages held in the step.
+  double grad_norm_squared = 0;
+  int weight_versions = 1;
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -34,12 +38,13 @@ struct StepReport {
   int step = 0;                                // 1-based
   int steps = 0;                               // of the run
   double loss = 0;                             // mean over the mini-batch
-  double grad_norm = 0;                        // global, before clipping
+  double grad_norm = 0;  // global, before clipping (asynchronous: of each stage's latest step)
   double step_seconds = 0;                     // the slowest rank's
   double samples_per_s = 0;                    // batch_size / step_seconds
   double tokens_per_s = 0;                     // samples_per_s x tokens per sample
   std::vector<double> rank_seconds;            // [rank]
   std::vector<int64_t> peak_activation_bytes;  // [rank]
+  std::vector<int> weight_versions;            // [rank]: most versions held at once
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 
@@ -47,8 +52,11 @@ struct StepReport {
 };
 
 // Collective over all ranks: every rank sends `mine` to rank 0, which returns the step's report;
-// the other ranks return nothing. `step` is 0-based.
+// the other ranks return nothing. `step` is 0-based. With `unsent` given, the other ranks do not
+// wait for their sends but append them there (an asynchronous pipeline must not wait for rank 0
+// at every step); the caller waits on them later.
 std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step, double grad_norm,
-                                             const RankStep& mine, Transport& transport);
+                                             const RankStep& mine, Transport& transport,
+                                             std::vector<PendingComm>* unsent = nullptr);
 
 }  // namespace pptrain

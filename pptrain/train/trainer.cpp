@@ -1,8 +1,11 @@
 #include "pptrain/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -13,6 +16,7 @@
 #include "pptrain/device/memory.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/stage_versions.h"
 #include "pptrain/train/agreement.h"
 
 namespace pptrain {
@@ -22,28 +26,41 @@ using Clock = std::chrono::steady_clock;
 
 // What one rank holds: its stages (built from the same per-layer seeds as any other split),
 // their parameters with gradients that live from the start (zeroed in place, so a step's memory
-// peak counts only what the step allocates), and the optimizer over them.
+// peak counts only what the step allocates), one optimizer per stage (stages of an asynchronous
+// schedule step at different times), and each stage's weight versions.
 struct RankModel {
   std::vector<Stage> stages;
   std::vector<torch::Tensor> params;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // [local stage]
+  std::vector<StageVersions> versions;                               // [local stage]
+  std::map<int, int> local;  // global stage index -> local stage
 
   RankModel(const TrainingPlan& plan, int rank) {
     for (int s : plan.stages_of(rank)) {
+      local[s] = static_cast<int>(stages.size());
       stages.push_back(make_stage(plan.model, s, plan.stage_layers[s]));
       if (!plan.load_dir.empty()) stages.back().load(plan.load_dir);
     }
     for (auto& stage : stages) {
-      for (const auto& p : stage.parameters()) params.push_back(p);
+      auto stage_params = stage.parameters();
+      for (auto& p : stage_params) p.mutable_grad() = torch::zeros_like(p);
+      params.insert(params.end(), stage_params.begin(), stage_params.end());
+      optimizers.push_back(make_optimizer(plan, stage_params));
+      const int s = stage.index();
+      versions.emplace_back(
+          &stage, [&plan, s] { return make_stage(plan.model, s, plan.stage_layers[s]); },
+          /*snapshots=*/plan.weights.versions_kept(s) > 1);
     }
-    for (auto& p : params) p.mutable_grad() = torch::zeros_like(p);
+  }
+
+  static std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+      const TrainingPlan& plan, const std::vector<torch::Tensor>& params) {
     if (plan.optimizer == "adamw") {
-      optimizer = std::make_unique<torch::optim::AdamW>(
+      return std::make_unique<torch::optim::AdamW>(
           params, torch::optim::AdamWOptions(plan.lr).weight_decay(0.01));
-    } else {
-      optimizer = std::make_unique<torch::optim::SGD>(
-          params, torch::optim::SGDOptions(plan.lr).momentum(0.9));
     }
+    return std::make_unique<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(plan.lr).momentum(0.9));
   }
 
   std::vector<Stage*> stage_pointers() {
@@ -63,12 +80,22 @@ class RankData {
         microbatches_(plan.microbatches()) {
     if (first_ || last_) dataset_.emplace(plan.model, plan.data);
   }
-  StepData step(int step) const {
+  // Step `step`'s microbatches, numbered 0 .. M-1. With `and_next` (an asynchronous pipeline,
+  // which runs some of the next step's forwards already) also the next step's, and numbered
+  // from step x M as the run-long schedule numbers them.
+  StepData step(int step, bool and_next, int steps) const {
     StepData data;
+    data.first_microbatch = and_next ? step * microbatches_ : 0;
     if (!dataset_) return data;
-    const auto batch = dataset_->batch(step);
-    if (first_) data.inputs = Dataset::split(batch.inputs, microbatches_);
-    if (last_) data.targets = Dataset::split(batch.targets, microbatches_);
+    for (int k = step; k < std::min(steps, and_next ? step + 2 : step + 1); ++k) {
+      const auto batch = dataset_->batch(k);
+      if (first_) {
+        for (auto& x : Dataset::split(batch.inputs, microbatches_)) data.inputs.push_back(x);
+      }
+      if (last_) {
+        for (auto& y : Dataset::split(batch.targets, microbatches_)) data.targets.push_back(y);
+      }
+    }
     return data;
   }
 
@@ -78,17 +105,17 @@ class RankData {
   std::optional<Dataset> dataset_;
 };
 
-// Global gradient norm over every stage's parameters (one all-reduce of the squared norm, summed
-// in float64), then scaling to max_norm as torch.nn.utils.clip_grad_norm_ does. Returns the norm
+// Gradient norm over every stage's parameters (with a transport, one all-reduce of the squared
+// norm, summed in float64, makes it global), then scaling to max_norm as torch.nn.utils.clip_grad_norm_ does. Returns the norm
 // before clipping.
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                      Transport& transport) {
+                      Transport* transport) {
   torch::NoGradGuard no_grad;
   auto squared = torch::zeros({1}, torch::kFloat64);
   for (const auto& p : params) {
     if (p.grad().defined()) squared += p.grad().to(torch::kFloat64).pow(2).sum();
   }
-  transport.allreduce_sum(squared);
+  if (transport) transport->allreduce_sum(squared);
   const double norm = std::sqrt(squared.item<double>());
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
@@ -127,6 +154,67 @@ std::string nonfinite_message(const TrainingPlan& plan, int step, double grad_no
          "--skip-nonfinite skips such steps instead)";
 }
 
+// The optimizer steps of an asynchronous schedule, run by the executor after each backward:
+// the backward's gradients go to the live weights; when the rule says so, the stage clips its
+// own gradient norm (no other stage has finished the same step), steps, and keeps or frees
+// versions as the rule needs them.
+class AsyncUpdates {
+ public:
+  AsyncUpdates(const TrainingPlan& plan, RankModel& model) : plan_(plan), model_(model) {}
+
+  Stage& weights(int stage, int mb, bool backward) {
+    const VersionRule& rule = plan_.weights;
+    const int version = backward ? rule.backward_version(mb, stage) : rule.forward_version(mb, stage);
+    StageVersions& versions = model_.versions[model_.local.at(stage)];
+    Stage& weights = versions.weights(version);
+    most_held_ = std::max(most_held_, versions.held());
+    return weights;
+  }
+
+  void after_backward(int stage, int mb) {
+    const VersionRule& rule = plan_.weights;
+    const int l = model_.local.at(stage);
+    StageVersions& versions = model_.versions[l];
+    versions.gradients_to_live(rule.backward_version(mb, stage));
+    if (!rule.steps_after(mb)) return;
+    const int oldest = rule.oldest_needed_after(mb, stage);
+    if (versions.live_version() >= oldest) versions.weights(versions.live_version());
+    most_held_ = std::max(most_held_, versions.held());
+    versions.release_older_than(oldest);
+    const auto params = model_.stages[l].parameters();
+    const double norm = clip_grad_norm(params, plan_.clip, nullptr);
+    latest_squared_[stage] = norm * norm;
+    if (std::isfinite(norm)) {
+      model_.optimizers[l]->step();
+    } else if (!plan_.skip_nonfinite) {
+      throw std::runtime_error("step " + std::to_string(mb / rule.microbatches_per_step + 1) +
+                               ": the gradient norm of stage " + std::to_string(stage) +
+                               " is " + std::to_string(norm) + " after microbatch " +
+                               std::to_string(mb) +
+                               "; stopped before its optimizer step (a smaller --lr may help; "
+                               "--skip-nonfinite skips such steps instead)");
+    }
+    for (auto& p : params) p.mutable_grad().zero_();
+    versions.stepped();
+    most_held_ = std::max(most_held_, versions.held());
+  }
+
+  // The squared norm of each stage's latest step, summed over this rank's stages.
+  double grad_norm_squared() const {
+    double sum = 0;
+    for (const auto& [stage, squared] : latest_squared_) sum += squared;
+    return sum;
+  }
+  // The most versions one stage held since the last call.
+  int take_most_held() { return std::exchange(most_held_, 1); }
+
+ private:
+  const TrainingPlan& plan_;
+  RankModel& model_;
+  std::map<int, double> latest_squared_;
+  int most_held_ = 1;
+};
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -160,40 +248,69 @@ void train(const TrainingPlan& plan, Transport& transport,
   };
   executor_options.boundary_shapes = plan.boundary_shapes;
   executor_options.recompute = plan.recompute;
+  executor_options.microbatches_per_step = plan.microbatches();
+  AsyncUpdates async(plan, model);
+  if (plan.asynchronous()) {
+    executor_options.weights = [&async](int stage, int mb, bool backward) -> Stage& {
+      return async.weights(stage, mb, backward);
+    };
+    executor_options.after_backward = [&async](int stage, int mb) {
+      async.after_backward(stage, mb);
+    };
+  }
   Executor executor(plan.schedule, executor_options);
   const bool reports = rank == 0;  // rank 0 gets the step reports
   if (reports) {
     for (StepObserver* o : observers) o->on_start(plan);
   }
 
+  // An asynchronous pipeline never waits for the other ranks between steps: no barrier after
+  // the first, and its step reports are sent without waiting (they are waited on a step later).
+  std::vector<PendingComm> unsent_reports, older_reports;
+  transport.barrier();  // a common start, so the ranks' timelines line up
+  auto start = Clock::now();
   for (int step = 0; step < plan.steps; ++step) {
     maybe_crash_for_test(rank, step);
-    const StepData batch = data.step(step);
-    for (auto& p : model.params) p.mutable_grad().zero_();
-    transport.barrier();  // a common start, so the ranks' timelines line up
-    const auto start = Clock::now();
+    const StepData batch = data.step(step, plan.asynchronous(), plan.steps);
+    if (!plan.asynchronous()) {
+      for (auto& p : model.params) p.mutable_grad().zero_();
+      if (step > 0) transport.barrier();
+      start = Clock::now();
+    }
     const int64_t base_bytes = allocated_bytes();
     reset_peak();
     StepRecord record = executor.run_step(batch, start);
     RankStep mine;
     mine.peak_activation_bytes = peak_bytes() - base_bytes;
-    const double grad_norm = clip_grad_norm(model.params, plan.clip, transport);
-    // Every rank has the same global norm, so every rank takes the same branch.
-    if (std::isfinite(grad_norm)) {
-      model.optimizer->step();
-    } else if (!plan.skip_nonfinite) {
-      throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
+    double grad_norm = 0;
+    if (!plan.asynchronous()) {
+      grad_norm = clip_grad_norm(model.params, plan.clip, &transport);
+      // Every rank has the same global norm, so every rank takes the same branch.
+      if (std::isfinite(grad_norm)) {
+        for (auto& optimizer : model.optimizers) optimizer->step();
+      } else if (!plan.skip_nonfinite) {
+        throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
+      }
+    } else {
+      mine.grad_norm_squared = async.grad_norm_squared();
+      mine.weight_versions = async.take_most_held();
     }
     mine.seconds = seconds_since(start);
     mine.start_s = std::chrono::duration<double>(start.time_since_epoch()).count();
     mine.has_loss = record.has_loss;
     mine.loss = record.loss;
     mine.events = std::move(record.events);
-    const auto report = gather_step_report(plan, step, grad_norm, mine, transport);
+    const auto report = gather_step_report(plan, step, grad_norm, mine, transport,
+                                           plan.asynchronous() ? &unsent_reports : nullptr);
     if (report) {
       for (StepObserver* o : observers) o->on_step(*report);
     }
+    for (auto& sent : older_reports) sent.wait();
+    older_reports = std::move(unsent_reports);
+    unsent_reports.clear();
+    if (plan.asynchronous()) start = Clock::now();  // the next segment starts here
   }
+  for (auto& sent : older_reports) sent.wait();
 
   if (!plan.save_dir.empty()) {
     for (const auto& stage : model.stages) stage.save(plan.save_dir);

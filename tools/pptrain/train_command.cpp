@@ -101,7 +101,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", o.lr, "Learning rate; 0 = 0.05 for sgd, 1e-3 for adamw")
       ->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw")->capture_default_str();
-  cmd->add_option("--clip", o.clip, "Max global gradient norm; 0 = off")->capture_default_str();
+  cmd->add_option("--clip", o.clip,
+                  "Max global gradient norm; 0 = off (asynchronous schedules: each stage's own)")
+      ->capture_default_str();
+  cmd->add_option("--stages", o.stages,
+                  "With --pp 1: run the model as this many stages in one process, the reference "
+                  "an asynchronous schedule on that many ranks must match")
+      ->capture_default_str();
+  cmd->add_flag("--vertical-sync", o.vertical_sync,
+                "pipedream: every stage uses the weight version a microbatch entered with");
   cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads per process")->capture_default_str();

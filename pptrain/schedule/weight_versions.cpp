@@ -1,0 +1,70 @@
+#include "pptrain/schedule/weight_versions.h"
+
+#include <algorithm>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+const char* update_name(WeightUpdate update) {
+  switch (update) {
+    case WeightUpdate::kFlush:
+      return "flush";
+    case WeightUpdate::kPipeDream:
+      return "pipedream";
+    case WeightUpdate::kVerticalSync:
+      return "vertical-sync";
+    case WeightUpdate::kTwoBW:
+      return "2bw";
+  }
+  return "?";
+}
+
+int VersionRule::forward_version(int i, int stage) const {
+  PPTRAIN_ASSERT(i >= 0 && stage >= 0 && stage < stages && microbatches_per_step >= 1);
+  switch (update) {
+    case WeightUpdate::kFlush:
+      return i / microbatches_per_step;
+    case WeightUpdate::kPipeDream:
+      return std::max(0, i - (stages - 1 - stage));
+    case WeightUpdate::kVerticalSync:
+      return std::max(0, i - (stages - 1));
+    case WeightUpdate::kTwoBW:
+      return std::max(0, i / microbatches_per_step - 1);
+  }
+  return 0;
+}
+
+bool VersionRule::steps_after(int i) const {
+  switch (update) {
+    case WeightUpdate::kPipeDream:
+    case WeightUpdate::kVerticalSync:
+      return true;
+    case WeightUpdate::kFlush:
+    case WeightUpdate::kTwoBW:
+      return (i + 1) % microbatches_per_step == 0;
+  }
+  return false;
+}
+
+int VersionRule::oldest_needed_after(int i, int stage) const {
+  // Versions never decrease with i, and every later action is of a microbatch > i, or the
+  // forward of one not yet run (also > i in the 1F1B and one-process orders).
+  return std::min(forward_version(i + 1, stage), backward_version(i + 1, stage));
+}
+
+int VersionRule::versions_kept(int stage) const {
+  switch (update) {
+    case WeightUpdate::kFlush:
+      return 1;
+    case WeightUpdate::kPipeDream:
+      return stages - stage;
+    case WeightUpdate::kVerticalSync:
+      return stages;
+    case WeightUpdate::kTwoBW:
+      return 2;
+  }
+  return 1;
+}
+
+}  // namespace pptrain

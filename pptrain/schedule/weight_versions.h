@@ -1,0 +1,55 @@
+// Which weights an asynchronous schedule's actions use, as a rule of the microbatch number.
+//
+// A synchronous schedule steps every stage's optimizer once per mini-batch, after the flush, so
+// every action of a step uses the same weights. An asynchronous one does not flush: microbatches
+// are numbered i = 0, 1, 2, ... over the whole run, a stage steps its optimizer after the
+// backwards this rule names, and the forward and backward of microbatch i at stage s use a
+// version fixed by the rule, W_s^(k) being stage s's weights after k optimizer steps. Because
+// the rule depends on i and s only, a pipelined run and the one-process run of the same stages
+// (`--pp 1 --stages S`) compute the same numbers; timing cannot change them.
+//
+//   VersionRule rule{WeightUpdate::kPipeDream, /*stages=*/4, /*microbatches_per_step=*/8};
+//   rule.forward_version(/*microbatch=*/10, /*stage=*/0);   // 7: W_0^(10-3)
+//   rule.steps_after(10);                                   // true: every microbatch
+//   rule.versions_kept(0);                                  // 4 in the pipelined 1F1B order
+#pragma once
+
+#include <string>
+
+namespace pptrain {
+
+enum class WeightUpdate {
+  kFlush,         // synchronous: one version, a step after each mini-batch's flush
+  kPipeDream,     // PipeDream weight stashing: step after every microbatch, F and B of i use
+                  // W_s^(max(0, i-(S-1-s)))
+  kVerticalSync,  // PipeDream with vertical sync: every stage uses W_s^(max(0, i-(S-1)))
+  kTwoBW,         // PipeDream-2BW: microbatches of step k use W^(k-1); step after each
+                  // mini-batch: W^(k+1) = W^(k) - opt(grad f(W^(k-1))), W^(-1) = W^(0)
+};
+
+// "flush", "pipedream", "vertical-sync", "2bw": the name in logs and messages.
+const char* update_name(WeightUpdate update);
+
+struct VersionRule {
+  WeightUpdate update = WeightUpdate::kFlush;
+  int stages = 1;                 // S
+  int microbatches_per_step = 1;  // M: a "step" of the log is M consecutive microbatches
+
+  bool asynchronous() const { return update != WeightUpdate::kFlush; }
+  // Version (optimizer steps of `stage`) whose weights the forward / backward of global
+  // microbatch `i` uses. For kFlush: i / M, the step the microbatch belongs to.
+  int forward_version(int i, int stage) const;
+  int backward_version(int i, int stage) const { return forward_version(i, stage); }
+  // True when every stage steps its optimizer right after the backward of microbatch i (the
+  // gradients of the microbatches since its previous step, summed in microbatch order).
+  bool steps_after(int i) const;
+  // The oldest version stage `stage` still needs once microbatch i's backward (and the step
+  // after it, if any) is done: every later forward and backward uses this one or a newer one.
+  int oldest_needed_after(int i, int stage) const;
+  // The most versions stage `stage` holds at once in the pipelined 1F1B order, where its
+  // forward of microbatch i runs after max(0, i - (S-1-stage)) backwards: pipedream S - stage,
+  // vertical sync S, 2bw 2, flush 1. With 1 the stage computes on its live weights directly.
+  int versions_kept(int stage) const;
+};
+
+}  // namespace pptrain
