@@ -346,7 +346,16 @@ INSTANTIATE_TEST_SUITE_P(
                  "--pp 2 --schedule 1f1b --chunks 2 --microbatches 4 --batch-size 8", "chunks=2"},
         BadInput{"UnknownOptimizer",
                  "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --optimizer lion",
-                 "--optimizer must be sgd or adamw, got 'lion'"}),
+                 "--optimizer must be sgd or adamw, got 'lion'"},
+        BadInput{"VerticalSyncWithASyncSchedule",
+                 "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --vertical-sync",
+                 "--vertical-sync applies to --schedule pipedream only, not '1f1b'"},
+        BadInput{"TwoBWWithTooFewMicrobatches",
+                 "--pp 4 --schedule 2bw --microbatches 2 --batch-size 8",
+                 "2bw on 4 stages needs --microbatches >= 3"},
+        BadInput{"StagesWithSeveralRanks",
+                 "--pp 2 --stages 4 --schedule pipedream --microbatches 4 --batch-size 8",
+                 "--stages is for --pp 1"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 
 }  // namespace

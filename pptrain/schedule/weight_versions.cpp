@@ -67,4 +67,8 @@ int VersionRule::versions_kept(int stage) const {
   return 1;
 }
 
+bool VersionRule::fits_1f1b() const {
+  return update != WeightUpdate::kTwoBW || microbatches_per_step >= stages - 1;
+}
+
 }  // namespace pptrain

@@ -50,6 +50,9 @@ struct VersionRule {
   // forward of microbatch i runs after max(0, i - (S-1-stage)) backwards: pipedream S - stage,
   // vertical sync S, 2bw 2, flush 1. With 1 the stage computes on its live weights directly.
   int versions_kept(int stage) const;
+  // False when the pipelined 1F1B order would ask for a version before it exists: 2BW with
+  // fewer than S - 1 microbatches per step (its stage 0 would run two steps ahead).
+  bool fits_1f1b() const;
 };
 
 }  // namespace pptrain

@@ -124,6 +124,10 @@ VersionRule version_rule(const TrainOptions& options, const Schedule& schedule) 
                 "--vertical-sync applies to --schedule pipedream only, not '", options.schedule,
                 "'");
   if (options.vertical_sync) rule.update = WeightUpdate::kVerticalSync;
+  PPTRAIN_CHECK(rule.fits_1f1b(), options.schedule, " on ", rule.stages,
+                " stages needs --microbatches >= ", rule.stages - 1,
+                " (its first stage runs that many forwards ahead into the next step), got ",
+                rule.microbatches_per_step);
   return rule;
 }
 

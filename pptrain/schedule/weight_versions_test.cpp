@@ -1,0 +1,105 @@
+#include "pptrain/schedule/weight_versions.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "pptrain/schedule/generators.h"
+
+namespace pptrain {
+namespace {
+
+// Replays one rank's 1F1B list of a P-stage pipeline (stage = rank) under `rule`, as the
+// runtime does: a step after the backwards the rule names, versions needed by a later action
+// kept. Returns the most distinct versions alive at once (those still needed, and the live
+// one), and checks that every version an action asks for is still alive or is the live one.
+int replay_most_versions(const VersionRule& rule, const Schedule& schedule, int stage) {
+  int live = 0;
+  std::set<int> held;  // versions taken by a forward and still needed
+  size_t most = 1;
+  for (const Action& a : schedule.actions[stage]) {
+    if (a.op != Op::F && a.op != Op::B) continue;
+    const int v = a.op == Op::F ? rule.forward_version(a.microbatch, stage)
+                                : rule.backward_version(a.microbatch, stage);
+    EXPECT_TRUE(v == live || held.count(v)) << to_string(a) << " asks for version " << v
+                                            << ", live is " << live;
+    held.insert(v);
+    if (a.op == Op::B && rule.steps_after(a.microbatch)) {
+      const int oldest = rule.oldest_needed_after(a.microbatch, stage);
+      if (live >= oldest) held.insert(live);
+      held.erase(held.begin(), held.lower_bound(oldest));
+      ++live;
+    }
+    std::set<int> alive = held;
+    alive.insert(live);
+    most = std::max(most, alive.size());
+  }
+  return static_cast<int>(most);
+}
+
+TEST(VersionRule, PipeDreamStashesUntilTheBackward) {
+  const VersionRule rule{WeightUpdate::kPipeDream, 4, 8};
+  // Stage 0 runs 3 forwards ahead: microbatch 10 uses W_0^(7) forward and backward.
+  EXPECT_EQ(rule.forward_version(10, 0), 7);
+  EXPECT_EQ(rule.backward_version(10, 0), 7);
+  EXPECT_EQ(rule.forward_version(10, 3), 10);
+  EXPECT_EQ(rule.forward_version(1, 0), 0);
+  EXPECT_TRUE(rule.steps_after(0));
+}
+
+TEST(VersionRule, VerticalSyncUsesTheVersionAMicrobatchEnteredWith) {
+  const VersionRule rule{WeightUpdate::kVerticalSync, 4, 8};
+  for (int stage = 0; stage < 4; ++stage) EXPECT_EQ(rule.forward_version(10, stage), 7);
+}
+
+TEST(VersionRule, TwoBWUsesThePreviousStepsWeights) {
+  const VersionRule rule{WeightUpdate::kTwoBW, 4, 8};
+  EXPECT_EQ(rule.forward_version(7, 2), 0);   // step 0: W^(-1) = W^(0)
+  EXPECT_EQ(rule.forward_version(8, 2), 0);   // step 1: W^(0)
+  EXPECT_EQ(rule.forward_version(23, 0), 1);  // step 2: W^(1)
+  EXPECT_FALSE(rule.steps_after(6));
+  EXPECT_TRUE(rule.steps_after(7));
+}
+
+// The counts the documents give (PipeDream: stage s keeps S-s; vertical sync S; 2BW 2) are what
+// the 1F1B order without flush really needs, and no action asks for a version already dropped.
+TEST(VersionRule, VersionsKeptAreWhatThePipelinedOrderNeeds) {
+  for (WeightUpdate update :
+       {WeightUpdate::kPipeDream, WeightUpdate::kVerticalSync, WeightUpdate::kTwoBW}) {
+    for (int stages : {1, 2, 4, 5}) {
+      for (int m : {1, 2, 3, 4, 8}) {
+        const VersionRule rule{update, stages, m};
+        if (!rule.fits_1f1b()) continue;
+        const Schedule order = make_1f1b(stages, 4 * m);  // four steps, no flush
+        for (int s = 0; s < stages; ++s) {
+          SCOPED_TRACE(std::string(update_name(update)) + " S=" + std::to_string(stages) +
+                       " M=" + std::to_string(m) + " stage " + std::to_string(s));
+          EXPECT_EQ(replay_most_versions(rule, order, s), rule.versions_kept(s));
+        }
+      }
+    }
+  }
+}
+
+// 2BW with fewer microbatches per step than S - 1: stage 0's forwards run two steps ahead and
+// would need a version that does not exist yet (the paper asks for m >= the pipeline depth).
+TEST(VersionRule, TwoBWNeedsEnoughMicrobatchesPerStep) {
+  EXPECT_FALSE((VersionRule{WeightUpdate::kTwoBW, 4, 2}.fits_1f1b()));
+  EXPECT_TRUE((VersionRule{WeightUpdate::kTwoBW, 4, 3}.fits_1f1b()));
+  const VersionRule too_few{WeightUpdate::kTwoBW, 4, 2};
+  int asked_for_missing = 0;
+  const Schedule order = make_1f1b(4, 8);
+  for (const Action& a : order.actions[0]) {
+    if (a.op != Op::F) continue;
+    // Stage 0's forward of microbatch i runs after max(0, i - 3) backwards, and with a step
+    // every 2 microbatches the live version is then (i - 3) / 2.
+    const int live = std::max(0, a.microbatch - 3) / 2;
+    asked_for_missing += too_few.forward_version(a.microbatch, 0) > live;
+  }
+  EXPECT_GT(asked_for_missing, 0);
+}
+
+}  // namespace
+}  // namespace pptrain

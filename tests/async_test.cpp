@@ -1,0 +1,105 @@
+// End-to-end tests of the asynchronous schedules (schedule/weight_versions.h).
+//
+// Their invariant: `--pp S` equals the one-process run of the same rule, `--pp 1 --stages S`,
+// to 1e-5 relative in every loss and in the final parameters, for S = 2 and 4. And each is
+// really asynchronous: its losses leave the synchronous run's where its rule says they must.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/e2e.h"
+
+namespace pptrain {
+namespace {
+
+using namespace e2e;
+
+// The "weight_versions" of the last line of a --metrics file.
+std::vector<int> last_weight_versions(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  return nlohmann::json::parse(last).at("weight_versions").get<std::vector<int>>();
+}
+
+struct AsyncCase {
+  std::string name;      // test name
+  std::string schedule;  // --schedule and its flags
+  // weight_versions per rank at --pp 4
+  std::vector<int> versions_at_4;
+  // the first step (1-based) whose loss differs from the synchronous run's, on 2 and 4 stages
+  int first_different_at_2;
+  int first_different_at_4;
+};
+
+using Case = std::tuple<std::string, AsyncCase>;  // model kind, schedule
+
+class AsyncMatchesItsRule : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AsyncMatchesItsRule, PipelinedEqualsOneProcessAndDiffersFromSync) {
+  const auto& [kind, c] = GetParam();
+  const ModelOptions model = small_model(kind);
+  const int steps = 6;
+  TempDir dir;
+  const std::string common = model_args(model) + " --batch-size 8 --microbatches 4 --steps " +
+                             std::to_string(steps) + " --quiet";
+  const auto sync = run_train(common + " --pp 1 --schedule 1f1b --metrics " +
+                                  (dir / "sync.jsonl").string(),
+                              dir);
+  ASSERT_EQ(sync.exit_code, 0) << sync.err;
+  const auto sync_losses = read_losses(dir / "sync.jsonl");
+  for (int stages : {2, 4}) {
+    SCOPED_TRACE("--schedule " + c.schedule + " on " + std::to_string(stages) + " stages");
+    const std::string s = std::to_string(stages);
+    const auto ref = run_train(common + " --schedule " + c.schedule + " --pp 1 --stages " + s +
+                                   " --metrics " + (dir / ("ref" + s + ".jsonl")).string() +
+                                   " --save " + (dir / ("ref" + s)).string(),
+                               dir);
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    const auto run = run_train(common + " --schedule " + c.schedule + " --pp " + s +
+                                   " --metrics " + (dir / ("pp" + s + ".jsonl")).string() +
+                                   " --save " + (dir / ("pp" + s)).string(),
+                               dir);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    const auto losses = read_losses(dir / ("pp" + s + ".jsonl"));
+    expect_same_losses(losses, read_losses(dir / ("ref" + s + ".jsonl")));
+    expect_same_parameters(model, dir / ("pp" + s), dir / ("ref" + s));
+    // Not secretly synchronous: equal to the synchronous run before the rule's first stale
+    // step, different from it there.
+    ASSERT_EQ(losses.size(), sync_losses.size());
+    const int differs = stages == 2 ? c.first_different_at_2 : c.first_different_at_4;
+    for (int step = 1; step < differs; ++step) {
+      EXPECT_NEAR(losses[step - 1], sync_losses[step - 1], 1e-5 * std::abs(sync_losses[step - 1]))
+          << "step " << step;
+    }
+    EXPECT_GT(std::abs(losses[differs - 1] - sync_losses[differs - 1]),
+              1e-4 * std::abs(sync_losses[differs - 1]))
+        << "step " << differs << " equals the synchronous run's";
+    if (stages == 4) {
+      EXPECT_EQ(last_weight_versions(dir / "pp4.jsonl"), c.versions_at_4);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, AsyncMatchesItsRule,
+    ::testing::Combine(
+        ::testing::Values("gpt", "mlp"),
+        ::testing::Values(
+            // A step after every microbatch: the last stage runs microbatch 1 on W^(1).
+            AsyncCase{"pipedream", "pipedream", {4, 3, 2, 1}, 1, 1},
+            // Microbatch i runs on W^(max(0, i-(S-1))): with 2 stages microbatch 2 of step 1
+            // already runs on W^(1); with 4 stages all of step 1 (microbatches 0-3) on W^(0).
+            AsyncCase{"vertical_sync", "pipedream --vertical-sync", {4, 4, 4, 4}, 1, 2},
+            // Step k's gradients are taken on W^(k-1), W^(-1) = W^(0): step 1 is synchronous.
+            AsyncCase{"twobw", "2bw", {2, 2, 2, 2}, 2, 2})),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+    });
+
+}  // namespace
+}  // namespace pptrain
