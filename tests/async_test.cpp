@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -36,6 +37,11 @@ struct AsyncCase {
   int first_different_at_4;
 };
 
+// What gtest prints for a case: its flags, not its bytes.
+void PrintTo(const AsyncCase& c, std::ostream* out) {
+  *out << c.schedule;
+}
+
 using Case = std::tuple<std::string, AsyncCase>;  // model kind, schedule
 
 class AsyncMatchesItsRule : public ::testing::TestWithParam<Case> {};
@@ -47,9 +53,8 @@ TEST_P(AsyncMatchesItsRule, PipelinedEqualsOneProcessAndDiffersFromSync) {
   TempDir dir;
   const std::string common = model_args(model) + " --batch-size 8 --microbatches 4 --steps " +
                              std::to_string(steps) + " --quiet";
-  const auto sync = run_train(common + " --pp 1 --schedule 1f1b --metrics " +
-                                  (dir / "sync.jsonl").string(),
-                              dir);
+  const auto sync =
+      run_train(common + " --pp 1 --schedule 1f1b --metrics " + (dir / "sync.jsonl").string(), dir);
   ASSERT_EQ(sync.exit_code, 0) << sync.err;
   const auto sync_losses = read_losses(dir / "sync.jsonl");
   for (int stages : {2, 4}) {
@@ -60,9 +65,9 @@ TEST_P(AsyncMatchesItsRule, PipelinedEqualsOneProcessAndDiffersFromSync) {
                                    " --save " + (dir / ("ref" + s)).string(),
                                dir);
     ASSERT_EQ(ref.exit_code, 0) << ref.err;
-    const auto run = run_train(common + " --schedule " + c.schedule + " --pp " + s +
-                                   " --metrics " + (dir / ("pp" + s + ".jsonl")).string() +
-                                   " --save " + (dir / ("pp" + s)).string(),
+    const auto run = run_train(common + " --schedule " + c.schedule + " --pp " + s + " --metrics " +
+                                   (dir / ("pp" + s + ".jsonl")).string() + " --save " +
+                                   (dir / ("pp" + s)).string(),
                                dir);
     ASSERT_EQ(run.exit_code, 0) << run.err;
     const auto losses = read_losses(dir / ("pp" + s + ".jsonl"));

@@ -84,7 +84,8 @@ if [ -x "$runtime" ]; then
     [ -n "$listed" ] && [ "$listed" = "$own" ] \
       || fail "pptrain --help lists $command as '$listed', pptrain-runtime as '$own'"
   done
-  "$pptrain" train --help | grep -q -- "--microbatches" || fail "pptrain train --help lacks the train flags"
+  train_help=$("$pptrain" train --help)
+  grep -q -- "--microbatches" <<<"$train_help" || fail "pptrain train --help lacks the train flags"
   expect_error "runtime flag error" "--model is required" "$pptrain" train
   grep -q '^LibTorch none$' <<<"$version" && fail "--version says no LibTorch, but the runtime is built"
 else

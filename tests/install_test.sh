@@ -20,7 +20,8 @@ fi
 
 # The installed pptrain finds the installed pptrain-runtime beside it.
 if [[ -x "$work/prefix/bin/pptrain-runtime" ]]; then
-  "$work/prefix/bin/pptrain" train --help | grep -q -- --microbatches \
+  help=$("$work/prefix/bin/pptrain" train --help)
+  grep -q -- --microbatches <<<"$help" \
     || { echo "FAIL: the installed pptrain does not run the installed pptrain-runtime"; exit 1; }
 fi
 

@@ -8,9 +8,9 @@
 // to a pool when no later action needs them; a backward's gradients go from its snapshot into
 // the live weights' .grad. With one version the stage computes on the live weights directly.
 //
-//   StageVersions versions(&stage, [&] { return make_stage(model, 2, range); }, /*snapshots=*/true);
-//   Stage& w = versions.weights(rule.forward_version(i, 2));   // forward and backward on w
-//   versions.gradients_to_live(rule.backward_version(i, 2));
+//   StageVersions versions(&stage, [&] { return make_stage(model, 2, range); },
+//   /*snapshots=*/true); Stage& w = versions.weights(rule.forward_version(i, 2));   // forward and
+//   backward on w versions.gradients_to_live(rule.backward_version(i, 2));
 //   versions.release_older_than(rule.oldest_needed_after(i, 2));
 //   optimizer.step(); versions.stepped();
 #pragma once

@@ -23,8 +23,8 @@ int replay_most_versions(const VersionRule& rule, const Schedule& schedule, int 
     if (a.op != Op::F && a.op != Op::B) continue;
     const int v = a.op == Op::F ? rule.forward_version(a.microbatch, stage)
                                 : rule.backward_version(a.microbatch, stage);
-    EXPECT_TRUE(v == live || held.count(v)) << to_string(a) << " asks for version " << v
-                                            << ", live is " << live;
+    EXPECT_TRUE(v == live || held.count(v))
+        << to_string(a) << " asks for version " << v << ", live is " << live;
     held.insert(v);
     if (a.op == Op::B && rule.steps_after(a.microbatch)) {
       const int oldest = rule.oldest_needed_after(a.microbatch, stage);

@@ -147,6 +147,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   std::string what;
   const Schedule schedule = requested_schedule(options, what);
   const VersionRule rule = version_rule(options, schedule);
+  PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
+                "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);
   PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
                 options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,

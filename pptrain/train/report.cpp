@@ -11,7 +11,7 @@ namespace {
 
 // has_loss, loss, peak bytes, seconds, event count, start_s, grad_norm_squared, weight_versions
 constexpr int kHeaderFields = 8;
-constexpr int kEventFields = 5;   // op, stage, microbatch, start, end
+constexpr int kEventFields = 5;  // op, stage, microbatch, start, end
 
 // Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
 // events); rank 0 returns all of them in rank order, the others an empty list.

@@ -35,13 +35,13 @@ struct RankStep {
 };
 
 struct StepReport {
-  int step = 0;                                // 1-based
-  int steps = 0;                               // of the run
-  double loss = 0;                             // mean over the mini-batch
-  double grad_norm = 0;  // global, before clipping (asynchronous: of each stage's latest step)
-  double step_seconds = 0;                     // the slowest rank's
-  double samples_per_s = 0;                    // batch_size / step_seconds
-  double tokens_per_s = 0;                     // samples_per_s x tokens per sample
+  int step = 0;              // 1-based
+  int steps = 0;             // of the run
+  double loss = 0;           // mean over the mini-batch
+  double grad_norm = 0;      // global, before clipping (asynchronous: of each stage's latest step)
+  double step_seconds = 0;   // the slowest rank's
+  double samples_per_s = 0;  // batch_size / step_seconds
+  double tokens_per_s = 0;   // samples_per_s x tokens per sample
   std::vector<double> rank_seconds;            // [rank]
   std::vector<int64_t> peak_activation_bytes;  // [rank]
   std::vector<int> weight_versions;            // [rank]: most versions held at once

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <utility>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/compute_threads.h"
@@ -106,8 +106,8 @@ class RankData {
 };
 
 // Gradient norm over every stage's parameters (with a transport, one all-reduce of the squared
-// norm, summed in float64, makes it global), then scaling to max_norm as torch.nn.utils.clip_grad_norm_ does. Returns the norm
-// before clipping.
+// norm, summed in float64, makes it global), then scaling to max_norm as
+// torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                       Transport* transport) {
   torch::NoGradGuard no_grad;
@@ -164,7 +164,8 @@ class AsyncUpdates {
 
   Stage& weights(int stage, int mb, bool backward) {
     const VersionRule& rule = plan_.weights;
-    const int version = backward ? rule.backward_version(mb, stage) : rule.forward_version(mb, stage);
+    const int version =
+        backward ? rule.backward_version(mb, stage) : rule.forward_version(mb, stage);
     StageVersions& versions = model_.versions[model_.local.at(stage)];
     Stage& weights = versions.weights(version);
     most_held_ = std::max(most_held_, versions.held());
@@ -188,9 +189,8 @@ class AsyncUpdates {
       model_.optimizers[l]->step();
     } else if (!plan_.skip_nonfinite) {
       throw std::runtime_error("step " + std::to_string(mb / rule.microbatches_per_step + 1) +
-                               ": the gradient norm of stage " + std::to_string(stage) +
-                               " is " + std::to_string(norm) + " after microbatch " +
-                               std::to_string(mb) +
+                               ": the gradient norm of stage " + std::to_string(stage) + " is " +
+                               std::to_string(norm) + " after microbatch " + std::to_string(mb) +
                                "; stopped before its optimizer step (a smaller --lr may help; "
                                "--skip-nonfinite skips such steps instead)");
     }
