@@ -58,6 +58,20 @@ sed 's/"schedule":"[^"]*",//' "$work/b.json" >"$work/b2.json"
 cmp -s "$work/a2.json" "$work/b2.json" || fail "export/import changed the simulation: $(cat "$work/a.json") vs $(cat "$work/b.json")"
 
 # Bad input.
+# An asynchronous schedule: --steps mini-batches in one run, no flush, and each rank's versions.
+json=$("$pptrain" schedule --schedule pipedream --pp 4 --microbatches 8 --steps 3 --json)
+grep -q '"microbatches":24' <<<"$json" || fail "pipedream --steps 3 is not one run of 24 microbatches: $json"
+grep -q '"weight_update":"pipedream"' <<<"$json" || fail "schedule --json lacks the weight update: $json"
+grep -q '"weight_versions":4}.*"weight_versions":3}.*"weight_versions":2}.*"weight_versions":1}' <<<"$json" \
+  || fail "pipedream on 4 ranks does not keep 4,3,2,1 versions: $json"
+json=$("$pptrain" schedule --schedule pipedream --vertical-sync --pp 4 --microbatches 8 --json)
+[[ $(grep -o '"weight_versions":4' <<<"$json" | wc -l) == 4 ]] \
+  || fail "vertical sync on 4 ranks does not keep 4 versions everywhere: $json"
+expect_error "vertical sync on 1f1b" "--vertical-sync applies to --schedule pipedream only" \
+  "$pptrain" schedule --schedule 1f1b --vertical-sync --pp 2 --microbatches 2
+expect_error "2bw with too few microbatches" "needs --microbatches >= 3" \
+  "$pptrain" schedule --schedule 2bw --pp 4 --microbatches 2
+
 expect_error "unknown schedule" "unknown schedule 'nope'" "$pptrain" schedule --schedule nope --pp 2 --microbatches 2
 expect_error "zero microbatches" "microbatches" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 0
 printf '0F0,1F0\n0B0\n' >"$work/bad.csv"

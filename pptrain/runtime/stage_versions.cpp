@@ -39,17 +39,13 @@ void StageVersions::gradients_to_live(int version) {
   if (!snapshots_) return;
   auto found = versions_.find(version);
   PPTRAIN_ASSERT(found != versions_.end(), "stage ", live_->index(), " has no version ", version);
-  torch::NoGradGuard no_grad;
   const auto from = found->second.parameters();
   const auto to = live_->parameters();
   for (size_t p = 0; p < from.size(); ++p) {
     if (!from[p].grad().defined()) continue;
-    if (to[p].grad().defined()) {
-      to[p].mutable_grad().add_(from[p].grad());
-    } else {
-      to[p].mutable_grad() = from[p].grad().clone();
-    }
-    from[p].mutable_grad().zero_();
+    torch::Tensor summed = from[p].grad();
+    from[p].mutable_grad() = to[p].grad().defined() ? to[p].grad() : torch::zeros_like(summed);
+    to[p].mutable_grad() = summed;
   }
 }
 

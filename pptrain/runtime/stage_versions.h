@@ -6,7 +6,7 @@
 // graphs of older versions still wait for their backward (autograd rejects a saved tensor that
 // changed). Snapshots are taken of the live weights when a version is first used and given back
 // to a pool when no later action needs them; a backward's gradients go from its snapshot into
-// the live weights' .grad. With one version the stage computes on the live weights directly.
+// the live weights' .grad before the optimizer steps. With one version the stage computes on the live weights directly.
 //
 //   StageVersions versions(&stage, [&] { return make_stage(model, 2, range); },
 //   /*snapshots=*/true); Stage& w = versions.weights(rule.forward_version(i, 2));   // forward and
@@ -31,8 +31,9 @@ class StageVersions {
   // The stage holding `version`: the live one, or its snapshot (taken now if `version` is the
   // live version; InternalError for a version that is neither held nor live).
   Stage& weights(int version);
-  // Adds the gradients a backward left on `version`'s snapshot to the live weights' .grad and
-  // zeroes the snapshot's (nothing to do without snapshots).
+  // Moves the gradients the backwards left on `version`'s snapshot to the live weights, whose
+  // gradients must be zero (they are between optimizer steps); the snapshot gets those zeros.
+  // A swap of tensors, no copy. Nothing to do without snapshots.
   void gradients_to_live(int version);
   // Gives back the snapshots of versions older than `version`.
   void release_older_than(int version);

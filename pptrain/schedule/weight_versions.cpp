@@ -67,6 +67,16 @@ int VersionRule::versions_kept(int stage) const {
   return 1;
 }
 
+std::vector<int> weight_versions_per_rank(const VersionRule& rule,
+                                          const std::vector<int>& stage_to_rank, int num_ranks) {
+  std::vector<int> most(num_ranks, 1);
+  for (size_t s = 0; s < stage_to_rank.size(); ++s) {
+    int& r = most[stage_to_rank[s]];
+    r = std::max(r, rule.versions_kept(static_cast<int>(s)));
+  }
+  return most;
+}
+
 bool VersionRule::fits_1f1b() const {
   return update != WeightUpdate::kTwoBW || microbatches_per_step >= stages - 1;
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace pptrain {
 
@@ -54,5 +55,10 @@ struct VersionRule {
   // fewer than S - 1 microbatches per step (its stage 0 would run two steps ahead).
   bool fits_1f1b() const;
 };
+
+// Per rank of `placement` (stage -> rank), the most versions one of its stages keeps in the
+// pipelined order: what a run's `weight_versions` metric should show.
+std::vector<int> weight_versions_per_rank(const VersionRule& rule,
+                                          const std::vector<int>& stage_to_rank, int num_ranks);
 
 }  // namespace pptrain

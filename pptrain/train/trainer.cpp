@@ -111,10 +111,15 @@ class RankData {
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
                       Transport* transport) {
   torch::NoGradGuard no_grad;
-  auto squared = torch::zeros({1}, torch::kFloat64);
+  // Each tensor's norm without a temporary copy of its gradient (an asynchronous schedule takes
+  // this after every microbatch), their squares summed in float64.
+  double local = 0;
   for (const auto& p : params) {
-    if (p.grad().defined()) squared += p.grad().to(torch::kFloat64).pow(2).sum();
+    if (!p.grad().defined()) continue;
+    const double norm = p.grad().norm().item<double>();
+    local += norm * norm;
   }
+  auto squared = torch::full({1}, local, torch::kFloat64);
   if (transport) transport->allreduce_sum(squared);
   const double norm = std::sqrt(squared.item<double>());
   if (max_norm > 0) {
@@ -154,10 +159,11 @@ std::string nonfinite_message(const TrainingPlan& plan, int step, double grad_no
          "--skip-nonfinite skips such steps instead)";
 }
 
-// The optimizer steps of an asynchronous schedule, run by the executor after each backward:
-// the backward's gradients go to the live weights; when the rule says so, the stage clips its
-// own gradient norm (no other stage has finished the same step), steps, and keeps or frees
-// versions as the rule needs them.
+// The optimizer steps of an asynchronous schedule, run by the executor after each backward.
+// When the rule says the stage steps, the gradients summed on the version the backwards since
+// its last step used (one version: every rule has a step's backwards on one) go to the live
+// weights, the stage clips its own gradient norm (no other stage has finished the same step),
+// steps, and keeps or frees versions as the rule needs them.
 class AsyncUpdates {
  public:
   AsyncUpdates(const TrainingPlan& plan, RankModel& model) : plan_(plan), model_(model) {}
@@ -176,8 +182,13 @@ class AsyncUpdates {
     const VersionRule& rule = plan_.weights;
     const int l = model_.local.at(stage);
     StageVersions& versions = model_.versions[l];
-    versions.gradients_to_live(rule.backward_version(mb, stage));
+    const int version = rule.backward_version(mb, stage);
+    auto [pending, fresh] = pending_version_.emplace(stage, version);
+    PPTRAIN_ASSERT(fresh || pending->second == version, "stage ", stage,
+                   " summed gradients of versions ", pending->second, " and ", version);
     if (!rule.steps_after(mb)) return;
+    pending_version_.erase(stage);
+    versions.gradients_to_live(version);
     const int oldest = rule.oldest_needed_after(mb, stage);
     if (versions.live_version() >= oldest) versions.weights(versions.live_version());
     most_held_ = std::max(most_held_, versions.held());
@@ -212,6 +223,7 @@ class AsyncUpdates {
   const TrainingPlan& plan_;
   RankModel& model_;
   std::map<int, double> latest_squared_;
+  std::map<int, int> pending_version_;  // stage -> version of its backwards since its last step
   int most_held_ = 1;
 };
 

@@ -20,6 +20,7 @@
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
+#include "pptrain/schedule/weight_versions.h"
 #include "pptrain/sim/simulator.h"
 #include "tools/pptrain/commands.h"
 
@@ -40,6 +41,8 @@ struct ScheduleArgs {
   bool grid = false;
   bool json = false;
   bool list = false;
+  int steps = 3;               // an asynchronous schedule: steps of M microbatches, no flush
+  bool vertical_sync = false;  // pipedream's vertical sync
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
 };
@@ -71,6 +74,22 @@ Schedule import_schedule(const ScheduleArgs& args) {
   return s;
 }
 
+// The weight rule of the schedule shown: a registry entry's (and --vertical-sync), or kFlush for
+// an imported file.
+VersionRule version_rule(const ScheduleArgs& args, const Schedule& s) {
+  VersionRule rule;
+  rule.stages = s.num_stages;
+  rule.microbatches_per_step = args.microbatches_given ? args.microbatches : s.num_microbatches;
+  if (!args.schedule.empty()) rule.update = find_schedule(args.schedule).update;
+  PPTRAIN_CHECK(!args.vertical_sync || rule.update == WeightUpdate::kPipeDream,
+                "--vertical-sync applies to --schedule pipedream only");
+  if (args.vertical_sync) rule.update = WeightUpdate::kVerticalSync;
+  PPTRAIN_CHECK(rule.fits_1f1b(), args.schedule, " on ", rule.stages,
+                " stages needs --microbatches >= ", rule.stages - 1, ", got ",
+                rule.microbatches_per_step);
+  return rule;
+}
+
 Schedule generate_schedule(const ScheduleArgs& args) {
   PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
                 ") or --import FILE.csv is required");
@@ -81,10 +100,15 @@ Schedule generate_schedule(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.microbatches >= 1, "--microbatches must be >= 1, got ", args.microbatches);
   PPTRAIN_CHECK(args.chunks >= 0, "--chunks must be >= 1 (or 0 for the schedule's default), got ",
                 args.chunks);
+  PPTRAIN_CHECK(args.steps >= 1 && args.steps <= 1000, "--steps must be 1 .. 1000, got ",
+                args.steps);
   ScheduleOptions options;
   options.name = args.schedule;
   options.ranks = args.pp;
-  options.microbatches = args.microbatches;
+  // An asynchronous schedule never flushes: show `steps` mini-batches in one list, so the
+  // steady state across step boundaries is what the simulator and the pictures show.
+  const bool asynchronous = find_schedule(args.schedule).update != WeightUpdate::kFlush;
+  options.microbatches = asynchronous ? args.steps * args.microbatches : args.microbatches;
   options.chunks = args.chunks;
   return make_schedule(options);
 }
@@ -95,8 +119,15 @@ std::string percent(double ratio) {
   return buffer;
 }
 
-void print_summary(const Schedule& s, const CostModel& cost, const SimResult& result) {
+void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& cost,
+                   const SimResult& result) {
+  const auto versions = weight_versions_per_rank(rule, s.stage_to_rank, s.num_ranks);
   std::printf("schedule      %s\n", s.name.c_str());
+  if (rule.asynchronous()) {
+    std::printf("weights       %s, no flush: %d steps of %d microbatches in one run\n",
+                update_name(rule.update), s.num_microbatches / rule.microbatches_per_step,
+                rule.microbatches_per_step);
+  }
   std::printf("ranks (P)     %d\n", s.num_ranks);
   std::printf("chunks (V)    %d\n", s.chunks());
   std::printf("microbatches  %d\n", s.num_microbatches);
@@ -104,15 +135,20 @@ void print_summary(const Schedule& s, const CostModel& cost, const SimResult& re
   std::printf("makespan      %g\n", result.makespan);
   std::printf("bubble ratio  %.4f (%s)\n", result.bubble_ratio,
               percent(result.bubble_ratio).c_str());
-  std::printf("\nrank  %10s  %10s  %16s\n", "busy", "idle", "peak activations");
+  std::printf("\nrank  %10s  %10s  %16s  %15s\n", "busy", "idle", "peak activations",
+              "weight versions");
   for (const auto& r : result.ranks) {
-    std::printf("%4d  %10g  %10g  %16g\n", r.rank, r.busy, r.idle, r.peak_activations);
+    std::printf("%4d  %10g  %10g  %16g  %15d\n", r.rank, r.busy, r.idle, r.peak_activations,
+                versions[r.rank]);
   }
 }
 
-nlohmann::ordered_json summary_json(const Schedule& s, const SimResult& result) {
+nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
+                                    const SimResult& result) {
+  const auto versions = weight_versions_per_rank(rule, s.stage_to_rank, s.num_ranks);
   nlohmann::ordered_json out;
   out["schedule"] = s.name;
+  out["weight_update"] = update_name(rule.update);
   out["pp"] = s.num_ranks;
   out["chunks"] = s.chunks();
   out["microbatches"] = s.num_microbatches;
@@ -125,6 +161,7 @@ nlohmann::ordered_json summary_json(const Schedule& s, const SimResult& result) 
     rank["busy"] = r.busy;
     rank["idle"] = r.idle;
     rank["peak_activations"] = r.peak_activations;
+    rank["weight_versions"] = versions[r.rank];
     out["ranks"].push_back(std::move(rank));
   }
   return out;
@@ -146,6 +183,7 @@ void run_schedule_command(const ScheduleArgs& args) {
       args.import_path.empty() ? generate_schedule(args) : import_schedule(args);
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).
+  const VersionRule rule = version_rule(args, schedule);
   const ValidatedSchedule validated = validate(schedule);
   const Schedule& lowered = *validated;
   SimResult result = simulate(validated, cost);
@@ -175,9 +213,9 @@ void run_schedule_command(const ScheduleArgs& args) {
     write_text_file(args.trace_path, render_chrome_trace(result.timeline), "--trace file");
   }
   if (args.json) {
-    std::cout << summary_json(schedule, result).dump() << std::endl;
+    std::cout << summary_json(schedule, rule, result).dump() << std::endl;
   } else {
-    print_summary(schedule, cost, result);
+    print_summary(schedule, rule, cost, result);
   }
 }
 
@@ -209,6 +247,11 @@ void add_schedule_command(CLI::App& app) {
                   "Write the simulated timeline as Chrome trace JSON (1 cost unit = 1 ms)");
   cmd->add_flag("--grid", args->grid, "Print the schedule as a text grid");
   cmd->add_flag("--json", args->json, "Print the summary as one JSON object");
+  cmd->add_option("--steps", args->steps,
+                  "Asynchronous schedules: mini-batches shown in one run (no flush between them)")
+      ->capture_default_str();
+  cmd->add_flag("--vertical-sync", args->vertical_sync,
+                "pipedream: every stage uses the version a microbatch entered with");
   cmd->callback([args, pp, microbatches, chunks] {
     args->pp_given = pp->count() > 0;
     args->microbatches_given = microbatches->count() > 0;
