@@ -7,12 +7,13 @@
 # steps) and its ratio to 1f1b's, and writes the loss curves as an SVG.
 #
 #   bench/async_convergence.sh [path/to/pptrain] [out.svg]
-#   STEPS=300 LR=0.05 bench/async_convergence.sh build/tools/pptrain/pptrain docs/images/async-convergence.svg
+#   STEPS=300 OPTIMIZER=adamw LR=1e-3 bench/async_convergence.sh build/tools/pptrain/pptrain docs/images/async-convergence.svg
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PPTRAIN=${1:-build/tools/pptrain/pptrain}
 SVG=${2:-async-convergence.svg}
 STEPS=${STEPS:-300}
+OPTIMIZER=${OPTIMIZER:-sgd}
 LR=${LR:-0.05}
 PP=${PP:-1}
 MODEL=${MODEL:-"--model gpt --layers 4 --d-model 128 --heads 4 --seq-len 64 --batch-size 16 --microbatches 8 --data default"}
@@ -26,10 +27,10 @@ placement="--pp 1 --stages 4"
 names=(1f1b pipedream vertical-sync 2bw)
 flags=("--schedule 1f1b" "--schedule pipedream" "--schedule pipedream --vertical-sync" "--schedule 2bw")
 for i in "${!names[@]}"; do
-  "$PPTRAIN" train $MODEL $placement ${flags[$i]} --lr "$LR" --steps "$STEPS" --quiet \
+  "$PPTRAIN" train $MODEL $placement ${flags[$i]} --optimizer "$OPTIMIZER" --lr "$LR" --steps "$STEPS" --quiet \
     --metrics "$work/${names[$i]}.jsonl" >/dev/null
 done
-echo "$STEPS steps, --lr $LR, $placement; $MODEL"
+echo "$STEPS steps, --optimizer $OPTIMIZER --lr $LR, $placement; $MODEL"
 python3 - "$SVG" "$work" "${names[@]}" <<'PY'
 import json, sys
 svg_path, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]

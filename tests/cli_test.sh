@@ -72,6 +72,14 @@ expect_error "vertical sync on 1f1b" "--vertical-sync applies to --schedule pipe
 expect_error "2bw with too few microbatches" "needs --microbatches >= 3" \
   "$pptrain" schedule --schedule 2bw --pp 4 --microbatches 2
 
+# Limits, checked before any memory is spent (each used to take gigabytes or run unbounded).
+expect_error "too many ranks" "--pp 5000000 is more than the 1024 ranks" \
+  "$pptrain" schedule --schedule 1f1b --pp 5000000 --microbatches 8
+expect_error "too many microbatches" "stage-microbatches, more than the 1048576" \
+  "$pptrain" schedule --schedule zb-v --pp 8 --microbatches 100000
+expect_error "too many partition workers" "more than 1024 workers" \
+  "$pptrain" partition --profile "$(dirname "$0")/../data/pipedream/resnet50/graph.txt" --method pipedream --workers 100000
+
 expect_error "unknown schedule" "unknown schedule 'nope'" "$pptrain" schedule --schedule nope --pp 2 --microbatches 2
 expect_error "zero microbatches" "microbatches" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 0
 printf '0F0,1F0\n0B0\n' >"$work/bad.csv"

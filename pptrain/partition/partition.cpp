@@ -295,6 +295,8 @@ void check_partition_method(const std::string& method) {
 Partition make_partition(const Profile& profile, const PartitionOptions& options) {
   const int L = static_cast<int>(profile.layers.size());
   PPTRAIN_CHECK(L > 0, profile.source, ": the profile has no layers");
+  PPTRAIN_CHECK(L <= kMaxProfileLayers, profile.source, ": ", L, " layers, more than the ",
+                kMaxProfileLayers, " the partitioners take");
   LayerSums sums(profile);
   const std::string& method = options.method;
   check_partition_method(method);
@@ -307,6 +309,16 @@ Partition make_partition(const Profile& profile, const PartitionOptions& options
       PPTRAIN_CHECK(level.bandwidth_bytes_per_s > 0, "a level needs a bandwidth > 0 bytes/s, got ",
                     level.bandwidth_bytes_per_s);
     }
+    long long workers = 1;
+    for (const Level& level : options.levels) {
+      workers *= level.workers;
+      PPTRAIN_CHECK(workers <= kMaxPartitionWorkers, "pipedream: more than ", kMaxPartitionWorkers,
+                    " workers (the levels multiply to ", workers,
+                    " so far); the partitioner takes at most that many");
+    }
+    PPTRAIN_CHECK(workers * L <= kMaxPipeDreamLayerWorkers, "pipedream: ", L, " layers x ", workers,
+                  " workers is more than the ", kMaxPipeDreamLayerWorkers,
+                  " its dynamic program plans in seconds");
     PPTRAIN_CHECK(options.memory_limit_bytes >= 0, "memory limit must be >= 0 bytes, got ",
                   options.memory_limit_bytes);
     return PipeDreamPlanner(sums, options.levels, options.memory_limit_bytes).plan();
@@ -314,6 +326,8 @@ Partition make_partition(const Profile& profile, const PartitionOptions& options
 
   const int P = options.stages;
   PPTRAIN_CHECK(P >= 1, method, " needs a number of stages >= 1, got ", P);
+  PPTRAIN_CHECK(P <= kMaxPartitionWorkers, method, ": ", P, " stages, more than the ",
+                kMaxPartitionWorkers, " the partitioners take");
   PPTRAIN_CHECK(P <= L, "cannot cut ", L, " layers into ", P,
                 " stages: each stage needs at least one layer");
   PPTRAIN_CHECK(options.memory_limit_bytes == 0,

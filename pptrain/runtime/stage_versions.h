@@ -6,7 +6,8 @@
 // graphs of older versions still wait for their backward (autograd rejects a saved tensor that
 // changed). Snapshots are taken of the live weights when a version is first used and given back
 // to a pool when no later action needs them; a backward's gradients go from its snapshot into
-// the live weights' .grad before the optimizer steps. With one version the stage computes on the live weights directly.
+// the live weights' .grad before the optimizer steps. With one version the stage computes on the
+// live weights directly.
 //
 //   StageVersions versions(&stage, [&] { return make_stage(model, 2, range); },
 //   /*snapshots=*/true); Stage& w = versions.weights(rule.forward_version(i, 2));   // forward and

@@ -128,9 +128,21 @@ int resolve_chunks(const ScheduleEntry& entry, int requested) {
   return chunks;
 }
 
+void check_schedule_size(int ranks, int chunks, long long microbatches,
+                         const std::string& microbatches_flag) {
+  PPTRAIN_CHECK(ranks <= kMaxRanks, "--pp ", ranks, " is more than the ", kMaxRanks,
+                " ranks pptrain plans for");
+  const long long pairs = static_cast<long long>(ranks) * chunks * microbatches;
+  PPTRAIN_CHECK(pairs <= kMaxStageMicrobatches, microbatches_flag, " ", microbatches, " on ",
+                ranks * chunks, " stages makes ", pairs, " stage-microbatches, more than the ",
+                kMaxStageMicrobatches, " pptrain plans in one schedule");
+}
+
 Schedule make_schedule(const ScheduleOptions& o) {
   const ScheduleEntry& entry = find_schedule(o.name);
-  return entry.make(o.ranks, o.microbatches, resolve_chunks(entry, o.chunks));
+  const int chunks = resolve_chunks(entry, o.chunks);
+  check_schedule_size(o.ranks, chunks, o.microbatches);
+  return entry.make(o.ranks, o.microbatches, chunks);
 }
 
 }  // namespace pptrain

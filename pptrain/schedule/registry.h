@@ -56,6 +56,17 @@ std::string schedule_table_markdown();
 // the entry's range if it does not run that many.
 int resolve_chunks(const ScheduleEntry& entry, int requested);
 
+// The largest schedules pptrain plans: more would take gigabytes before anything useful
+// happens. One list holds at most kMaxStageMicrobatches (stage, microbatch) pairs, each a few
+// actions (an asynchronous run counts every step's microbatches).
+constexpr int kMaxRanks = 1024;
+constexpr long long kMaxStageMicrobatches = 1 << 20;
+
+// UserError (one line, naming the flags) when P ranks x V chunks x M microbatches is beyond the
+// limits above. `microbatches_flag` names what M came from in the message.
+void check_schedule_size(int ranks, int chunks, long long microbatches,
+                         const std::string& microbatches_flag = "--microbatches");
+
 // Builds the named schedule: resolves chunks (0 = default), checks it against the entry, then
 // calls its generator. UserError naming the bad value for an unknown name or impossible
 // parameters (P < 1, M < 1, chunks out of range, the generator's own conditions).

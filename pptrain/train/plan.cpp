@@ -99,15 +99,16 @@ Schedule requested_schedule(const TrainOptions& options, std::string& what) {
   const int chunks = resolve_chunks(entry, options.chunks);
   const bool asynchronous = entry.update != WeightUpdate::kFlush;
   // No flush: one list over the whole run, its microbatches numbered across steps.
-  const int run_microbatches = asynchronous ? options.steps * M : M;
-  PPTRAIN_CHECK(!asynchronous || run_microbatches / options.steps == M,
-                "--steps x --microbatches is too large for an asynchronous schedule");
+  const long long run_microbatches = asynchronous ? 1LL * options.steps * M : M;
+  check_schedule_size(
+      options.pp, options.pp == 1 ? std::max(options.stages, 1) : chunks, run_microbatches,
+      asynchronous ? "--steps x --microbatches (no flush: one schedule)" : "--microbatches");
   if (options.pp == 1) {
     if (!asynchronous && options.stages <= 1) return single_stage_schedule(options.schedule, M);
-    return serial_schedule(options.schedule, std::max(options.stages, 1), run_microbatches,
-                           !asynchronous);
+    return serial_schedule(options.schedule, std::max(options.stages, 1),
+                           static_cast<int>(run_microbatches), !asynchronous);
   }
-  return entry.make(options.pp, run_microbatches, chunks);
+  return entry.make(options.pp, static_cast<int>(run_microbatches), chunks);
 }
 
 // The weight rule of the schedule the flags ask for.
