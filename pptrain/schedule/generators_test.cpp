@@ -174,8 +174,8 @@ TEST(Generators, BadOptionsAreUserErrors) {
   expect_user_error({"interleaved-1f1b", 2, 4, 1}, "needs chunks >= 2");
   expect_user_error({"interleaved-1f1b", 4, 6}, "multiple of ranks");
   expect_user_error({"interleaved-1f1b", 4, 2}, "microbatches=2 with ranks=4");
-  expect_user_error({"1f1b", 100000, 1000}, "is too large");
-  expect_user_error({"interleaved-1f1b", 2, 2, 1000000000}, "is too large");
+  expect_user_error({"1f1b", 100000, 1000}, "more than the 1024 ranks");
+  expect_user_error({"interleaved-1f1b", 2, 2, 1000000000}, "stage-microbatches, more than");
   // Explicit defaults are accepted.
   EXPECT_NO_THROW(make_schedule({"1f1b", 2, 4, 1}));
   EXPECT_NO_THROW(make_schedule({"zb-v", 2, 4, 2}));

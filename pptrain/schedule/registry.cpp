@@ -134,8 +134,9 @@ void check_schedule_size(int ranks, int chunks, long long microbatches,
                 " ranks pptrain plans for");
   const long long pairs = static_cast<long long>(ranks) * chunks * microbatches;
   PPTRAIN_CHECK(pairs <= kMaxStageMicrobatches, microbatches_flag, " ", microbatches, " on ",
-                ranks * chunks, " stages makes ", pairs, " stage-microbatches, more than the ",
-                kMaxStageMicrobatches, " pptrain plans in one schedule");
+                static_cast<long long>(ranks) * chunks, " stages makes ", pairs,
+                " stage-microbatches, more than the ", kMaxStageMicrobatches,
+                " pptrain plans in one schedule");
 }
 
 Schedule make_schedule(const ScheduleOptions& o) {
