@@ -139,6 +139,22 @@ void check_schedule_size(int ranks, int chunks, long long microbatches,
                 " pptrain plans in one schedule");
 }
 
+VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
+                            int microbatches) {
+  VersionRule rule;
+  rule.stages = stages;
+  rule.microbatches_per_step = microbatches;
+  if (!name.empty()) rule.update = find_schedule(name).update;
+  PPTRAIN_CHECK(!vertical_sync || rule.update == WeightUpdate::kPipeDream,
+                "--vertical-sync applies to --schedule pipedream only, not '",
+                name.empty() ? "a schedule file" : name, "'");
+  if (vertical_sync) rule.update = WeightUpdate::kVerticalSync;
+  PPTRAIN_CHECK(
+      rule.fits_1f1b(), name, " on ", stages, " stages needs --microbatches >= ", stages - 1,
+      " (its first stage runs that many forwards ahead into the next step), got ", microbatches);
+  return rule;
+}
+
 Schedule make_schedule(const ScheduleOptions& o) {
   const ScheduleEntry& entry = find_schedule(o.name);
   const int chunks = resolve_chunks(entry, o.chunks);

@@ -67,6 +67,13 @@ constexpr long long kMaxStageMicrobatches = 1 << 20;
 void check_schedule_size(int ranks, int chunks, long long microbatches,
                          const std::string& microbatches_flag = "--microbatches");
 
+// The weight rule of running `name` ("" for an imported file: synchronous) on `stages` stages
+// with `microbatches` per step; --vertical-sync turns pipedream's into vertical sync. UserError
+// naming the flag when --vertical-sync is given for another schedule, or when the rule does not
+// fit the 1F1B order (2bw with fewer than S-1 microbatches per step).
+VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
+                            int microbatches);
+
 // Builds the named schedule: resolves chunks (0 = default), checks it against the entry, then
 // calls its generator. UserError naming the bad value for an unknown name or impossible
 // parameters (P < 1, M < 1, chunks out of range, the generator's own conditions).

@@ -111,27 +111,6 @@ Schedule requested_schedule(const TrainOptions& options, std::string& what) {
   return entry.make(options.pp, static_cast<int>(run_microbatches), chunks);
 }
 
-// The weight rule of the schedule the flags ask for.
-VersionRule version_rule(const TrainOptions& options, const Schedule& schedule) {
-  VersionRule rule;
-  rule.stages = schedule.num_stages;
-  rule.microbatches_per_step = options.data.microbatches;
-  if (!options.schedule_file.empty()) {
-    PPTRAIN_CHECK(!options.vertical_sync, "--vertical-sync applies to --schedule pipedream only");
-    return rule;
-  }
-  rule.update = find_schedule(options.schedule).update;
-  PPTRAIN_CHECK(!options.vertical_sync || rule.update == WeightUpdate::kPipeDream,
-                "--vertical-sync applies to --schedule pipedream only, not '", options.schedule,
-                "'");
-  if (options.vertical_sync) rule.update = WeightUpdate::kVerticalSync;
-  PPTRAIN_CHECK(rule.fits_1f1b(), options.schedule, " on ", rule.stages,
-                " stages needs --microbatches >= ", rule.stages - 1,
-                " (its first stage runs that many forwards ahead into the next step), got ",
-                rule.microbatches_per_step);
-  return rule;
-}
-
 // Validates the schedule; a problem reads as `what` is not valid, followed by the marked grid.
 ValidatedSchedule validated_schedule(const Schedule& schedule, const std::string& what) {
   try {
@@ -147,7 +126,9 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
   std::string what;
   const Schedule schedule = requested_schedule(options, what);
-  const VersionRule rule = version_rule(options, schedule);
+  const VersionRule rule =
+      version_rule_of(options.schedule_file.empty() ? options.schedule : "", options.vertical_sync,
+                      schedule.num_stages, options.data.microbatches);
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);

@@ -74,22 +74,6 @@ Schedule import_schedule(const ScheduleArgs& args) {
   return s;
 }
 
-// The weight rule of the schedule shown: a registry entry's (and --vertical-sync), or kFlush for
-// an imported file.
-VersionRule version_rule(const ScheduleArgs& args, const Schedule& s) {
-  VersionRule rule;
-  rule.stages = s.num_stages;
-  rule.microbatches_per_step = args.microbatches_given ? args.microbatches : s.num_microbatches;
-  if (!args.schedule.empty()) rule.update = find_schedule(args.schedule).update;
-  PPTRAIN_CHECK(!args.vertical_sync || rule.update == WeightUpdate::kPipeDream,
-                "--vertical-sync applies to --schedule pipedream only");
-  if (args.vertical_sync) rule.update = WeightUpdate::kVerticalSync;
-  PPTRAIN_CHECK(rule.fits_1f1b(), args.schedule, " on ", rule.stages,
-                " stages needs --microbatches >= ", rule.stages - 1, ", got ",
-                rule.microbatches_per_step);
-  return rule;
-}
-
 Schedule generate_schedule(const ScheduleArgs& args) {
   PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
                 ") or --import FILE.csv is required");
@@ -183,7 +167,9 @@ void run_schedule_command(const ScheduleArgs& args) {
       args.import_path.empty() ? generate_schedule(args) : import_schedule(args);
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).
-  const VersionRule rule = version_rule(args, schedule);
+  const VersionRule rule =
+      version_rule_of(args.schedule, args.vertical_sync, schedule.num_stages,
+                      args.microbatches_given ? args.microbatches : schedule.num_microbatches);
   const ValidatedSchedule validated = validate(schedule);
   const Schedule& lowered = *validated;
   SimResult result = simulate(validated, cost);
