@@ -35,6 +35,7 @@ struct AsyncCase {
   // the first step (1-based) whose loss differs from the synchronous run's, on 2 and 4 stages
   int first_different_at_2;
   int first_different_at_4;
+  int microbatches = 4;  // per step (of a batch of 8)
 };
 
 // What gtest prints for a case: its flags, not its bytes.
@@ -51,8 +52,9 @@ TEST_P(AsyncMatchesItsRule, PipelinedEqualsOneProcessAndDiffersFromSync) {
   const ModelOptions model = small_model(kind);
   const int steps = 6;
   TempDir dir;
-  const std::string common = model_args(model) + " --batch-size 8 --microbatches 4 --steps " +
-                             std::to_string(steps) + " --quiet";
+  const std::string common = model_args(model) + " --batch-size 8 --microbatches " +
+                             std::to_string(c.microbatches) + " --steps " + std::to_string(steps) +
+                             " --quiet";
   const auto sync =
       run_train(common + " --pp 1 --schedule 1f1b --metrics " + (dir / "sync.jsonl").string(), dir);
   ASSERT_EQ(sync.exit_code, 0) << sync.err;
@@ -101,7 +103,16 @@ INSTANTIATE_TEST_SUITE_P(
             // already runs on W^(1); with 4 stages all of step 1 (microbatches 0-3) on W^(0).
             AsyncCase{"vertical_sync", "pipedream --vertical-sync", {4, 4, 4, 4}, 1, 2},
             // Step k's gradients are taken on W^(k-1), W^(-1) = W^(0): step 1 is synchronous.
-            AsyncCase{"twobw", "2bw", {2, 2, 2, 2}, 2, 2})),
+            AsyncCase{"twobw", "2bw", {2, 2, 2, 2}, 2, 2},
+            // No stash: step 2's first forwards on stage 0 still run on W^(0). With 2
+            // microbatches per step stage 0 of 4 is 2 steps behind, so both fixes act.
+            AsyncCase{"pipemare", "pipemare", {1, 1, 1, 1}, 2, 2, 2},
+            AsyncCase{"pipemare_without_fixes",
+                      "pipemare --no-lr-reschedule --no-discrepancy-correction",
+                      {1, 1, 1, 1},
+                      2,
+                      2,
+                      2})),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
     });

@@ -14,12 +14,15 @@ Schedule without_chunks(int ranks, int microbatches, int) {
   return Make(ranks, microbatches);
 }
 
-// The 1F1B order without a flush: asynchronous schedules differ only in their weight rule.
-Schedule make_async_1f1b(const char* name, int ranks, int microbatches) {
-  Schedule schedule = make_1f1b(ranks, microbatches);
-  schedule.name = name;
-  schedule.flushes = false;
-  return schedule;
+// An asynchronous schedule: the 1F1B order without a flush; they differ only in their rule.
+ScheduleEntry async_1f1b(const std::string& name, const std::string& summary, WeightUpdate update) {
+  const auto make = [name](int ranks, int microbatches, int) {
+    Schedule schedule = make_1f1b(ranks, microbatches);
+    schedule.name = name;
+    schedule.flushes = false;
+    return schedule;
+  };
+  return {name, 1, 1, 1, summary, make, update};
 }
 
 std::string chunks_text(const ScheduleEntry& e) {
@@ -57,18 +60,20 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "zero bubble V: rank r holds stages r and 2P-1-r; no bubble from M >= 2P with 1F1B's "
        "memory",
        without_chunks<make_zb_v>},
-      {"pipedream", 1, 1, 1,
-       "PipeDream (async): 1F1B without flush, an optimizer step after every microbatch, weight "
-       "stashing (stage s keeps P-s versions); --vertical-sync: P versions everywhere",
-       [](int ranks, int microbatches, int) {
-         return make_async_1f1b("pipedream", ranks, microbatches);
-       },
-       WeightUpdate::kPipeDream},
-      {"2bw", 1, 1, 1,
-       "PipeDream-2BW (async): 1F1B without flush, step k's gradients taken on the weights of "
-       "step k-1; 2 versions per stage",
-       [](int ranks, int microbatches, int) { return make_async_1f1b("2bw", ranks, microbatches); },
-       WeightUpdate::kTwoBW},
+      async_1f1b("pipedream",
+                 "PipeDream (async): 1F1B without flush, an optimizer step after every "
+                 "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "
+                 "versions everywhere",
+                 WeightUpdate::kPipeDream),
+      async_1f1b("2bw",
+                 "PipeDream-2BW (async): 1F1B without flush, step k's gradients taken on the "
+                 "weights of step k-1; 2 versions per stage",
+                 WeightUpdate::kTwoBW),
+      async_1f1b("pipemare",
+                 "PipeMare (async): 1F1B without flush, no stash (1 version): the backward reruns "
+                 "the forward on the newest weights, corrected by the recent updates; per-stage "
+                 "learning rate",
+                 WeightUpdate::kPipeMare),
   };
   return entries;
 }

@@ -16,6 +16,8 @@ const char* update_name(WeightUpdate update) {
       return "vertical-sync";
     case WeightUpdate::kTwoBW:
       return "2bw";
+    case WeightUpdate::kPipeMare:
+      return "pipemare";
   }
   return "?";
 }
@@ -31,8 +33,23 @@ int VersionRule::forward_version(int i, int stage) const {
       return std::max(0, i - (stages - 1));
     case WeightUpdate::kTwoBW:
       return std::max(0, i / microbatches_per_step - 1);
+    case WeightUpdate::kPipeMare:
+      // Stage s runs S-1-s forwards ahead, so i's forward comes after the backwards of
+      // microbatches 0 .. i-(S-s)-1, and a step follows every M-th backward.
+      return std::max(0, i - (stages - 1 - stage)) / microbatches_per_step;
   }
   return 0;
+}
+
+int VersionRule::backward_version(int i, int stage) const {
+  if (update != WeightUpdate::kPipeMare) return forward_version(i, stage);
+  PPTRAIN_ASSERT(i >= 0 && stage >= 0 && stage < stages && microbatches_per_step >= 1);
+  return i / microbatches_per_step;  // after the backwards of 0 .. i-1
+}
+
+int VersionRule::delay(int stage) const {
+  if (update != WeightUpdate::kPipeMare) return 0;
+  return (stages - 1 - stage + microbatches_per_step - 1) / microbatches_per_step;
 }
 
 bool VersionRule::steps_after(int i) const {
@@ -42,6 +59,7 @@ bool VersionRule::steps_after(int i) const {
       return true;
     case WeightUpdate::kFlush:
     case WeightUpdate::kTwoBW:
+    case WeightUpdate::kPipeMare:
       return (i + 1) % microbatches_per_step == 0;
   }
   return false;
@@ -56,6 +74,7 @@ int VersionRule::oldest_needed_after(int i, int stage) const {
 int VersionRule::versions_kept(int stage) const {
   switch (update) {
     case WeightUpdate::kFlush:
+    case WeightUpdate::kPipeMare:
       return 1;
     case WeightUpdate::kPipeDream:
       return stages - stage;

@@ -12,10 +12,12 @@ namespace pptrain {
 namespace {
 
 // Replays one rank's 1F1B list of a P-stage pipeline (stage = rank) under `rule`, as the
-// runtime does: a step after the backwards the rule names, versions needed by a later action
-// kept. Returns the most distinct versions alive at once (those still needed, and the live
-// one), and checks that every version an action asks for is still alive or is the live one.
+// runtime does: a step after the backwards the rule names, and with more than one version kept,
+// versions needed by a later action kept as snapshots (with one, every action must find its
+// version live). Returns the most distinct versions alive at once (those still needed, and the
+// live one), and checks that every version an action asks for is still alive or is the live one.
 int replay_most_versions(const VersionRule& rule, const Schedule& schedule, int stage) {
+  const bool snapshots = rule.versions_kept(stage) > 1;
   int live = 0;
   std::set<int> held;  // versions taken by a forward and still needed
   size_t most = 1;
@@ -25,10 +27,10 @@ int replay_most_versions(const VersionRule& rule, const Schedule& schedule, int 
                                 : rule.backward_version(a.microbatch, stage);
     EXPECT_TRUE(v == live || held.count(v))
         << to_string(a) << " asks for version " << v << ", live is " << live;
-    held.insert(v);
+    if (snapshots) held.insert(v);
     if (a.op == Op::B && rule.steps_after(a.microbatch)) {
       const int oldest = rule.oldest_needed_after(a.microbatch, stage);
-      if (live >= oldest) held.insert(live);
+      if (snapshots && live >= oldest) held.insert(live);
       held.erase(held.begin(), held.lower_bound(oldest));
       ++live;
     }
@@ -63,11 +65,28 @@ TEST(VersionRule, TwoBWUsesThePreviousStepsWeights) {
   EXPECT_TRUE(rule.steps_after(7));
 }
 
+TEST(VersionRule, PipeMareUsesTheNewestWeightsForwardAndBackward) {
+  const VersionRule rule{WeightUpdate::kPipeMare, 4, 2};
+  // Stage 0 runs 3 forwards ahead: microbatch 5's forward follows the backwards of 0 and 1, one
+  // step; its backward follows those of 0 .. 4, two steps.
+  EXPECT_EQ(rule.forward_version(5, 0), 1);
+  EXPECT_EQ(rule.backward_version(5, 0), 2);
+  EXPECT_EQ(rule.forward_version(5, 3), 2);  // the last stage: no delay
+  EXPECT_EQ(rule.backward_version(5, 3), 2);
+  EXPECT_TRUE(rule.backward_reruns_forward());
+  EXPECT_EQ(rule.delay(0), 2);  // ceil(3 / 2)
+  EXPECT_EQ(rule.delay(2), 1);
+  EXPECT_EQ(rule.delay(3), 0);
+  EXPECT_EQ((VersionRule{WeightUpdate::kPipeMare, 4, 8}.delay(0)), 1);
+  EXPECT_EQ((VersionRule{WeightUpdate::kTwoBW, 4, 8}.delay(0)), 0);
+  EXPECT_FALSE((VersionRule{WeightUpdate::kTwoBW, 4, 8}.backward_reruns_forward()));
+}
+
 // The counts the documents give (PipeDream: stage s keeps S-s; vertical sync S; 2BW 2) are what
 // the 1F1B order without flush really needs, and no action asks for a version already dropped.
 TEST(VersionRule, VersionsKeptAreWhatThePipelinedOrderNeeds) {
-  for (WeightUpdate update :
-       {WeightUpdate::kPipeDream, WeightUpdate::kVerticalSync, WeightUpdate::kTwoBW}) {
+  for (WeightUpdate update : {WeightUpdate::kPipeDream, WeightUpdate::kVerticalSync,
+                              WeightUpdate::kTwoBW, WeightUpdate::kPipeMare}) {
     for (int stages : {1, 2, 4, 5}) {
       for (int m : {1, 2, 3, 4, 8}) {
         const VersionRule rule{update, stages, m};

@@ -98,6 +98,14 @@ std::string verdict(const std::vector<Settings>& ranks) {
   return "";
 }
 
+std::string pipemare_text(const TrainingPlan& plan) {
+  if (plan.weights.update != WeightUpdate::kPipeMare) return "(not pipemare)";
+  const PipeMareOptions& o = plan.pipemare;
+  return std::string("lr-reschedule ") + (o.lr_reschedule ? "on" : "off") + ", correction " +
+         (o.correction ? "on" : "off") + ", warmup " + std::to_string(o.warmup_steps) + ", decay " +
+         to_text(o.decay);
+}
+
 }  // namespace
 
 Settings plan_settings(const TrainingPlan& plan) {
@@ -123,6 +131,9 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--clip", to_text(plan.clip)},
       {"--recompute", plan.recompute ? "on" : "off"},
       {"the weight update (--vertical-sync)", update_name(plan.weights.update)},
+      {"pipemare's fixes (--no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup, "
+       "--pipemare-decay)",
+       pipemare_text(plan)},
       {"--skip-nonfinite", plan.skip_nonfinite ? "on" : "off"},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
   };

@@ -111,6 +111,35 @@ Schedule requested_schedule(const TrainOptions& options, std::string& what) {
   return entry.make(options.pp, static_cast<int>(run_microbatches), chunks);
 }
 
+// pipemare's options; UserError when one is given for another rule or is out of range.
+PipeMareOptions plan_pipemare(const TrainOptions& options, const VersionRule& rule) {
+  const std::pair<const char*, bool> given[] = {
+      {"--no-lr-reschedule", options.no_lr_reschedule},
+      {"--no-discrepancy-correction", options.no_discrepancy_correction},
+      {"--pipemare-warmup", options.pipemare_warmup != TrainOptions::kNotGiven},
+      {"--pipemare-decay", !std::isnan(options.pipemare_decay)},
+  };
+  for (const auto& [flag, set] : given) {
+    PPTRAIN_CHECK(!set || rule.update == WeightUpdate::kPipeMare, flag,
+                  " applies to --schedule pipemare only, not '",
+                  options.schedule_file.empty() ? options.schedule : "a schedule file", "'");
+  }
+  PipeMareOptions out;
+  out.lr_reschedule = !options.no_lr_reschedule;
+  out.correction = !options.no_discrepancy_correction;
+  if (options.pipemare_warmup != TrainOptions::kNotGiven) {
+    PPTRAIN_CHECK(options.pipemare_warmup >= 0, "--pipemare-warmup must be >= 0, got ",
+                  options.pipemare_warmup);
+    out.warmup_steps = options.pipemare_warmup;
+  }
+  if (!std::isnan(options.pipemare_decay)) {
+    PPTRAIN_CHECK(options.pipemare_decay >= 0 && options.pipemare_decay < 1,
+                  "--pipemare-decay must be in [0, 1), got ", options.pipemare_decay);
+    out.decay = options.pipemare_decay;
+  }
+  return out;
+}
+
 // Validates the schedule; a problem reads as `what` is not valid, followed by the marked grid.
 ValidatedSchedule validated_schedule(const Schedule& schedule, const std::string& what) {
   try {
@@ -129,6 +158,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   const VersionRule rule =
       version_rule_of(options.schedule_file.empty() ? options.schedule : "", options.vertical_sync,
                       schedule.num_stages, options.data.microbatches);
+  const PipeMareOptions pipemare = plan_pipemare(options, rule);
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);
@@ -138,6 +168,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   TrainingPlan plan(validated_schedule(schedule, what));
 
   plan.weights = rule;
+  plan.pipemare = pipemare;
   plan.model = options.model;
   plan.data = options.data;
   plan.microbatch_size = options.data.batch_size / options.data.microbatches;

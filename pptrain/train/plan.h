@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/partition_plan.h"
+#include "pptrain/train/pipemare.h"
 
 namespace pptrain {
 
@@ -40,6 +42,12 @@ struct TrainOptions {
   // reference of an asynchronous schedule on that many stages). 0: one stage.
   int stages = 0;
   bool vertical_sync = false;  // pipedream: every stage uses the version a microbatch entered with
+  // pipemare's fixes (train/pipemare.h); kNotGiven / NaN: the default.
+  static constexpr int kNotGiven = std::numeric_limits<int>::min();
+  bool no_lr_reschedule = false;
+  bool no_discrepancy_correction = false;
+  int pipemare_warmup = kNotGiven;
+  double pipemare_decay = std::numeric_limits<double>::quiet_NaN();
   int steps = 10;
   std::string optimizer = "sgd";  // "sgd" (momentum 0.9) or "adamw" (weight decay 0.01)
   double lr = 0;                  // 0: 0.05 for sgd, 1e-3 for adamw
@@ -73,6 +81,7 @@ struct TrainingPlan {
   ValidatedSchedule schedule;
   // Which weights each action uses and when the optimizers step (kFlush: synchronous).
   VersionRule weights;
+  PipeMareOptions pipemare;              // used by a pipemare rule only
   std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
   std::string partition;                 // how stage_layers was chosen, for the log
   // [num_stages - 1]: shape of the float tensor crossing the cut after stage b, for one

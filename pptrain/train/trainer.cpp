@@ -18,6 +18,7 @@
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/stage_versions.h"
 #include "pptrain/train/agreement.h"
+#include "pptrain/train/pipemare.h"
 
 namespace pptrain {
 namespace {
@@ -27,13 +28,14 @@ using Clock = std::chrono::steady_clock;
 // What one rank holds: its stages (built from the same per-layer seeds as any other split),
 // their parameters with gradients that live from the start (zeroed in place, so a step's memory
 // peak counts only what the step allocates), one optimizer per stage (stages of an asynchronous
-// schedule step at different times), and each stage's weight versions.
+// schedule step at different times), each stage's weight versions, and pipemare's fixes.
 struct RankModel {
   std::vector<Stage> stages;
   std::vector<torch::Tensor> params;
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // [local stage]
   std::vector<StageVersions> versions;                               // [local stage]
-  std::map<int, int> local;  // global stage index -> local stage
+  std::vector<PipeMareStage> pipemare;  // [local stage], for a pipemare rule only
+  std::map<int, int> local;             // global stage index -> local stage
 
   RankModel(const TrainingPlan& plan, int rank) {
     for (int s : plan.stages_of(rank)) {
@@ -47,9 +49,16 @@ struct RankModel {
       params.insert(params.end(), stage_params.begin(), stage_params.end());
       optimizers.push_back(make_optimizer(plan, stage_params));
       const int s = stage.index();
-      versions.emplace_back(
-          &stage, [&plan, s] { return make_stage(plan.model, s, plan.stage_layers[s]); },
-          /*snapshots=*/plan.weights.versions_kept(s) > 1);
+      auto make_copy = [&plan, s] { return make_stage(plan.model, s, plan.stage_layers[s]); };
+      // The one-process run of an asynchronous rule (one rank, stages in turn) runs later
+      // forwards than the pipeline before the same backwards, so it may need versions the
+      // pipeline never holds at once: it always keeps them as snapshots.
+      const bool serial = plan.ranks() == 1 && plan.asynchronous();
+      versions.emplace_back(&stage, make_copy,
+                            /*snapshots=*/serial || plan.weights.versions_kept(s) > 1);
+      if (plan.weights.update == WeightUpdate::kPipeMare) {
+        pipemare.emplace_back(&stage, make_copy, plan.weights.delay(s), plan.pipemare);
+      }
     }
   }
 
@@ -77,17 +86,20 @@ class RankData {
   RankData(const TrainingPlan& plan, int rank)
       : first_(plan.holds_first_stage(rank)),
         last_(plan.holds_last_stage(rank)),
-        microbatches_(plan.microbatches()) {
+        microbatches_(plan.microbatches()),
+        // An asynchronous pipeline's first stage runs S-1 forwards ahead, into later steps.
+        ahead_(plan.asynchronous() ? (plan.num_stages() - 1 + microbatches_ - 1) / microbatches_
+                                   : 0) {
     if (first_ || last_) dataset_.emplace(plan.model, plan.data);
   }
-  // Step `step`'s microbatches, numbered 0 .. M-1. With `and_next` (an asynchronous pipeline,
-  // which runs some of the next step's forwards already) also the next step's, and numbered
-  // from step x M as the run-long schedule numbers them.
-  StepData step(int step, bool and_next, int steps) const {
+  // Step `step`'s microbatches, numbered 0 .. M-1. In an asynchronous pipeline, which runs
+  // forwards of later steps already, also theirs, and numbered from step x M as the run-long
+  // schedule numbers them.
+  StepData step(int step, bool asynchronous, int steps) const {
     StepData data;
-    data.first_microbatch = and_next ? step * microbatches_ : 0;
+    data.first_microbatch = asynchronous ? step * microbatches_ : 0;
     if (!dataset_) return data;
-    for (int k = step; k < std::min(steps, and_next ? step + 2 : step + 1); ++k) {
+    for (int k = step; k < std::min(steps, step + 1 + ahead_); ++k) {
       const auto batch = dataset_->batch(k);
       if (first_) {
         for (auto& x : Dataset::split(batch.inputs, microbatches_)) data.inputs.push_back(x);
@@ -102,6 +114,7 @@ class RankData {
  private:
   bool first_, last_;
   int microbatches_;
+  int ahead_;  // later steps whose microbatches a step's segment may use
   std::optional<Dataset> dataset_;
 };
 
@@ -172,10 +185,12 @@ class AsyncUpdates {
     const VersionRule& rule = plan_.weights;
     const int version =
         backward ? rule.backward_version(mb, stage) : rule.forward_version(mb, stage);
-    StageVersions& versions = model_.versions[model_.local.at(stage)];
+    const int l = model_.local.at(stage);
+    StageVersions& versions = model_.versions[l];
     Stage& weights = versions.weights(version);
     most_held_ = std::max(most_held_, versions.held());
-    return weights;
+    if (!backward || model_.pipemare.empty()) return weights;
+    return model_.pipemare[l].backward_weights(weights, version - rule.forward_version(mb, stage));
   }
 
   void after_backward(int stage, int mb) {
@@ -183,6 +198,7 @@ class AsyncUpdates {
     const int l = model_.local.at(stage);
     StageVersions& versions = model_.versions[l];
     const int version = rule.backward_version(mb, stage);
+    if (!model_.pipemare.empty()) model_.pipemare[l].gradients_to(versions.weights(version));
     auto [pending, fresh] = pending_version_.emplace(stage, version);
     PPTRAIN_ASSERT(fresh || pending->second == version, "stage ", stage,
                    " summed gradients of versions ", pending->second, " and ", version);
@@ -197,7 +213,7 @@ class AsyncUpdates {
     const double norm = clip_grad_norm(params, plan_.clip, nullptr);
     latest_squared_[stage] = norm * norm;
     if (std::isfinite(norm)) {
-      model_.optimizers[l]->step();
+      step(l, versions.live_version());
     } else if (!plan_.skip_nonfinite) {
       throw std::runtime_error("step " + std::to_string(mb / rule.microbatches_per_step + 1) +
                                ": the gradient norm of stage " + std::to_string(stage) + " is " +
@@ -208,6 +224,21 @@ class AsyncUpdates {
     for (auto& p : params) p.mutable_grad().zero_();
     versions.stepped();
     most_held_ = std::max(most_held_, versions.held());
+  }
+
+  // The optimizer step of local stage l, its `step`-th; pipemare's fixes around it.
+  void step(int l, int step) {
+    if (model_.pipemare.empty()) {
+      model_.optimizers[l]->step();
+      return;
+    }
+    PipeMareStage& fixes = model_.pipemare[l];
+    for (auto& group : model_.optimizers[l]->param_groups()) {
+      group.options().set_lr(plan_.lr * fixes.lr_scale(step));
+    }
+    fixes.before_step();
+    model_.optimizers[l]->step();
+    fixes.after_step();
   }
 
   // The squared norm of each stage's latest step, summed over this rank's stages.
@@ -259,7 +290,8 @@ void train(const TrainingPlan& plan, Transport& transport,
     return compute_loss(model_options, output, target);
   };
   executor_options.boundary_shapes = plan.boundary_shapes;
-  executor_options.recompute = plan.recompute;
+  // A backward on other weights than its forward's rebuilds the graph on them.
+  executor_options.recompute = plan.recompute || plan.weights.backward_reruns_forward();
   executor_options.microbatches_per_step = plan.microbatches();
   AsyncUpdates async(plan, model);
   if (plan.asynchronous()) {

@@ -110,6 +110,17 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--vertical-sync", o.vertical_sync,
                 "pipedream: every stage uses the weight version a microbatch entered with");
+  cmd->add_flag("--no-lr-reschedule", o.no_lr_reschedule,
+                "pipemare: every stage at --lr from the first step (default: divided by the "
+                "stage's delay, annealed to --lr over --pipemare-warmup steps)");
+  cmd->add_flag("--no-discrepancy-correction", o.no_discrepancy_correction,
+                "pipemare: the backward on the newest weights as they are (default: moved back "
+                "by the recent updates towards the weights its forward saw)");
+  cmd->add_option("--pipemare-warmup", o.pipemare_warmup,
+                  "pipemare: steps over which the rescheduled rate reaches --lr (default 100)");
+  cmd->add_option("--pipemare-decay", o.pipemare_decay,
+                  "pipemare: D in [0, 1) of the correction's running average, which keeps "
+                  "D^(1/delay) of its old value per step (default 0.1)");
   cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads per process")->capture_default_str();

@@ -1,0 +1,79 @@
+#include "pptrain/train/pipemare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+double pipemare_lr_scale(int delay, int step, int warmup_steps) {
+  if (delay <= 1) return 1;
+  const double progress =
+      warmup_steps > 0 ? std::min(static_cast<double>(step) / warmup_steps, 1.0) : 1.0;
+  return std::pow(static_cast<double>(delay), -(1 - progress));
+}
+
+PipeMareStage::PipeMareStage(Stage* live, std::function<Stage()> make_copy, int delay,
+                             const PipeMareOptions& options)
+    : live_(live), make_copy_(std::move(make_copy)), delay_(delay), options_(options) {
+  if (!corrects()) return;
+  keep_ = std::pow(options_.decay, 1.0 / delay_);
+  for (const auto& p : live_->parameters()) delta_.push_back(torch::zeros_like(p));
+}
+
+double PipeMareStage::lr_scale(int step) const {
+  return options_.lr_reschedule ? pipemare_lr_scale(delay_, step, options_.warmup_steps) : 1.0;
+}
+
+Stage& PipeMareStage::backward_weights(Stage& newest, int lag) {
+  PPTRAIN_ASSERT(!corrected_pending_, "stage ", live_->index(),
+                 ": a corrected backward's gradients were not collected");
+  if (!corrects() || lag == 0) return newest;
+  if (!corrected_) corrected_.emplace(make_copy_());
+  torch::NoGradGuard no_grad;
+  const auto from = newest.parameters();
+  auto to = corrected_->parameters();
+  for (size_t p = 0; p < from.size(); ++p) {
+    torch::sub_out(to[p], from[p], delta_[p], static_cast<double>(lag));
+  }
+  corrected_pending_ = true;
+  return *corrected_;
+}
+
+void PipeMareStage::gradients_to(Stage& newest) {
+  if (!corrected_pending_) return;
+  corrected_pending_ = false;
+  torch::NoGradGuard no_grad;
+  const auto from = corrected_->parameters();
+  const auto to = newest.parameters();
+  for (size_t p = 0; p < from.size(); ++p) {
+    if (!from[p].grad().defined()) continue;
+    if (to[p].grad().defined()) {
+      to[p].mutable_grad().add_(from[p].grad());
+    } else {
+      to[p].mutable_grad() = from[p].grad().clone();
+    }
+    from[p].mutable_grad().zero_();
+  }
+}
+
+// delta <- g * delta + (1 - g) * (w_new - w_old), in two halves so no copy of w_old is kept.
+void PipeMareStage::before_step() {
+  if (!corrects()) return;
+  torch::NoGradGuard no_grad;
+  const auto params = live_->parameters();
+  for (size_t p = 0; p < params.size(); ++p) {
+    delta_[p].mul_(keep_).sub_(params[p], 1 - keep_);
+  }
+}
+
+void PipeMareStage::after_step() {
+  if (!corrects()) return;
+  torch::NoGradGuard no_grad;
+  const auto params = live_->parameters();
+  for (size_t p = 0; p < params.size(); ++p) delta_[p].add_(params[p], 1 - keep_);
+}
+
+}  // namespace pptrain
