@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
@@ -91,6 +92,52 @@ TEST(CostModel, Parse) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown key 'X'"), std::string::npos) << e.what();
   }
+}
+
+TEST(CostModel, ParseWeights) {
+  const CostModel c = CostModel::parse("F=1,I=1,W=1,comm=0,weights=4");
+  EXPECT_EQ(c.weights, 4);
+  EXPECT_TRUE(c.counts_weights());
+  EXPECT_EQ(c.to_string(), "F=1,I=1,W=1,comm=0,weights=4");
+  EXPECT_EQ(CostModel::parse(c.to_string()).weights, 4);
+  // Not counted by default, and then not printed.
+  EXPECT_EQ(CostModel::parse("F=2").weights, 0);
+  EXPECT_FALSE(CostModel::parse("F=2,weights=0").counts_weights());
+  EXPECT_EQ(CostModel::parse("F=2,weights=0").to_string(), "F=2,I=1,W=1,comm=0");
+  // Each error is one line naming the bad piece.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"weights=-1", "value of weights must be a finite number >= 0, got '-1'"},
+      {"weights=inf", "got 'inf'"},
+      {"weights=nan", "got 'nan'"},
+      {"weights=x", "got 'x'"},
+      {"weights=", "got ''"},
+      {"weights=2GB", "got '2GB'"},
+      {"Weights=1", "unknown key 'Weights'"},
+  };
+  for (const auto& [piece, expected] : bad) {
+    try {
+      CostModel::parse("F=1," + piece);
+      ADD_FAILURE() << piece << " was accepted";
+    } catch (const UserError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(CostModel, WeightsSplitOverChunksAndStageWeightsOverride) {
+  CostModel c;
+  EXPECT_DOUBLE_EQ(c.weight_memory(1, 4, 2), 0);
+  c.weights = 4;
+  EXPECT_DOUBLE_EQ(c.weight_memory(1, 4, 2), 2);  // V = 2: a chunk holds half the share
+  EXPECT_DOUBLE_EQ(c.weight_memory(0, 2, 2), 4);
+  c.stage_weights = {3, 5};
+  EXPECT_DOUBLE_EQ(c.weight_memory(1, 2, 2), 5);
+  EXPECT_THROW(c.weight_memory(1, 4, 2), UserError);
+  CostModel only_stages;
+  only_stages.stage_weights = {1, 1};
+  EXPECT_TRUE(only_stages.counts_weights());
 }
 
 TEST(CostModel, ChunksSplitTheShareAndStageVectorsOverride) {
