@@ -45,10 +45,16 @@ done
 
 # --json carries every field of the interface.
 json=$("$pptrain" schedule --schedule 1f1b --pp 4 --microbatches 8 --json)
-for field in schedule pp chunks microbatches makespan bubble_ratio ranks rank busy idle peak_activations; do
+for field in schedule pp chunks microbatches makespan bubble_ratio ranks rank busy idle peak_activations \
+  weight_versions peak_memory; do
   grep -q "\"$field\"" <<<"$json" || fail "schedule --json lacks \"$field\": $json"
 done
 grep -q '"bubble_ratio":0.2727' <<<"$json" || fail "1f1b P=4 M=8 bubble is not 3/11: $json"
+# Without weights in the cost model, peak memory is the activations and the table has no column.
+grep -q '"peak_activations":4.0,"peak_memory":4.0,"weight_versions":1}' <<<"$json" \
+  || fail "1f1b without weights: peak_memory is not peak_activations: $json"
+"$pptrain" schedule --schedule 1f1b --pp 4 --microbatches 8 | grep -q "peak memory" \
+  && fail "schedule shows a peak memory column without weights in the cost model"
 
 # Export, then import what was exported: same simulation.
 "$pptrain" schedule --schedule zb-h1 --pp 3 --microbatches 6 --export "$work/zb.csv" --with-comms --json >"$work/a.json"
@@ -64,6 +70,14 @@ grep -q '"microbatches":24' <<<"$json" || fail "pipedream --steps 3 is not one r
 grep -q '"weight_update":"pipedream"' <<<"$json" || fail "schedule --json lacks the weight update: $json"
 grep -q '"weight_versions":4}.*"weight_versions":3}.*"weight_versions":2}.*"weight_versions":1}' <<<"$json" \
   || fail "pipedream on 4 ranks does not keep 4,3,2,1 versions: $json"
+# weights= counts each version: pipedream's rank r holds 4-r activations and 4-r versions of 2.
+json=$("$pptrain" schedule --schedule pipedream --pp 4 --microbatches 8 --cost F=1,I=1,W=1,comm=0,weights=2 --json)
+grep -q '"peak_memory":12.0,.*"peak_memory":9.0,.*"peak_memory":6.0,.*"peak_memory":3.0,' <<<"$json" \
+  || fail "pipedream on 4 ranks with weights=2 does not peak at 12,9,6,3: $json"
+"$pptrain" schedule --schedule pipedream --pp 4 --microbatches 8 --cost weights=2 | grep -q "peak memory" \
+  || fail "schedule with weights= lacks the peak memory column"
+expect_error "negative weights" "value of weights must be a finite number >= 0, got '-1'" \
+  "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --cost F=1,weights=-1
 json=$("$pptrain" schedule --schedule pipedream --vertical-sync --pp 4 --microbatches 8 --json)
 [[ $(grep -o '"weight_versions":4' <<<"$json" | wc -l) == 4 ]] \
   || fail "vertical sync on 4 ranks does not keep 4 versions everywhere: $json"

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 #include "pptrain/common/check.h"
 
@@ -27,6 +28,14 @@ double per_stage(const std::vector<double>& stage_values, double whole_share, in
   return value;
 }
 
+// The keys of the text form and the scalar each one sets, in the order to_string prints them.
+const std::pair<const char*, double CostModel::*> kKeys[] = {
+    {"F", &CostModel::forward},         {"I", &CostModel::backward_input},
+    {"W", &CostModel::backward_weight}, {"comm", &CostModel::comm},
+    {"weights", &CostModel::weights},
+};
+constexpr const char* kKeyList = "F, I, W, comm or weights";
+
 }  // namespace
 
 CostModel CostModel::parse(const std::string& text) {
@@ -38,7 +47,7 @@ CostModel CostModel::parse(const std::string& text) {
     if (piece.empty()) continue;
     const auto eq = piece.find('=');
     PPTRAIN_CHECK(eq != std::string::npos, "cost model: expected KEY=VALUE, got '", piece,
-                  "' (keys: F, I, W, comm)");
+                  "' (keys: ", kKeyList, ")");
     const std::string key = trim(piece.substr(0, eq));
     const std::string value_text = trim(piece.substr(eq + 1));
     double value = 0;
@@ -51,25 +60,26 @@ CostModel CostModel::parse(const std::string& text) {
     PPTRAIN_CHECK(used > 0 && used == value_text.size() && std::isfinite(value) && value >= 0,
                   "cost model: value of ", key, " must be a finite number >= 0, got '", value_text,
                   "'");
-    if (key == "F") {
-      cost.forward = value;
-    } else if (key == "I") {
-      cost.backward_input = value;
-    } else if (key == "W") {
-      cost.backward_weight = value;
-    } else if (key == "comm") {
-      cost.comm = value;
-    } else {
-      PPTRAIN_CHECK(false, "cost model: unknown key '", key, "' in '", piece,
-                    "'; expected F, I, W or comm");
+    double CostModel::*field = nullptr;
+    for (const auto& [name, member] : kKeys) {
+      if (key == name) field = member;
     }
+    PPTRAIN_CHECK(field != nullptr, "cost model: unknown key '", key, "' in '", piece,
+                  "'; expected ", kKeyList);
+    cost.*field = value;
   }
   return cost;
 }
 
 std::string CostModel::to_string() const {
   std::ostringstream out;
-  out << "F=" << forward << ",I=" << backward_input << ",W=" << backward_weight << ",comm=" << comm;
+  const char* separator = "";
+  for (const auto& [name, member] : kKeys) {
+    // weights=0 (not counted) is left out, so cost models without weights print as before.
+    if (member == &CostModel::weights && weights == 0) continue;
+    out << separator << name << '=' << this->*member;
+    separator = ",";
+  }
   return out.str();
 }
 
@@ -106,6 +116,10 @@ double CostModel::activation(int stage, int num_stages, int num_ranks) const {
 double CostModel::weight_stash(int stage, int num_stages) const {
   if (stage_weight_stash.empty()) return 0;
   return per_stage(stage_weight_stash, 0, stage, num_stages, 1, "stage_weight_stash");
+}
+
+double CostModel::weight_memory(int stage, int num_stages, int num_ranks) const {
+  return per_stage(stage_weights, weights, stage, num_stages, num_ranks, "stage_weights");
 }
 
 }  // namespace pptrain

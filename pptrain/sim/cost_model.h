@@ -1,9 +1,10 @@
-// How long each action takes and how much activation memory it holds, for the simulator.
+// How long each action takes and how much memory it holds (activations, and the weights when
+// `weights` is set), for the simulator.
 //
 // The simple form gives the times of one rank's whole share of the model for one microbatch;
-// with V chunks (stages) per rank each chunk takes 1/V of it. Per-stage vectors, when given,
-// override that (e.g. from a profile and a partition). Units are arbitrary but shared: seconds
-// when the figures come from a measured profile.
+// with V chunks (stages) per rank each chunk takes 1/V of it (and holds 1/V of its memory).
+// Per-stage vectors, when given, override that (e.g. from a profile and a partition). Units are
+// arbitrary but shared: seconds when the figures come from a measured profile.
 //
 //   CostModel c = CostModel::parse("F=1,I=2,W=1,comm=0.1");
 //   double t = c.time(Action::make(Op::B, 3, 0), /*num_stages=*/8, /*num_ranks=*/4);  // (2+1)/2
@@ -36,12 +37,22 @@ struct CostModel {
   // the deferred weight gradients hold from the end of I to the end of W (the weight layers'
   // inputs and output gradients); empty = not counted.
   std::vector<double> stage_weight_stash;
+  // Memory of ONE version of the rank's whole share of the weights, in the unit of the
+  // activations (1 = one microbatch's activations of the whole share); 0 = weights not counted.
+  // An asynchronous schedule holds several versions (schedule/weight_versions.h).
+  double weights = 0;
+  // Optional memory of one weight version per stage [num_stages], same unit; when non-empty it
+  // overrides `weights` (whose chunk share is 1/V of it).
+  std::vector<double> stage_weights;
 
-  // Parses "F=1,I=1,W=1,comm=0": any subset of the keys F, I, W, comm in any order, values
-  // finite and >= 0. Throws UserError naming the bad piece.
+  // Parses "F=1,I=1,W=1,comm=0,weights=4": any subset of the keys F, I, W, comm, weights in any
+  // order, values finite and >= 0. Throws UserError naming the bad piece.
   static CostModel parse(const std::string& text);
-  // "F=1,I=1,W=1,comm=0" (per-stage vectors are not printed).
+  // "F=1,I=1,W=1,comm=0", then ",weights=4" when weights is non-zero (per-stage vectors are not
+  // printed).
   std::string to_string() const;
+  // Whether the simulator's peak memory includes weights at all.
+  bool counts_weights() const { return weights != 0 || !stage_weights.empty(); }
 
   // Duration of a compute action (F, I, W, B; OVERLAP_F_B = sum of its parts) on a schedule of
   // num_stages stages over num_ranks ranks. SEND/RECV take 0. Throws UserError if a per-stage
@@ -51,6 +62,9 @@ struct CostModel {
   double activation(int stage, int num_stages, int num_ranks) const;
   // Memory one microbatch holds on `stage` between its I and its W (0 unless stage_weight_stash).
   double weight_stash(int stage, int num_stages) const;
+  // Memory of one version of `stage`'s weights (0 unless weights or stage_weights). Named apart
+  // from the field `weights`, which C++ does not let a method share.
+  double weight_memory(int stage, int num_stages, int num_ranks) const;
 };
 
 }  // namespace pptrain

@@ -15,8 +15,11 @@ constexpr double kNotYet = -1;  // all real times are >= 0
 
 class Simulation {
  public:
-  Simulation(const Schedule& lowered, const CostModel& cost)
-      : s_(lowered), cost_(cost), done_at_(s_.num_stages, s_.num_microbatches, kNotYet) {}
+  Simulation(const Schedule& lowered, const CostModel& cost, const VersionRule& rule)
+      : s_(lowered),
+        cost_(cost),
+        rule_(rule),
+        done_at_(s_.num_stages, s_.num_microbatches, kNotYet) {}
 
   SimResult run() {
     const int P = s_.num_ranks;
@@ -132,13 +135,22 @@ class Simulation {
     out.makespan = stats.makespan;
     out.cost = stats.cost;
     out.bubble_ratio = stats.bubble_ratio;
+    const std::vector<int> versions =
+        weight_versions_per_rank(rule_, s_.stage_to_rank, s_.num_ranks);
+    std::vector<double> weights(s_.num_ranks, 0.0);  // [rank] all versions of its stages
+    for (int st = 0; st < s_.num_stages; ++st) {
+      weights[rank_of(st)] +=
+          rule_.versions_kept(st) * cost_.weight_memory(st, s_.num_stages, s_.num_ranks);
+    }
     for (int r = 0; r < s_.num_ranks; ++r) {
-      out.ranks.push_back(RankStats{r, stats.busy[r], stats.idle[r], peak_memory(r)});
+      const double activations = peak_activations(r);
+      out.ranks.push_back(RankStats{r, stats.busy[r], stats.idle[r], activations, versions[r],
+                                    activations + weights[r]});
     }
     return out;
   }
 
-  double peak_memory(int r) {
+  double peak_activations(int r) {
     auto& events = memory_events_[r];
     // At equal times, release before allocating: an I that ends when the next F starts does
     // not overlap it.
@@ -153,6 +165,7 @@ class Simulation {
 
   const Schedule& s_;
   const CostModel& cost_;
+  const VersionRule& rule_;
   FactTable<double> done_at_;    // when each fact came true (semantics.h); kNotYet until then
   std::vector<int> position_;    // [rank] next action to run
   std::vector<double> free_at_;  // [rank] end of its last action
@@ -164,8 +177,12 @@ class Simulation {
 
 }  // namespace
 
-SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost) {
-  return Simulation(*schedule, cost).run();
+SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
+                   const VersionRule& rule) {
+  PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == schedule->num_stages, "weight rule ",
+                update_name(rule.update), " is for ", rule.stages, " stages but schedule '",
+                schedule->name, "' has ", schedule->num_stages);
+  return Simulation(*schedule, cost, rule).run();
 }
 
 }  // namespace pptrain

@@ -1,10 +1,18 @@
 // Discrete-event simulator: times a schedule under a CostModel and reports makespan, bubble
-// ratio, per-rank busy/idle time and peak activation memory, plus a Timeline for rendering.
+// ratio, per-rank busy/idle time, peak activation memory, the weight versions each rank keeps
+// and its peak memory (activations + weights), plus a Timeline for rendering.
 //
 //   ValidatedSchedule s = validate(make_schedule({"1f1b", 4, 8}));
 //   SimResult r = simulate(s, CostModel::parse("F=1,I=1,W=1"));
 //   r.bubble_ratio;                  // 3/11
 //   r.ranks[0].peak_activations;     // 4
+//
+//   // pipedream (no flush): pass its weight rule (registry.h: version_rule_of)
+//   ValidatedSchedule a = validate(make_schedule({"pipedream", 4, 3 * 8}));
+//   SimResult q = simulate(a, CostModel::parse("weights=2"),
+//                          version_rule_of("pipedream", false, /*stages=*/4, /*microbatches=*/8));
+//   q.ranks[0].weight_versions;      // 4
+//   q.ranks[0].peak_memory;          // peak_activations + 4 * 2
 //
 // Rules: each rank runs its list strictly in order; an action starts when the rank is free and
 // everything it waits for (inputs_of, pptrain/schedule/semantics.h) has happened, a message
@@ -24,6 +32,20 @@
 // after I (inputs of weight layers, output gradients) is NOT counted by default;
 // docs/SCHEDULE_FORMAT.md says the same. CostModel::stage_weight_stash, when given, counts it
 // too, from the end of I to the end of W (in the same unit as the activations).
+//
+// Weight versions: stage s keeps rule.versions_kept(s) versions of its weights
+// (pptrain/schedule/weight_versions.h: 1 for a synchronous schedule, more for an asynchronous
+// one), and a rank's weight_versions is the most any of its stages keeps. Peak memory:
+//
+//   peak_memory = peak_activations + sum over the rank's stages s of
+//                 versions_kept(s) * CostModel::weight_memory(s)
+//
+// (by default a chunk's version counts 1/V of CostModel::weights; a cost model that does not
+// count weights gives peak_memory == peak_activations). The versions are counted as held for
+// the whole run, so they add a constant to every moment. That is exact in the steady state of
+// an asynchronous pipeline, where every stage holds all its versions at once (versions_kept is
+// that count) and, in the 1F1B order of the asynchronous schedules, the activations peak too;
+// the warm-up and cool-down hold fewer versions, which the figure does not credit.
 #pragma once
 
 #include <string>
@@ -32,6 +54,7 @@
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/timeline.h"
 #include "pptrain/schedule/validate.h"
+#include "pptrain/schedule/weight_versions.h"
 #include "pptrain/sim/cost_model.h"
 
 namespace pptrain {
@@ -41,6 +64,8 @@ struct RankStats {
   double busy = 0;              // sum of compute durations on this rank
   double idle = 0;              // makespan - busy
   double peak_activations = 0;  // in microbatches of this rank's whole share (see above)
+  int weight_versions = 1;      // the most versions one of this rank's stages keeps
+  double peak_memory = 0;       // peak_activations + the weight versions (see above), same unit
 };
 
 struct SimResult {
@@ -51,7 +76,10 @@ struct SimResult {
   Timeline timeline;             // every action, comm actions as zero-length events
 };
 
-// Simulates a validated schedule (validate.h): it always runs to completion.
-SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost);
+// Simulates a validated schedule (validate.h): it always runs to completion. `rule` says how
+// many weight versions each stage keeps; the default is synchronous (one version). Throws
+// UserError if an asynchronous rule is for another number of stages than the schedule's.
+SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
+                   const VersionRule& rule = VersionRule{});
 
 }  // namespace pptrain

@@ -1,5 +1,6 @@
-// The simulator against closed forms: bubbles and peak activation memory of every generator,
-// a hand-timed GPipe with communication latency, and errors for schedules that cannot run.
+// The simulator against closed forms: bubbles, peak activation memory and weight versions of
+// every generator, a hand-timed GPipe with communication latency, and errors for schedules that
+// cannot run.
 #include "pptrain/sim/simulator.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
@@ -91,6 +93,52 @@ TEST(CostModel, Parse) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("unknown key 'X'"), std::string::npos) << e.what();
   }
+}
+
+TEST(CostModel, ParseWeights) {
+  const CostModel c = CostModel::parse("F=1,I=1,W=1,comm=0,weights=4");
+  EXPECT_EQ(c.weights, 4);
+  EXPECT_TRUE(c.counts_weights());
+  EXPECT_EQ(c.to_string(), "F=1,I=1,W=1,comm=0,weights=4");
+  EXPECT_EQ(CostModel::parse(c.to_string()).weights, 4);
+  // Not counted by default, and then not printed.
+  EXPECT_EQ(CostModel::parse("F=2").weights, 0);
+  EXPECT_FALSE(CostModel::parse("F=2,weights=0").counts_weights());
+  EXPECT_EQ(CostModel::parse("F=2,weights=0").to_string(), "F=2,I=1,W=1,comm=0");
+  // Each error is one line naming the bad piece.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"weights=-1", "value of weights must be a finite number >= 0, got '-1'"},
+      {"weights=inf", "got 'inf'"},
+      {"weights=nan", "got 'nan'"},
+      {"weights=x", "got 'x'"},
+      {"weights=", "got ''"},
+      {"weights=2GB", "got '2GB'"},
+      {"Weights=1", "unknown key 'Weights'"},
+  };
+  for (const auto& [piece, expected] : bad) {
+    try {
+      CostModel::parse("F=1," + piece);
+      ADD_FAILURE() << piece << " was accepted";
+    } catch (const UserError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(CostModel, WeightsSplitOverChunksAndStageWeightsOverride) {
+  CostModel c;
+  EXPECT_DOUBLE_EQ(c.weight_memory(1, 4, 2), 0);
+  c.weights = 4;
+  EXPECT_DOUBLE_EQ(c.weight_memory(1, 4, 2), 2);  // V = 2: a chunk holds half the share
+  EXPECT_DOUBLE_EQ(c.weight_memory(0, 2, 2), 4);
+  c.stage_weights = {3, 5};
+  EXPECT_DOUBLE_EQ(c.weight_memory(1, 2, 2), 5);
+  EXPECT_THROW(c.weight_memory(1, 4, 2), UserError);
+  CostModel only_stages;
+  only_stages.stage_weights = {1, 1};
+  EXPECT_TRUE(only_stages.counts_weights());
 }
 
 TEST(CostModel, ChunksSplitTheShareAndStageVectorsOverride) {
@@ -328,6 +376,78 @@ TEST(Simulator, OverlapTakesTheSumOfItsParts) {
   const SimResult r = simulate(validate(s), costs(1, 2, 1));
   EXPECT_NEAR(r.makespan, 1 + (1 + 3) + 3, kEps);
   EXPECT_NEAR(r.ranks[0].peak_activations, 2, kEps);
+}
+
+// An asynchronous schedule as `pptrain schedule` runs it: `steps` mini-batches of M in one list.
+SimResult run_async(const std::string& name, int p, int m, const CostModel& c,
+                    bool vertical_sync = false, int steps = 3) {
+  return simulate(validate(make_schedule({name, p, steps * m})), c,
+                  version_rule_of(name, vertical_sync, p, m));
+}
+
+TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
+  CostModel c = costs(1, 1, 1);
+  c.weights = 2;
+  const SimResult r = run_async("pipedream", 4, 8, c);
+  const SimResult unweighted = run_async("pipedream", 4, 8, costs(1, 1, 1));
+  ASSERT_EQ(r.ranks.size(), 4u);
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const RankStats& s = r.ranks[rank];
+    EXPECT_EQ(s.weight_versions, 4 - rank);
+    EXPECT_NEAR(s.peak_activations, 4 - rank, kEps);  // 1F1B order: P - r in flight
+    EXPECT_NEAR(s.peak_activations, unweighted.ranks[rank].peak_activations, kEps);
+    EXPECT_NEAR(s.peak_memory, s.peak_activations + s.weight_versions * 2, kEps);
+    EXPECT_NEAR(unweighted.ranks[rank].peak_memory, s.peak_activations, kEps);
+  }
+  // Vertical sync keeps S versions on every stage.
+  for (const RankStats& s : run_async("pipedream", 4, 8, c, /*vertical_sync=*/true).ranks) {
+    EXPECT_EQ(s.weight_versions, 4);
+    EXPECT_NEAR(s.peak_memory, s.peak_activations + 4 * 2, kEps);
+  }
+  // The versions the simulator reports are the rule's, for every asynchronous schedule.
+  for (const auto& name : schedule_names()) {
+    const VersionRule rule = version_rule_of(name, false, 4, 8);
+    if (!rule.asynchronous()) continue;
+    SCOPED_TRACE(name);
+    const std::vector<int> expected = weight_versions_per_rank(rule, {0, 1, 2, 3}, 4);
+    const SimResult a = run_async(name, 4, 8, c);
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_EQ(a.ranks[rank].weight_versions, expected[rank]);
+      EXPECT_NEAR(a.ranks[rank].peak_memory, a.ranks[rank].peak_activations + expected[rank] * 2,
+                  kEps);
+    }
+  }
+}
+
+TEST(Simulator, SynchronousSchedulesKeepOneVersion) {
+  CostModel c = costs(1, 1, 1);
+  c.weights = 2;
+  // Interleaved: each of a rank's V chunks keeps one version of 1/V of its share.
+  for (const SimResult& r : {run("1f1b", 4, 8, c), run("interleaved-1f1b", 4, 8, c, 2)}) {
+    for (const RankStats& s : r.ranks) {
+      EXPECT_EQ(s.weight_versions, 1);
+      EXPECT_NEAR(s.peak_memory, s.peak_activations + 2, kEps) << r.timeline.title;
+    }
+  }
+  // Per-stage weights: rank 0 holds stage 0's.
+  c.stage_weights = {5, 1, 1, 1};
+  EXPECT_NEAR(run("1f1b", 4, 8, c).ranks[0].peak_memory, 4 + 5, kEps);
+}
+
+TEST(Simulator, DefaultCostLeavesPeakMemoryAtTheActivations) {
+  for (const auto& name : schedule_names()) {
+    SCOPED_TRACE(name);
+    for (const RankStats& s : run(name, 4, 8, costs(1, 1, 1)).ranks) {
+      EXPECT_EQ(s.weight_versions, 1);  // the default rule is synchronous
+      EXPECT_DOUBLE_EQ(s.peak_memory, s.peak_activations);
+    }
+  }
+}
+
+TEST(Simulator, RuleForAnotherStageCountIsRefused) {
+  const ValidatedSchedule s = validate(make_schedule({"pipedream", 4, 16}));
+  EXPECT_THROW(simulate(s, costs(1, 1, 1), version_rule_of("pipedream", false, 3, 8)), UserError);
 }
 
 Schedule two_rank_schedule(std::vector<std::vector<std::string>> texts) {

@@ -105,7 +105,6 @@ std::string percent(double ratio) {
 
 void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& cost,
                    const SimResult& result) {
-  const auto versions = weight_versions_per_rank(rule, s.stage_to_rank, s.num_ranks);
   std::printf("schedule      %s\n", s.name.c_str());
   if (rule.asynchronous()) {
     std::printf("weights       %s, no flush: %d steps of %d microbatches in one run\n",
@@ -119,17 +118,21 @@ void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& 
   std::printf("makespan      %g\n", result.makespan);
   std::printf("bubble ratio  %.4f (%s)\n", result.bubble_ratio,
               percent(result.bubble_ratio).c_str());
-  std::printf("\nrank  %10s  %10s  %16s  %15s\n", "busy", "idle", "peak activations",
-              "weight versions");
+  // The peak memory column only when the weights are counted: otherwise it repeats the
+  // activations.
+  const bool weights = cost.counts_weights();
+  std::printf("\nrank  %10s  %10s  %16s  %15s%s\n", "busy", "idle", "peak activations",
+              "weight versions", weights ? "  peak memory" : "");
   for (const auto& r : result.ranks) {
-    std::printf("%4d  %10g  %10g  %16g  %15d\n", r.rank, r.busy, r.idle, r.peak_activations,
-                versions[r.rank]);
+    std::printf("%4d  %10g  %10g  %16g  %15d", r.rank, r.busy, r.idle, r.peak_activations,
+                r.weight_versions);
+    if (weights) std::printf("  %11g", r.peak_memory);
+    std::printf("\n");
   }
 }
 
 nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
                                     const SimResult& result) {
-  const auto versions = weight_versions_per_rank(rule, s.stage_to_rank, s.num_ranks);
   nlohmann::ordered_json out;
   out["schedule"] = s.name;
   out["weight_update"] = update_name(rule.update);
@@ -145,7 +148,8 @@ nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
     rank["busy"] = r.busy;
     rank["idle"] = r.idle;
     rank["peak_activations"] = r.peak_activations;
-    rank["weight_versions"] = versions[r.rank];
+    rank["peak_memory"] = r.peak_memory;
+    rank["weight_versions"] = r.weight_versions;
     out["ranks"].push_back(std::move(rank));
   }
   return out;
@@ -172,7 +176,7 @@ void run_schedule_command(const ScheduleArgs& args) {
                       args.microbatches_given ? args.microbatches : schedule.num_microbatches);
   const ValidatedSchedule validated = validate(schedule);
   const Schedule& lowered = *validated;
-  SimResult result = simulate(validated, cost);
+  SimResult result = simulate(validated, cost, rule);
 
   if (!args.export_path.empty()) {
     write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)),
@@ -220,7 +224,8 @@ void add_schedule_command(CLI::App& app) {
   auto* chunks = cmd->add_option("--chunks", args->chunks,
                                  "Stages per rank (V); 0 or absent: the schedule's default");
   cmd->add_option("--cost", args->cost,
-                  "Cost model: times of one rank's share for one microbatch, and the comm latency")
+                  "Cost model: times of one rank's share for one microbatch, the comm latency, "
+                  "and (weights=) the memory of one version of its weights")
       ->capture_default_str();
   cmd->add_option("--import", args->import_path,
                   "Read the schedule from a CSV file instead of generating it (P, V, M and "
