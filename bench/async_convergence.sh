@@ -7,7 +7,7 @@
 # steps) and its ratio to 1f1b's, and writes the loss curves as an SVG.
 #
 #   bench/async_convergence.sh [path/to/pptrain] [out.svg]
-#   STEPS=300 OPTIMIZER=adamw LR=1e-3 bench/async_convergence.sh build/tools/pptrain/pptrain docs/images/async-convergence.svg
+#   STEPS=300 OPTIMIZER=adamw LR=1e-3 EXTRA="--warmup-steps 50" bench/async_convergence.sh build/tools/pptrain/pptrain docs/images/async-convergence.svg
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PPTRAIN=${1:-build/tools/pptrain/pptrain}
@@ -16,6 +16,7 @@ STEPS=${STEPS:-300}
 OPTIMIZER=${OPTIMIZER:-sgd}
 LR=${LR:-0.05}
 PP=${PP:-1}
+EXTRA=${EXTRA:-}  # more train flags for every run, e.g. "--warmup-steps 50 --momentum 0.5"
 MODEL=${MODEL:-"--model gpt --layers 4 --d-model 128 --heads 4 --seq-len 64 --batch-size 16 --microbatches 8 --data default"}
 [[ -x "$PPTRAIN" ]] || { echo "async_convergence: no pptrain binary at '$PPTRAIN'" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "async_convergence: needs python3 to draw the curves" >&2; exit 2; }
@@ -24,13 +25,14 @@ trap 'rm -rf "$work"' EXIT
 
 placement="--pp 1 --stages 4"
 [[ $PP == 4 ]] && placement="--pp 4"
-names=(1f1b pipedream vertical-sync 2bw)
-flags=("--schedule 1f1b" "--schedule pipedream" "--schedule pipedream --vertical-sync" "--schedule 2bw")
+names=(1f1b pipedream vertical-sync 2bw pipemare pipemare-no-fixes)
+flags=("--schedule 1f1b" "--schedule pipedream" "--schedule pipedream --vertical-sync" "--schedule 2bw"
+  "--schedule pipemare" "--schedule pipemare --no-lr-reschedule --no-discrepancy-correction")
 for i in "${!names[@]}"; do
-  "$PPTRAIN" train $MODEL $placement ${flags[$i]} --optimizer "$OPTIMIZER" --lr "$LR" --steps "$STEPS" --quiet \
+  "$PPTRAIN" train $MODEL $placement ${flags[$i]} --optimizer "$OPTIMIZER" --lr "$LR" $EXTRA --steps "$STEPS" --quiet \
     --metrics "$work/${names[$i]}.jsonl" >/dev/null
 done
-echo "$STEPS steps, --optimizer $OPTIMIZER --lr $LR, $placement; $MODEL"
+echo "$STEPS steps, --optimizer $OPTIMIZER --lr $LR $EXTRA, $placement; $MODEL"
 python3 - "$SVG" "$work" "${names[@]}" <<'PY'
 import json, sys
 svg_path, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]

@@ -128,6 +128,31 @@ TEST(MatchesReferenceAdamW, ZbVOnTwoRanks) {
   expect_same_parameters(model, dir / "run", dir / "ref");
 }
 
+// The warm-up and the momentum reach every stage's optimizer: 1F1B on 2 ranks still equals one
+// process, and its losses leave those of a run without them from step 2 (step 1's forward comes
+// before any update).
+TEST(MatchesReferenceWarmupMomentum, OneFOneBOnTwoRanks) {
+  const ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common =
+      model_args(model) + " --batch-size 8 --microbatches 4 --steps 4 --quiet --schedule 1f1b";
+  const std::string extra = " --warmup-steps 3 --momentum 0.5";
+  for (const std::string name : {"plain", "ref", "run"}) {
+    const std::string flags = name == "plain" ? " --pp 1"
+                              : name == "ref" ? " --pp 1" + extra
+                                              : " --pp 2" + extra;
+    const auto out =
+        run_train(common + flags + " --metrics " + (dir / (name + ".jsonl")).string(), dir);
+    ASSERT_EQ(out.exit_code, 0) << out.err;
+  }
+  const auto plain = read_losses(dir / "plain.jsonl"), want = read_losses(dir / "ref.jsonl"),
+             got = read_losses(dir / "run.jsonl");
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i]));
+  EXPECT_EQ(plain[0], want[0]);
+  EXPECT_GT(std::abs(plain[1] - want[1]), 1e-4 * std::abs(want[1]));
+}
+
 // The metrics file has one line per step with every field, a bubble in [0, 1) and a memory
 // figure per rank; --trace and --svg write the last step.
 TEST(Outputs, MetricsTraceSvgAndLoad) {
@@ -359,6 +384,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"PipeMareDecayOutOfRange",
                  "--pp 2 --schedule pipemare --microbatches 4 --batch-size 8 --pipemare-decay 1",
                  "--pipemare-decay must be in [0, 1), got 1"},
+        BadInput{"MomentumWithAdamW",
+                 "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --optimizer adamw "
+                 "--momentum 0.5",
+                 "--momentum is sgd's; --optimizer adamw has none"},
+        BadInput{"NegativeWarmup",
+                 "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --warmup-steps -1",
+                 "--warmup-steps must be >= 0, got -1"},
         BadInput{"StagesWithSeveralRanks",
                  "--pp 2 --stages 4 --schedule pipedream --microbatches 4 --batch-size 8",
                  "--stages is for --pp 1"}),

@@ -128,6 +128,8 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--steps", std::to_string(plan.steps)},
       {"--optimizer", plan.optimizer},
       {"--lr", to_text(plan.lr)},
+      {"--momentum", to_text(plan.momentum)},
+      {"--warmup-steps", std::to_string(plan.warmup_steps)},
       {"--clip", to_text(plan.clip)},
       {"--recompute", plan.recompute ? "on" : "off"},
       {"the weight update (--vertical-sync)", update_name(plan.weights.update)},

@@ -64,6 +64,12 @@ void check_flags(const TrainOptions& options) {
                 "--optimizer must be sgd or adamw, got '", options.optimizer, "'");
   PPTRAIN_CHECK(options.lr >= 0 && std::isfinite(options.lr), "--lr must be >= 0, got ",
                 options.lr);
+  PPTRAIN_CHECK(options.momentum >= 0 && options.momentum < 1, "--momentum must be in [0, 1), got ",
+                options.momentum);
+  PPTRAIN_CHECK(options.momentum == 0.9 || options.optimizer == "sgd",
+                "--momentum is sgd's; --optimizer ", options.optimizer, " has none");
+  PPTRAIN_CHECK(options.warmup_steps >= 0, "--warmup-steps must be >= 0, got ",
+                options.warmup_steps);
   PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ",
                 options.clip);
   PPTRAIN_CHECK(options.threads >= 1, "--threads must be >= 1, got ", options.threads);
@@ -189,6 +195,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.steps = options.steps;
   plan.optimizer = options.optimizer;
   plan.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;
+  plan.momentum = options.momentum;
+  plan.warmup_steps = options.warmup_steps;
   plan.clip = options.clip;
   plan.recompute = options.recompute;
   plan.skip_nonfinite = options.skip_nonfinite;

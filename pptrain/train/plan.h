@@ -49,8 +49,10 @@ struct TrainOptions {
   int pipemare_warmup = kNotGiven;
   double pipemare_decay = std::numeric_limits<double>::quiet_NaN();
   int steps = 10;
-  std::string optimizer = "sgd";  // "sgd" (momentum 0.9) or "adamw" (weight decay 0.01)
+  std::string optimizer = "sgd";  // "sgd" (with momentum) or "adamw" (weight decay 0.01)
   double lr = 0;                  // 0: 0.05 for sgd, 1e-3 for adamw
+  double momentum = 0.9;          // sgd's momentum
+  int warmup_steps = 0;           // the rate grows linearly to lr over this many steps; 0: none
   double clip = 1.0;              // max global gradient norm; 0 = no clipping
   std::string metrics_path;       // JSON lines, one per step
   std::string trace_path;         // Chrome trace of the last step
@@ -92,6 +94,8 @@ struct TrainingPlan {
   int steps = 0;
   std::string optimizer;  // "sgd" or "adamw"
   double lr = 0;          // resolved: never 0
+  double momentum = 0.9;  // sgd
+  int warmup_steps = 0;   // see TrainOptions
   double clip = 0;        // max global gradient norm; 0 = no clipping
   bool recompute = false;
   bool skip_nonfinite = false;  // see TrainOptions
@@ -99,6 +103,10 @@ struct TrainingPlan {
   std::string load_dir;         // empty: start from the seeded initialisation
   std::string save_dir;         // empty: do not save
 
+  // The learning rate of the optimizer steps of step `step` (0-based): the warm-up's share of lr.
+  double lr_at(int step) const {
+    return warmup_steps > 0 && step < warmup_steps ? lr * (step + 1) / warmup_steps : lr;
+  }
   int ranks() const { return schedule->num_ranks; }
   int num_stages() const { return schedule->num_stages; }
   int microbatches() const { return data.microbatches; }  // M, per step

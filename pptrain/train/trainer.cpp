@@ -68,8 +68,8 @@ struct RankModel {
       return std::make_unique<torch::optim::AdamW>(
           params, torch::optim::AdamWOptions(plan.lr).weight_decay(0.01));
     }
-    return std::make_unique<torch::optim::SGD>(params,
-                                               torch::optim::SGDOptions(plan.lr).momentum(0.9));
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(plan.lr).momentum(plan.momentum));
   }
 
   std::vector<Stage*> stage_pointers() {
@@ -146,6 +146,10 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
   return norm;
 }
 
+void set_lr(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
 // A test hook: PPTRAIN_TEST_CRASH_RANK=r PPTRAIN_TEST_CRASH_STEP=k makes rank r abort at the start
 // of step k (0-based), to check that the launcher stops the whole run.
 void maybe_crash_for_test(int rank, int step) {
@@ -213,7 +217,7 @@ class AsyncUpdates {
     const double norm = clip_grad_norm(params, plan_.clip, nullptr);
     latest_squared_[stage] = norm * norm;
     if (std::isfinite(norm)) {
-      step(l, versions.live_version());
+      step(l, mb / rule.microbatches_per_step);
     } else if (!plan_.skip_nonfinite) {
       throw std::runtime_error("step " + std::to_string(mb / rule.microbatches_per_step + 1) +
                                ": the gradient norm of stage " + std::to_string(stage) + " is " +
@@ -226,18 +230,19 @@ class AsyncUpdates {
     most_held_ = std::max(most_held_, versions.held());
   }
 
-  // The optimizer step of local stage l, its `step`-th; pipemare's fixes around it.
+  // The optimizer step of local stage l in step `step` (0-based); pipemare's fixes around it
+  // (its stages take their k-th step in step k).
   void step(int l, int step) {
+    torch::optim::Optimizer& optimizer = *model_.optimizers[l];
     if (model_.pipemare.empty()) {
-      model_.optimizers[l]->step();
+      set_lr(optimizer, plan_.lr_at(step));
+      optimizer.step();
       return;
     }
     PipeMareStage& fixes = model_.pipemare[l];
-    for (auto& group : model_.optimizers[l]->param_groups()) {
-      group.options().set_lr(plan_.lr * fixes.lr_scale(step));
-    }
+    set_lr(optimizer, plan_.lr_at(step) * fixes.lr_scale(step));
     fixes.before_step();
-    model_.optimizers[l]->step();
+    optimizer.step();
     fixes.after_step();
   }
 
@@ -331,7 +336,10 @@ void train(const TrainingPlan& plan, Transport& transport,
       grad_norm = clip_grad_norm(model.params, plan.clip, &transport);
       // Every rank has the same global norm, so every rank takes the same branch.
       if (std::isfinite(grad_norm)) {
-        for (auto& optimizer : model.optimizers) optimizer->step();
+        for (auto& optimizer : model.optimizers) {
+          set_lr(*optimizer, plan.lr_at(step));
+          optimizer->step();
+        }
       } else if (!plan.skip_nonfinite) {
         throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
       }

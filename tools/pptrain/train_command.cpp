@@ -100,7 +100,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--steps", o.steps, "Optimizer steps")->required();
   cmd->add_option("--lr", o.lr, "Learning rate; 0 = 0.05 for sgd, 1e-3 for adamw")
       ->capture_default_str();
-  cmd->add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw")->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer, "sgd (with --momentum) or adamw (weight decay 0.01)")
+      ->capture_default_str();
+  cmd->add_option("--momentum", o.momentum, "sgd's momentum")->capture_default_str();
+  cmd->add_option("--warmup-steps", o.warmup_steps,
+                  "Grow the learning rate linearly from lr/N to lr over the first N steps "
+                  "(asynchronous schedules: by the step a microbatch belongs to); 0 = none")
+      ->capture_default_str();
   cmd->add_option("--clip", o.clip,
                   "Max global gradient norm; 0 = off (asynchronous schedules: each stage's own)")
       ->capture_default_str();
