@@ -19,7 +19,7 @@ MODEL=${MODEL:-"--model gpt --layers 8 --d-model 256 --heads 4 --seq-len 128 --b
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-schedules=(1f1b pipedream 2bw)
+schedules=(1f1b pipedream 2bw pipemare)
 configs=()
 for s in "${schedules[@]}"; do
   configs+=("$s-1:--pp 1 --stages 2 --schedule $s" "$s-2:--pp 2 --schedule $s")
