@@ -199,6 +199,47 @@ TEST(Outputs, MetricsTraceSvgAndLoad) {
   EXPECT_LT(again[0], first[0]);
 }
 
+// A checkpoint is whole or refused: a second save replaces the folder (a stray file of an
+// earlier model goes) and leaves no DIR.partial; --load refuses a folder without a manifest, a
+// damaged layer file and flags of another shape, and --save refuses a file, each with exit
+// status 2 before any training.
+TEST(Checkpoint, WholeOrRefused) {
+  TempDir dir;
+  const ModelOptions model = small_model("gpt");
+  const std::string common = " --batch-size 8 --microbatches 4 --quiet --steps 1";
+  const fs::path ckpt = dir / "ckpt";
+  auto run = run_train(model_args(model) + " --pp 2" + common + " --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(ckpt / "manifest.json"));
+  std::ofstream(ckpt / "layer_99.pt") << "from a larger model";
+  run = run_train(model_args(model) + " --pp 1" + common + " --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_FALSE(fs::exists(ckpt / "layer_99.pt"));
+  EXPECT_FALSE(fs::exists(dir / "ckpt.partial"));
+  run = run_train(model_args(model) + " --pp 2" + common + " --load " + ckpt.string(), dir);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+
+  const auto refused = [&](const std::string& args, const std::string& message) {
+    const auto out = run_train(args + common, dir);
+    EXPECT_EQ(out.exit_code, 2) << args;
+    EXPECT_NE(out.err.find(message), std::string::npos) << out.err;
+  };
+  ModelOptions wider = model;
+  wider.d_model = 2 * model.d_model;
+  refused(model_args(wider) + " --pp 1 --load " + ckpt.string(),
+          "checkpoint has d_model " + std::to_string(model.d_model) + ", flags say " +
+              std::to_string(wider.d_model));
+  const fs::path damaged = dir / "damaged";
+  fs::copy(ckpt, damaged);
+  std::ofstream(damaged / "layer_0.pt", std::ios::app) << "x";
+  refused(model_args(model) + " --pp 1 --load " + damaged.string(), "layer_0.pt' is damaged");
+  fs::remove(damaged / "manifest.json");
+  refused(model_args(model) + " --pp 1 --load " + damaged.string(),
+          "is not a whole checkpoint: it has no manifest.json");
+  refused(model_args(model) + " --pp 1 --save " + (ckpt / "manifest.json").string(),
+          "is a file, not a folder");
+}
+
 TEST(Supervision, CrashedWorkerStopsTheRun) {
   TempDir dir;
   const auto run =

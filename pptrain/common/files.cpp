@@ -1,5 +1,7 @@
 #include "pptrain/common/files.h"
 
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 
@@ -21,6 +23,17 @@ void write_text_file(const std::string& path, const std::string& text, const std
   out << text;
   out.close();
   PPTRAIN_CHECK(out.good(), "cannot write ", what, " '", path, "'");
+}
+
+std::string digest(const std::string& bytes) {
+  uint64_t hash = 1469598103934665603ULL;
+  for (unsigned char c : bytes) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(hash));
+  return out;
 }
 
 }  // namespace pptrain

@@ -15,4 +15,7 @@ std::string read_text_file(const std::string& path, const std::string& what);
 // or the write fails (a full disk shows only when the file is closed, so that is checked too).
 void write_text_file(const std::string& path, const std::string& text, const std::string& what);
 
+// FNV-1a (64 bits) of `bytes`, as 16 hex digits: a checksum every process computes alike.
+std::string digest(const std::string& bytes);
+
 }  // namespace pptrain

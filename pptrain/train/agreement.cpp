@@ -5,24 +5,13 @@
 #include <cstdio>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
 namespace {
 
 using Settings = std::vector<std::pair<std::string, std::string>>;
-
-// FNV-1a, 64 bits, as hex: a digest of a schedule's actions that every rank computes alike.
-std::string digest(const std::string& text) {
-  uint64_t hash = 1469598103934665603ULL;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ULL;
-  }
-  char out[17];
-  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(hash));
-  return out;
-}
 
 std::string to_text(double value) {
   char out[32];

@@ -6,6 +6,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/train/checkpoint.h"
 
 namespace pptrain {
 namespace {
@@ -209,9 +210,11 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_output_path(options.metrics_path, "--metrics");
   check_output_path(options.trace_path, "--trace file");
   check_output_path(options.svg_path, "--svg file");
+  check_save_path(options.save_dir);
   if (!options.load_dir.empty()) {
     PPTRAIN_CHECK(std::filesystem::is_directory(options.load_dir), "--load '", options.load_dir,
                   "' is not a folder");
+    check_checkpoint(options.load_dir, options.model);
   }
   return plan;
 }

@@ -18,6 +18,7 @@
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/stage_versions.h"
 #include "pptrain/train/agreement.h"
+#include "pptrain/train/checkpoint.h"
 #include "pptrain/train/pipemare.h"
 
 namespace pptrain {
@@ -364,10 +365,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   }
   for (auto& sent : older_reports) sent.wait();
 
-  if (!plan.save_dir.empty()) {
-    for (const auto& stage : model.stages) stage.save(plan.save_dir);
-    transport.barrier();  // every layer is on disk before rank 0 says so
-  }
+  if (!plan.save_dir.empty()) save_checkpoint(plan, model.stage_pointers(), transport);
   transport.barrier();
   if (reports) {
     for (StepObserver* o : observers) o->on_end(plan);
