@@ -240,6 +240,30 @@ TEST(Checkpoint, WholeOrRefused) {
           "is a file, not a folder");
 }
 
+// A save killed before its swap, with the layers written or also the manifest, leaves the
+// previous checkpoint as it was, and it loads; the next save clears what the killed one left.
+TEST(Checkpoint, AKilledSaveKeepsThePreviousOne) {
+  TempDir dir;
+  const std::string common =
+      model_args(small_model("gpt")) + " --pp 2 --batch-size 8 --microbatches 4 --quiet --steps 1";
+  const fs::path ckpt = dir / "ckpt";
+  auto run = run_train(common + " --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string manifest = read_text(ckpt / "manifest.json");
+  for (const std::string moment : {"layers", "manifest"}) {
+    run = run_train(common + " --seed 7 --save " + ckpt.string(), dir,
+                    "PPTRAIN_TEST_CRASH_SAVE=" + moment + " ");
+    EXPECT_NE(run.exit_code, 0) << moment;
+    EXPECT_EQ(read_text(ckpt / "manifest.json"), manifest) << moment;
+    run = run_train(common + " --load " + ckpt.string(), dir);
+    EXPECT_EQ(run.exit_code, 0) << moment << ": " << run.err;
+  }
+  run = run_train(common + " --seed 7 --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(read_text(ckpt / "manifest.json"), manifest);
+  EXPECT_FALSE(fs::exists(dir / "ckpt.partial"));
+}
+
 TEST(Supervision, CrashedWorkerStopsTheRun) {
   TempDir dir;
   const auto run =

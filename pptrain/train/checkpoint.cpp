@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -68,6 +69,13 @@ void swap_into_place(const fs::path& from, const fs::path& to) {
   const int rc = ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE);
   PPTRAIN_CHECK(rc == 0, "cannot swap the new checkpoint into '", to.string(),
                 "': ", std::strerror(errno));
+}
+
+// A test hook: PPTRAIN_TEST_CRASH_SAVE=layers|manifest makes rank 0 abort once every layer, or
+// also the manifest, is in DIR.partial, before the swap: the moments a kill can hit.
+void maybe_crash_for_test(const char* moment) {
+  const char* crash = std::getenv("PPTRAIN_TEST_CRASH_SAVE");
+  if (crash && std::strcmp(crash, moment) == 0) std::abort();
 }
 
 }  // namespace
@@ -138,8 +146,10 @@ void save_checkpoint(const TrainingPlan& plan, const std::vector<Stage*>& stages
   for (const Stage* stage : stages) stage->save(partial.string());
   transport.barrier();  // every layer is on disk
   if (leader) {
+    maybe_crash_for_test("layers");
     write_text_file(manifest_path(partial).string(), manifest_of(plan, partial).dump(2) + "\n",
                     "checkpoint manifest");
+    maybe_crash_for_test("manifest");
     swap_into_place(partial, dir);
     std::error_code error;
     fs::remove_all(partial, error);  // the previous checkpoint, if there was one
