@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -10,6 +11,9 @@
 namespace pptrain {
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  std::error_code error;
+  PPTRAIN_CHECK(!std::filesystem::is_directory(path, error), "cannot read ", what, " '", path,
+                "': it is a folder, not a file");
   std::ifstream in(path, std::ios::binary);
   PPTRAIN_CHECK(in.good(), "cannot read ", what, " '", path, "'");
   std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

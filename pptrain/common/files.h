@@ -8,7 +8,8 @@
 
 namespace pptrain {
 
-// The file's bytes. UserError "cannot read <what> '<path>'" if it cannot be opened or read.
+// The file's bytes. UserError "cannot read <what> '<path>'" if it cannot be opened or read (or
+// is a folder).
 std::string read_text_file(const std::string& path, const std::string& what);
 
 // Replaces the file with `text`. UserError "cannot write <what> '<path>'" if it cannot be opened

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -18,6 +19,8 @@ const char* const kDefaultTexts[] = {
     "/usr/share/common-licenses/LGPL-2.1", "/usr/share/common-licenses/Apache-2.0"};
 
 bool read_file(const std::string& path, std::string* contents) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) return false;  // reading one throws
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
   contents->assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -46,6 +46,8 @@ Schedule serial_schedule(const std::string& name, int stages, int microbatches, 
 
 void check_output_path(const std::string& path, const char* flag) {
   if (path.empty()) return;
+  PPTRAIN_CHECK(!std::filesystem::is_directory(path), flag, " '", path,
+                "' is a folder; give a file name");
   const auto parent = std::filesystem::path(path).parent_path();
   PPTRAIN_CHECK(parent.empty() || std::filesystem::is_directory(parent), flag, " '", path,
                 "': folder '", parent.string(), "' does not exist");
