@@ -63,6 +63,20 @@ class Simulation {
     return ready;
   }
 
+  // How long `a` runs: the cost model's time, plus the rerun forward of a backward under a rule
+  // whose backward rebuilds the graph on its own weights (pipemare).
+  double duration(const Action& a) const {
+    double time = cost_.time(a, s_.num_stages, s_.num_ranks);
+    if (!rule_.backward_reruns_forward()) return time;
+    for (const Action& atom : atoms_of(a)) {
+      if (atom.op == Op::B || atom.op == Op::I) {
+        time += cost_.time(Action::make(Op::F, atom.stage, atom.microbatch), s_.num_stages,
+                           s_.num_ranks);
+      }
+    }
+    return time;
+  }
+
   // Runs rank r's next action if its inputs are available; false if it has to wait.
   bool step(int r) {
     const Action& a = s_.actions[r][position_[r]];
@@ -72,7 +86,7 @@ class Simulation {
       if (ready == kNotYet) return false;
       start = std::max(start, ready);
     }
-    const double end = start + cost_.time(a, s_.num_stages, s_.num_ranks);
+    const double end = start + duration(a);
     for (const Action& atom : atoms_of(a)) {
       record(atom, r, start, end);
       wake_consumer_of(atom);

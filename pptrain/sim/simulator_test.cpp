@@ -420,6 +420,21 @@ TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
   }
 }
 
+// pipemare's backward reruns the forward on its own weights: each B lasts B + F.
+TEST(Simulator, PipeMareBackwardsIncludeTheRerunForward) {
+  for (const std::string name : {"pipemare", "2bw"}) {
+    const SimResult r = run_async(name, 4, 8, costs(1, 1, 1));
+    const double expected = name == "pipemare" ? 3 : 2;
+    int backwards = 0;
+    for (const TimelineEvent& e : r.timeline.events) {
+      if (e.action.op != Op::B) continue;
+      ++backwards;
+      EXPECT_NEAR(e.end - e.start, expected, kEps) << name;
+    }
+    EXPECT_EQ(backwards, 4 * 3 * 8) << name;
+  }
+}
+
 TEST(Simulator, SynchronousSchedulesKeepOneVersion) {
   CostModel c = costs(1, 1, 1);
   c.weights = 2;
