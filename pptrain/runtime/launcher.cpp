@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "pptrain/common/check.h"
@@ -98,6 +99,18 @@ int find_free_port() {
   return ntohs(addr.sin_port);
 }
 
+// True when process `pid` is stopped by a signal (or a tracer): state T or t in /proc/PID/stat.
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so look after the last ')'.
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
+  const char state = stat[paren + 2];
+  return state == 'T' || state == 't';
+}
+
 LaunchResult launch_workers(const LaunchOptions& options) {
   PPTRAIN_ASSERT(options.workers >= 1);
   const int port = find_free_port();
@@ -147,11 +160,34 @@ LaunchResult launch_workers(const LaunchOptions& options) {
       if (p > 0) kill(p, sig);
     }
   };
+  // Since when each worker has been seen stopped; a worker stopped past the timeout fails.
+  std::vector<std::optional<Clock::time_point>> stopped_since(options.workers);
+  std::string stopped_message;
+  Clock::time_point next_stop_check = Clock::now();
+  const auto check_stopped = [&] {
+    const auto now = Clock::now();
+    if (now < next_stop_check) return;
+    next_stop_check = now + std::chrono::milliseconds(250);
+    for (int rank = 0; rank < options.workers; ++rank) {
+      if (pids[rank] <= 0 || !is_stopped(pids[rank])) {
+        stopped_since[rank].reset();
+        continue;
+      }
+      if (!stopped_since[rank]) stopped_since[rank] = now;
+      if (now - *stopped_since[rank] < options.stopped_timeout || !stopped_message.empty())
+        continue;
+      const auto seconds =
+          std::chrono::duration_cast<std::chrono::seconds>(now - *stopped_since[rank]).count();
+      stopped_message = "worker rank " + std::to_string(rank) +
+                        " has been stopped (a SIGSTOP?) for " + std::to_string(seconds) + " s";
+    }
+  };
   while (running > 0) {
     while (running > 0 && reap_one()) {
     }
     if (running == 0) break;
-    if (!killing && (!failures.empty() || g_interrupt_signal)) {
+    if (!killing) check_stopped();
+    if (!killing && (!failures.empty() || g_interrupt_signal || !stopped_message.empty())) {
       // A peer of a crashed worker fails a moment later (connection closed); reap those too
       // before killing, so the message names every failure and the cause first.
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -160,6 +196,7 @@ LaunchResult launch_workers(const LaunchOptions& options) {
       killing = true;
       kill_started = Clock::now();
       signal_all(SIGTERM);
+      signal_all(SIGCONT);  // a stopped worker acts on SIGTERM only once it runs
     }
     if (killing && !killed_hard && Clock::now() - kill_started > options.kill_grace) {
       killed_hard = true;
@@ -175,6 +212,11 @@ LaunchResult launch_workers(const LaunchOptions& options) {
     result.exit_code = 128 + g_interrupt_signal;
     result.message = std::string("interrupted by signal ") + std::to_string(g_interrupt_signal) +
                      "; stopped all " + std::to_string(options.workers) + " workers";
+    return result;
+  }
+  if (!stopped_message.empty()) {
+    result.exit_code = 1;
+    result.message = stopped_message + "; stopped the other workers";
     return result;
   }
   if (failures.empty()) return result;

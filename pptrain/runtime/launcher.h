@@ -21,6 +21,8 @@ struct LaunchOptions {
   std::vector<std::string> args;  // argv[1..] passed to every worker; argv[0] is /proc/self/exe
   std::string executable = "/proc/self/exe";
   std::chrono::milliseconds kill_grace = std::chrono::seconds(3);  // SIGTERM -> SIGKILL
+  // A worker stopped (SIGSTOP, SIGTSTP: state T in /proc) this long stops the run, named.
+  std::chrono::milliseconds stopped_timeout = std::chrono::seconds(60);
 };
 
 // What happened to the workers.

@@ -39,6 +39,16 @@ TEST(Launcher, AFailedExitStatusIsNamed) {
   EXPECT_EQ(result.message.rfind("worker rank 0 exited with status 3", 0), 0u) << result.message;
 }
 
+TEST(Launcher, AStoppedWorkerStopsTheRunAndIsNamed) {
+  LaunchOptions options = shell(2, "if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; exec sleep 600");
+  options.stopped_timeout = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = launch_workers(options);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.message.rfind("worker rank 1 has been stopped", 0), 0u) << result.message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 TEST(Launcher, FreePortIsAPort) {
   const int port = find_free_port();
   EXPECT_GT(port, 0);

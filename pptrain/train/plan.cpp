@@ -75,6 +75,8 @@ void check_flags(const TrainOptions& options) {
                 options.warmup_steps);
   PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ",
                 options.clip);
+  PPTRAIN_CHECK(options.stopped_timeout_s >= 1, "--stopped-timeout must be >= 1 s, got ",
+                options.stopped_timeout_s);
   PPTRAIN_CHECK(options.threads >= 1, "--threads must be >= 1, got ", options.threads);
   PPTRAIN_CHECK(options.stages >= 0, "--stages must be >= 1, got ", options.stages);
   PPTRAIN_CHECK(options.stages == 0 || options.pp == 1,

@@ -60,6 +60,7 @@ struct TrainOptions {
   std::string save_dir;           // parameters after the last step, DIR/layer_<i>.pt
   std::string load_dir;           // parameters to start from, same layout
   int threads = 1;                // compute threads per process (workers: P processes, P cores)
+  int stopped_timeout_s = 60;     // the launcher stops the run when a worker is stopped this long
   bool quiet = false;             // no per-step lines on stdout
   // Keep only each stage's input between F and its backward, and rerun F before I or B.
   bool recompute = false;

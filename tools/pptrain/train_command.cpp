@@ -34,6 +34,7 @@ void run_train(const TrainOptions& options) {
   if (!worker && options.pp > 1) {
     LaunchOptions launch;
     launch.workers = options.pp;
+    launch.stopped_timeout = std::chrono::seconds(options.stopped_timeout_s);
     launch.args = own_arguments();  // the workers get this command line again...
     if (options.stage_layers.empty()) {
       // ...with the ranges resolved here, so that every rank holds the same layers.
@@ -130,6 +131,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads per process")->capture_default_str();
+  cmd->add_option("--stopped-timeout", o.stopped_timeout_s,
+                  "Seconds a worker may stay stopped (SIGSTOP) before the launcher stops the run, "
+                  "naming it")
+      ->capture_default_str();
   cmd->add_option("--metrics", o.metrics_path, "Write one JSON line of metrics per step");
   cmd->add_option("--trace", o.trace_path, "Write the last step's measured Chrome trace (JSON)");
   cmd->add_option("--svg", o.svg_path, "Write the last step's measured timeline (SVG)");
