@@ -12,6 +12,9 @@
 #include <tuple>
 #include <vector>
 
+#include "pptrain/data/data.h"
+#include "pptrain/models/model.h"
+#include "pptrain/runtime/stage.h"
 #include "tests/e2e.h"
 
 namespace pptrain {
@@ -116,6 +119,48 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
     });
+
+// 2bw's rule computed by hand, apart from the runtime's weight versions: one stage, one
+// microbatch per step, plain SGD without clipping. Step k's loss is f(W^(k-1); batch k) and
+// W^(k+1) = W^(k) - lr * grad f(W^(k-1); batch k), with W^(-1) = W^(0).
+TEST(TwoBW, IsOneStepStaleSgd) {
+  ModelOptions model = small_model("mlp");
+  model.layers = 2;
+  const int steps = 5;
+  const double lr = 0.1;
+  TempDir dir;
+  const auto run = run_train(model_args(model) +
+                                 " --pp 1 --schedule 2bw --batch-size 4 --microbatches 1 "
+                                 "--momentum 0 --clip 0 --lr 0.1 --quiet --steps " +
+                                 std::to_string(steps) + " --metrics " +
+                                 (dir / "m.jsonl").string() + " --save " + (dir / "run").string(),
+                             dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+
+  DataOptions data;
+  data.batch_size = 4;
+  data.seed = model.seed;
+  const Dataset dataset(model, data);
+  const std::pair<int, int> all_layers{0, num_layers(model) - 1};
+  Stage newest = make_stage(model, 0, all_layers);    // W^(k)
+  Stage previous = make_stage(model, 0, all_layers);  // W^(k-1)
+  std::vector<double> losses;
+  for (int k = 0; k < steps; ++k) {
+    const auto batch = dataset.batch(k);
+    const torch::Tensor loss = compute_loss(model, previous.forward(batch.inputs), batch.targets);
+    losses.push_back(loss.item<double>());
+    const auto grads = torch::autograd::grad({loss}, previous.parameters());
+    torch::NoGradGuard no_grad;
+    const auto w = newest.parameters(), old = previous.parameters();
+    for (size_t p = 0; p < w.size(); ++p) {
+      old[p].copy_(w[p]);       // W^(k) is the next step's previous version
+      w[p].sub_(grads[p], lr);  // W^(k+1)
+    }
+  }
+  expect_same_losses(read_losses(dir / "m.jsonl"), losses);
+  newest.save((dir / "hand").string());
+  expect_same_parameters(model, dir / "run", dir / "hand");
+}
 
 }  // namespace
 }  // namespace pptrain
