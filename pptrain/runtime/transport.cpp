@@ -36,16 +36,21 @@ std::string brief(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
-// Waits on a c10d operation for at most `timeout`, turning its failure into one line that names
-// the timeout.
+// Waits on a c10d operation (`what`: "receive from rank 1", "barrier", ...) for at most
+// `timeout`, turning its failure into one line that says which of the two it was: no answer
+// within the timeout, or a connection that broke (its peer most likely exited, and said why).
 PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
-                                std::chrono::milliseconds timeout) {
-  return [work = std::move(work), timeout] {
+                                std::chrono::milliseconds timeout, std::string what) {
+  return [work = std::move(work), timeout, what = std::move(what)] {
     try {
       work->wait(timeout);
     } catch (const std::exception& e) {
-      throw std::runtime_error(std::string("communication failed or timed out after ") +
-                               std::to_string(timeout.count() / 1000) + " s: " + brief(e));
+      const std::string cause = brief(e);
+      const bool timed_out = cause.find("imed out") != std::string::npos;
+      throw std::runtime_error(
+          timed_out ? what + ": no answer within " + std::to_string(timeout.count() / 1000) +
+                          " s (PPTRAIN_COMM_TIMEOUT_S): " + cause
+                    : what + ": the connection broke (the peer may have exited): " + cause);
     }
   };
 }
@@ -62,21 +67,25 @@ class C10dTransport : public Transport {
   PendingComm send(const torch::Tensor& tensor, int peer, int tag) override {
     PPTRAIN_ASSERT(tensor.is_contiguous(), "send needs a contiguous tensor");
     std::vector<at::Tensor> tensors{tensor};
-    return PendingComm(c10d_waiter(group_->send(tensors, peer, tag), options_.timeout), tensor);
+    return PendingComm(c10d_waiter(group_->send(tensors, peer, tag), options_.timeout,
+                                   "send to rank " + std::to_string(peer)),
+                       tensor);
   }
 
   PendingComm recv(const torch::Tensor& buffer, int peer, int tag) override {
     PPTRAIN_ASSERT(buffer.is_contiguous(), "recv needs a contiguous buffer");
     std::vector<at::Tensor> tensors{buffer};
-    return PendingComm(c10d_waiter(group_->recv(tensors, peer, tag), options_.timeout), buffer);
+    return PendingComm(c10d_waiter(group_->recv(tensors, peer, tag), options_.timeout,
+                                   "receive from rank " + std::to_string(peer)),
+                       buffer);
   }
 
   void allreduce_sum(torch::Tensor& tensor) override {
     std::vector<at::Tensor> tensors{tensor};
-    c10d_waiter(group_->allreduce(tensors), options_.timeout)();
+    c10d_waiter(group_->allreduce(tensors), options_.timeout, "all-reduce")();
   }
 
-  void barrier() override { c10d_waiter(group_->barrier(), options_.timeout)(); }
+  void barrier() override { c10d_waiter(group_->barrier(), options_.timeout, "barrier")(); }
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;  // kept alive: rank 0 serves it to the others
