@@ -114,16 +114,17 @@ inline std::string model_args(const ModelOptions& m) {
          std::to_string(m.seq_len);
 }
 
-inline void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want) {
+inline void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want,
+                               double tolerance = 1e-5) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+    EXPECT_NEAR(got[i], want[i], tolerance * std::abs(want[i])) << "step " << i + 1;
   }
 }
 
 // Every layer's parameters in `dir` against `reference_dir` (both written by --save).
 inline void expect_same_parameters(const ModelOptions& model, const fs::path& dir,
-                                   const fs::path& reference_dir) {
+                                   const fs::path& reference_dir, double tolerance = 1e-5) {
   for (int layer = 0; layer < num_layers(model); ++layer) {
     auto got = make_layer(model, layer).ptr();
     auto want = make_layer(model, layer).ptr();
@@ -137,7 +138,7 @@ inline void expect_same_parameters(const ModelOptions& model, const fs::path& di
       const torch::Tensor b = item.value();
       const double scale = std::max(b.abs().max().item<double>(), 1e-12);
       const double rel = (a - b).abs().max().item<double>() / scale;
-      EXPECT_LE(rel, 1e-5) << "layer " << layer << " parameter " << item.key();
+      EXPECT_LE(rel, tolerance) << "layer " << layer << " parameter " << item.key();
     }
   }
 }

@@ -15,10 +15,42 @@
 
 namespace pptrain {
 
-// A mistake in the user's input. The message names the bad value and what was expected.
+namespace detail {
+// `text` safe to print however untrusted its bytes (a file's cell, a JSON parser's excerpt):
+// control and non-ASCII bytes become \xNN (a newline stays: a schedule error's grid follows its
+// message line), and a line longer than kMaxLine is cut, ending in "...".
+inline std::string printable(const std::string& text) {
+  constexpr size_t kMaxLine = 400;
+  static const char* const kHex = "0123456789abcdef";
+  std::string out;
+  size_t line = 0;  // bytes of the current output line
+  bool cut = false;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte == '\n') {
+      out += '\n';
+      line = 0;
+      cut = false;
+    } else if (line >= kMaxLine) {
+      if (!cut) out += "...";
+      cut = true;
+    } else if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+      line += 1;
+    } else {
+      out += {'\\', 'x', kHex[byte >> 4], kHex[byte & 15]};
+      line += 4;
+    }
+  }
+  return out;
+}
+}  // namespace detail
+
+// A mistake in the user's input. The message names the bad value and what was expected; any
+// untrusted bytes in it are escaped and long lines cut (detail::printable).
 class UserError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit UserError(const std::string& message) : std::runtime_error(detail::printable(message)) {}
 };
 
 // A broken invariant inside pptrain: a bug, not a user mistake.

@@ -371,7 +371,7 @@ Partition parse_partition_json(const std::string& text) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // bad syntax, or a number out of range
     throw UserError(detail::concat("partition: not valid JSON: ", e.what()));
   }
   PPTRAIN_CHECK(doc.is_object() && doc.contains("stages") && doc["stages"].is_array(),

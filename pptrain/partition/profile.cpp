@@ -137,7 +137,7 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // bad syntax, or a number out of range
     throw UserError(detail::concat(source, ": not valid JSON: ", e.what()));
   }
   PPTRAIN_CHECK(doc.is_object(), source, ": expected a JSON object with a 'layers' array");

@@ -19,10 +19,14 @@ torch::Tensor Stage::forward(const torch::Tensor& input) {
 
 std::vector<torch::Tensor> Stage::parameters() const {
   std::vector<torch::Tensor> params;
-  for (const auto& layer : layers_) {
-    for (const auto& p : layer.ptr()->parameters()) params.push_back(p);
+  for (int i = 0; i < num_layers(); ++i) {
+    for (const auto& p : layer_parameters(i)) params.push_back(p);
   }
   return params;
+}
+
+std::vector<torch::Tensor> Stage::layer_parameters(int i) const {
+  return layers_.at(i).ptr()->parameters();
 }
 
 std::string layer_file(const std::string& dir, int layer) {

@@ -32,6 +32,9 @@ class Stage {
   // Runs the layers in order.
   torch::Tensor forward(const torch::Tensor& input);
   std::vector<torch::Tensor> parameters() const;
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  // The parameters of layer first_layer() + i; parameters() is all of them in layer order.
+  std::vector<torch::Tensor> layer_parameters(int i) const;
 
   // One file per layer: DIR/layer_<model layer index>.pt. UserError if a file cannot be written
   // or read, or does not match the layer.

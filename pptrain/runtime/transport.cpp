@@ -8,7 +8,14 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -127,6 +134,51 @@ TransportOptions TransportOptions::from_env() {
 
 namespace {
 
+// The local address this host reaches `master_addr` from, which is where the other ranks reach
+// this one: a UDP socket "connected" to it (nothing is sent) is bound to the outgoing
+// interface's address. On the master's host that is the master address itself; on another host
+// it is that host's address on the shared network, not the master's (which it cannot bind).
+// Empty when the route cannot be found.
+std::string local_address_towards(const std::string& master_addr, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(master_addr.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) {
+    return "";
+  }
+  std::string local;
+  for (addrinfo* a = found; a && local.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage own{};
+    socklen_t length = sizeof own;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&own), &length) == 0) {
+      const void* address =
+          own.ss_family == AF_INET
+              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&own)->sin_addr)
+              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&own)->sin6_addr);
+      if (::inet_ntop(own.ss_family, address, text, sizeof text)) local = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return local;
+}
+
+// Gloo's device: on GLOO_SOCKET_IFNAME's interface when it is set (as torch does), else on the
+// address this host reaches the master from.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const TransportOptions& options) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  }
+  const std::string local = local_address_towards(options.master_addr, options.master_port);
+  return c10d::ProcessGroupGloo::createDeviceForHostname(local.empty() ? options.master_addr
+                                                                       : local);
+}
+
 std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(options.master_port);
@@ -138,8 +190,7 @@ std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
   c10::intrusive_ptr<GroupBase> group;
   if (options.backend == "gloo") {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    gloo_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
+    gloo_options->devices.push_back(gloo_device(options));
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.world_size,
                                                         gloo_options);
 #if defined(USE_C10D_NCCL)

@@ -127,6 +127,10 @@ Settings plan_settings(const TrainingPlan& plan) {
        pipemare_text(plan)},
       {"--skip-nonfinite", plan.skip_nonfinite ? "on" : "off"},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
+      {"--resume", plan.resume_dir.empty() ? "(none)" : plan.resume_dir},
+      {"--save", plan.save_dir.empty() ? "(none)" : plan.save_dir},
+      {"--save-every", std::to_string(plan.save_every)},
+      {"--keep", std::to_string(plan.keep)},
   };
 }
 

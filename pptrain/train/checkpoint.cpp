@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kFormat = "pptrain-checkpoint";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: optimizer state, step and data position
 
 fs::path manifest_path(const fs::path& dir) {
   return dir / "manifest.json";
@@ -39,7 +40,19 @@ nlohmann::ordered_json model_json(const ModelOptions& m) {
   return out;
 }
 
-nlohmann::ordered_json manifest_of(const TrainingPlan& plan, const fs::path& dir) {
+// The settings a resumed run must share with the run that saved it (a checkpoint's optimizer
+// state and data position mean nothing under others), as the manifest records them.
+nlohmann::ordered_json resume_json(const TrainingPlan& plan) {
+  nlohmann::ordered_json out;
+  out["optimizer"] = plan.optimizer;
+  if (plan.optimizer == "sgd") out["momentum"] = plan.momentum;
+  out["data"] = plan.data.source;
+  out["seed"] = plan.data.seed;
+  out["batch_size"] = plan.data.batch_size;
+  return out;
+}
+
+nlohmann::ordered_json manifest_of(const TrainingPlan& plan, int steps_done, const fs::path& dir) {
   nlohmann::ordered_json out;
   out["format"] = kFormat;
   out["version"] = kVersion;
@@ -47,14 +60,51 @@ nlohmann::ordered_json manifest_of(const TrainingPlan& plan, const fs::path& dir
   out["stage_layers"] = format_stage_layers(plan.stage_layers);
   out["schedule"] = plan.schedule->name;
   out["pp"] = plan.ranks();
-  out["steps"] = plan.steps;
+  out["step"] = steps_done;
+  out["resume"] = resume_json(plan);
+  // The data of step k is drawn from a generator seeded with (seed, k): the next step's index is
+  // the whole data position and random state.
+  out["data_position"] = {{"next_step", steps_done}, {"rng", "per step, from (seed, step)"}};
   out["files"] = nlohmann::ordered_json::object();
-  for (int layer = 0; layer < num_layers(plan.model); ++layer) {
-    const fs::path file = layer_file(dir.string(), layer);
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  for (const fs::path& file : files) {
     const std::string bytes = read_text_file(file.string(), "checkpoint file");
     out["files"][file.filename().string()] = {{"bytes", bytes.size()}, {"fnv1a64", digest(bytes)}};
   }
   return out;
+}
+
+// The manifest of `dir`; UserError (starting with `flag`) unless it is one of this format.
+nlohmann::json read_manifest(const std::string& dir, const std::string& flag) {
+  const fs::path manifest = manifest_path(dir);
+  PPTRAIN_CHECK(fs::is_directory(dir), flag, " '", dir, "' is not a folder");
+  PPTRAIN_CHECK(fs::is_regular_file(manifest), flag, " '", dir,
+                "' is not a whole checkpoint: it has no manifest.json (an interrupted save, or "
+                "not a folder pptrain saved)");
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_text_file(manifest.string(), "checkpoint manifest"));
+  } catch (const nlohmann::json::exception&) {
+    throw UserError(flag + " '" + dir + "': manifest.json is not valid JSON");
+  }
+  PPTRAIN_CHECK(m.is_object() && m.value("format", "") == kFormat, flag, " '", dir,
+                "': manifest.json is not a pptrain checkpoint manifest");
+  PPTRAIN_CHECK(m.value("version", 0) == kVersion, flag, " '", dir, "': checkpoint format version ",
+                m.value("version", 0), ", this pptrain reads ", kVersion);
+  return m;
+}
+
+// UserError unless every field of `want` is in `have` with the same value: "checkpoint has
+// d_model 64, flags say 128".
+void expect_fields(const nlohmann::json& have, const nlohmann::json& want, const std::string& flag,
+                   const std::string& dir) {
+  for (const auto& [field, value] : want.items()) {
+    const std::string has = have.contains(field) ? have[field].dump() : std::string("none");
+    PPTRAIN_CHECK(have.contains(field) && have[field] == value, flag, " '", dir,
+                  "': checkpoint has ", field, " ", has, ", flags say ", value.dump());
+  }
 }
 
 // Puts `from` at `to` in one step, and what was at `to` (if anything) at `from`.
@@ -78,6 +128,46 @@ void maybe_crash_for_test(const char* moment) {
   if (crash && std::strcmp(crash, moment) == 0) std::abort();
 }
 
+// The checkpoint a save replaced, now at `old`: removed, or with keep K > 1 renamed to
+// DIR.step-<its step>, after which only the K - 1 newest of those stay.
+void retire(const fs::path& old, const fs::path& dir, int keep) {
+  std::error_code error;
+  int step = -1;
+  if (keep > 1) {
+    try {
+      step = nlohmann::json::parse(read_text_file(manifest_path(old).string(), "manifest"))
+                 .value("step", -1);
+    } catch (const std::exception&) {
+      step = -1;  // an older format: not kept
+    }
+  }
+  if (step < 0) {
+    fs::remove_all(old, error);
+    return;
+  }
+  const std::string prefix = dir.filename().string() + ".step-";
+  const fs::path kept = dir.parent_path() / (prefix + std::to_string(step));
+  fs::remove_all(kept, error);
+  fs::rename(old, kept, error);
+  if (error) fs::remove_all(old, error);
+  std::vector<std::pair<int, fs::path>> older;  // (step, folder), newest first once sorted
+  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+  for (const auto& entry : fs::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    older.emplace_back(std::stoi(digits), entry.path());
+  }
+  std::sort(older.rbegin(), older.rend());
+  for (size_t i = static_cast<size_t>(keep - 1); i < older.size(); ++i) {
+    fs::remove_all(older[i].second, error);
+  }
+}
+
 }  // namespace
 
 void check_save_path(const std::string& dir) {
@@ -85,6 +175,12 @@ void check_save_path(const std::string& dir) {
   const fs::path path(dir);
   PPTRAIN_CHECK(!fs::exists(path) || fs::is_directory(path), "--save '", dir,
                 "' is a file, not a folder");
+  // A save replaces the folder whole: never one that holds something else.
+  PPTRAIN_CHECK(
+      !fs::is_directory(path) || fs::is_empty(path) || fs::is_regular_file(manifest_path(path)),
+      "--save '", dir,
+      "' is a folder that is not a pptrain checkpoint (no manifest.json); give a new or "
+      "empty folder");
   const fs::path parent = path.parent_path();
   std::error_code error;
   if (!parent.empty()) fs::create_directories(parent, error);
@@ -92,45 +188,41 @@ void check_save_path(const std::string& dir) {
                 "': cannot create its folder '", parent.string(), "'");
 }
 
-void check_checkpoint(const std::string& dir, const ModelOptions& model) {
-  const fs::path manifest = manifest_path(dir);
-  PPTRAIN_CHECK(fs::is_regular_file(manifest), "--load '", dir,
-                "' is not a whole checkpoint: it has no manifest.json (an interrupted save, or "
-                "not a folder pptrain saved)");
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(read_text_file(manifest.string(), "checkpoint manifest"));
-  } catch (const nlohmann::json::exception&) {
-    throw UserError("--load '" + dir + "': manifest.json is not valid JSON");
-  }
-  PPTRAIN_CHECK(m.is_object() && m.value("format", "") == kFormat, "--load '", dir,
-                "': manifest.json is not a pptrain checkpoint manifest");
-  PPTRAIN_CHECK(m.value("version", 0) == kVersion, "--load '", dir, "': checkpoint format version ",
-                m.value("version", 0), ", this pptrain reads ", kVersion);
-  const nlohmann::json want = model_json(model);
-  const nlohmann::json have = m.value("model", nlohmann::json::object());
-  for (const auto& [field, value] : want.items()) {
-    const std::string has = have.contains(field) ? have[field].dump() : std::string("none");
-    PPTRAIN_CHECK(have.contains(field) && have[field] == value, "--load '", dir,
-                  "': checkpoint has ", field, " ", has, ", flags say ", value.dump());
-  }
+void check_checkpoint(const std::string& dir, const ModelOptions& model, const std::string& flag) {
+  const nlohmann::json m = read_manifest(dir, flag);
+  expect_fields(m.value("model", nlohmann::json::object()), model_json(model), flag, dir);
   const nlohmann::json files = m.value("files", nlohmann::json::object());
   for (int layer = 0; layer < num_layers(model); ++layer) {
-    const fs::path file = layer_file(dir, layer);
-    const std::string name = file.filename().string();
-    PPTRAIN_CHECK(files.contains(name) && files[name].is_object(), "--load '", dir,
+    const std::string name = fs::path(layer_file(dir, layer)).filename().string();
+    PPTRAIN_CHECK(files.is_object() && files.contains(name), flag, " '", dir,
                   "': the manifest does not list ", name);
-    PPTRAIN_CHECK(fs::is_regular_file(file), "--load: missing parameter file '", file.string(),
+  }
+  for (const auto& [name, want] : files.items()) {
+    const fs::path file = fs::path(dir) / name;
+    PPTRAIN_CHECK(fs::is_regular_file(file), flag, ": missing checkpoint file '", file.string(),
                   "'");
     const std::string bytes = read_text_file(file.string(), "checkpoint file");
-    PPTRAIN_CHECK(files[name].value("bytes", -1LL) == static_cast<long long>(bytes.size()) &&
-                      files[name].value("fnv1a64", "") == digest(bytes),
-                  "--load: '", file.string(),
+    PPTRAIN_CHECK(want.is_object() &&
+                      want.value("bytes", -1LL) == static_cast<long long>(bytes.size()) &&
+                      want.value("fnv1a64", "") == digest(bytes),
+                  flag, ": '", file.string(),
                   "' is damaged (its size or checksum differs from the manifest)");
   }
 }
 
-void save_checkpoint(const TrainingPlan& plan, const std::vector<Stage*>& stages,
+int check_resume(const std::string& dir, const TrainingPlan& plan) {
+  check_checkpoint(dir, plan.model, "--resume");
+  const nlohmann::json m = read_manifest(dir, "--resume");
+  expect_fields(m.value("resume", nlohmann::json::object()), resume_json(plan), "--resume", dir);
+  const int step = m.value("step", -1);
+  PPTRAIN_CHECK(step >= 0, "--resume '", dir, "': the manifest has no step");
+  PPTRAIN_CHECK(step < plan.steps, "--resume '", dir, "': the checkpoint is at step ", step,
+                " and --steps is ", plan.steps,
+                ", so nothing is left to run (--steps counts from the start of the run)");
+  return step;
+}
+
+void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int steps_done,
                      Transport& transport) {
   const fs::path dir(plan.save_dir);
   const fs::path partial = dir.string() + ".partial";
@@ -143,16 +235,17 @@ void save_checkpoint(const TrainingPlan& plan, const std::vector<Stage*>& stages
                   "' for --save");
   }
   transport.barrier();
-  for (const Stage* stage : stages) stage->save(partial.string());
-  transport.barrier();  // every layer is on disk
+  for (const Stage* stage : mine.stages) stage->save(partial.string());
+  for (const StageOptimizer& optimizer : *mine.optimizers) optimizer.save(partial.string());
+  transport.barrier();  // every file is on disk
   if (leader) {
     maybe_crash_for_test("layers");
-    write_text_file(manifest_path(partial).string(), manifest_of(plan, partial).dump(2) + "\n",
-                    "checkpoint manifest");
+    write_text_file(manifest_path(partial).string(),
+                    manifest_of(plan, steps_done, partial).dump(2) + "\n", "checkpoint manifest");
     maybe_crash_for_test("manifest");
+    const bool replaced = fs::exists(dir);
     swap_into_place(partial, dir);
-    std::error_code error;
-    fs::remove_all(partial, error);  // the previous checkpoint, if there was one
+    if (replaced) retire(partial, dir, plan.keep);  // the previous checkpoint
   }
   transport.barrier();  // DIR is whole before any rank returns
 }

@@ -1,18 +1,29 @@
 // A checkpoint: the folder `--save DIR` writes and `--load DIR` reads.
 //
 //   DIR/layer_<i>.pt    the parameters of model layer i (any split can load any other's)
+//   DIR/optim_<i>.pt    the optimizer's state for layer i (momentum, or AdamW's moments and step
+//                       count), for every layer with parameters
 //   DIR/manifest.json   written last: format and version, the model's settings, the stage layout
-//                       and schedule that wrote it, the steps run, and each layer file's size and
+//                       and schedule that wrote it, the steps run, the optimizer and data settings
+//                       a resume must share, the data position, and each file's size and
 //                       checksum (FNV-1a 64)
+//
+// What a resume needs is all there: the data of step k is a function of (seed, k) and training
+// draws no other random numbers, so the step count is the data position and the whole random
+// state. `--load DIR` starts a run from the parameters only (step 0, fresh optimizer); `--resume
+// DIR` continues the run that saved it: parameters, optimizer state, and from the step after the
+// saved one, so 3 steps + save + resume to 6 equals 6 steps, with any --pp.
 //
 // A save never changes the previous checkpoint until the new one is whole: every rank writes its
 // layers into DIR.partial, rank 0 adds the manifest and then swaps DIR.partial and DIR in one
 // rename (renameat2 RENAME_EXCHANGE; a plain rename when DIR does not exist yet) and removes
 // the old one. A kill at any moment leaves either the old checkpoint or the new one at DIR, and
-// no layer file of an earlier, larger model survives a save.
+// no layer file of an earlier, larger model survives a save. With `--keep K` (K > 1) the
+// checkpoint a save replaces is kept beside it as DIR.step-<its step>, up to K - 1 of them.
 //
-//   check_checkpoint(plan.load_dir, plan.model);          // before any worker starts
-//   save_checkpoint(plan, local_stages, transport);      // every rank, after the last step
+//   check_checkpoint(plan.load_dir, plan.model, "--load");   // before any worker starts
+//   int done = check_resume(options.resume_dir, plan);      // --resume: the steps it holds
+//   save_checkpoint(plan, {stages, optimizers}, 6, transport);   // every rank
 #pragma once
 
 #include <string>
@@ -21,22 +32,36 @@
 #include "pptrain/models/model.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/transport.h"
+#include "pptrain/train/optimizer.h"
 #include "pptrain/train/plan.h"
 
 namespace pptrain {
 
-// UserError (one line, naming the field or file) unless `dir` is a whole checkpoint of a model
-// with `model`'s shapes: a manifest of a known version, the same kind, layers, d_model, heads
-// and seq_len (gpt) as the flags, and every layer file present with the manifest's size and
-// checksum.
-void check_checkpoint(const std::string& dir, const ModelOptions& model);
+// UserError (one line, starting with `flag` and naming the field or file) unless `dir` is a
+// whole checkpoint of a model with `model`'s shapes: a manifest of this version, the same kind,
+// layers, d_model, heads and seq_len (gpt) as the flags, every layer file present, and every
+// file the manifest lists with its size and checksum.
+void check_checkpoint(const std::string& dir, const ModelOptions& model, const std::string& flag);
 
-// UserError unless `dir` can become a checkpoint folder: not an existing file, and its parent
-// folder exists or can be created.
+// For --resume: check_checkpoint(), and the settings a continued run must share with the one
+// that saved it (--optimizer, --momentum, --data, --seed, --batch-size) are the plan's, and it
+// holds fewer steps than plan.steps. UserError naming the field otherwise. Returns the steps
+// the checkpoint holds (the step the run continues from, 0-based).
+int check_resume(const std::string& dir, const TrainingPlan& plan);
+
+// UserError unless `dir` can become a checkpoint folder: not an existing file, not a folder
+// holding something other than a checkpoint, and its parent folder exists or can be created.
 void check_save_path(const std::string& dir);
 
-// Every rank of the run calls it with its stages; returns once DIR holds the new checkpoint.
-void save_checkpoint(const TrainingPlan& plan, const std::vector<Stage*>& stages,
+// What one rank holds of a checkpoint: its stages and their optimizers, in the same order.
+struct RankCheckpoint {
+  std::vector<Stage*> stages;
+  const std::vector<StageOptimizer>* optimizers = nullptr;
+};
+
+// Every rank of the run calls it after `steps_done` steps; returns once plan.save_dir holds
+// the new checkpoint (and at most plan.keep - 1 older ones are kept beside it).
+void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int steps_done,
                      Transport& transport);
 
 }  // namespace pptrain

@@ -28,6 +28,9 @@ void LogPrinter::on_start(const TrainingPlan& plan) {
       plan.schedule->name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s", plan.microbatches(),
       static_cast<long long>(plan.microbatch_size));
   std::printf("%s\n", describe_stage_layers(plan.model, plan.partition, plan.stage_layers).c_str());
+  if (!plan.resume_dir.empty()) {
+    std::printf("resuming %s after step %d\n", plan.resume_dir.c_str(), plan.first_step);
+  }
   std::fflush(stdout);
 }
 
@@ -42,18 +45,22 @@ void LogPrinter::on_step(const StepReport& r) {
 
 void LogPrinter::on_end(const TrainingPlan& plan) {
   if (plan.save_dir.empty()) return;
-  std::printf("saved parameters to %s (one file per layer)\n", plan.save_dir.c_str());
+  std::printf("saved a checkpoint of step %d to %s (parameters and optimizer state per layer)\n",
+              plan.steps, plan.save_dir.c_str());
   std::fflush(stdout);
 }
 
 void SimComparison::on_start(const TrainingPlan& plan) {
   schedule_ = plan.schedule;
+  first_step_ = plan.first_step + 1;
 }
 
 void SimComparison::on_step(const StepReport& report) {
   // The costs are read off every step but the first (a warm-up: first-touch allocations, cold
   // caches), or off the only one.
-  if (report.step > 1 || report.steps == 1) measured_.push_back(report.timeline);
+  if (report.step > first_step_ || (report.last() && measured_.empty())) {
+    measured_.push_back(report.timeline);
+  }
   if (!report.last()) return;
   result_ = compare_to_simulation(*schedule_, measured_);
   std::printf("%s", format_comparison(*result_).c_str());

@@ -49,6 +49,7 @@ class SimComparison : public StepObserver {
 
  private:
   std::optional<ValidatedSchedule> schedule_;
+  int first_step_ = 1;  // the run's first step (1-based): a warm-up, left out when others ran
   std::vector<Timeline> measured_;
   std::optional<Comparison> result_;
 };

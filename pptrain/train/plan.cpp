@@ -160,6 +160,26 @@ ValidatedSchedule validated_schedule(const Schedule& schedule, const std::string
   }
 }
 
+// --save, --save-every, --keep, --load and --resume together; UserError naming the flags.
+void check_checkpoint_flags(const TrainOptions& options, const VersionRule& rule) {
+  PPTRAIN_CHECK(options.load_dir.empty() || options.resume_dir.empty(),
+                "give --load (parameters only, from step 0) or --resume (parameters, optimizer "
+                "state and step), not both");
+  PPTRAIN_CHECK(options.save_every >= 0, "--save-every must be >= 0, got ", options.save_every);
+  PPTRAIN_CHECK(options.keep >= 1, "--keep must be >= 1, got ", options.keep);
+  PPTRAIN_CHECK(!options.save_dir.empty() || (options.save_every == 0 && options.keep == 1),
+                "--save-every and --keep need --save DIR");
+  const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
+  // An asynchronous pipeline never flushes: between two steps microbatches are in flight on
+  // weight versions a checkpoint does not hold.
+  PPTRAIN_CHECK(!rule.asynchronous() || options.save_every == 0, "--save-every: '", name,
+                "' is asynchronous and has microbatches in flight at every step boundary; it "
+                "saves once, after the last step");
+  PPTRAIN_CHECK(!rule.asynchronous() || options.resume_dir.empty(), "--resume: '", name,
+                "' is asynchronous and would need the weight versions in flight at the saved "
+                "step; --load starts it from the checkpoint's parameters");
+}
+
 }  // namespace
 
 TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
@@ -207,7 +227,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.skip_nonfinite = options.skip_nonfinite;
   plan.threads = options.threads;
   plan.load_dir = options.load_dir;
+  plan.resume_dir = options.resume_dir;
   plan.save_dir = options.save_dir;
+  plan.save_every = options.save_every;
+  plan.keep = options.keep;
 
   // Reads (and so checks) the data source before any worker starts.
   Dataset check_data(options.model, options.data);
@@ -215,11 +238,9 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_output_path(options.trace_path, "--trace file");
   check_output_path(options.svg_path, "--svg file");
   check_save_path(options.save_dir);
-  if (!options.load_dir.empty()) {
-    PPTRAIN_CHECK(std::filesystem::is_directory(options.load_dir), "--load '", options.load_dir,
-                  "' is not a folder");
-    check_checkpoint(options.load_dir, options.model);
-  }
+  check_checkpoint_flags(options, rule);
+  if (!options.load_dir.empty()) check_checkpoint(options.load_dir, options.model, "--load");
+  if (!options.resume_dir.empty()) plan.first_step = check_resume(options.resume_dir, plan);
   return plan;
 }
 

@@ -57,8 +57,11 @@ struct TrainOptions {
   std::string metrics_path;       // JSON lines, one per step
   std::string trace_path;         // Chrome trace of the last step
   std::string svg_path;           // SVG timeline of the last step
-  std::string save_dir;           // parameters after the last step, DIR/layer_<i>.pt
-  std::string load_dir;           // parameters to start from, same layout
+  std::string save_dir;           // a checkpoint after the last step (train/checkpoint.h)
+  int save_every = 0;             // also after every this many steps; 0: at the end only
+  int keep = 1;                   // checkpoints kept: DIR and up to keep - 1 DIR.step-<k>
+  std::string load_dir;           // parameters to start from (a checkpoint), at step 0
+  std::string resume_dir;         // a checkpoint to continue: parameters, optimizer, step
   int threads = 1;                // compute threads per process (workers: P processes, P cores)
   int stopped_timeout_s = 60;     // the launcher stops the run when a worker is stopped this long
   bool quiet = false;             // no per-step lines on stdout
@@ -102,7 +105,13 @@ struct TrainingPlan {
   bool skip_nonfinite = false;  // see TrainOptions
   int threads = 1;              // compute threads per process
   std::string load_dir;         // empty: start from the seeded initialisation
+  std::string resume_dir;       // empty: no resume; else also the optimizer state and the step
+  int first_step = 0;           // the step the run starts at: the resumed checkpoint's step
   std::string save_dir;         // empty: do not save
+  int save_every = 0;           // see TrainOptions
+  int keep = 1;                 // see TrainOptions
+  // The checkpoint whose parameters the run starts from; empty: the seeded initialisation.
+  const std::string& start_dir() const { return resume_dir.empty() ? load_dir : resume_dir; }
 
   // The learning rate of the optimizer steps of step `step` (0-based): the warm-up's share of lr.
   double lr_at(int step) const {

@@ -19,6 +19,7 @@
 #include "pptrain/runtime/stage_versions.h"
 #include "pptrain/train/agreement.h"
 #include "pptrain/train/checkpoint.h"
+#include "pptrain/train/optimizer.h"
 #include "pptrain/train/pipemare.h"
 
 namespace pptrain {
@@ -33,22 +34,23 @@ using Clock = std::chrono::steady_clock;
 struct RankModel {
   std::vector<Stage> stages;
   std::vector<torch::Tensor> params;
-  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // [local stage]
-  std::vector<StageVersions> versions;                               // [local stage]
-  std::vector<PipeMareStage> pipemare;  // [local stage], for a pipemare rule only
-  std::map<int, int> local;             // global stage index -> local stage
+  std::vector<StageOptimizer> optimizers;  // [local stage]
+  std::vector<StageVersions> versions;     // [local stage]
+  std::vector<PipeMareStage> pipemare;     // [local stage], for a pipemare rule only
+  std::map<int, int> local;                // global stage index -> local stage
 
   RankModel(const TrainingPlan& plan, int rank) {
     for (int s : plan.stages_of(rank)) {
       local[s] = static_cast<int>(stages.size());
       stages.push_back(make_stage(plan.model, s, plan.stage_layers[s]));
-      if (!plan.load_dir.empty()) stages.back().load(plan.load_dir);
+      if (!plan.start_dir().empty()) stages.back().load(plan.start_dir());
     }
     for (auto& stage : stages) {
       auto stage_params = stage.parameters();
       for (auto& p : stage_params) p.mutable_grad() = torch::zeros_like(p);
       params.insert(params.end(), stage_params.begin(), stage_params.end());
-      optimizers.push_back(make_optimizer(plan, stage_params));
+      optimizers.emplace_back(plan, stage);
+      if (!plan.resume_dir.empty()) optimizers.back().load(plan.resume_dir);
       const int s = stage.index();
       auto make_copy = [&plan, s] { return make_stage(plan.model, s, plan.stage_layers[s]); };
       // The one-process run of an asynchronous rule (one rank, stages in turn) runs later
@@ -61,16 +63,6 @@ struct RankModel {
         pipemare.emplace_back(&stage, make_copy, plan.weights.delay(s), plan.pipemare);
       }
     }
-  }
-
-  static std::unique_ptr<torch::optim::Optimizer> make_optimizer(
-      const TrainingPlan& plan, const std::vector<torch::Tensor>& params) {
-    if (plan.optimizer == "adamw") {
-      return std::make_unique<torch::optim::AdamW>(
-          params, torch::optim::AdamWOptions(plan.lr).weight_decay(0.01));
-    }
-    return std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(plan.lr).momentum(plan.momentum));
   }
 
   std::vector<Stage*> stage_pointers() {
@@ -145,10 +137,6 @@ double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
     }
   }
   return norm;
-}
-
-void set_lr(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
 }
 
 // A test hook: PPTRAIN_TEST_CRASH_RANK=r PPTRAIN_TEST_CRASH_STEP=k makes rank r abort at the start
@@ -234,14 +222,14 @@ class AsyncUpdates {
   // The optimizer step of local stage l in step `step` (0-based); pipemare's fixes around it
   // (its stages take their k-th step in step k).
   void step(int l, int step) {
-    torch::optim::Optimizer& optimizer = *model_.optimizers[l];
+    StageOptimizer& optimizer = model_.optimizers[l];
     if (model_.pipemare.empty()) {
-      set_lr(optimizer, plan_.lr_at(step));
+      optimizer.set_lr(plan_.lr_at(step));
       optimizer.step();
       return;
     }
     PipeMareStage& fixes = model_.pipemare[l];
-    set_lr(optimizer, plan_.lr_at(step) * fixes.lr_scale(step));
+    optimizer.set_lr(plan_.lr_at(step) * fixes.lr_scale(step));
     fixes.before_step();
     optimizer.step();
     fixes.after_step();
@@ -319,7 +307,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   std::vector<PendingComm> unsent_reports, older_reports;
   transport.barrier();  // a common start, so the ranks' timelines line up
   auto start = Clock::now();
-  for (int step = 0; step < plan.steps; ++step) {
+  for (int step = plan.first_step; step < plan.steps; ++step) {
     maybe_crash_for_test(rank, step);
     const StepData batch = data.step(step, plan.asynchronous(), plan.steps);
     if (!plan.asynchronous()) {
@@ -338,8 +326,8 @@ void train(const TrainingPlan& plan, Transport& transport,
       // Every rank has the same global norm, so every rank takes the same branch.
       if (std::isfinite(grad_norm)) {
         for (auto& optimizer : model.optimizers) {
-          set_lr(*optimizer, plan.lr_at(step));
-          optimizer->step();
+          optimizer.set_lr(plan.lr_at(step));
+          optimizer.step();
         }
       } else if (!plan.skip_nonfinite) {
         throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
@@ -362,10 +350,15 @@ void train(const TrainingPlan& plan, Transport& transport,
     older_reports = std::move(unsent_reports);
     unsent_reports.clear();
     if (plan.asynchronous()) start = Clock::now();  // the next segment starts here
+    if (plan.save_every > 0 && (step + 1) % plan.save_every == 0 && step + 1 < plan.steps) {
+      save_checkpoint(plan, {model.stage_pointers(), &model.optimizers}, step + 1, transport);
+    }
   }
   for (auto& sent : older_reports) sent.wait();
 
-  if (!plan.save_dir.empty()) save_checkpoint(plan, model.stage_pointers(), transport);
+  if (!plan.save_dir.empty()) {
+    save_checkpoint(plan, {model.stage_pointers(), &model.optimizers}, plan.steps, transport);
+  }
   transport.barrier();
   if (reports) {
     for (StepObserver* o : observers) o->on_end(plan);

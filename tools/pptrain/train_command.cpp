@@ -138,8 +138,19 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--metrics", o.metrics_path, "Write one JSON line of metrics per step");
   cmd->add_option("--trace", o.trace_path, "Write the last step's measured Chrome trace (JSON)");
   cmd->add_option("--svg", o.svg_path, "Write the last step's measured timeline (SVG)");
-  cmd->add_option("--save", o.save_dir, "Write the final parameters, DIR/layer_<i>.pt");
-  cmd->add_option("--load", o.load_dir, "Start from parameters saved with --save");
+  cmd->add_option("--save", o.save_dir,
+                  "Write a checkpoint folder after the last step: parameters, optimizer state, "
+                  "step (replaced whole, never half-written)");
+  cmd->add_option("--save-every", o.save_every,
+                  "Also write the checkpoint after every N steps (synchronous schedules)");
+  cmd->add_option("--keep", o.keep,
+                  "Checkpoints to keep: --save DIR and the K-1 before it as DIR.step-<step>")
+      ->capture_default_str();
+  cmd->add_option("--load", o.load_dir,
+                  "Start from the parameters of a checkpoint (step 0, a fresh optimizer)");
+  cmd->add_option("--resume", o.resume_dir,
+                  "Continue the run that saved a checkpoint: its parameters, optimizer state and "
+                  "step, up to --steps (counted from the run's start); any --pp");
   cmd->add_flag("--quiet", o.quiet, "No per-step lines");
   cmd->add_flag("--recompute", o.recompute,
                 "Keep only each stage's input between forward and backward; rerun the forward "

@@ -1,0 +1,78 @@
+#include "pptrain/train/optimizer.h"
+
+#include <filesystem>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainingPlan& plan,
+                                                        const std::vector<torch::Tensor>& params) {
+  if (params.empty()) return nullptr;
+  if (plan.optimizer == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(plan.lr).weight_decay(0.01));
+  }
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(plan.lr).momentum(plan.momentum));
+}
+
+}  // namespace
+
+std::string optimizer_file(const std::string& dir, int layer) {
+  return (std::filesystem::path(dir) / ("optim_" + std::to_string(layer) + ".pt")).string();
+}
+
+StageOptimizer::StageOptimizer(const TrainingPlan& plan, const Stage& stage)
+    : first_layer_(stage.first_layer()) {
+  for (int i = 0; i < stage.num_layers(); ++i) {
+    layers_.push_back(make_optimizer(plan, stage.layer_parameters(i)));
+  }
+}
+
+void StageOptimizer::set_lr(double lr) {
+  for (auto& optimizer : layers_) {
+    if (!optimizer) continue;
+    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+  }
+}
+
+void StageOptimizer::step() {
+  for (auto& optimizer : layers_) {
+    if (optimizer) optimizer->step();
+  }
+}
+
+void StageOptimizer::save(const std::string& dir) const {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i]) continue;
+    const std::string path = optimizer_file(dir, first_layer_ + static_cast<int>(i));
+    try {
+      torch::serialize::OutputArchive archive;
+      layers_[i]->save(archive);
+      archive.save_to(path);
+    } catch (const c10::Error& e) {
+      PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
+    }
+  }
+}
+
+void StageOptimizer::load(const std::string& dir) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!layers_[i]) continue;
+    const std::string path = optimizer_file(dir, first_layer_ + static_cast<int>(i));
+    PPTRAIN_CHECK(std::filesystem::is_regular_file(path), "--resume: missing optimizer file '",
+                  path, "'");
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(path);
+      layers_[i]->load(archive);
+    } catch (const c10::Error& e) {
+      PPTRAIN_CHECK(false, "--resume: cannot read '", path, "' into the optimizer of layer ",
+                    first_layer_ + i, ": ", e.what_without_backtrace());
+    }
+  }
+}
+
+}  // namespace pptrain

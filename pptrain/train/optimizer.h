@@ -1,0 +1,46 @@
+// The optimizer of one stage, with its state saved per model layer like the parameters.
+//
+// It is one torch optimizer per layer of the stage. SGD and AdamW update each parameter on its
+// own, so this computes exactly what one optimizer over the whole stage would; what it adds is
+// that a layer's momentum or moments live in DIR/optim_<layer>.pt, next to DIR/layer_<layer>.pt,
+// and a run split into other stages can resume from them.
+//
+//   StageOptimizer optimizer(plan, stage);   // plan.optimizer: "sgd" or "adamw"
+//   optimizer.set_lr(plan.lr_at(step));
+//   optimizer.step();                        // the gradients in the stage's parameters' .grad()
+//   optimizer.save("ckpt");                  // ckpt/optim_<i>.pt for each layer i of the stage
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pptrain/runtime/stage.h"
+#include "pptrain/train/plan.h"
+
+namespace pptrain {
+
+class StageOptimizer {
+ public:
+  StageOptimizer(const TrainingPlan& plan, const Stage& stage);
+
+  void set_lr(double lr);
+  void step();
+
+  // One file per layer: DIR/optim_<model layer index>.pt. UserError if a file cannot be written
+  // or read, or does not fit the layer's parameters.
+  void save(const std::string& dir) const;
+  void load(const std::string& dir);
+
+ private:
+  int first_layer_;
+  // [layer of the stage]; null for a layer without parameters.
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> layers_;
+};
+
+// Path of one layer's optimizer-state file in a checkpoint folder.
+std::string optimizer_file(const std::string& dir, int layer);
+
+}  // namespace pptrain

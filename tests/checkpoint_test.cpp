@@ -1,0 +1,191 @@
+// End-to-end tests of checkpoints (train/checkpoint.h): a save is whole or refused, a killed
+// save keeps the previous checkpoint, and a resumed run equals an uninterrupted one, also at
+// another --pp. Each case runs the real binary (PPTRAIN_BINARY).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "tests/e2e.h"
+
+namespace pptrain {
+namespace {
+
+using namespace e2e;  // TempDir, run_train, read_losses, small_model, expect_same_parameters, ...
+
+// A checkpoint is whole or refused: a second save replaces the folder (a stray file of an
+// earlier model goes) and leaves no DIR.partial; --load refuses a folder without a manifest, a
+// damaged layer file and flags of another shape, and --save refuses a file, each with exit
+// status 2 before any training.
+TEST(Checkpoint, WholeOrRefused) {
+  TempDir dir;
+  const ModelOptions model = small_model("gpt");
+  const std::string common = " --batch-size 8 --microbatches 4 --quiet --steps 1";
+  const fs::path ckpt = dir / "ckpt";
+  auto run = run_train(model_args(model) + " --pp 2" + common + " --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(ckpt / "manifest.json"));
+  std::ofstream(ckpt / "layer_99.pt") << "from a larger model";
+  run = run_train(model_args(model) + " --pp 1" + common + " --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_FALSE(fs::exists(ckpt / "layer_99.pt"));
+  EXPECT_FALSE(fs::exists(dir / "ckpt.partial"));
+  run = run_train(model_args(model) + " --pp 2" + common + " --load " + ckpt.string(), dir);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+
+  const auto refused = [&](const std::string& args, const std::string& message) {
+    const auto out = run_train(args + common, dir);
+    EXPECT_EQ(out.exit_code, 2) << args;
+    EXPECT_NE(out.err.find(message), std::string::npos) << out.err;
+  };
+  ModelOptions wider = model;
+  wider.d_model = 2 * model.d_model;
+  refused(model_args(wider) + " --pp 1 --load " + ckpt.string(),
+          "checkpoint has d_model " + std::to_string(model.d_model) + ", flags say " +
+              std::to_string(wider.d_model));
+  const fs::path damaged = dir / "damaged";
+  fs::copy(ckpt, damaged);
+  std::ofstream(damaged / "layer_0.pt", std::ios::app) << "x";
+  refused(model_args(model) + " --pp 1 --load " + damaged.string(), "layer_0.pt' is damaged");
+  fs::remove(damaged / "manifest.json");
+  refused(model_args(model) + " --pp 1 --load " + damaged.string(),
+          "is not a whole checkpoint: it has no manifest.json");
+  refused(model_args(model) + " --pp 1 --save " + (ckpt / "manifest.json").string(),
+          "is a file, not a folder");
+}
+
+// A save killed before its swap, with the layers written or also the manifest, leaves the
+// previous checkpoint as it was, and it loads; the next save clears what the killed one left.
+TEST(Checkpoint, AKilledSaveKeepsThePreviousOne) {
+  TempDir dir;
+  const std::string common =
+      model_args(small_model("gpt")) + " --pp 2 --batch-size 8 --microbatches 4 --quiet --steps 1";
+  const fs::path ckpt = dir / "ckpt";
+  auto run = run_train(common + " --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string manifest = read_text(ckpt / "manifest.json");
+  for (const std::string moment : {"layers", "manifest"}) {
+    run = run_train(common + " --seed 7 --save " + ckpt.string(), dir,
+                    "PPTRAIN_TEST_CRASH_SAVE=" + moment + " ");
+    EXPECT_NE(run.exit_code, 0) << moment;
+    EXPECT_EQ(read_text(ckpt / "manifest.json"), manifest) << moment;
+    run = run_train(common + " --load " + ckpt.string(), dir);
+    EXPECT_EQ(run.exit_code, 0) << moment << ": " << run.err;
+  }
+  run = run_train(common + " --seed 7 --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(read_text(ckpt / "manifest.json"), manifest);
+  EXPECT_FALSE(fs::exists(dir / "ckpt.partial"));
+}
+
+struct ResumeCase {
+  std::string schedule;
+  int save_pp;    // the run that saves after 3 steps
+  int resume_pp;  // the run that resumes it to step 6
+  std::string optimizer;
+};
+
+void PrintTo(const ResumeCase& c, std::ostream* out) {
+  *out << c.schedule << " pp " << c.save_pp << " -> " << c.resume_pp << " " << c.optimizer;
+}
+
+class Resume : public ::testing::TestWithParam<ResumeCase> {};
+
+// 3 steps, save, resume to step 6 equals 6 uninterrupted steps, to 1e-6 in every loss and the
+// final parameters. The learning rate warms up over all 6 steps and SGD has momentum (AdamW its
+// moments and step count), so a resume that lost the step or the optimizer state differs.
+TEST_P(Resume, ThreeStepsSavedAndResumedEqualSixSteps) {
+  const ResumeCase& c = GetParam();
+  TempDir dir;
+  const ModelOptions model = small_model("gpt");
+  const std::string common = model_args(model) + " --schedule " + c.schedule + " --optimizer " +
+                             c.optimizer +
+                             " --batch-size 8 --microbatches 4 --warmup-steps 6 --quiet";
+  const auto pp = [](int p) { return " --pp " + std::to_string(p); };
+  auto run = run_train(common + pp(c.resume_pp) + " --steps 6 --metrics " +
+                           (dir / "whole.jsonl").string() + " --save " + (dir / "whole").string(),
+                       dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  run = run_train(common + pp(c.save_pp) + " --steps 3 --metrics " + (dir / "a.jsonl").string() +
+                      " --save " + (dir / "half").string(),
+                  dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  run = run_train(common + pp(c.resume_pp) + " --steps 6 --resume " + (dir / "half").string() +
+                      " --metrics " + (dir / "b.jsonl").string() + " --save " +
+                      (dir / "resumed").string(),
+                  dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<double> losses = read_losses(dir / "a.jsonl");
+  for (double loss : read_losses(dir / "b.jsonl")) losses.push_back(loss);
+  expect_same_losses(losses, read_losses(dir / "whole.jsonl"), 1e-6);
+  expect_same_parameters(model, dir / "resumed", dir / "whole", 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, Resume,
+                         ::testing::Values(ResumeCase{"1f1b", 2, 2, "sgd"},
+                                           ResumeCase{"zb-v", 2, 2, "adamw"},
+                                           ResumeCase{"1f1b", 4, 2, "adamw"},
+                                           ResumeCase{"zb-v", 4, 2, "sgd"}));
+
+// --save-every 2 --keep 2 over 5 steps leaves the checkpoint of step 5 at DIR and that of step
+// 4 at DIR.step-4 (step 2's is gone), and resuming DIR.step-4 for one step gives step 5's loss.
+TEST(Checkpoint, SaveEveryKeepsTheNewest) {
+  TempDir dir;
+  const std::string common =
+      model_args(small_model("gpt")) + " --pp 2 --batch-size 8 --microbatches 4 --quiet";
+  const fs::path ckpt = dir / "ckpt";
+  auto run = run_train(common + " --steps 5 --save-every 2 --keep 2 --save " + ckpt.string() +
+                           " --metrics " + (dir / "m.jsonl").string(),
+                       dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(fs::is_regular_file(ckpt / "manifest.json"));
+  EXPECT_TRUE(fs::is_regular_file(dir / "ckpt.step-4" / "manifest.json"));
+  EXPECT_FALSE(fs::exists(dir / "ckpt.step-2"));
+  EXPECT_FALSE(fs::exists(dir / "ckpt.partial"));
+  run = run_train(common + " --steps 5 --resume " + (dir / "ckpt.step-4").string() + " --metrics " +
+                      (dir / "r.jsonl").string(),
+                  dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto whole = read_losses(dir / "m.jsonl"), resumed = read_losses(dir / "r.jsonl");
+  ASSERT_EQ(whole.size(), 5u);
+  expect_same_losses(resumed, {whole[4]}, 1e-6);
+}
+
+// A resume that cannot continue the saved run is refused with exit status 2 before training,
+// naming the reason.
+TEST(Checkpoint, ResumeRefusesWhatCannotContinue) {
+  TempDir dir;
+  const std::string common = model_args(small_model("gpt")) + " --microbatches 4 --quiet";
+  const std::string one_rank = " --pp 1 --batch-size 8";
+  const fs::path ckpt = dir / "ckpt";
+  auto run = run_train(common + one_rank + " --steps 2 --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto refused = [&](const std::string& args, const std::string& message) {
+    const auto out = run_train(common + args, dir);
+    EXPECT_EQ(out.exit_code, 2) << args;
+    EXPECT_NE(out.err.find(message), std::string::npos) << out.err;
+    EXPECT_EQ(out.out, "") << args;
+  };
+  const std::string resume = " --resume " + ckpt.string();
+  refused(one_rank + resume + " --steps 4 --optimizer adamw",
+          "checkpoint has optimizer \"sgd\", flags say \"adamw\"");
+  refused(one_rank + resume + " --steps 4 --seed 3", "checkpoint has seed 0, flags say 3");
+  refused(" --pp 1 --batch-size 16" + resume + " --steps 4",
+          "checkpoint has batch_size 8, flags say 16");
+  refused(one_rank + resume + " --steps 2", "the checkpoint is at step 2 and --steps is 2");
+  refused(one_rank + resume + " --steps 4 --load " + ckpt.string(), "not both");
+  refused(" --pp 2 --batch-size 8 --schedule pipedream --steps 4" + resume, "is asynchronous");
+  refused(" --pp 2 --batch-size 8 --schedule 2bw --steps 4 --save-every 2 --save " +
+              (dir / "other").string(),
+          "is asynchronous");
+  refused(one_rank + " --steps 4 --save-every 2", "--save-every and --keep need --save DIR");
+  fs::create_directories(dir / "notes");
+  std::ofstream(dir / "notes" / "todo.txt") << "mine";
+  refused(one_rank + " --steps 1 --save " + (dir / "notes").string(),
+          "is a folder that is not a pptrain");
+}
+
+}  // namespace
+}  // namespace pptrain
