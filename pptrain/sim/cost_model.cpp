@@ -113,8 +113,12 @@ double CostModel::activation(int stage, int num_stages, int num_ranks) const {
   return per_stage(stage_activation, 1.0, stage, num_stages, num_ranks, "stage_activation");
 }
 
-double CostModel::weight_stash(int stage, int num_stages) const {
-  if (stage_weight_stash.empty()) return 0;
+double CostModel::weight_stash(int stage, int num_stages, int num_ranks) const {
+  PPTRAIN_CHECK(mem_w_ratio >= 0 && mem_w_ratio <= 1,
+                "cost model: the weight-gradient share of the activations (--mem-w-ratio) must be "
+                "in [0, 1], got ",
+                mem_w_ratio);
+  if (stage_weight_stash.empty()) return mem_w_ratio * activation(stage, num_stages, num_ranks);
   return per_stage(stage_weight_stash, 0, stage, num_stages, 1, "stage_weight_stash");
 }
 
