@@ -122,6 +122,20 @@ double CostModel::weight_stash(int stage, int num_stages, int num_ranks) const {
   return per_stage(stage_weight_stash, 0, stage, num_stages, 1, "stage_weight_stash");
 }
 
+StageCosts CostModel::stage_costs(int num_stages, int num_ranks) const {
+  StageCosts out;
+  out.comm = comm;
+  for (int s = 0; s < num_stages; ++s) {
+    const auto of = [&](Op op) { return time(Action::make(op, s, 0), num_stages, num_ranks); };
+    out.forward.push_back(of(Op::F));
+    out.backward_input.push_back(of(Op::I));
+    out.backward_weight.push_back(of(Op::W));
+    out.activation.push_back(activation(s, num_stages, num_ranks));
+    out.weight_stash.push_back(weight_stash(s, num_stages, num_ranks));
+  }
+  return out;
+}
+
 double CostModel::weight_memory(int stage, int num_stages, int num_ranks) const {
   return per_stage(stage_weights, weights, stage, num_stages, num_ranks, "stage_weights");
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <tuple>
 #include <utility>
 
@@ -318,6 +319,70 @@ TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
           const double per_mb = c.forward + c.backward_input + c.backward_weight;
           EXPECT_NEAR(busy, p * m * per_mb, 1e-6);
           EXPECT_GE(r.makespan + kEps, m * per_mb);
+        }
+      }
+    }
+  }
+}
+
+// zb-auto against the hand-written zero-bubble schedules, under the same costs: at a limit of P
+// (ZB-1p) its bubble is no worse than ZB-H1's, at 2P (ZB-2p) no worse than ZB-H2's, and it keeps
+// the limit. Settings: the self-tests of the authors' auto_schedule.py (P, M, F, B = I, W, comm;
+// docs/REFERENCES 4.2) and GPT-like ratios (W about half of I, comm a few percent of F).
+struct ZbSetting {
+  int p, m;
+  double f, i, w, comm;
+};
+const std::vector<ZbSetting> kZbSettings = {
+    {4, 12, 5, 6, 4, 0},       {4, 12, 5478, 5806, 3534, 200}, {32, 16, 1, 1, 1, 0},
+    {8, 24, 1, 1, 1, 0},       {8, 32, 1, 2, 1, 0.1},          {16, 48, 3, 1, 1, 0.5},
+    {8, 24, 18, 18, 9, 0.6},   {8, 32, 29, 28, 15, 0.9},       {16, 48, 26, 25, 13, 1.1},
+    {16, 64, 45, 43, 22, 0.9}, {32, 64, 3, 3, 1.5, 0.2},       {4, 4, 1, 2, 0.5, 0.2},
+};
+
+TEST(ZbAuto, NoWorseThanZbH1AtLimitPAndZbH2AtTwoP) {
+  for (const ZbSetting& z : kZbSettings) {
+    const CostModel c = costs(z.f, z.i, z.w, z.comm);
+    SCOPED_TRACE("P=" + std::to_string(z.p) + " M=" + std::to_string(z.m) + " " + c.to_string());
+    for (int times : {1, 2}) {
+      ScheduleOptions o{"zb-auto", z.p, z.m};
+      o.costs = c.stage_costs(z.p, z.p);
+      o.memory_limit = times * z.p;
+      const SimResult autos = simulate(validate(make_schedule(o)), c);
+      const SimResult hand = run(times == 1 ? "zb-h1" : "zb-h2", z.p, z.m, c);
+      EXPECT_LE(autos.bubble_ratio, hand.bubble_ratio + 0.002) << "limit " << o.memory_limit;
+      for (const RankStats& r : autos.ranks) EXPECT_LE(r.peak_activations, o.memory_limit + kEps);
+    }
+  }
+}
+
+TEST(ZbAuto, SimulatedPeakKeepsTheLimitWithPerStageCosts) {
+  std::mt19937 rng(2401);
+  std::uniform_real_distribution<double> time(0.1, 4), share(0, 1);
+  for (int p : {2, 3, 5, 8}) {
+    for (int m : {1, p - 1, p, 3 * p + 1}) {
+      if (m < 1) continue;
+      for (int trial = 0; trial < 4; ++trial) {
+        CostModel c = costs(1, 1, 1, share(rng));
+        c.mem_w_ratio = share(rng);
+        for (int s = 0; s < p; ++s) {
+          c.stage_forward.push_back(time(rng));
+          c.stage_backward_input.push_back(time(rng));
+          c.stage_backward_weight.push_back(time(rng));
+          if (trial % 2) c.stage_activation.push_back(0.5 + share(rng));
+        }
+        const double smallest = smallest_memory_limit(c.stage_costs(p, p));
+        for (double limit : {smallest, 0.5 * p + smallest, 1.0 * p + 1, 2.0 * p + 1}) {
+          SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " trial " +
+                       std::to_string(trial) + " limit " + std::to_string(limit));
+          ScheduleOptions o{"zb-auto", p, m};
+          o.costs = c.stage_costs(p, p);
+          o.memory_limit = limit;
+          const Schedule s = make_schedule(o);
+          const SimResult r = simulate(validate(s), c);
+          expect_dependencies_respected(s, r, c.comm);
+          for (const RankStats& rank : r.ranks) EXPECT_LE(rank.peak_activations, limit + 1e-9);
+          EXPECT_NO_THROW(check_peak_within_limit(r, limit, s.name));
         }
       }
     }

@@ -5,7 +5,6 @@
 //   pptrain schedule --schedule 1f1b --pp 4 --microbatches 8 --grid --svg 1f1b.svg
 //   pptrain schedule --import mine.csv --cost F=1,I=1,W=1,comm=0.1 --json
 //   pptrain schedule --list     # the registry as a markdown table (the README's)
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -77,7 +76,7 @@ Schedule import_schedule(const ScheduleArgs& args) {
   return s;
 }
 
-Schedule generate_schedule(const ScheduleArgs& args) {
+Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost) {
   PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
                 ") or --import FILE.csv is required");
   PPTRAIN_CHECK(args.pp_given, "--pp is required with --schedule (the number of pipeline ranks)");
@@ -97,6 +96,10 @@ Schedule generate_schedule(const ScheduleArgs& args) {
   const bool asynchronous = find_schedule(args.schedule).update != WeightUpdate::kFlush;
   options.microbatches = asynchronous ? args.steps * args.microbatches : args.microbatches;
   options.chunks = args.chunks;
+  // zb-auto plans for the cost model and the limit; the other generators ignore them.
+  const int stages = args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
+  options.costs = cost.stage_costs(stages, args.pp);
+  options.memory_limit = args.memory_limit;
   return make_schedule(options);
 }
 
@@ -183,7 +186,7 @@ void run_schedule_command(const ScheduleArgs& args) {
                 args.mem_w_ratio);
   cost.mem_w_ratio = args.mem_w_ratio;
   const Schedule schedule =
-      args.import_path.empty() ? generate_schedule(args) : import_schedule(args);
+      args.import_path.empty() ? generate_schedule(args, cost) : import_schedule(args);
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).
   const VersionRule rule =
@@ -192,8 +195,8 @@ void run_schedule_command(const ScheduleArgs& args) {
   const ValidatedSchedule validated = validate(schedule);
   const Schedule& lowered = *validated;
   SimResult result = simulate(validated, cost, rule);
-  PPTRAIN_CHECK(std::isfinite(args.memory_limit) && args.memory_limit >= 0,
-                "--memory-limit must be a finite number >= 0 (0: none), got ", args.memory_limit);
+  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
+                              args.memory_limit);
   check_peak_within_limit(result, args.memory_limit, schedule.name);
 
   if (!args.export_path.empty()) {
@@ -247,8 +250,8 @@ void add_schedule_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--memory-limit", args->memory_limit,
                   "Cap on every rank's peak activations, in units of one microbatch's forward "
-                  "activations on a stage (P: 1F1B's memory); a schedule whose simulated peak is "
-                  "above it is refused; 0: none")
+                  "activations on a stage (P: 1F1B's memory); zb-auto plans under it, another "
+                  "schedule whose simulated peak is above it is refused; 0: none")
       ->capture_default_str();
   cmd->add_option("--mem-w-ratio", args->mem_w_ratio,
                   "Share r of a microbatch's activations that W still needs after I (I frees "
