@@ -263,7 +263,7 @@ void check_feasible_memory_limit(const StageCosts& costs, double limit) {
                 " (one microbatch's forward activations on a stage)");
 }
 
-Schedule make_zb_auto(const AutoScheduleOptions& o) {
+Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
   PPTRAIN_CHECK(o.ranks >= 1, "schedule 'zb-auto': ranks must be >= 1, got ", o.ranks);
   PPTRAIN_CHECK(o.microbatches >= 1, "schedule 'zb-auto': microbatches must be >= 1, got ",
                 o.microbatches);
@@ -282,6 +282,7 @@ Schedule make_zb_auto(const AutoScheduleOptions& o) {
   // At a limit >= the largest activation, F, I, W one microbatch at a time always fits.
   PPTRAIN_ASSERT(best.has_value(), "zb-auto found no schedule for P=", o.ranks,
                  " M=", o.microbatches, " at memory limit ", o.memory_limit);
+  if (predicted_cost) *predicted_cost = best->second;
   return std::move(best->first);
 }
 

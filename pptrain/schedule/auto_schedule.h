@@ -76,6 +76,8 @@ void check_feasible_memory_limit(const StageCosts& costs, double limit);
 // The best of the greedy's candidates. UserError naming the value for P < 1, M < 1, costs for
 // another number of stages, a negative or non-finite cost, or a limit below
 // smallest_memory_limit() (the message gives that smallest limit).
-Schedule make_zb_auto(const AutoScheduleOptions& options);
+// `predicted_cost`, when given, receives the longest rank span the greedy timed for the chosen
+// schedule: what simulate() reports as `cost` for it under the same costs.
+Schedule make_zb_auto(const AutoScheduleOptions& options, double* predicted_cost = nullptr);
 
 }  // namespace pptrain

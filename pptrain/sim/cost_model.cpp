@@ -140,4 +140,19 @@ double CostModel::weight_memory(int stage, int num_stages, int num_ranks) const 
   return per_stage(stage_weights, weights, stage, num_stages, num_ranks, "stage_weights");
 }
 
+CostModel cost_model_from_flags(const std::string& cost, double mem_w_ratio) {
+  CostModel out;
+  try {
+    out = CostModel::parse(cost);
+  } catch (const UserError& e) {
+    throw UserError(std::string("--cost: ") + e.what());
+  }
+  PPTRAIN_CHECK(mem_w_ratio >= 0 && mem_w_ratio <= 1,
+                "--mem-w-ratio must be in [0, 1] (the share of a microbatch's activations W still "
+                "needs after I), got ",
+                mem_w_ratio);
+  out.mem_w_ratio = mem_w_ratio;
+  return out;
+}
+
 }  // namespace pptrain

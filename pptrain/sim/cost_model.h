@@ -82,4 +82,8 @@ struct CostModel {
   double weight_memory(int stage, int num_stages, int num_ranks) const;
 };
 
+// The cost model of the flags `--cost TEXT` and `--mem-w-ratio R` (pptrain schedule and train).
+// UserError naming the flag for a bad piece of TEXT or an R outside [0, 1].
+CostModel cost_model_from_flags(const std::string& cost, double mem_w_ratio);
+
 }  // namespace pptrain

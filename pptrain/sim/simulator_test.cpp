@@ -378,8 +378,12 @@ TEST(ZbAuto, SimulatedPeakKeepsTheLimitWithPerStageCosts) {
           ScheduleOptions o{"zb-auto", p, m};
           o.costs = c.stage_costs(p, p);
           o.memory_limit = limit;
-          const Schedule s = make_schedule(o);
+          double predicted = 0;
+          const Schedule s = make_zb_auto({p, m, o.costs, limit}, &predicted);
+          EXPECT_EQ(s, make_schedule(o));
           const SimResult r = simulate(validate(s), c);
+          // The greedy times its candidates by the simulator's rules.
+          EXPECT_NEAR(predicted, r.cost, 1e-9 * std::max(1.0, r.cost));
           expect_dependencies_respected(s, r, c.comm);
           for (const RankStats& rank : r.ranks) EXPECT_LE(rank.peak_activations, limit + 1e-9);
           EXPECT_NO_THROW(check_peak_within_limit(r, limit, s.name));

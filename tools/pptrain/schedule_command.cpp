@@ -173,18 +173,7 @@ void run_schedule_command(const ScheduleArgs& args) {
     std::fputs(schedule_table_markdown().c_str(), stdout);
     return;
   }
-  CostModel cost = [&] {
-    try {
-      return CostModel::parse(args.cost);
-    } catch (const UserError& e) {
-      throw UserError(std::string("--cost: ") + e.what());
-    }
-  }();
-  PPTRAIN_CHECK(args.mem_w_ratio >= 0 && args.mem_w_ratio <= 1,
-                "--mem-w-ratio must be in [0, 1] (the share of a microbatch's activations W still "
-                "needs after I), got ",
-                args.mem_w_ratio);
-  cost.mem_w_ratio = args.mem_w_ratio;
+  const CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
   const Schedule schedule =
       args.import_path.empty() ? generate_schedule(args, cost) : import_schedule(args);
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
