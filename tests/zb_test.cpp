@@ -105,6 +105,11 @@ TEST(ZbAuto, UnderAMemoryLimitMatchesReference) {
                                     "--schedule zb-h2 --memory-limit 4",
                 dir),
       "schedule 'zb-h2' holds 7 units of activations on rank 0, above --memory-limit 4");
+  expect_one_line_error(
+      run_train(model_args(model) + " --batch-size 8 --microbatches 4 --steps 2 --pp 2 "
+                                    "--schedule pipedream --memory-limit 1",
+                dir),
+      "schedule 'pipedream' holds 2 units of activations on rank 0, above --memory-limit 1");
 }
 
 // The memory tests' model: big enough that activations dominate the bytes a step allocates.

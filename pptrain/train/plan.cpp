@@ -217,9 +217,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   TrainingPlan plan(validated_schedule(schedule, what));
   check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
                               options.memory_limit);
-  // One process has no pipeline to cap; the simulator does not model asynchronous memory yet.
-  if (options.pp > 1 && options.memory_limit > 0 && !rule.asynchronous()) {
-    check_peak_within_limit(simulate(plan.schedule, cost), options.memory_limit, schedule.name);
+  // One process has no pipeline to cap (its reference run holds every microbatch).
+  if (options.pp > 1 && options.memory_limit > 0) {
+    check_peak_within_limit(simulate(plan.schedule, cost, rule), options.memory_limit,
+                            schedule.name);
   }
 
   plan.weights = rule;
