@@ -16,7 +16,10 @@ struct Flags {
   bool bubble_before_first_i = false;
   bool prioritize_i = false;
   bool fill_small_gaps = false;
+  // Warm-up F's of stage j at most: 0 as many as fit, 1 1F1B's P - j, 2 ZB-H2's 2(P - j) - 1.
+  int warm_up_shape = 0;
 };
+constexpr int kWarmUpShapes = 3;
 
 // One candidate of the greedy (see the header for the rules). run() returns the schedule and
 // its longest rank span, or nothing when a needed F cannot fit the limit.
@@ -140,7 +143,10 @@ class Greedy {
     for (int j = P_ - 2; j >= 0; --j) {
       const double arrives = gradient_end + c_.comm;
       double t = stages_[j].end, memory = c_.activation[j];
-      while (count[j] < M_ && memory + c_.activation[j] <= limit_ + kEps &&
+      const int shape_cap = flags_.warm_up_shape == 0   ? M_
+                            : flags_.warm_up_shape == 1 ? P_ - j
+                                                        : 2 * (P_ - j) - 1;
+      while (count[j] < std::min(M_, shape_cap) && memory + c_.activation[j] <= limit_ + kEps &&
              (flags_.bubble_before_first_i ? t < arrives - kEps
                                            : t + c_.forward[j] <= arrives + kEps)) {
         t += c_.forward[j];
@@ -273,8 +279,8 @@ Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
   const double limit =
       o.memory_limit == 0 ? std::numeric_limits<double>::infinity() : o.memory_limit;
   std::optional<std::pair<Schedule, double>> best;
-  for (int bits = 0; bits < 8; ++bits) {
-    const Flags flags{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0};
+  for (int bits = 0; bits < 8 * kWarmUpShapes; ++bits) {
+    const Flags flags{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0, bits / 8};
     auto candidate = Greedy(o.ranks, o.microbatches, costs, limit, flags).run();
     if (candidate && (!best || candidate->second < best->second - kEps))
       best = std::move(candidate);

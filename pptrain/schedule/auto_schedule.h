@@ -25,15 +25,17 @@
 //      pending W's fill the wait for its input when they fit in it (a gap at least T_W long); a W
 //      also runs when the memory the next F needs is not free (W releases its stash).
 //   3. The W's left run at the end.
-// Three choices are made both ways and the best of the 8 resulting schedules is kept (the
-// smallest longest rank span, which is the simulator's `cost`):
+// Three choices are made both ways, and the warm-up three ways, and the best of the 24 resulting
+// schedules is kept (the smallest longest rank span, which is the simulator's `cost`):
 //   - bubble_before_first_i: a warm-up F may still start when it would end after the first
 //     gradient arrives (delaying that I a little), or only when it ends in time;
 //   - prioritize_i: a stage already two F's ahead of the next one runs its round's F only where
 //     it fits before the I's input arrives, else after the I;
 //   - fill_small_gaps: a W runs in a gap shorter than T_W always, or only when idling there would
 //     make this rank the one with the most idle time so far.
-// Each candidate takes O(P M) steps, so P = 32, M = 256 plans in milliseconds
+//   - warm-up shape: stage j runs as many warm-up F's as fit, or at most 1F1B's P - j, or at most
+//     ZB-H2's 2(P - j) - 1; fewer F's in flight leave memory for W's held back to fill gaps.
+// Each candidate takes O(P M) steps, so P = 32, M = 256 plans in tens of milliseconds
 // (bench/plan_bench.cpp).
 #pragma once
 

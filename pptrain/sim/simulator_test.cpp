@@ -356,6 +356,34 @@ TEST(ZbAuto, NoWorseThanZbH1AtLimitPAndZbH2AtTwoP) {
   }
 }
 
+// The same comparison on random costs: F and I in [0.5, 3], W in [0.2, 2], comm 0, 0.1 or 0.2.
+TEST(ZbAuto, NoWorseThanTheHandWrittenOnesOnRandomCosts) {
+  std::mt19937 rng(10241);
+  std::uniform_real_distribution<double> time(0.5, 3), weight(0.2, 2);
+  int compared = 0;
+  for (int p : {2, 3, 4, 6, 8, 12}) {
+    for (int m : {p, 2 * p, 3 * p}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        const CostModel c = costs(time(rng), time(rng), weight(rng), 0.1 * (trial % 3));
+        SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " " + c.to_string());
+        for (int times : {1, 2}) {
+          const SimResult hand = run(times == 1 ? "zb-h1" : "zb-h2", p, m, c);
+          double peak = 0;
+          for (const RankStats& r : hand.ranks) peak = std::max(peak, r.peak_activations);
+          if (peak > times * p) continue;  // the hand-written one does not fit the limit
+          ScheduleOptions o{"zb-auto", p, m};
+          o.costs = c.stage_costs(p, p);
+          o.memory_limit = times * p;
+          EXPECT_LE(simulate(validate(make_schedule(o)), c).bubble_ratio, hand.bubble_ratio + 0.002)
+              << "limit " << o.memory_limit;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 6 * 3 * 3 * 2);
+}
+
 TEST(ZbAuto, SimulatedPeakKeepsTheLimitWithPerStageCosts) {
   std::mt19937 rng(2401);
   std::uniform_real_distribution<double> time(0.1, 4), share(0, 1);
