@@ -18,7 +18,7 @@
 //   1. Warm-up. Every stage runs microbatch 0's F. Then, from the last stage back, each stage gets
 //      as many further F's as fit (in time and in memory) before the input gradient of
 //      microbatch 0 can reach it; a stage runs fewer warm-up F's than the one before it (as in
-//      1F1B; equal counts only where the limit leaves no room).
+//      1F1B; equal counts only where M < P or the limit leaves no room).
 //      Then microbatch 0's I runs from the last stage back to the first.
 //   2. Round i = 1 .. M-1: every stage runs one more F (keeping its warm-up count in flight),
 //      first stage first, then microbatch i's I from the last stage back. Before each F and I,
@@ -32,7 +32,7 @@
 //   - prioritize_i: a stage already two F's ahead of the next one runs its round's F only where
 //     it fits before the I's input arrives, else after the I;
 //   - fill_small_gaps: a W runs in a gap shorter than T_W always, or only when idling there would
-//     make this rank the one with the most idle time so far.
+//     make this rank the one with the most idle time so far;
 //   - warm-up shape: stage j runs as many warm-up F's as fit, or at most 1F1B's P - j, or at most
 //     ZB-H2's 2(P - j) - 1; fewer F's in flight leave memory for W's held back to fill gaps.
 // Each candidate takes O(P M) steps, so P = 32, M = 256 plans in tens of milliseconds
