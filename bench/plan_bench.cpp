@@ -3,7 +3,8 @@
 //
 //   cmake --build build --target bench_plan && ./build/bench/bench_plan            # zb-v P=64
 //   M=512
-//   ./build/bench/bench_plan 1f1b 32 256 [chunks] [repeat]
+//   ./build/bench/bench_plan 1f1b 32 256 [chunks] [repeat] [memory_limit]
+//   ./build/bench/bench_plan zb-auto 32 256 0 3 32     # the greedy at ZB-1p: "generate" < 1 s
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +44,7 @@ int main(int argc, char** argv) {
   options.microbatches = argc > 3 ? std::atoi(argv[3]) : 512;
   options.chunks = argc > 4 ? std::atoi(argv[4]) : 0;
   const int repeat = argc > 5 ? std::max(1, std::atoi(argv[5])) : 3;
+  options.memory_limit = argc > 6 ? std::atof(argv[6]) : 0;  // zb-auto's limit; 0: none
   try {
     Schedule schedule, lowered;
     std::optional<ValidatedSchedule> validated;
@@ -67,8 +69,9 @@ int main(int argc, char** argv) {
         {"render_svg", [&] { svg = render_svg(result.timeline); }},
         {"render_chrome_trace", [&] { trace = render_chrome_trace(result.timeline); }},
     };
-    std::printf("%s: P=%d, M=%d, V=%d (0: the schedule's default), repeat=%d\n",
-                options.name.c_str(), options.ranks, options.microbatches, options.chunks, repeat);
+    std::printf("%s: P=%d, M=%d, V=%d (0: the schedule's default), repeat=%d, memory limit %g\n",
+                options.name.c_str(), options.ranks, options.microbatches, options.chunks, repeat,
+                options.memory_limit);
     double planning_ms = 0;  // generate + lower + validate + simulate
     for (const auto& phase : phases) {
       const double ms = best_ms(repeat, phase.fn);

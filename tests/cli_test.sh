@@ -104,6 +104,33 @@ printf '0F0,0B0\n1F0\n' >"$work/missing.csv"
 expect_error "missing backward" "rank 1" "$pptrain" schedule --import "$work/missing.csv"
 expect_error "missing import file" "$work/none.csv" "$pptrain" schedule --import "$work/none.csv"
 expect_error "bad cost" "cost" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --cost F=-1
+
+# Memory model: 1 unit = one microbatch's activations on a stage, W keeps r of it after I. zb-h1
+# peaks at P (rank 0) with the default r = 0.5, zb-h2 at 2P - 1; r = 0 counts until I only.
+json=$("$pptrain" schedule --schedule zb-h1 --pp 4 --microbatches 8 --json)
+grep -q '"mem_w_ratio":0.5,"memory_limit":0.0' <<<"$json" || fail "schedule --json lacks the memory model: $json"
+grep -q '"peak_activations":4.0,.*"peak_activations":3.5,.*"peak_activations":3.0,.*"peak_activations":2.5,' <<<"$json" \
+  || fail "zb-h1 P=4 does not peak at 4, 3.5, 3, 2.5: $json"
+"$pptrain" schedule --schedule zb-h2 --pp 4 --microbatches 8 --memory-limit 7 >/dev/null \
+  || fail "zb-h2 P=4 does not fit --memory-limit 7"
+json=$("$pptrain" schedule --schedule zb-h1 --pp 4 --microbatches 8 --mem-w-ratio 0 --json)
+grep -q '"peak_activations":4.0,.*"peak_activations":3.0,.*"peak_activations":2.0,.*"peak_activations":1.0,' <<<"$json" \
+  || fail "zb-h1 P=4 with --mem-w-ratio 0 does not peak at 4, 3, 2, 1: $json"
+expect_error "schedule above the limit" "holds 7 units of activations on rank 0, above --memory-limit 4" \
+  "$pptrain" schedule --schedule zb-h2 --pp 4 --microbatches 8 --memory-limit 4
+# zb-auto plans under the limit; a limit below one microbatch's activations fits no schedule.
+for limit in 1 2.5 4 8; do
+  json=$("$pptrain" schedule --schedule zb-auto --pp 4 --microbatches 12 --cost F=5,I=6,W=4,comm=0.5 \
+    --memory-limit "$limit" --json) || fail "zb-auto --memory-limit $limit exited $?"
+  python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(max(r['peak_activations'] for r in d['ranks']) > $limit)" "$json" \
+    || fail "zb-auto peaks above --memory-limit $limit: $json"
+done
+for name in zb-auto 1f1b; do
+  expect_error "$name under an impossible limit" "--memory-limit 0.5 is below what any schedule needs: the smallest limit that works is 1" \
+    "$pptrain" schedule --schedule "$name" --pp 4 --microbatches 8 --memory-limit 0.5
+done
+expect_error "bad mem-w-ratio" "--mem-w-ratio must be in .0, 1. (the share" \
+  "$pptrain" schedule --schedule zb-h2 --pp 4 --microbatches 8 --mem-w-ratio 1.5
 expect_error "unknown flag" "--bogus" "$pptrain" schedule --bogus
 
 # The planner is one program without LibTorch; train and profile are pptrain-runtime's, run by

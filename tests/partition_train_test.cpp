@@ -116,6 +116,16 @@ TEST(PartitionFile, NonUniformVShapeEqualsSingleProcess) {
       << run.out;
 }
 
+// zb-auto without --cost plans for the times of the profile given as --partition (stage 1 is
+// slower here: forward_ms grows with the layer), and trains like --pp 1.
+TEST(PartitionFile, ZbAutoPlansForTheProfilesTimes) {
+  const ModelOptions model = small_model("mlp");
+  TempDir dir;
+  write_file(dir / "prof.json", profile_doc(model).dump());
+  expect_matches_single_process(model, "--schedule zb-auto --memory-limit 2",
+                                "--pp 2 --partition " + (dir / "prof.json").string(), dir);
+}
+
 // gpt with d_model 16: the embedding (256 + 16 positions) x 16 and the head (LayerNorm + 16 x
 // 256) weigh more than a block (about 12 x 16 x 16), so balanced parameter bytes give the
 // end stages fewer blocks than uniform does: 0-1, 2-4, 5-7, 8-9 (largest stage 3 blocks,

@@ -33,6 +33,18 @@ std::vector<int64_t> last_peaks(const fs::path& metrics) {
   return last_metrics_line(metrics).at("peak_activation_bytes").get<std::vector<int64_t>>();
 }
 
+// Trains `args` with its metrics and parameters under `tag` in `dir` and expects the losses and
+// parameters of the reference run saved there as ref.jsonl and ref/.
+void expect_matches_ref(const ModelOptions& model, const std::string& args, const std::string& tag,
+                        const TempDir& dir) {
+  const auto run = run_train(
+      args + " --metrics " + (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
+      dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  expect_same_losses(read_losses(dir / (tag + ".jsonl")), read_losses(dir / "ref.jsonl"));
+  expect_same_parameters(model, dir / tag, dir / "ref");
+}
+
 // The core invariant with recomputation: every schedule that splits the backward, and 1f1b,
 // on 2 and 4 ranks (each model takes each schedule on one of them, to keep the run count down).
 class RecomputeMatchesReference : public ::testing::TestWithParam<std::string> {};
@@ -56,14 +68,8 @@ TEST_P(RecomputeMatchesReference, LossesAndParametersEqualSingleProcess) {
                           {"zb-h1", 4}, {"zb-h2", 2}, {"zb-v", 4}, {"1f1b", 2}};
   for (const auto& [schedule, pp] : runs) {
     SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule + " --recompute");
-    const std::string tag = schedule + "_pp" + std::to_string(pp);
-    const auto run = run_train(common + " --pp " + std::to_string(pp) + " --schedule " + schedule +
-                                   " --metrics " + (dir / (tag + ".jsonl")).string() + " --save " +
-                                   (dir / tag).string(),
-                               dir);
-    ASSERT_EQ(run.exit_code, 0) << run.err;
-    expect_same_losses(read_losses(dir / (tag + ".jsonl")), read_losses(dir / "ref.jsonl"));
-    expect_same_parameters(model, dir / tag, dir / "ref");
+    expect_matches_ref(model, common + " --pp " + std::to_string(pp) + " --schedule " + schedule,
+                       schedule + "_pp" + std::to_string(pp), dir);
   }
 }
 
@@ -71,6 +77,40 @@ INSTANTIATE_TEST_SUITE_P(Models, RecomputeMatchesReference, ::testing::Values("g
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });
+
+// zb-auto planned for unequal costs under ZB-1p's limit (P) and a tighter one orders its W's
+// differently from the default run in train_test.cpp; every order must train like --pp 1.
+TEST(ZbAuto, UnderAMemoryLimitMatchesReference) {
+  const ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common = model_args(model) +
+                             " --batch-size 8 --microbatches 4 --steps 4 --quiet --schedule zb-auto"
+                             " --cost F=1,I=2,W=1,comm=0.1";
+  ASSERT_EQ(run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() + " --save " +
+                          (dir / "ref").string(),
+                      dir)
+                .exit_code,
+            0);
+  for (const auto& [pp, limit] : {std::pair<int, std::string>{2, "2"}, {4, "4"}, {4, "1.5"}}) {
+    SCOPED_TRACE("--pp " + std::to_string(pp) + " --memory-limit " + limit);
+    expect_matches_ref(model, common + " --pp " + std::to_string(pp) + " --memory-limit " + limit,
+                       "pp" + std::to_string(pp) + "_" + limit, dir);
+  }
+  // A limit no schedule fits, and one a hand-written schedule is above, stop before any worker.
+  expect_one_line_error(run_train(common + " --pp 2 --memory-limit 0.5", dir),
+                        "--memory-limit 0.5 is below what any schedule needs: the smallest limit "
+                        "that works is 1");
+  expect_one_line_error(
+      run_train(model_args(model) + " --batch-size 8 --microbatches 8 --steps 1 --pp 4 "
+                                    "--schedule zb-h2 --memory-limit 4",
+                dir),
+      "schedule 'zb-h2' holds 7 units of activations on rank 0, above --memory-limit 4");
+  expect_one_line_error(
+      run_train(model_args(model) + " --batch-size 8 --microbatches 4 --steps 2 --pp 2 "
+                                    "--schedule pipedream --memory-limit 1",
+                dir),
+      "schedule 'pipedream' holds 2 units of activations on rank 0, above --memory-limit 1");
+}
 
 // The memory tests' model: big enough that activations dominate the bytes a step allocates.
 ModelOptions memory_model() {

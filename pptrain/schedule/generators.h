@@ -12,7 +12,10 @@
 // cost - busy, cost being the longest first-start-to-last-end span of any rank (the definitions
 // of pptrain/sim/metrics.h), with equal stages and free communication. "Peak activations" counts
 // microbatches' worth of one rank's share held at once (a chunk's stash counts 1/V), from a
-// stage's F until its I or B.
+// stage's F until its I or B: the simulator's figure with --mem-w-ratio 0. Its default memory
+// model (sim/cost_model.h) also keeps r = 0.5 of each microbatch from I until W, which adds r per
+// held-back W: with r = 0.5 ZB-H1 peaks at P - k/2 on rank k and ZB-H2 at 2P - 1 - k. zb-auto
+// (auto_schedule.h) plans under a limit in that model.
 #pragma once
 
 #include <string>

@@ -44,7 +44,7 @@ std::string describe(const Case& c) {
 TEST(Generators, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(schedule_names(),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
-                                      "pipedream", "2bw", "pipemare"}));
+                                      "zb-auto", "pipedream", "2bw", "pipemare"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {

@@ -10,14 +10,22 @@ namespace {
 
 // A generator that takes no chunk count (it runs the one its entry allows).
 template <Schedule (*Make)(int, int)>
-Schedule without_chunks(int ranks, int microbatches, int) {
-  return Make(ranks, microbatches);
+Schedule without_chunks(const ScheduleOptions& o) {
+  return Make(o.ranks, o.microbatches);
+}
+
+Schedule with_chunks(const ScheduleOptions& o) {
+  return make_interleaved_1f1b(o.ranks, o.microbatches, o.chunks);
+}
+
+Schedule zb_auto(const ScheduleOptions& o) {
+  return make_zb_auto({o.ranks, o.microbatches, o.costs, o.memory_limit});
 }
 
 // An asynchronous schedule: the 1F1B order without a flush; they differ only in their rule.
 ScheduleEntry async_1f1b(const std::string& name, const std::string& summary, WeightUpdate update) {
-  const auto make = [name](int ranks, int microbatches, int) {
-    Schedule schedule = make_1f1b(ranks, microbatches);
+  const auto make = [name](const ScheduleOptions& o) {
+    Schedule schedule = make_1f1b(o.ranks, o.microbatches);
     schedule.name = name;
     schedule.flushes = false;
     return schedule;
@@ -48,7 +56,7 @@ const std::vector<ScheduleEntry>& schedule_registry() {
       {"interleaved-1f1b", 2, 2, 0,
        "Megatron's virtual stages: stage s on rank s mod P, 1/V of 1F1B's bubble; M a multiple "
        "of P",
-       make_interleaved_1f1b},
+       with_chunks},
       {"zb-h1", 1, 1, 1,
        "zero bubble H1: backward split into I and W, the W's fill 1F1B's bubble; 1F1B's memory",
        without_chunks<make_zb_h1>},
@@ -60,6 +68,11 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "zero bubble V: rank r holds stages r and 2P-1-r; no bubble from M >= 2P with 1F1B's "
        "memory",
        without_chunks<make_zb_v>},
+      {"zb-auto", 1, 1, 1,
+       "zero bubble, automatic: the paper's greedy places F, I, W for the cost model (--cost) "
+       "under --memory-limit K (one microbatch's activations on a stage = 1; P: ZB-1p, 2P: "
+       "ZB-2p)",
+       zb_auto},
       async_1f1b("pipedream",
                  "PipeDream (async): 1F1B without flush, an optimizer step after every "
                  "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "
@@ -164,7 +177,9 @@ Schedule make_schedule(const ScheduleOptions& o) {
   const ScheduleEntry& entry = find_schedule(o.name);
   const int chunks = resolve_chunks(entry, o.chunks);
   check_schedule_size(o.ranks, chunks, o.microbatches);
-  return entry.make(o.ranks, o.microbatches, chunks);
+  ScheduleOptions resolved = o;
+  resolved.chunks = chunks;
+  return entry.make(resolved);
 }
 
 }  // namespace pptrain

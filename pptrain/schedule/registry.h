@@ -8,12 +8,17 @@
 //   Schedule s = make_schedule({"1f1b", /*ranks=*/4, /*microbatches=*/8});
 //   Schedule z = make_schedule({"zb-v", 4, 8});   // chunks 0: the entry's default (2)
 //   const ScheduleEntry& e = find_schedule("zb-h1");   // UserError listing the names if unknown
+//
+//   ScheduleOptions o{"zb-auto", 4, 8};     // an automatic schedule also reads costs and a limit
+//   o.costs = cost_model.stage_costs(4, 4); o.memory_limit = 4;
+//   Schedule a = make_schedule(o);
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "pptrain/schedule/auto_schedule.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/weight_versions.h"
 
@@ -24,6 +29,13 @@ struct ScheduleOptions {
   int ranks = 1;         // P >= 1
   int microbatches = 1;  // M >= 1
   int chunks = 0;        // V: stages per rank; 0 = the schedule's default
+  // What an automatic schedule (zb-auto) plans for; the other generators ignore both.
+  // costs: per-stage F, I, W times, activations and comm (CostModel::stage_costs() in
+  // sim/cost_model.h makes them); empty: every F, I, W 1, comm 0, activation 1, r = 0.5.
+  StageCosts costs = {};
+  // Cap on every rank's peak, in the memory model's units (auto_schedule.h); 0: none. A
+  // hand-written schedule is checked against it after simulation (sim/simulator.h), not here.
+  double memory_limit = 0;
 };
 
 struct ScheduleEntry {
@@ -32,8 +44,8 @@ struct ScheduleEntry {
   int min_chunks = 1;      // the V it accepts: min_chunks .. max_chunks
   int max_chunks = 1;      // 0: no upper bound
   std::string summary;     // one line, for --help and the README
-  // Builds the schedule for (ranks, microbatches, chunks), chunks already resolved and in range.
-  std::function<Schedule(int ranks, int microbatches, int chunks)> make;
+  // Builds the schedule for the options, `chunks` already resolved and in range.
+  std::function<Schedule(const ScheduleOptions& options)> make;
   // How the weights are updated: kFlush for a synchronous schedule; otherwise the rule of an
   // asynchronous one (no flush), which `make` marks with flushes = false.
   WeightUpdate update = WeightUpdate::kFlush;
@@ -75,8 +87,9 @@ VersionRule version_rule_of(const std::string& name, bool vertical_sync, int sta
                             int microbatches);
 
 // Builds the named schedule: resolves chunks (0 = default), checks it against the entry, then
-// calls its generator. UserError naming the bad value for an unknown name or impossible
-// parameters (P < 1, M < 1, chunks out of range, the generator's own conditions).
+// calls its generator with the options (chunks resolved). UserError naming the bad value for an
+// unknown name or impossible parameters (P < 1, M < 1, chunks out of range, the generator's own
+// conditions).
 Schedule make_schedule(const ScheduleOptions& options);
 
 }  // namespace pptrain

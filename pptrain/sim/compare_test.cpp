@@ -106,8 +106,11 @@ TEST(SimulatorWeightStash, CountedFromIUntilW) {
   const Schedule s = parse_csv("0F0,0I0,0F1,0I1,0W0,0W1\n");
   CostModel cost;
   cost.stage_activation = {2};
+  cost.mem_w_ratio = 0;  // I frees everything: the stash is not counted
   EXPECT_EQ(simulate(validate(s), cost).ranks[0].peak_activations, 2);
-  cost.stage_weight_stash = {1};
+  cost.mem_w_ratio = 0.5;  // the default: W keeps half of it, 1 per microbatch
+  EXPECT_EQ(simulate(validate(s), cost).ranks[0].peak_activations, 3);
+  cost.stage_weight_stash = {1};  // a measured stash overrides the ratio
   EXPECT_EQ(simulate(validate(s), cost).ranks[0].peak_activations, 3);
   // A fused B leaves nothing for later.
   EXPECT_EQ(simulate(validate(parse_csv("0F0,0B0,0F1,0B1\n")), cost).ranks[0].peak_activations, 2);

@@ -113,13 +113,46 @@ double CostModel::activation(int stage, int num_stages, int num_ranks) const {
   return per_stage(stage_activation, 1.0, stage, num_stages, num_ranks, "stage_activation");
 }
 
-double CostModel::weight_stash(int stage, int num_stages) const {
-  if (stage_weight_stash.empty()) return 0;
+double CostModel::weight_stash(int stage, int num_stages, int num_ranks) const {
+  PPTRAIN_CHECK(mem_w_ratio >= 0 && mem_w_ratio <= 1,
+                "cost model: the weight-gradient share of the activations (--mem-w-ratio) must be "
+                "in [0, 1], got ",
+                mem_w_ratio);
+  if (stage_weight_stash.empty()) return mem_w_ratio * activation(stage, num_stages, num_ranks);
   return per_stage(stage_weight_stash, 0, stage, num_stages, 1, "stage_weight_stash");
+}
+
+StageCosts CostModel::stage_costs(int num_stages, int num_ranks) const {
+  StageCosts out;
+  out.comm = comm;
+  for (int s = 0; s < num_stages; ++s) {
+    const auto of = [&](Op op) { return time(Action::make(op, s, 0), num_stages, num_ranks); };
+    out.forward.push_back(of(Op::F));
+    out.backward_input.push_back(of(Op::I));
+    out.backward_weight.push_back(of(Op::W));
+    out.activation.push_back(activation(s, num_stages, num_ranks));
+    out.weight_stash.push_back(weight_stash(s, num_stages, num_ranks));
+  }
+  return out;
 }
 
 double CostModel::weight_memory(int stage, int num_stages, int num_ranks) const {
   return per_stage(stage_weights, weights, stage, num_stages, num_ranks, "stage_weights");
+}
+
+CostModel cost_model_from_flags(const std::string& cost, double mem_w_ratio) {
+  CostModel out;
+  try {
+    out = CostModel::parse(cost);
+  } catch (const UserError& e) {
+    throw UserError(std::string("--cost: ") + e.what());
+  }
+  PPTRAIN_CHECK(mem_w_ratio >= 0 && mem_w_ratio <= 1,
+                "--mem-w-ratio must be in [0, 1] (the share of a microbatch's activations W still "
+                "needs after I), got ",
+                mem_w_ratio);
+  out.mem_w_ratio = mem_w_ratio;
+  return out;
 }
 
 }  // namespace pptrain

@@ -1,5 +1,12 @@
 // How long each action takes and how much memory it holds (activations, and the weights when
-// `weights` is set), for the simulator.
+// `weights` is set), for the simulator and the automatic schedules.
+//
+// Memory model (the zero-bubble paper's): the unit is one microbatch's forward activations on
+// one stage (with V chunks per rank, a chunk's stash counts 1/V of the rank's share, so the unit
+// stays "one microbatch of a rank's share"). F adds 1; I frees 1 - r and leaves r for W (the
+// weight layers' inputs and output gradients), which W frees; a fused B frees all 1. r =
+// M_W / M_B is `mem_w_ratio`, 0.5 by default (`--mem-w-ratio`). A limit of P units is the
+// paper's ZB-1p (1F1B's memory), 2P its ZB-2p.
 //
 // The simple form gives the times of one rank's whole share of the model for one microbatch;
 // with V chunks (stages) per rank each chunk takes 1/V of it (and holds 1/V of its memory).
@@ -14,6 +21,7 @@
 #include <vector>
 
 #include "pptrain/schedule/action.h"
+#include "pptrain/schedule/auto_schedule.h"
 
 namespace pptrain {
 
@@ -33,9 +41,12 @@ struct CostModel {
   // Optional activation memory per microbatch per stage [num_stages], any unit; empty = each
   // chunk holds 1/V of one microbatch's activations of the rank's whole share.
   std::vector<double> stage_activation;
+  // Share r of a microbatch's activations that W still needs after I (M_W / M_B), in [0, 1]: I
+  // frees 1 - r of them, W the remaining r.
+  double mem_w_ratio = 0.5;
   // Optional memory per microbatch per stage [num_stages], same unit as stage_activation, that
   // the deferred weight gradients hold from the end of I to the end of W (the weight layers'
-  // inputs and output gradients); empty = not counted.
+  // inputs and output gradients), e.g. measured; when non-empty it overrides mem_w_ratio.
   std::vector<double> stage_weight_stash;
   // Memory of ONE version of the rank's whole share of the weights, in the unit of the
   // activations (1 = one microbatch's activations of the whole share); 0 = weights not counted.
@@ -60,11 +71,19 @@ struct CostModel {
   double time(const Action& action, int num_stages, int num_ranks) const;
   // Activation memory one microbatch holds on `stage` between its F and its I or B.
   double activation(int stage, int num_stages, int num_ranks) const;
-  // Memory one microbatch holds on `stage` between its I and its W (0 unless stage_weight_stash).
-  double weight_stash(int stage, int num_stages) const;
+  // Memory one microbatch holds on `stage` between its I and its W: stage_weight_stash if given,
+  // else mem_w_ratio x activation().
+  double weight_stash(int stage, int num_stages, int num_ranks) const;
+  // Every stage's F, I, W times, activation, weight stash and comm, for an automatic schedule
+  // (schedule/auto_schedule.h). UserError as time() for vectors of the wrong size.
+  StageCosts stage_costs(int num_stages, int num_ranks) const;
   // Memory of one version of `stage`'s weights (0 unless weights or stage_weights). Named apart
   // from the field `weights`, which C++ does not let a method share.
   double weight_memory(int stage, int num_stages, int num_ranks) const;
 };
+
+// The cost model of the flags `--cost TEXT` and `--mem-w-ratio R` (pptrain schedule and train).
+// UserError naming the flag for a bad piece of TEXT or an R outside [0, 1].
+CostModel cost_model_from_flags(const std::string& cost, double mem_w_ratio);
 
 }  // namespace pptrain

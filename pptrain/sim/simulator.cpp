@@ -121,7 +121,7 @@ class Simulation {
         break;
       case Op::I:
         memory_events_[r].emplace_back(end, -activation);
-        if (const double stash = cost_.weight_stash(st, s_.num_stages)) {
+        if (const double stash = cost_.weight_stash(st, s_.num_stages, s_.num_ranks)) {
           memory_events_[r].emplace_back(end, stash);
         }
         break;
@@ -129,7 +129,7 @@ class Simulation {
         memory_events_[r].emplace_back(end, -activation);
         break;
       case Op::W:
-        if (const double stash = cost_.weight_stash(st, s_.num_stages)) {
+        if (const double stash = cost_.weight_stash(st, s_.num_stages, s_.num_ranks)) {
           memory_events_[r].emplace_back(end, -stash);
         }
         break;
@@ -197,6 +197,15 @@ SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
                 update_name(rule.update), " is for ", rule.stages, " stages but schedule '",
                 schedule->name, "' has ", schedule->num_stages);
   return Simulation(*schedule, cost, rule).run();
+}
+
+void check_peak_within_limit(const SimResult& result, double limit, const std::string& schedule) {
+  if (limit == 0) return;
+  for (const RankStats& rank : result.ranks) {
+    PPTRAIN_CHECK(rank.peak_activations <= limit + 1e-9, "schedule '", schedule, "' holds ",
+                  rank.peak_activations, " units of activations on rank ", rank.rank,
+                  ", above --memory-limit ", limit, " (--schedule zb-auto plans under a limit)");
+  }
 }
 
 }  // namespace pptrain

@@ -25,13 +25,14 @@
 // measured runs: busy = sum of compute durations on a rank, idle = makespan - busy,
 // bubble_ratio = 1 - sum(busy) / (P * cost), cost = longest rank span.
 //
-// Peak activations: the largest sum, over the (stage, microbatch) pairs whose F has ended and
-// whose I or B has not, of the stage's activation memory (CostModel::activation; by default a
-// chunk counts 1/V, so 1 = one microbatch of the rank's whole share). A stash is counted from the
-// start of its F and released at the end of its I or B. The smaller stash that W still needs
-// after I (inputs of weight layers, output gradients) is NOT counted by default;
-// docs/SCHEDULE_FORMAT.md says the same. CostModel::stage_weight_stash, when given, counts it
-// too, from the end of I to the end of W (in the same unit as the activations).
+// Peak activations, in the memory model of cost_model.h (unit: one microbatch's forward
+// activations on one stage; a chunk counts 1/V of a rank's share): a microbatch's stash on a
+// stage is counted from the start of its F; its I releases all but the share r
+// (CostModel::mem_w_ratio, default 0.5, or CostModel::stage_weight_stash) that its W still
+// needs, and W releases that at its end; a fused B releases all of it at its end. With r = 0.5
+// and enough microbatches 1F1B peaks at P - k on rank k, ZB-H1 at P - k/2 and ZB-H2 at
+// 2P - 1 - k, so P (ZB-1p) and 2P (ZB-2p) bound them (simulator_test.cpp); `--memory-limit K`
+// caps this figure (check_peak_within_limit).
 //
 // Weight versions: stage s keeps rule.versions_kept(s) versions of its weights
 // (pptrain/schedule/weight_versions.h: 1 for a synchronous schedule, more for an asynchronous
@@ -63,7 +64,7 @@ struct RankStats {
   int rank = 0;
   double busy = 0;              // sum of compute durations on this rank
   double idle = 0;              // makespan - busy
-  double peak_activations = 0;  // in microbatches of this rank's whole share (see above)
+  double peak_activations = 0;  // memory-model units (see above)
   int weight_versions = 1;      // the most versions one of this rank's stages keeps
   double peak_memory = 0;       // peak_activations + the weight versions (see above), same unit
 };
@@ -81,5 +82,9 @@ struct SimResult {
 // UserError if an asynchronous rule is for another number of stages than the schedule's.
 SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
                    const VersionRule& rule = VersionRule{});
+
+// `--memory-limit`: UserError (one line naming the schedule, the rank, its peak and the limit)
+// when a rank's peak_activations is above `limit`; 0 means no limit.
+void check_peak_within_limit(const SimResult& result, double limit, const std::string& schedule);
 
 }  // namespace pptrain

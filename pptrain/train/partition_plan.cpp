@@ -164,6 +164,30 @@ std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int 
   return from_file(spec, options, num_stages);
 }
 
+std::optional<StageTimesMs> profiled_stage_times(const std::string& partition,
+                                                 const std::vector<LayerRange>& ranges) {
+  if (!std::filesystem::is_regular_file(partition)) return std::nullopt;
+  const std::string text = read_text_file(partition, "--partition file");
+  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("layers")) return std::nullopt;
+  const Profile profile = parse_profile_json(text, "--partition '" + partition + "'");
+  StageTimesMs out;
+  for (const auto& [first, last] : ranges) {
+    PPTRAIN_ASSERT(last < static_cast<int>(profile.layers.size()), "stage layers ", first, "-",
+                   last, " beyond the profile's ", profile.layers.size());
+    double f = 0, i = 0, w = 0;
+    for (int layer = first; layer <= last; ++layer) {
+      f += profile.layers[layer].forward_ms;
+      i += profile.layers[layer].backward_input_ms;
+      w += profile.layers[layer].backward_weight_ms;
+    }
+    out.forward.push_back(f);
+    out.backward_input.push_back(i);
+    out.backward_weight.push_back(w);
+  }
+  return out;
+}
+
 std::string format_stage_layers(const std::vector<LayerRange>& ranges) {
   std::string text;
   for (const auto& [first, last] : ranges) {

@@ -19,6 +19,7 @@
 //   format_stage_layers(ranges);                                    // "0-2,3-5"
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,15 @@ struct StageLayerOptions {
 // file, a file for another model or another number of stages, replicas > 1, a stage without
 // layers.
 std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int num_stages);
+
+// Per-stage times of one microbatch, in ms, from the profile `partition` names when it is a
+// profile JSON file (`pptrain profile`): each stage's layers summed. Nothing for uniform, params,
+// time and partition files, which carry no times (a measured `time` differs between processes).
+struct StageTimesMs {
+  std::vector<double> forward, backward_input, backward_weight;  // [num_stages]
+};
+std::optional<StageTimesMs> profiled_stage_times(const std::string& partition,
+                                                 const std::vector<LayerRange>& ranges);
 
 // "0-2,3-5" and back. parse_stage_layers checks only the syntax; plan_stage_layers checks the
 // ranges against the model.

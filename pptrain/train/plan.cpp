@@ -6,6 +6,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/sim/simulator.h"
 #include "pptrain/train/checkpoint.h"
 
 namespace pptrain {
@@ -88,8 +89,37 @@ void check_flags(const TrainOptions& options) {
                 "); every stage needs at least one block");
 }
 
+StageLayerOptions stage_layer_options(const TrainOptions& options, bool may_profile) {
+  StageLayerOptions layers;
+  layers.model = options.model;
+  layers.partition = options.partition;
+  layers.stage_layers = options.stage_layers;
+  layers.microbatch_size = options.data.batch_size / options.data.microbatches;
+  layers.ranks = options.pp;
+  layers.may_profile = may_profile;
+  return layers;
+}
+
+// What zb-auto plans for and --memory-limit is checked with: --cost and --mem-w-ratio, or,
+// without --cost, the per-stage times of a profile given as --partition FILE (read the same way
+// by every rank).
+CostModel planning_cost(const TrainOptions& options, bool may_profile) {
+  CostModel cost = cost_model_from_flags(options.cost, options.mem_w_ratio);
+  if (!options.cost.empty() || options.schedule != "zb-auto" || !options.schedule_file.empty() ||
+      options.pp == 1 || !std::filesystem::is_regular_file(options.partition)) {
+    return cost;  // (and `--partition time` is not timed twice)
+  }
+  const auto ranges = plan_stage_layers(stage_layer_options(options, may_profile), options.pp);
+  if (const auto times = profiled_stage_times(options.partition, ranges)) {
+    cost.stage_forward = times->forward;
+    cost.stage_backward_input = times->backward_input;
+    cost.stage_backward_weight = times->backward_weight;
+  }
+  return cost;
+}
+
 // The schedule the flags ask for, before validation; `what` names it in messages.
-Schedule requested_schedule(const TrainOptions& options, std::string& what) {
+Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, std::string& what) {
   const int M = options.data.microbatches;
   if (!options.schedule_file.empty()) {
     what = "schedule file '" + options.schedule_file + "'";
@@ -119,7 +149,14 @@ Schedule requested_schedule(const TrainOptions& options, std::string& what) {
     return serial_schedule(options.schedule, std::max(options.stages, 1),
                            static_cast<int>(run_microbatches), !asynchronous);
   }
-  return entry.make(options.pp, static_cast<int>(run_microbatches), chunks);
+  ScheduleOptions request;
+  request.name = options.schedule;
+  request.ranks = options.pp;
+  request.microbatches = static_cast<int>(run_microbatches);
+  request.chunks = chunks;
+  request.costs = cost.stage_costs(options.pp * chunks, options.pp);  // zb-auto plans for them
+  request.memory_limit = options.memory_limit;
+  return entry.make(request);
 }
 
 // pipemare's options; UserError when one is given for another rule or is out of range.
@@ -185,7 +222,8 @@ void check_checkpoint_flags(const TrainOptions& options, const VersionRule& rule
 TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
   std::string what;
-  const Schedule schedule = requested_schedule(options, what);
+  const CostModel cost = planning_cost(options, may_profile);
+  const Schedule schedule = requested_schedule(options, cost, what);
   const VersionRule rule =
       version_rule_of(options.schedule_file.empty() ? options.schedule : "", options.vertical_sync,
                       schedule.num_stages, options.data.microbatches);
@@ -197,6 +235,13 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
                 " blocks (--layers ", options.model.layers, ")");
   TrainingPlan plan(validated_schedule(schedule, what));
+  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
+                              options.memory_limit);
+  // One process has no pipeline to cap (its reference run holds every microbatch).
+  if (options.pp > 1 && options.memory_limit > 0) {
+    check_peak_within_limit(simulate(plan.schedule, cost, rule), options.memory_limit,
+                            schedule.name);
+  }
 
   plan.weights = rule;
   plan.pipemare = pipemare;
@@ -204,14 +249,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.data = options.data;
   plan.microbatch_size = options.data.batch_size / options.data.microbatches;
   plan.tokens_per_sample = options.model.kind == "gpt" ? options.model.seq_len : 1;
-  StageLayerOptions layers;
-  layers.model = options.model;
-  layers.partition = options.partition;
-  layers.stage_layers = options.stage_layers;
-  layers.microbatch_size = plan.microbatch_size;
-  layers.ranks = options.pp;
-  layers.may_profile = may_profile;
-  plan.stage_layers = plan_stage_layers(layers, plan.num_stages());
+  plan.stage_layers =
+      plan_stage_layers(stage_layer_options(options, may_profile), plan.num_stages());
   plan.partition = options.partition;
   for (int b = 0; b + 1 < plan.num_stages(); ++b) {
     plan.boundary_shapes.push_back(

@@ -38,6 +38,14 @@ struct TrainOptions {
   std::string stage_layers;       // resolved ranges "0-2,3-5" (a launcher's); wins over partition
   std::string schedule = "1f1b";  // a registry name (schedule/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
+  // The cost model zb-auto plans for (sim/cost_model.h: "F=1,I=1,W=1,comm=0", one rank's
+  // share). Empty: the per-stage times of the profile `partition` names, if it is a profile
+  // file, else F=1,I=1,W=1,comm=0.
+  std::string cost;
+  // Cap on every rank's peak activations in memory-model units (schedule/auto_schedule.h):
+  // zb-auto plans under it, another schedule whose simulated peak is above it is refused. 0: none.
+  double memory_limit = 0;
+  double mem_w_ratio = 0.5;  // r: the share of a microbatch's activations W keeps after I
   // With --pp 1: the model in this many stages, run one after the other in this process (the
   // reference of an asynchronous schedule on that many stages). 0: one stage.
   int stages = 0;

@@ -33,6 +33,8 @@ struct ScheduleArgs {
   int microbatches = 0;
   int chunks = 0;
   std::string cost = "F=1,I=1,W=1,comm=0";
+  double memory_limit = 0;   // cap on every rank's peak (memory-model units); 0: none
+  double mem_w_ratio = 0.5;  // r: share of the activations W still needs after I
   std::string import_path;
   std::string export_path;
   bool with_comms = false;
@@ -74,7 +76,7 @@ Schedule import_schedule(const ScheduleArgs& args) {
   return s;
 }
 
-Schedule generate_schedule(const ScheduleArgs& args) {
+Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost) {
   PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
                 ") or --import FILE.csv is required");
   PPTRAIN_CHECK(args.pp_given, "--pp is required with --schedule (the number of pipeline ranks)");
@@ -94,6 +96,10 @@ Schedule generate_schedule(const ScheduleArgs& args) {
   const bool asynchronous = find_schedule(args.schedule).update != WeightUpdate::kFlush;
   options.microbatches = asynchronous ? args.steps * args.microbatches : args.microbatches;
   options.chunks = args.chunks;
+  // zb-auto plans for the cost model and the limit; the other generators ignore them.
+  const int stages = args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
+  options.costs = cost.stage_costs(stages, args.pp);
+  options.memory_limit = args.memory_limit;
   return make_schedule(options);
 }
 
@@ -104,7 +110,7 @@ std::string percent(double ratio) {
 }
 
 void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& cost,
-                   const SimResult& result) {
+                   double memory_limit, const SimResult& result) {
   std::printf("schedule      %s\n", s.name.c_str());
   if (rule.asynchronous()) {
     std::printf("weights       %s, no flush: %d steps of %d microbatches in one run\n",
@@ -115,6 +121,10 @@ void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& 
   std::printf("chunks (V)    %d\n", s.chunks());
   std::printf("microbatches  %d\n", s.num_microbatches);
   std::printf("cost model    %s\n", cost.to_string().c_str());
+  std::printf("memory        W keeps r = %g of a microbatch's activations after I",
+              cost.mem_w_ratio);
+  if (memory_limit > 0) std::printf("; limit %g per rank", memory_limit);
+  std::printf("\n");
   std::printf("makespan      %g\n", result.makespan);
   std::printf("bubble ratio  %.4f (%s)\n", result.bubble_ratio,
               percent(result.bubble_ratio).c_str());
@@ -132,6 +142,7 @@ void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& 
 }
 
 nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
+                                    const CostModel& cost, double memory_limit,
                                     const SimResult& result) {
   nlohmann::ordered_json out;
   out["schedule"] = s.name;
@@ -141,6 +152,8 @@ nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
   out["microbatches"] = s.num_microbatches;
   out["makespan"] = result.makespan;
   out["bubble_ratio"] = result.bubble_ratio;
+  out["mem_w_ratio"] = cost.mem_w_ratio;
+  out["memory_limit"] = memory_limit;  // 0: none
   out["ranks"] = nlohmann::ordered_json::array();
   for (const auto& r : result.ranks) {
     nlohmann::ordered_json rank;
@@ -160,15 +173,9 @@ void run_schedule_command(const ScheduleArgs& args) {
     std::fputs(schedule_table_markdown().c_str(), stdout);
     return;
   }
-  const CostModel cost = [&] {
-    try {
-      return CostModel::parse(args.cost);
-    } catch (const UserError& e) {
-      throw UserError(std::string("--cost: ") + e.what());
-    }
-  }();
+  const CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
   const Schedule schedule =
-      args.import_path.empty() ? generate_schedule(args) : import_schedule(args);
+      args.import_path.empty() ? generate_schedule(args, cost) : import_schedule(args);
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).
   const VersionRule rule =
@@ -177,6 +184,9 @@ void run_schedule_command(const ScheduleArgs& args) {
   const ValidatedSchedule validated = validate(schedule);
   const Schedule& lowered = *validated;
   SimResult result = simulate(validated, cost, rule);
+  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
+                              args.memory_limit);
+  check_peak_within_limit(result, args.memory_limit, schedule.name);
 
   if (!args.export_path.empty()) {
     write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)),
@@ -203,9 +213,9 @@ void run_schedule_command(const ScheduleArgs& args) {
     write_text_file(args.trace_path, render_chrome_trace(result.timeline), "--trace file");
   }
   if (args.json) {
-    std::cout << summary_json(schedule, rule, result).dump() << std::endl;
+    std::cout << summary_json(schedule, rule, cost, args.memory_limit, result).dump() << std::endl;
   } else {
-    print_summary(schedule, rule, cost, result);
+    print_summary(schedule, rule, cost, args.memory_limit, result);
   }
 }
 
@@ -226,6 +236,15 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--cost", args->cost,
                   "Cost model: times of one rank's share for one microbatch, the comm latency, "
                   "and (weights=) the memory of one version of its weights")
+      ->capture_default_str();
+  cmd->add_option("--memory-limit", args->memory_limit,
+                  "Cap on every rank's peak activations, in units of one microbatch's forward "
+                  "activations on a stage (P: 1F1B's memory); zb-auto plans under it, another "
+                  "schedule whose simulated peak is above it is refused; 0: none")
+      ->capture_default_str();
+  cmd->add_option("--mem-w-ratio", args->mem_w_ratio,
+                  "Share r of a microbatch's activations that W still needs after I (I frees "
+                  "1 - r, W frees r)")
       ->capture_default_str();
   cmd->add_option("--import", args->import_path,
                   "Read the schedule from a CSV file instead of generating it (P, V, M and "

@@ -87,6 +87,18 @@ void add_train_command(CLI::App& app) {
   auto* file =
       cmd->add_option("--schedule-file", o.schedule_file, "Schedule CSV (one row per rank)");
   name->excludes(file);
+  cmd->add_option("--cost", o.cost,
+                  "Cost model zb-auto plans for: F, I, W times of one rank's share for one "
+                  "microbatch and the comm latency (as `pptrain schedule --cost`); default: the "
+                  "per-stage times of --partition when it is a profile, else F=1,I=1,W=1,comm=0");
+  cmd->add_option("--memory-limit", o.memory_limit,
+                  "Cap on every rank's peak activations, in units of one microbatch's forward "
+                  "activations on a stage (P: 1F1B's memory); zb-auto plans under it, other "
+                  "schedules are refused above it; 0: none")
+      ->capture_default_str();
+  cmd->add_option("--mem-w-ratio", o.mem_w_ratio,
+                  "Share r of a microbatch's activations that W still needs after I")
+      ->capture_default_str();
   cmd->add_option("--partition", o.partition,
                   "Layers per stage: uniform, params (balanced parameter bytes), time (profiles "
                   "this machine first; under torchrun give a profile instead), or FILE.json (from "

@@ -1,0 +1,295 @@
+#include "pptrain/schedule/auto_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+constexpr double kEps = 1e-9;  // times and memory compare with this slack
+
+struct Flags {
+  bool bubble_before_first_i = false;
+  bool prioritize_i = false;
+  bool fill_small_gaps = false;
+  // Warm-up F's of stage j at most: 0 as many as fit, 1 1F1B's P - j, 2 ZB-H2's 2(P - j) - 1.
+  int warm_up_shape = 0;
+};
+constexpr int kWarmUpShapes = 3;
+
+// One candidate of the greedy (see the header for the rules). run() returns the schedule and
+// its longest rank span, or nothing when a needed F cannot fit the limit.
+class Greedy {
+ public:
+  Greedy(int ranks, int microbatches, const StageCosts& costs, double limit, Flags flags)
+      : P_(ranks), M_(microbatches), c_(costs), limit_(limit), flags_(flags), stages_(ranks) {
+    for (Stage& s : stages_) {
+      s.f_end.assign(M_, 0.0);
+      s.i_end.assign(M_, 0.0);
+    }
+  }
+
+  std::optional<std::pair<Schedule, double>> run() {
+    if (!warm_up()) return std::nullopt;
+    for (int i = 1; i < M_; ++i) {
+      if (!round(i)) return std::nullopt;
+    }
+    double span = 0;
+    for (int j = 0; j < P_; ++j) {
+      while (stages_[j].nw < M_) place(j, Op::W, 0);
+      span = std::max(span, stages_[j].end - stages_[j].first_start);
+    }
+    Schedule s;
+    s.name = "zb-auto";
+    s.num_ranks = P_;
+    s.num_stages = P_;
+    s.num_microbatches = M_;
+    for (int j = 0; j < P_; ++j) {
+      s.stage_to_rank.push_back(j);
+      s.actions.push_back(std::move(stages_[j].order));
+    }
+    return std::make_pair(std::move(s), span);
+  }
+
+ private:
+  struct Stage {
+    std::vector<Action> order;
+    double first_start = -1;  // start of its first action; -1 before it has one
+    double end = 0;           // end of its last action
+    double memory = 0;        // held now, memory-model units
+    double idle = 0;          // waits between its first start and `end`
+    int nf = 0, ni = 0, nw = 0;
+    std::vector<double> f_end, i_end;  // [microbatch]
+    bool deferred_f = false;           // prioritize_i: this round's F waits for the I phase
+  };
+
+  double time(Op op, int j) const {
+    if (op == Op::F) return c_.forward[j];
+    return op == Op::I ? c_.backward_input[j] : c_.backward_weight[j];
+  }
+
+  // Appends the stage's next `op` (microbatch in order), starting at `ready` or when free.
+  void place(int j, Op op, double ready) {
+    Stage& s = stages_[j];
+    const double start = s.first_start < 0 ? ready : std::max(s.end, ready);
+    if (s.first_start < 0) {
+      s.first_start = start;
+    } else {
+      s.idle += start - s.end;
+      most_idle_ = std::max(most_idle_, s.idle);
+    }
+    s.end = start + time(op, j);
+    int& count = op == Op::F ? s.nf : op == Op::I ? s.ni : s.nw;
+    s.order.push_back(Action::make(op, j, count));
+    if (op == Op::F) {
+      s.f_end[count] = s.end;
+      s.memory += c_.activation[j];
+    } else if (op == Op::I) {
+      s.i_end[count] = s.end;
+      s.memory -= c_.activation[j] - c_.weight_stash[j];
+    } else {
+      s.memory -= c_.weight_stash[j];
+    }
+    ++count;
+  }
+
+  // Pending W's that fit before `ready`; then one more in a shorter gap if the rule says so.
+  void fill_gap(int j, double ready) {
+    Stage& s = stages_[j];
+    while (s.nw < s.ni && s.end + c_.backward_weight[j] <= ready + kEps) place(j, Op::W, 0);
+    if (s.nw == s.ni || s.end >= ready - kEps) return;
+    if (flags_.fill_small_gaps || s.idle + (ready - s.end) > most_idle_ + kEps) {
+      place(j, Op::W, 0);
+    }
+  }
+
+  // Runs pending W's until one more F fits the limit; false if it cannot.
+  bool make_room(int j) {
+    Stage& s = stages_[j];
+    while (s.memory + c_.activation[j] > limit_ + kEps && s.nw < s.ni) place(j, Op::W, 0);
+    return s.memory + c_.activation[j] <= limit_ + kEps;
+  }
+
+  double f_ready(int j, int microbatch) const {
+    return j == 0 ? 0 : stages_[j - 1].f_end[microbatch] + c_.comm;
+  }
+
+  double i_ready(int j, int microbatch) const {
+    const double own = stages_[j].f_end[microbatch];
+    if (j == P_ - 1) return own;
+    return std::max(own, stages_[j + 1].i_end[microbatch] + c_.comm);
+  }
+
+  // The stage's next F, after W's that fill the wait for its input or make room for it.
+  bool forward(int j) {
+    fill_gap(j, f_ready(j, stages_[j].nf));
+    if (!make_room(j)) return false;
+    place(j, Op::F, f_ready(j, stages_[j].nf));
+    return true;
+  }
+
+  bool warm_up() {
+    for (int j = 0; j < P_; ++j) {
+      if (!forward(j)) return false;
+    }
+    // How many F's each stage runs before microbatch 0's gradient reaches it, last stage first:
+    // those that fit (in time and memory) while the gradient comes back.
+    std::vector<int> count(P_, 1);
+    double gradient_end = stages_[P_ - 1].end + c_.backward_input[P_ - 1];
+    for (int j = P_ - 2; j >= 0; --j) {
+      const double arrives = gradient_end + c_.comm;
+      double t = stages_[j].end, memory = c_.activation[j];
+      const int shape_cap = flags_.warm_up_shape == 0   ? M_
+                            : flags_.warm_up_shape == 1 ? P_ - j
+                                                        : 2 * (P_ - j) - 1;
+      while (count[j] < std::min(M_, shape_cap) && memory + c_.activation[j] <= limit_ + kEps &&
+             (flags_.bubble_before_first_i ? t < arrives - kEps
+                                           : t + c_.forward[j] <= arrives + kEps)) {
+        t += c_.forward[j];
+        memory += c_.activation[j];
+        ++count[j];
+      }
+      gradient_end = std::max(t, arrives) + c_.backward_input[j];
+    }
+    // A stage can only run F's its predecessor has run, and keeps one fewer in flight: its
+    // round's F then finds its input computed (an equal count would wait for the predecessor's
+    // round, which comes after that stage's I). Equal counts only where the predecessor runs
+    // every F in its warm-up (M < P), or where the limit leaves no room.
+    for (int j = 1; j < P_; ++j) {
+      const int most = count[j - 1] == M_ ? M_ : count[j - 1] - 1;
+      count[j] = std::max(1, std::min(count[j], most));
+    }
+    warm_up_ = count;
+    for (int j = 0; j < P_; ++j) {
+      while (stages_[j].nf < count[j]) {
+        if (!forward(j)) return false;
+      }
+    }
+    for (int j = P_ - 1; j >= 0; --j) place(j, Op::I, i_ready(j, 0));
+    return true;
+  }
+
+  // Round i: one more F per stage (first stage first), then microbatch i's I (last stage first).
+  bool round(int i) {
+    for (int j = 0; j < P_; ++j) {
+      Stage& s = stages_[j];
+      if (s.nf >= M_ || s.nf >= warm_up_[j] + i) continue;
+      if (j > 0 && stages_[j - 1].nf <= s.nf) continue;  // its input is not computed yet
+      const bool needed = s.nf <= i;                     // microbatch i's own F
+      if (flags_.prioritize_i && !needed && j + 1 < P_ && s.nf >= stages_[j + 1].nf + 2) {
+        s.deferred_f = true;
+        continue;
+      }
+      if (!forward(j) && needed) return false;
+    }
+    for (int j = P_ - 1; j >= 0; --j) {
+      Stage& s = stages_[j];
+      // The F phase ran every stage's F of microbatch i (or gave up).
+      PPTRAIN_ASSERT(s.nf > i, "zb-auto: stage ", j, " reached microbatch ", i,
+                     "'s I without its F");
+      const double ready = i_ready(j, i);
+      if (s.deferred_f && std::max(s.end, f_ready(j, s.nf)) + c_.forward[j] <= ready + kEps &&
+          s.memory + c_.activation[j] <= limit_ + kEps) {
+        place(j, Op::F, f_ready(j, s.nf));  // fits in the wait for the gradient
+        s.deferred_f = false;
+      }
+      fill_gap(j, ready);
+      place(j, Op::I, ready);
+      if (s.deferred_f) {
+        s.deferred_f = false;
+        if (make_room(j)) place(j, Op::F, f_ready(j, s.nf));
+      }
+    }
+    return true;
+  }
+
+  const int P_, M_;
+  const StageCosts& c_;
+  const double limit_;
+  const Flags flags_;
+  std::vector<Stage> stages_;
+  std::vector<int> warm_up_;  // [stage] F's run before microbatch 0's I
+  double most_idle_ = 0;      // the largest idle time of any stage so far
+};
+
+void check_costs(const StageCosts& c, int stages) {
+  const std::pair<const char*, const std::vector<double>*> vectors[] = {
+      {"forward", &c.forward},
+      {"backward_input", &c.backward_input},
+      {"backward_weight", &c.backward_weight},
+      {"activation", &c.activation},
+      {"weight_stash", &c.weight_stash},
+  };
+  for (const auto& [what, values] : vectors) {
+    PPTRAIN_CHECK(static_cast<int>(values->size()) == stages, "zb-auto: ", what, " costs have ",
+                  values->size(), " entries but the schedule has ", stages, " stages");
+    for (int s = 0; s < stages; ++s) {
+      PPTRAIN_CHECK(std::isfinite((*values)[s]) && (*values)[s] >= 0, "zb-auto: ", what, "[", s,
+                    "] must be a finite number >= 0, got ", (*values)[s]);
+    }
+  }
+  for (int s = 0; s < stages; ++s) {
+    PPTRAIN_CHECK(c.weight_stash[s] <= c.activation[s] + kEps, "zb-auto: weight_stash[", s, "] ",
+                  c.weight_stash[s], " is more than the activation ", c.activation[s],
+                  " it is part of");
+  }
+  PPTRAIN_CHECK(std::isfinite(c.comm) && c.comm >= 0, "zb-auto: comm must be >= 0, got ", c.comm);
+}
+
+}  // namespace
+
+StageCosts StageCosts::uniform(int stages, double forward, double backward_input,
+                               double backward_weight, double comm, double mem_w_ratio) {
+  StageCosts c;
+  c.forward.assign(stages, forward);
+  c.backward_input.assign(stages, backward_input);
+  c.backward_weight.assign(stages, backward_weight);
+  c.activation.assign(stages, 1.0);
+  c.weight_stash.assign(stages, mem_w_ratio);
+  c.comm = comm;
+  return c;
+}
+
+double smallest_memory_limit(const StageCosts& costs) {
+  double most = 0;
+  for (double a : costs.activation) most = std::max(most, a);
+  return most;
+}
+
+void check_feasible_memory_limit(const StageCosts& costs, double limit) {
+  PPTRAIN_CHECK(std::isfinite(limit) && limit >= 0,
+                "--memory-limit must be a finite number >= 0 (0: none), got ", limit);
+  const double smallest = smallest_memory_limit(costs);
+  PPTRAIN_CHECK(limit == 0 || limit >= smallest - kEps, "--memory-limit ", limit,
+                " is below what any schedule needs: the smallest limit that works is ", smallest,
+                " (one microbatch's forward activations on a stage)");
+}
+
+Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
+  PPTRAIN_CHECK(o.ranks >= 1, "schedule 'zb-auto': ranks must be >= 1, got ", o.ranks);
+  PPTRAIN_CHECK(o.microbatches >= 1, "schedule 'zb-auto': microbatches must be >= 1, got ",
+                o.microbatches);
+  const StageCosts costs = o.costs.stages() == 0 ? StageCosts::uniform(o.ranks) : o.costs;
+  check_costs(costs, o.ranks);
+  check_feasible_memory_limit(costs, o.memory_limit);
+  const double limit =
+      o.memory_limit == 0 ? std::numeric_limits<double>::infinity() : o.memory_limit;
+  std::optional<std::pair<Schedule, double>> best;
+  for (int bits = 0; bits < 8 * kWarmUpShapes; ++bits) {
+    const Flags flags{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0, bits / 8};
+    auto candidate = Greedy(o.ranks, o.microbatches, costs, limit, flags).run();
+    if (candidate && (!best || candidate->second < best->second - kEps))
+      best = std::move(candidate);
+  }
+  // At a limit >= the largest activation, F, I, W one microbatch at a time always fits.
+  PPTRAIN_ASSERT(best.has_value(), "zb-auto found no schedule for P=", o.ranks,
+                 " M=", o.microbatches, " at memory limit ", o.memory_limit);
+  if (predicted_cost) *predicted_cost = best->second;
+  return std::move(best->first);
+}
+
+}  // namespace pptrain

@@ -1,0 +1,85 @@
+// zb-auto: a zero-bubble schedule composed for given per-stage costs under a memory limit, by the
+// greedy heuristic of the zero-bubble paper (Qi et al., arXiv 2401.10241, section 3.1).
+//
+//   StageCosts c = StageCosts::uniform(/*stages=*/4);           // F = I = W = 1, comm 0
+//   Schedule s = make_zb_auto({/*ranks=*/4, /*microbatches=*/8, c, /*memory_limit=*/4});
+//   // by name: make_schedule({"zb-auto", 4, 8}) with ScheduleOptions::costs / memory_limit
+//
+// Memory model (sim/cost_model.h says the same): memory is counted in units of one microbatch's
+// forward activations on one stage. F adds `activation[s]` (1 by default); I frees all of it but
+// `weight_stash[s]` (r = M_W / M_B of it, 0.5 by default), which W frees. The limit caps every
+// rank's running sum, which is the simulator's `peak_activations`: a limit of P is the paper's
+// ZB-1p (1F1B's memory), 2P its ZB-2p. Any limit >= the largest `activation[s]` works (every
+// rank can run F, I, W one microbatch at a time); below that no schedule exists.
+//
+// The greedy places the actions of every rank in rounds, tracking when each would start and end
+// under the simulator's rules (a rank runs its list in order; F waits for the previous stage's F
+// plus `comm`, I for its own F and the next stage's I plus `comm`, W for its own I):
+//   1. Warm-up. Every stage runs microbatch 0's F. Then, from the last stage back, each stage gets
+//      as many further F's as fit (in time and in memory) before the input gradient of
+//      microbatch 0 can reach it; a stage runs fewer warm-up F's than the one before it (as in
+//      1F1B; equal counts only where M < P or the limit leaves no room).
+//      Then microbatch 0's I runs from the last stage back to the first.
+//   2. Round i = 1 .. M-1: every stage runs one more F (keeping its warm-up count in flight),
+//      first stage first, then microbatch i's I from the last stage back. Before each F and I,
+//      pending W's fill the wait for its input when they fit in it (a gap at least T_W long); a W
+//      also runs when the memory the next F needs is not free (W releases its stash).
+//   3. The W's left run at the end.
+// Three choices are made both ways, and the warm-up three ways, and the best of the 24 resulting
+// schedules is kept (the smallest longest rank span, which is the simulator's `cost`):
+//   - bubble_before_first_i: a warm-up F may still start when it would end after the first
+//     gradient arrives (delaying that I a little), or only when it ends in time;
+//   - prioritize_i: a stage already two F's ahead of the next one runs its round's F only where
+//     it fits before the I's input arrives, else after the I;
+//   - fill_small_gaps: a W runs in a gap shorter than T_W always, or only when idling there would
+//     make this rank the one with the most idle time so far;
+//   - warm-up shape: stage j runs as many warm-up F's as fit, or at most 1F1B's P - j, or at most
+//     ZB-H2's 2(P - j) - 1; fewer F's in flight leave memory for W's held back to fill gaps.
+// Each candidate takes O(P M) steps, so P = 32, M = 256 plans in tens of milliseconds
+// (bench/plan_bench.cpp).
+#pragma once
+
+#include <vector>
+
+#include "pptrain/schedule/schedule.h"
+
+namespace pptrain {
+
+// Per-stage costs of one microbatch, for planning. The units of time are free (shared with
+// comm); memory is in memory-model units (see above). Filled from a CostModel by
+// CostModel::stage_costs() (sim/cost_model.h).
+struct StageCosts {
+  std::vector<double> forward;          // [stage] F time
+  std::vector<double> backward_input;   // [stage] I time
+  std::vector<double> backward_weight;  // [stage] W time
+  std::vector<double> activation;       // [stage] memory F adds
+  std::vector<double> weight_stash;     // [stage] memory held from I to W (<= activation)
+  double comm = 0;                      // latency of a transfer between ranks
+
+  // Every stage F, I, W and activation 1, stash r.
+  static StageCosts uniform(int stages, double forward = 1, double backward_input = 1,
+                            double backward_weight = 1, double comm = 0, double mem_w_ratio = 0.5);
+  int stages() const { return static_cast<int>(forward.size()); }
+};
+
+struct AutoScheduleOptions {
+  int ranks = 1;            // P >= 1 (one stage per rank)
+  int microbatches = 1;     // M >= 1
+  StageCosts costs = {};    // [P] stages; empty: StageCosts::uniform(P)
+  double memory_limit = 0;  // cap on every rank's peak, memory-model units; 0: no limit
+};
+
+// The smallest memory limit any schedule of these stages can keep: the largest activation.
+double smallest_memory_limit(const StageCosts& costs);
+// UserError (one line, giving the smallest limit that works) when `limit` is negative, not
+// finite, or above 0 and below smallest_memory_limit(); 0 means no limit.
+void check_feasible_memory_limit(const StageCosts& costs, double limit);
+
+// The best of the greedy's candidates. UserError naming the value for P < 1, M < 1, costs for
+// another number of stages, a negative or non-finite cost, or a limit below
+// smallest_memory_limit() (the message gives that smallest limit).
+// `predicted_cost`, when given, receives the longest rank span the greedy timed for the chosen
+// schedule: what simulate() reports as `cost` for it under the same costs.
+Schedule make_zb_auto(const AutoScheduleOptions& options, double* predicted_cost = nullptr);
+
+}  // namespace pptrain

@@ -1,0 +1,120 @@
+// zb-auto on its own: every schedule it makes is valid, keeps the memory limit when its actions
+// are counted in order (the simulator's timed count is in pptrain/sim/simulator_test.cpp), and
+// bad input is refused with one line.
+#include "pptrain/schedule/auto_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/validate.h"
+
+namespace pptrain {
+namespace {
+
+// The most memory any rank holds, counting its actions in order (F +activation, I -(activation
+// - stash), W -stash): on one rank actions never overlap, so this is the timed peak too.
+double ordered_peak(const Schedule& s, const StageCosts& c) {
+  double peak = 0;
+  for (const auto& list : s.actions) {
+    double held = 0;
+    for (const Action& a : list) {
+      if (a.op == Op::F) held += c.activation[a.stage];
+      if (a.op == Op::I) held -= c.activation[a.stage] - c.weight_stash[a.stage];
+      if (a.op == Op::W) held -= c.weight_stash[a.stage];
+      peak = std::max(peak, held);
+    }
+  }
+  return peak;
+}
+
+StageCosts random_costs(int stages, std::mt19937& rng) {
+  std::uniform_real_distribution<double> time(0.2, 3), stash(0, 1), activation(0.5, 2);
+  StageCosts c;
+  for (int s = 0; s < stages; ++s) {
+    c.forward.push_back(time(rng));
+    c.backward_input.push_back(time(rng));
+    c.backward_weight.push_back(time(rng));
+    c.activation.push_back(activation(rng));
+    c.weight_stash.push_back(stash(rng) * c.activation.back());
+  }
+  c.comm = std::uniform_real_distribution<double>(0, 0.5)(rng);
+  return c;
+}
+
+TEST(ZbAuto, ValidAndWithinTheLimitForManyShapesCostsAndLimits) {
+  std::mt19937 rng(14);
+  for (int p : {1, 2, 3, 4, 6, 8}) {
+    for (int m : {1, 2, p, 2 * p + 1, 4 * p}) {
+      for (int trial = 0; trial < 3; ++trial) {
+        const StageCosts c = trial == 0 ? StageCosts::uniform(p) : random_costs(p, rng);
+        const double smallest = smallest_memory_limit(c);
+        for (double limit : {smallest, 1.5 * smallest, 1.0 * p, 2.0 * p, 3.5 * p, 0.0}) {
+          if (limit > 0 && limit < smallest) continue;
+          SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " trial " +
+                       std::to_string(trial) + " limit " + std::to_string(limit));
+          const Schedule s = make_zb_auto({p, m, c, limit});
+          EXPECT_NO_THROW(validate(s));
+          EXPECT_EQ(s.name, "zb-auto");
+          EXPECT_TRUE(s.has_split_backward());
+          if (limit > 0) {
+            EXPECT_LE(ordered_peak(s, c), limit + 1e-9);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ZbAuto, ByNameThroughTheRegistry) {
+  ScheduleOptions o{"zb-auto", 4, 8};
+  o.memory_limit = 4;
+  const Schedule s = make_schedule(o);
+  EXPECT_NO_THROW(validate(s));
+  EXPECT_LE(ordered_peak(s, StageCosts::uniform(4)), 4 + 1e-9);
+  // Without costs it plans for F = I = W = 1; the same as giving them.
+  o.costs = StageCosts::uniform(4);
+  EXPECT_EQ(make_schedule(o), s);
+  EXPECT_THROW(make_schedule({"zb-auto", 4, 8, 2}), UserError);  // one chunk per rank
+}
+
+TEST(ZbAuto, SmallestLimitRunsOneMicrobatchAtATime) {
+  // At the smallest limit every rank holds one microbatch: F, I, W in turn.
+  const Schedule tight = make_zb_auto({3, 4, StageCosts::uniform(3), 1});
+  for (const auto& list : tight.actions) {
+    for (size_t k = 0; k < list.size(); ++k) {
+      EXPECT_EQ(list[k].op, k % 3 == 0 ? Op::F : k % 3 == 1 ? Op::I : Op::W) << k;
+    }
+  }
+}
+
+TEST(ZbAuto, BadInputIsOneLine) {
+  StageCosts wrong = StageCosts::uniform(3);
+  const std::vector<std::pair<AutoScheduleOptions, std::string>> bad = {
+      {{0, 4, {}, 0}, "ranks must be >= 1, got 0"},
+      {{2, 0, {}, 0}, "microbatches must be >= 1, got 0"},
+      {{2, 4, wrong, 0}, "forward costs have 3 entries but the schedule has 2 stages"},
+      {{3, 4, {}, -1}, "--memory-limit must be a finite number >= 0"},
+      {{3, 4, {}, 0.5},
+       "--memory-limit 0.5 is below what any schedule needs: the smallest limit that works is 1"},
+  };
+  for (const auto& [options, expected] : bad) {
+    try {
+      make_zb_auto(options);
+      ADD_FAILURE() << expected;
+    } catch (const UserError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(expected), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  }
+  wrong.backward_weight[1] = -1;
+  EXPECT_THROW(make_zb_auto({3, 4, wrong, 0}), UserError);
+}
+
+}  // namespace
+}  // namespace pptrain
