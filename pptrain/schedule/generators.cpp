@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
+#include <optional>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/semantics.h"
@@ -19,6 +22,15 @@ Schedule empty_schedule(const std::string& name, int ranks, int microbatches, in
   s.stage_to_rank.resize(s.num_stages);
   for (int stage = 0; stage < s.num_stages; ++stage) s.stage_to_rank[stage] = stage % ranks;
   s.actions.resize(ranks);
+  return s;
+}
+
+// An empty schedule in a V: two stages per rank, rank r holding stages r and 2P-1-r, so the
+// model goes down the ranks and back up and the last stage is on rank 0 again.
+Schedule v_shaped_schedule(const std::string& name, int ranks, int microbatches) {
+  Schedule s = empty_schedule(name, ranks, microbatches, 2);
+  for (int stage = ranks; stage < 2 * ranks; ++stage)
+    s.stage_to_rank[stage] = 2 * ranks - 1 - stage;
   return s;
 }
 
@@ -69,15 +81,7 @@ Schedule one_f_one_b_family(const std::string& name, int ranks, int microbatches
 // at F=1, I=2, W=1). Within a stage, F's and I's go in microbatch order.
 Schedule zb_v_list_schedule(int ranks, int microbatches) {
   const int P = ranks, M = microbatches, S = 2 * ranks;
-  Schedule s;
-  s.name = "zb-v";
-  s.num_ranks = P;
-  s.num_stages = S;
-  s.num_microbatches = M;
-  s.stage_to_rank.resize(S);
-  for (int stage = 0; stage < S; ++stage)
-    s.stage_to_rank[stage] = stage < P ? stage : S - 1 - stage;
-  s.actions.resize(P);
+  Schedule s = v_shaped_schedule("zb-v", P, M);
 
   constexpr int kNotYet = -1;
   // Step at which each fact (semantics.h) came true: kNotYet until it has.
@@ -154,6 +158,63 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
     // Every action lasts one step, so a step in which nobody starts anything changes nothing.
     PPTRAIN_ASSERT(scheduled > before, "zb-v list scheduler stuck at step ", step, " (P=", P,
                    ", M=", M, ")");
+  }
+  return s;
+}
+
+// The controllable-memory V schedules (arXiv 2405.15362) built from a repeating block.
+//
+// Time runs in unit steps, one chunk action each. Rank r starts the four actions of microbatch k
+// that take or free activations at fixed offsets plus 6k: F of its lower stage (r), F of its
+// upper stage (2P-1-r), I of the upper stage, I of the lower stage. The offsets respect every
+// dependency for microbatch 0 and are distinct modulo 6, so the block repeats every 6 steps
+// without collisions, and each period leaves the rank two free steps: the two W's of a microbatch
+// go there, each W to the first free step after its I, in the order of the I's. A rank's list is
+// its timetable read in time order. The timetable leaves gaps in the warm-up and cool-down; the
+// simulator and the runtime start every action as soon as its inputs are there, which closes them.
+//
+// A stash lives from its F to its I, so the offsets set the memory: one microbatch enters every 6
+// steps, so a rank holds about (lifetime of the lower stash + lifetime of the upper one) / 6 chunk
+// stashes at once (generators.h gives the exact peaks).
+struct VBlock {
+  int f_lower = 0, f_upper = 0, i_upper = 0, i_lower = 0;  // steps from the block's start
+};
+
+Schedule v_block_schedule(const std::string& name, int ranks, int microbatches,
+                          const std::function<VBlock(int rank)>& block_of) {
+  constexpr int kPeriod = 6;
+  Schedule s = v_shaped_schedule(name, ranks, microbatches);
+  const int upper_base = 2 * ranks - 1;
+  for (int r = 0; r < ranks; ++r) {
+    const VBlock b = block_of(r);
+    const int lower = r, upper = upper_base - r;
+    const std::pair<int, Action> starts[] = {{b.f_lower, Action::make(Op::F, lower, 0)},
+                                             {b.f_upper, Action::make(Op::F, upper, 0)},
+                                             {b.i_upper, Action::make(Op::I, upper, 0)},
+                                             {b.i_lower, Action::make(Op::I, lower, 0)}};
+    int last = 0;
+    for (const auto& start : starts) last = std::max(last, start.first);
+    // timetable[t]: the action starting at step t, or none (a free step).
+    std::vector<std::optional<Action>> timetable((microbatches - 1) * kPeriod + last + 1);
+    for (int k = 0; k < microbatches; ++k) {
+      for (const auto& [offset, action] : starts) {
+        auto& at = timetable[k * kPeriod + offset];
+        PPTRAIN_ASSERT(!at, name, ": two actions at step ", k * kPeriod + offset, " of rank ", r);
+        at = Action::make(action.op, action.stage, k);
+      }
+    }
+    std::deque<Action> waiting_w;
+    auto& list = s.actions[r];
+    for (const auto& at : timetable) {
+      if (at) {
+        list.push_back(*at);
+        if (at->op == Op::I) waiting_w.push_back(Action::make(Op::W, at->stage, at->microbatch));
+      } else if (!waiting_w.empty()) {
+        list.push_back(waiting_w.front());
+        waiting_w.pop_front();
+      }
+    }
+    list.insert(list.end(), waiting_w.begin(), waiting_w.end());
   }
   return s;
 }
@@ -250,6 +311,18 @@ Schedule make_zb_h2(int ranks, int microbatches) {
 Schedule make_zb_v(int ranks, int microbatches) {
   check_sizes("zb-v", ranks, microbatches, 2);
   return zb_v_list_schedule(ranks, microbatches);
+}
+
+// V-Half: the forwards go down the V two steps apart (one free step per hop) and come back up
+// without a gap; the upper chunk's I's go down two steps apart, the lower chunk's come back
+// without a gap. For even P those offsets would put F of the upper stage and I of the lower one
+// on the same step modulo 6, so both I's move 3 steps later.
+Schedule make_v_half(int ranks, int microbatches) {
+  check_sizes("v-half", ranks, microbatches, 2);
+  const int P = ranks, shift = P % 2 == 0 ? 3 : 0;
+  return v_block_schedule("v-half", P, microbatches, [&](int r) {
+    return VBlock{2 * r, 3 * P - 2 - r, 3 * P - 1 + 2 * r + shift, 6 * P - 2 - r + shift};
+  });
 }
 
 }  // namespace pptrain

@@ -63,4 +63,30 @@ Schedule make_zb_h2(int ranks, int microbatches);
 // bubble that does not grow with M and is below 1F1B's (checked in pptrain/sim/simulator_test).
 Schedule make_zb_v(int ranks, int microbatches);
 
+// The controllable-memory V schedules (Qi et al., "Pipeline Parallelism with Controllable
+// Memory", arXiv 2405.15362): ZB-V's placement (stages r and 2P-1-r on rank r) and split
+// backward, but a repeating block per microbatch that keeps each activation stash for a shorter
+// time, trading part of ZB-V's bubble for memory. The W's are not deferred: each runs in the
+// first free step after its I, so the stash that W still needs is held about as long as the
+// activations themselves.
+//
+// Peak activations, in the simulator's unit (microbatches of the rank's whole share, a chunk's
+// stash counting 1/2: the unit in which 1F1B and ZB-V peak at P, and the paper's), when M >= P:
+//   V-Half  (P+2)/2 (integer division): about 1/2 of 1F1B's P
+//   V-Min   (P+4)/3 (integer division): about 1/3 of 1F1B's P
+// counting each stash until its W ends, as the paper does (CostModel::stage_weight_stash equal
+// to the chunk's activation). The simulator's default, which frees a stash when its I ends and
+// does not count W's smaller stash, gives the same for V-Half and at most that for V-Min. Fewer
+// microbatches never peak higher.
+//
+// Bubble (cost - busy, every rank, M >= P) at F = I = W = T (T for the rank's whole share):
+//   V-Half  (7P-4)T/4 for even P, 7(P-1)T/4 for odd P: about 7/12 of 1F1B's 3(P-1)T
+//   V-Min   (4P-5)T/2, or (4P-3)T/2 when P is a multiple of 3 (0 for P = 1): about 2/3 of it
+// so the bubble ratio b / (3MT + b) is about 7P/12M for V-Half (the paper's ~P/2M; its
+// reordering of the warm-up and cool-down closes a little more) and 2P/3M for V-Min, as the
+// paper's. Any costs keep the order valid, but the block runs at the pace of equal costs: V-Min's
+// bubble grows with M as soon as F, I and W differ, V-Half's unless 2F <= 2I + W and
+// 2I <= 2F + W (the paper's condition for its half-memory schedule).
+Schedule make_v_half(int ranks, int microbatches);
+
 }  // namespace pptrain

@@ -44,7 +44,7 @@ std::string describe(const Case& c) {
 TEST(Generators, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(schedule_names(),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
-                                      "pipedream", "2bw", "pipemare"}));
+                                      "v-half", "pipedream", "2bw", "pipemare"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
@@ -56,7 +56,7 @@ TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
     EXPECT_EQ(s.num_microbatches, c.microbatches);
     EXPECT_EQ(s.num_stages, c.ranks * s.chunks());
     EXPECT_FALSE(s.has_comms());
-    const bool split = c.name.rfind("zb-", 0) == 0;
+    const bool split = c.name.rfind("zb-", 0) == 0 || c.name.rfind("v-", 0) == 0;
     EXPECT_EQ(s.has_split_backward(), split);
 
     // (op, stage, microbatch) -> (rank, position)
@@ -93,9 +93,11 @@ TEST(Generators, Placement) {
   const Schedule inter = make_schedule({"interleaved-1f1b", 4, 8, 3});
   EXPECT_EQ(inter.num_stages, 12);
   for (int s = 0; s < 12; ++s) EXPECT_EQ(inter.stage_to_rank[s], s % 4);
-  const Schedule v = make_schedule({"zb-v", 4, 8});
-  EXPECT_EQ(v.chunks(), 2);
-  EXPECT_EQ(v.stage_to_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
+  for (const char* name : {"zb-v", "v-half"}) {
+    const Schedule v = make_schedule({name, 4, 8});
+    EXPECT_EQ(v.chunks(), 2) << name;
+    EXPECT_EQ(v.stage_to_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0})) << name;
+  }
   EXPECT_EQ(make_schedule({"interleaved-1f1b", 2, 4}).chunks(), 2);
 }
 
@@ -132,6 +134,51 @@ TEST(Generators, ZeroBubbleHandcraftedDeferWOnLaterRanks) {
     int leading = 0;
     while (h2.actions[r][leading].op == Op::F) ++leading;
     EXPECT_EQ(leading, 2 * (3 - 1 - r) + 1) << "rank " << r;
+  }
+}
+
+// Chunk stashes a rank holds at most, walking its list: F takes one, W gives it back (the
+// paper's count: a stash lives until its W, the W's own stash included).
+int most_stashes_until_w(const std::vector<Action>& list) {
+  int held = 0, most = 0;
+  for (const Action& a : list) {
+    held += a.op == Op::F ? 1 : a.op == Op::W ? -1 : 0;
+    most = std::max(most, held);
+  }
+  return most;
+}
+
+// V-Half and V-Min repeat one block per microbatch: once the pipeline is full, every 6 actions
+// of a rank are one F, one I and one W of each of its two stages, and a rank never holds more
+// than 2 (P+2)/2 and 2 (P+4)/3 chunk stashes (the simulator's peaks, in its unit of the rank's
+// whole share, are in pptrain/sim/simulator_test.cpp).
+TEST(Generators, ControllableMemoryVsRepeatABlockUnderTheirMemory) {
+  for (const std::string name : {"v-half"}) {
+    for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12}) {
+      const int most = 2 * (name == "v-half" ? (p + 2) / 2 : (p + 4) / 3);
+      for (int m : {1, 2, p, 2 * p + 1, 5 * p}) {
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        const Schedule s = make_schedule({name, p, m});
+        int reached = 0;
+        for (int r = 0; r < p; ++r) {
+          const int held = most_stashes_until_w(s.actions[r]);
+          EXPECT_LE(held, most) << "rank " << r;
+          reached = std::max(reached, held);
+        }
+        if (m >= p) {
+          EXPECT_EQ(reached, most);
+        }
+      }
+      // The steady state: a window of 6 in the middle of a long run holds each of the six kinds.
+      const Schedule s = make_schedule({name, p, 12 * p});
+      for (int r = 0; r < p; ++r) {
+        const auto& list = s.actions[r];
+        const size_t middle = list.size() / 2;
+        std::map<std::pair<Op, int>, int> kinds;
+        for (size_t i = middle; i < middle + 6; ++i) ++kinds[{list[i].op, list[i].stage}];
+        EXPECT_EQ(kinds.size(), 6u) << name << " P=" << p << " rank " << r;
+      }
+    }
   }
 }
 

@@ -60,6 +60,10 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "zero bubble V: rank r holds stages r and 2P-1-r; no bubble from M >= 2P with 1F1B's "
        "memory",
        without_chunks<make_zb_v>},
+      {"v-half", 2, 2, 2,
+       "V-Half (controllable memory): ZB-V's placement, one repeating block per microbatch; "
+       "(P+2)/2 microbatches of activations, about half of 1F1B's; bubble about 7/12 of 1F1B's",
+       without_chunks<make_v_half>},
       async_1f1b("pipedream",
                  "PipeDream (async): 1F1B without flush, an optimizer step after every "
                  "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "

@@ -283,6 +283,56 @@ TEST(Simulator, ZbVWithUnequalCostsBeatsOneFOneBAndDoesNotGrowWithM) {
   }
 }
 
+// V-Half and V-Min (generators.h): at F = I = W = T every rank's bubble is the closed form, and
+// the peak is (P+2)/2 and (P+4)/3 microbatches of the rank's share in the simulator's unit, the
+// unit in which 1F1B's and ZB-V's peak is P. Counted as the paper counts (a stash lives until its
+// W: stage_weight_stash = the chunk's activation, 1/2) the largest rank's peak is exactly that;
+// the default count (freed at the end of I) never exceeds it.
+double v_bubble(const std::string& name, int p, double t) {
+  if (p == 1) return 0;
+  if (name == "v-half") return (p % 2 == 0 ? 7 * p - 4 : 7 * (p - 1)) * t / 4;
+  return (p % 3 == 0 ? 4 * p - 3 : 4 * p - 5) * t / 2;
+}
+
+TEST(Simulator, ControllableMemoryVsBubbleAndPeak) {
+  for (const std::string name : {"v-half"}) {
+    for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12}) {
+      const double target = name == "v-half" ? (p + 2) / 2 : (p + 4) / 3;
+      for (int m : {p, p + 1, 2 * p, 3 * p + 1, 8 * p}) {
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        const double t = 2;
+        const SimResult r = run(name, p, m, costs(t, t, t));
+        CostModel until_w = costs(t, t, t);
+        until_w.stage_weight_stash.assign(2 * p, 0.5);
+        const SimResult w = run(name, p, m, until_w);
+        double most = 0, most_until_w = 0;
+        for (int rank = 0; rank < p; ++rank) {
+          EXPECT_NEAR(bubble_times(r)[rank], v_bubble(name, p, t), kEps) << "rank " << rank;
+          most = std::max(most, r.ranks[rank].peak_activations);
+          most_until_w = std::max(most_until_w, w.ranks[rank].peak_activations);
+        }
+        EXPECT_NEAR(most_until_w, target, kEps);
+        if (name == "v-half") {
+          EXPECT_NEAR(most, target, kEps);
+        }
+        EXPECT_LE(most, target + kEps);
+        // The bubble ratio against the paper's approximations, P/2M and 2P/3M.
+        const double paper = name == "v-half" ? p / (2.0 * m) : 2.0 * p / (3.0 * m);
+        EXPECT_LE(r.bubble_ratio, 1.2 * paper + kEps);
+        // Below 1F1B's bubble, and 1F1B's peak is P.
+        if (p > 1) {
+          EXPECT_LT(r.bubble_ratio, run("1f1b", p, m, costs(t, t, t)).bubble_ratio);
+        }
+      }
+      for (int m = 1; m < p; ++m) {
+        for (const RankStats& rank : run(name, p, m, costs(1, 1, 1)).ranks) {
+          EXPECT_LE(rank.peak_activations, target + kEps) << name << " P=" << p << " M=" << m;
+        }
+      }
+    }
+  }
+}
+
 TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
   for (const auto& name : schedule_names()) {
     for (int p : kRanks) {
