@@ -59,7 +59,8 @@ TEST_P(MatchesReference, LossesAndParametersEqualSingleProcess) {
 INSTANTIATE_TEST_SUITE_P(Schedules, MatchesReference,
                          ::testing::Combine(::testing::Values("gpt", "mlp"),
                                             ::testing::Values("gpipe", "1f1b", "interleaved-1f1b",
-                                                              "zb-h1", "zb-h2", "zb-v", "v-half")),
+                                                              "zb-h1", "zb-h2", "zb-v", "v-half",
+                                                              "v-min")),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string name =
                                std::get<0>(info.param) + "_" + std::get<1>(info.param);

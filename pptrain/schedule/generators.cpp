@@ -325,4 +325,15 @@ Schedule make_v_half(int ranks, int microbatches) {
   });
 }
 
+// V-Min: every action starts the step its input is ready, all the way down and back. For P a
+// multiple of 3 that puts an F and an I of the same rank on one step modulo 6, so both I's move
+// 2 steps later.
+Schedule make_v_min(int ranks, int microbatches) {
+  check_sizes("v-min", ranks, microbatches, 2);
+  const int P = ranks, shift = P % 3 == 0 ? 2 : 0;
+  return v_block_schedule("v-min", P, microbatches, [&](int r) {
+    return VBlock{r, 2 * P - 1 - r, 2 * P + r + shift, 4 * P - 1 - r + shift};
+  });
+}
+
 }  // namespace pptrain

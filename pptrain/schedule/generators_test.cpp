@@ -44,7 +44,7 @@ std::string describe(const Case& c) {
 TEST(Generators, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(schedule_names(),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
-                                      "v-half", "pipedream", "2bw", "pipemare"}));
+                                      "v-half", "v-min", "pipedream", "2bw", "pipemare"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
@@ -93,7 +93,7 @@ TEST(Generators, Placement) {
   const Schedule inter = make_schedule({"interleaved-1f1b", 4, 8, 3});
   EXPECT_EQ(inter.num_stages, 12);
   for (int s = 0; s < 12; ++s) EXPECT_EQ(inter.stage_to_rank[s], s % 4);
-  for (const char* name : {"zb-v", "v-half"}) {
+  for (const char* name : {"zb-v", "v-half", "v-min"}) {
     const Schedule v = make_schedule({name, 4, 8});
     EXPECT_EQ(v.chunks(), 2) << name;
     EXPECT_EQ(v.stage_to_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0})) << name;
@@ -153,7 +153,7 @@ int most_stashes_until_w(const std::vector<Action>& list) {
 // than 2 (P+2)/2 and 2 (P+4)/3 chunk stashes (the simulator's peaks, in its unit of the rank's
 // whole share, are in pptrain/sim/simulator_test.cpp).
 TEST(Generators, ControllableMemoryVsRepeatABlockUnderTheirMemory) {
-  for (const std::string name : {"v-half"}) {
+  for (const std::string name : {"v-half", "v-min"}) {
     for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12}) {
       const int most = 2 * (name == "v-half" ? (p + 2) / 2 : (p + 4) / 3);
       for (int m : {1, 2, p, 2 * p + 1, 5 * p}) {
@@ -180,6 +180,11 @@ TEST(Generators, ControllableMemoryVsRepeatABlockUnderTheirMemory) {
       }
     }
   }
+  // P=2: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2; V-Min's block on rank 0 is
+  // 0F at step 0, 3F at 3, 3I at 4, 0I at 7, each W in the next free step.
+  EXPECT_EQ(to_csv(make_v_min(2, 2)),
+            "0F0,3F0,3I0,3W0,0F1,0I0,0W0,3F1,3I1,3W1,0I1,0W1\n"
+            "1F0,2F0,2I0,1I0,1F1,2F1,2W0,1W0,2I1,1I1,2W1,1W1\n");
 }
 
 TEST(Generators, SingleRankIsAPlainList) {

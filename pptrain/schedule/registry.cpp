@@ -64,6 +64,10 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "V-Half (controllable memory): ZB-V's placement, one repeating block per microbatch; "
        "(P+2)/2 microbatches of activations, about half of 1F1B's; bubble about 7/12 of 1F1B's",
        without_chunks<make_v_half>},
+      {"v-min", 2, 2, 2,
+       "V-Min (controllable memory): the tightest V block; (P+4)/3 microbatches of activations, "
+       "about a third of 1F1B's; bubble about 2/3 of 1F1B's",
+       without_chunks<make_v_min>},
       async_1f1b("pipedream",
                  "PipeDream (async): 1F1B without flush, an optimizer step after every "
                  "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "

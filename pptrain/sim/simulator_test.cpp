@@ -295,7 +295,7 @@ double v_bubble(const std::string& name, int p, double t) {
 }
 
 TEST(Simulator, ControllableMemoryVsBubbleAndPeak) {
-  for (const std::string name : {"v-half"}) {
+  for (const std::string name : {"v-half", "v-min"}) {
     for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12}) {
       const double target = name == "v-half" ? (p + 2) / 2 : (p + 4) / 3;
       for (int m : {p, p + 1, 2 * p, 3 * p + 1, 8 * p}) {
