@@ -219,6 +219,39 @@ Schedule v_block_schedule(const std::string& name, int ranks, int microbatches,
   return s;
 }
 
+// DualPipeV in the order torch.distributed.pipelining's ScheduleDualPipeV gives rank r (see
+// generators.h for the eight phases). The writer keeps, per stage, the next microbatch to run
+// forward and backward (an I or a B, whichever comes), and the W's still owed in the order of
+// their I's; a W is written only when one is owed.
+class DualPipeVWriter {
+ public:
+  DualPipeVWriter(int stages, std::vector<Action>* list)
+      : next_f_(stages, 0), next_back_(stages, 0), list_(list) {}
+
+  Action forward(int stage) { return Action::make(Op::F, stage, next_f_[stage]++); }
+  // An I (which owes a W) or a fused B.
+  Action backward(int stage, bool split) {
+    const Action a = Action::make(split ? Op::I : Op::B, stage, next_back_[stage]++);
+    if (split) owed_w_.push_back(Action::make(Op::W, stage, a.microbatch));
+    return a;
+  }
+  void add(const Action& a) { list_->push_back(a); }
+  void add_overlapped(int forward_stage, int backward_stage) {
+    const Action f = forward(forward_stage);
+    add(Action{Op::OVERLAP_F_B, -1, -1, {f, backward(backward_stage, /*split=*/false)}});
+  }
+  void add_owed_w() {
+    if (owed_w_.empty()) return;
+    add(owed_w_.front());
+    owed_w_.pop_front();
+  }
+
+ private:
+  std::vector<int> next_f_, next_back_;
+  std::deque<Action> owed_w_;
+  std::vector<Action>* list_;
+};
+
 // Largest number of (stage, microbatch) pairs we generate: beyond it the lists alone take
 // gigabytes, which is a typo in the options rather than a pipeline.
 constexpr long long kMaxStageMicrobatches = 50'000'000;
@@ -334,6 +367,57 @@ Schedule make_v_min(int ranks, int microbatches) {
   return v_block_schedule("v-min", P, microbatches, [&](int r) {
     return VBlock{r, 2 * P - 1 - r, 2 * P + r + shift, 4 * P - 1 - r + shift};
   });
+}
+
+Schedule make_dualpipev(int ranks, int microbatches) {
+  check_sizes("dualpipev", ranks, microbatches, 2);
+  const int P = ranks, M = microbatches;
+  PPTRAIN_CHECK(M >= 2 * P, "schedule 'dualpipev' needs at least as many microbatches as stages ",
+                "(2 x ranks = ", 2 * P, "), got microbatches=", M);
+  Schedule s = v_shaped_schedule("dualpipev", P, M);
+  for (int r = 0; r < P; ++r) {
+    const int lower = r, upper = 2 * P - 1 - r;
+    const int below = P - 1 - r;  // ranks after this one
+    DualPipeVWriter w(s.num_stages, &s.actions[r]);
+    for (int k = 0; k < 2 * below; ++k) w.add(w.forward(lower));  // 1
+    for (int k = 0; k < r + 1; ++k) {                             // 2
+      w.add(w.forward(lower));
+      w.add(w.forward(upper));
+    }
+    for (int k = 0; k < below; ++k) {  // 3
+      w.add(w.backward(upper, /*split=*/true));
+      w.add_owed_w();
+      w.add(w.forward(upper));
+    }
+    for (int k = 0; k < M - 2 * P + r + 1; ++k) {  // 4
+      if (k == 0 && r == P - 1) {
+        w.add(w.forward(lower));
+        w.add(w.backward(upper, /*split=*/false));
+      } else {
+        w.add_overlapped(lower, upper);
+      }
+      w.add_overlapped(upper, lower);
+    }
+    for (int k = 0; k < below; ++k) {  // 5
+      w.add(w.backward(upper, /*split=*/false));
+      w.add_overlapped(upper, lower);
+    }
+    // 6: the backwards split from the middle pair on (for odd r from its upper stage, for even
+    // r from its lower one), so the last backwards leave W's to fill the drain.
+    bool split = false;
+    for (int k = 0; k < r + 1; ++k) {
+      if (k == (r + 1) / 2 && r % 2 == 1) split = true;
+      w.add(w.backward(upper, split));
+      if (k == (r + 1) / 2 && r % 2 == 0) split = true;
+      w.add(w.backward(lower, split));
+    }
+    for (int k = 0; k < below; ++k) {  // 7
+      w.add_owed_w();
+      w.add(w.backward(lower, split));
+    }
+    for (int k = 0; k < r + 1; ++k) w.add_owed_w();  // 8
+  }
+  return s;
 }
 
 }  // namespace pptrain

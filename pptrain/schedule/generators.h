@@ -92,4 +92,26 @@ Schedule make_zb_v(int ranks, int microbatches);
 Schedule make_v_half(int ranks, int microbatches);
 Schedule make_v_min(int ranks, int microbatches);
 
+// DualPipeV (DeepSeek's DualPipe folded into a V; torch.distributed.pipelining's
+// ScheduleDualPipeV, whose order this is action for action): ZB-V's placement, M >= 2P. Rank r,
+// with lower stage r and upper stage 2P-1-r, runs eight phases:
+//   1. 2(P-1-r) forwards of the lower stage
+//   2. r+1 pairs: forward lower, forward upper
+//   3. P-1-r triples: I upper, its W, forward upper
+//   4. M-2P+r+1 pairs of OVERLAP_F_B: (F lower; B upper), (F upper; B lower); on the last rank
+//      the first (F lower; B upper) runs as two plain actions
+//   5. P-1-r pairs: B upper, (F upper; B lower)
+//   6. r+1 pairs of backwards, upper then lower: B's, then I's from the middle pair on (for odd
+//      r from its upper backward, for even r from its lower one)
+//   7. P-1-r pairs: a waiting W, a lower I
+//   8. the r+1 W's still waiting
+// W's run in the order of their I's. An OVERLAP_F_B is meant to hide one microbatch's
+// communication behind another's compute; the simulator and the runtime run its parts one after
+// the other (the simulator charges the sum), so the figures below are without that gain.
+// At F = I = W = T, for every M >= 2P: bubble (P-1)T on every rank (cost - busy), a third of
+// 1F1B's 3(P-1)T; peak activations P + 1/2 microbatches of the rank's share on every rank (2P+1
+// chunk stashes; a composite counts its forward's stash from its start and its backward's until
+// its end).
+Schedule make_dualpipev(int ranks, int microbatches);
+
 }  // namespace pptrain

@@ -12,6 +12,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {
@@ -43,27 +44,35 @@ SimResult run(const std::string& name, int p, int m, const CostModel& c, int chu
 // Every compute event starts after the events it depends on have ended (+ comm across ranks),
 // ranks never run two things at once, and each (stage, microbatch) has one F and one backward.
 void expect_dependencies_respected(const Schedule& s, const SimResult& r, double comm) {
+  // A composite's parts all take its start and end.
   std::map<std::tuple<Op, int, int>, const TimelineEvent*> by_key;
+  size_t weights = 0;
   for (const auto& e : r.timeline.events) {
     if (!is_compute(e.action.op)) continue;
-    by_key[{e.action.op == Op::B ? Op::I : e.action.op, e.action.stage, e.action.microbatch}] = &e;
+    for (const Action& a : atoms_of(e.action)) {
+      by_key[{a.op == Op::B ? Op::I : a.op, a.stage, a.microbatch}] = &e;
+      weights += a.op == Op::W;
+    }
   }
-  const bool split = s.has_split_backward();
-  ASSERT_EQ(by_key.size(), (split ? 3u : 2u) * s.num_stages * s.num_microbatches);
-  const auto after = [&](const TimelineEvent& e, Op op, int stage) {
-    const TimelineEvent* dep = by_key.at({op, stage, e.action.microbatch});
+  // One F and one I or B per (stage, microbatch), and a W for each I.
+  ASSERT_EQ(by_key.size(), 2u * s.num_stages * s.num_microbatches + weights);
+  if (s.has_split_backward() && s.name != "dualpipev") {
+    ASSERT_EQ(weights, 1u * s.num_stages * s.num_microbatches);
+  }
+  const auto after = [&](const TimelineEvent& e, Op op, int stage, int mb) {
+    const TimelineEvent* dep = by_key.at({op, stage, mb});
     const double gap = dep->rank == e.rank ? 0 : comm;
     EXPECT_GE(e.start + kEps, dep->end + gap)
         << to_string(e.action) << " vs " << to_string(dep->action);
   };
   for (const auto& [key, e] : by_key) {
     const auto [op, stage, mb] = key;
-    if (op == Op::F && stage > 0) after(*e, Op::F, stage - 1);
+    if (op == Op::F && stage > 0) after(*e, Op::F, stage - 1, mb);
     if (op == Op::I) {
-      after(*e, Op::F, stage);
-      if (stage + 1 < s.num_stages) after(*e, Op::I, stage + 1);
+      after(*e, Op::F, stage, mb);
+      if (stage + 1 < s.num_stages) after(*e, Op::I, stage + 1, mb);
     }
-    if (op == Op::W) after(*e, Op::I, stage);
+    if (op == Op::W) after(*e, Op::I, stage, mb);
   }
   std::vector<std::vector<std::pair<double, double>>> spans(s.num_ranks);
   for (const auto& e : r.timeline.events) spans[e.rank].emplace_back(e.start, e.end);
@@ -333,11 +342,29 @@ TEST(Simulator, ControllableMemoryVsBubbleAndPeak) {
   }
 }
 
+// DualPipeV (generators.h) at F = I = W = T: (P-1)T of bubble and P + 1/2 microbatches of
+// activations on every rank, whatever M >= 2P. The simulator runs an OVERLAP_F_B's parts one
+// after the other, so this is DualPipeV without the overlap it is named for.
+TEST(Simulator, DualPipeVBubbleAndPeak) {
+  for (int p : {1, 2, 3, 4, 5, 6, 8}) {
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 6 * p + 1}) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m));
+      const double t = 2;
+      const SimResult r = run("dualpipev", p, m, costs(t, t, t));
+      for (int rank = 0; rank < p; ++rank) {
+        EXPECT_NEAR(bubble_times(r)[rank], (p - 1) * t, kEps) << "rank " << rank;
+        EXPECT_NEAR(r.ranks[rank].peak_activations, p + 0.5, kEps) << "rank " << rank;
+      }
+    }
+  }
+}
+
 TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
   for (const auto& name : schedule_names()) {
     for (int p : kRanks) {
       for (int m : {1, p, 2 * p + 1}) {
         if (name == "interleaved-1f1b" && m % p) continue;
+        if (name == "dualpipev" && m < 2 * p) continue;
         for (const CostModel& c :
              {costs(1, 2, 1, 0), costs(2, 1.5, 0.5, 0.3), costs(1, 0.1, 3, 1)}) {
           SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m) + " " +
