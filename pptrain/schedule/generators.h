@@ -83,12 +83,13 @@ Schedule make_zb_v(int ranks, int microbatches);
 //   V-Half  (7P-4)T/4 for even P, 7(P-1)T/4 for odd P: about 7/12 of 1F1B's 3(P-1)T
 //   V-Min   (4P-5)T/2, or (4P-3)T/2 when P is a multiple of 3 (0 for P = 1): about 2/3 of it
 // so the bubble ratio b / (3MT + b) is about 7P/12M for V-Half and 2P/3M for V-Min. The paper
-// gives ~P/2M and ~2P/3M: its implementation also reorders the warm-up and cool-down under the
-// memory limit, which V-Min does not gain from but V-Half does (2.5T instead of 6T at P = 4,
-// 8.5T instead of 13T at P = 8). Without it, V-Half's bubble is above V-Min's for P < 6. Any costs
-// keep the order valid, but the block runs at the pace of equal costs: V-Min's bubble grows with M
-// as soon as F, I and W differ, V-Half's unless 2F <= 2I + W and 2I <= 2F + W (the paper's
-// condition for its half-memory schedule).
+// gives ~P/2M and ~2P/3M. Its reference implementation also reorders the warm-up and cool-down
+// under the memory limit, which does not shorten V-Min but does V-Half (2.5T where this one has
+// 6T at P = 4, 8.5T where it has 13T at P = 8); without that, V-Half's bubble is above V-Min's
+// for P < 6. Any costs keep the order valid, but the block runs at the pace of equal costs:
+// V-Min's bubble grows with M as soon as F, I and W differ, V-Half's when 2F > 2I + W or
+// 2I > 2F + W (the paper's condition for its half-memory schedule; at F = I = 1, W = 1/4 its
+// bubble stays flat).
 Schedule make_v_half(int ranks, int microbatches);
 Schedule make_v_min(int ranks, int microbatches);
 

@@ -342,6 +342,20 @@ TEST(Simulator, ControllableMemoryVsBubbleAndPeak) {
   }
 }
 
+// Within the paper's condition (2F <= 2I + W, 2I <= 2F + W) V-Half's bubble does not grow with
+// M; V-Min's block has no slack, so unequal costs make its bubble grow.
+TEST(Simulator, ControllableMemoryVsWithUnequalCosts) {
+  for (int p : {2, 4, 8}) {
+    const auto bubble = [&](const std::string& name, int m, const CostModel& c) {
+      return run(name, p, m, c).cost - m * (c.forward + c.backward_input + c.backward_weight);
+    };
+    const CostModel within = costs(1, 1, 0.25), outside = costs(1, 2, 1);
+    EXPECT_NEAR(bubble("v-half", 3 * p, within), bubble("v-half", 6 * p, within), kEps) << p;
+    EXPECT_GT(bubble("v-min", 6 * p, within), bubble("v-min", 3 * p, within) + kEps) << p;
+    EXPECT_GT(bubble("v-half", 6 * p, outside), bubble("v-half", 3 * p, outside) + kEps) << p;
+  }
+}
+
 // DualPipeV (generators.h) at F = I = W = T: (P-1)T of bubble and P + 1/2 microbatches of
 // activations on every rank, whatever M >= 2P. The simulator runs an OVERLAP_F_B's parts one
 // after the other, so this is DualPipeV without the overlap it is named for.
