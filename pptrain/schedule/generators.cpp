@@ -175,7 +175,8 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
 //
 // A stash lives from its F to its I, so the offsets set the memory: one microbatch enters every 6
 // steps, so a rank holds about (lifetime of the lower stash + lifetime of the upper one) / 6 chunk
-// stashes at once (generators.h gives the exact peaks).
+// stashes at once (generators.h gives the exact peaks). The two blocks below are the paper's
+// (the stable patterns of its reference implementation); the W placement and the rest are ours.
 struct VBlock {
   int f_lower = 0, f_upper = 0, i_upper = 0, i_lower = 0;  // steps from the block's start
 };
