@@ -63,6 +63,20 @@ sed 's/"schedule":"[^"]*",//' "$work/a.json" >"$work/a2.json"
 sed 's/"schedule":"[^"]*",//' "$work/b.json" >"$work/b2.json"
 cmp -s "$work/a2.json" "$work/b2.json" || fail "export/import changed the simulation: $(cat "$work/a.json") vs $(cat "$work/b.json")"
 
+# torch.distributed.pipelining's ScheduleDualPipeV order, as its CSV writer prints it
+# (data/torch/README.md), is pptrain's dualpipev action for action.
+for csv in "$(dirname "$0")"/../data/torch/dualpipev_p*_m*.csv; do
+  size=$(basename "$csv" .csv)
+  pp=$(sed 's/.*_p\([0-9]*\)_m.*/\1/' <<<"$size")
+  mb=$(sed 's/.*_m\([0-9]*\)$/\1/' <<<"$size")
+  "$pptrain" schedule --import "$csv" --export "$work/imported.csv" >/dev/null \
+    || fail "torch's $size does not import"
+  "$pptrain" schedule --schedule dualpipev --pp "$pp" --microbatches "$mb" \
+    --export "$work/ours.csv" >/dev/null || fail "dualpipev --pp $pp --microbatches $mb failed"
+  cmp -s "$work/imported.csv" "$work/ours.csv" || fail "torch's $size is not pptrain's dualpipev"
+  cmp -s "$csv" "$work/ours.csv" || fail "pptrain's dualpipev is not written as torch's $size"
+done
+
 # Bad input.
 # An asynchronous schedule: --steps mini-batches in one run, no flush, and each rank's versions.
 json=$("$pptrain" schedule --schedule pipedream --pp 4 --microbatches 8 --steps 3 --json)

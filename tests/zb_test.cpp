@@ -60,12 +60,11 @@ TEST_P(RecomputeMatchesReference, LossesAndParametersEqualSingleProcess) {
                              dir);
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   const std::vector<std::pair<std::string, int>> runs =
-      kind == "gpt" ? std::vector<std::pair<std::string, int>>{{"zb-h1", 2},
-                                                               {"zb-h2", 4},
-                                                               {"zb-v", 2},
-                                                               {"1f1b", 4}}
-                    : std::vector<std::pair<std::string, int>>{
-                          {"zb-h1", 4}, {"zb-h2", 2}, {"zb-v", 4}, {"1f1b", 2}};
+      kind == "gpt"
+          ? std::vector<std::pair<std::string, int>>{{"zb-h1", 2},  {"zb-h2", 4}, {"zb-v", 2},
+                                                     {"v-half", 4}, {"v-min", 2}, {"1f1b", 4}}
+          : std::vector<std::pair<std::string, int>>{{"zb-h1", 4},  {"zb-h2", 2}, {"zb-v", 4},
+                                                     {"v-half", 2}, {"v-min", 4}, {"1f1b", 2}};
   for (const auto& [schedule, pp] : runs) {
     SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule + " --recompute");
     expect_matches_ref(model, common + " --pp " + std::to_string(pp) + " --schedule " + schedule,

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
+#include <optional>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/semantics.h"
@@ -19,6 +22,15 @@ Schedule empty_schedule(const std::string& name, int ranks, int microbatches, in
   s.stage_to_rank.resize(s.num_stages);
   for (int stage = 0; stage < s.num_stages; ++stage) s.stage_to_rank[stage] = stage % ranks;
   s.actions.resize(ranks);
+  return s;
+}
+
+// An empty schedule in a V: two stages per rank, rank r holding stages r and 2P-1-r, so the
+// model goes down the ranks and back up and the last stage is on rank 0 again.
+Schedule v_shaped_schedule(const std::string& name, int ranks, int microbatches) {
+  Schedule s = empty_schedule(name, ranks, microbatches, 2);
+  for (int stage = ranks; stage < 2 * ranks; ++stage)
+    s.stage_to_rank[stage] = 2 * ranks - 1 - stage;
   return s;
 }
 
@@ -69,15 +81,7 @@ Schedule one_f_one_b_family(const std::string& name, int ranks, int microbatches
 // at F=1, I=2, W=1). Within a stage, F's and I's go in microbatch order.
 Schedule zb_v_list_schedule(int ranks, int microbatches) {
   const int P = ranks, M = microbatches, S = 2 * ranks;
-  Schedule s;
-  s.name = "zb-v";
-  s.num_ranks = P;
-  s.num_stages = S;
-  s.num_microbatches = M;
-  s.stage_to_rank.resize(S);
-  for (int stage = 0; stage < S; ++stage)
-    s.stage_to_rank[stage] = stage < P ? stage : S - 1 - stage;
-  s.actions.resize(P);
+  Schedule s = v_shaped_schedule("zb-v", P, M);
 
   constexpr int kNotYet = -1;
   // Step at which each fact (semantics.h) came true: kNotYet until it has.
@@ -157,6 +161,97 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   }
   return s;
 }
+
+// The controllable-memory V schedules (arXiv 2405.15362) built from a repeating block.
+//
+// Time runs in unit steps, one chunk action each. Rank r starts the four actions of microbatch k
+// that take or free activations at fixed offsets plus 6k: F of its lower stage (r), F of its
+// upper stage (2P-1-r), I of the upper stage, I of the lower stage. The offsets respect every
+// dependency for microbatch 0 and are distinct modulo 6, so the block repeats every 6 steps
+// without collisions, and each period leaves the rank two free steps: the two W's of a microbatch
+// go there, each W to the first free step after its I, in the order of the I's. A rank's list is
+// its timetable read in time order. The timetable leaves gaps in the warm-up and cool-down; the
+// simulator and the runtime start every action as soon as its inputs are there, which closes them.
+//
+// A stash lives from its F to its I, so the offsets set the memory: one microbatch enters every 6
+// steps, so a rank holds about (lifetime of the lower stash + lifetime of the upper one) / 6 chunk
+// stashes at once (generators.h gives the exact peaks). The two blocks below are the paper's
+// (the stable patterns of its reference implementation); the W placement and the rest are ours.
+struct VBlock {
+  int f_lower = 0, f_upper = 0, i_upper = 0, i_lower = 0;  // steps from the block's start
+};
+
+Schedule v_block_schedule(const std::string& name, int ranks, int microbatches,
+                          const std::function<VBlock(int rank)>& block_of) {
+  constexpr int kPeriod = 6;
+  Schedule s = v_shaped_schedule(name, ranks, microbatches);
+  const int upper_base = 2 * ranks - 1;
+  for (int r = 0; r < ranks; ++r) {
+    const VBlock b = block_of(r);
+    const int lower = r, upper = upper_base - r;
+    const std::pair<int, Action> starts[] = {{b.f_lower, Action::make(Op::F, lower, 0)},
+                                             {b.f_upper, Action::make(Op::F, upper, 0)},
+                                             {b.i_upper, Action::make(Op::I, upper, 0)},
+                                             {b.i_lower, Action::make(Op::I, lower, 0)}};
+    int last = 0;
+    for (const auto& start : starts) last = std::max(last, start.first);
+    // timetable[t]: the action starting at step t, or none (a free step).
+    std::vector<std::optional<Action>> timetable((microbatches - 1) * kPeriod + last + 1);
+    for (int k = 0; k < microbatches; ++k) {
+      for (const auto& [offset, action] : starts) {
+        auto& at = timetable[k * kPeriod + offset];
+        PPTRAIN_ASSERT(!at, name, ": two actions at step ", k * kPeriod + offset, " of rank ", r);
+        at = Action::make(action.op, action.stage, k);
+      }
+    }
+    std::deque<Action> waiting_w;
+    auto& list = s.actions[r];
+    for (const auto& at : timetable) {
+      if (at) {
+        list.push_back(*at);
+        if (at->op == Op::I) waiting_w.push_back(Action::make(Op::W, at->stage, at->microbatch));
+      } else if (!waiting_w.empty()) {
+        list.push_back(waiting_w.front());
+        waiting_w.pop_front();
+      }
+    }
+    list.insert(list.end(), waiting_w.begin(), waiting_w.end());
+  }
+  return s;
+}
+
+// DualPipeV in the order torch.distributed.pipelining's ScheduleDualPipeV gives rank r (see
+// generators.h for the eight phases). The writer keeps, per stage, the next microbatch to run
+// forward and backward (an I or a B, whichever comes), and the W's still owed in the order of
+// their I's; a W is written only when one is owed.
+class DualPipeVWriter {
+ public:
+  DualPipeVWriter(int stages, std::vector<Action>* list)
+      : next_f_(stages, 0), next_back_(stages, 0), list_(list) {}
+
+  Action forward(int stage) { return Action::make(Op::F, stage, next_f_[stage]++); }
+  // An I (which owes a W) or a fused B.
+  Action backward(int stage, bool split) {
+    const Action a = Action::make(split ? Op::I : Op::B, stage, next_back_[stage]++);
+    if (split) owed_w_.push_back(Action::make(Op::W, stage, a.microbatch));
+    return a;
+  }
+  void add(const Action& a) { list_->push_back(a); }
+  void add_overlapped(int forward_stage, int backward_stage) {
+    const Action f = forward(forward_stage);
+    add(Action{Op::OVERLAP_F_B, -1, -1, {f, backward(backward_stage, /*split=*/false)}});
+  }
+  void add_owed_w() {
+    if (owed_w_.empty()) return;
+    add(owed_w_.front());
+    owed_w_.pop_front();
+  }
+
+ private:
+  std::vector<int> next_f_, next_back_;
+  std::deque<Action> owed_w_;
+  std::vector<Action>* list_;
+};
 
 // Largest number of (stage, microbatch) pairs we generate: beyond it the lists alone take
 // gigabytes, which is a typo in the options rather than a pipeline.
@@ -250,6 +345,80 @@ Schedule make_zb_h2(int ranks, int microbatches) {
 Schedule make_zb_v(int ranks, int microbatches) {
   check_sizes("zb-v", ranks, microbatches, 2);
   return zb_v_list_schedule(ranks, microbatches);
+}
+
+// V-Half: the forwards go down the V two steps apart (one free step per hop) and come back up
+// without a gap; the upper chunk's I's go down two steps apart, the lower chunk's come back
+// without a gap. For even P those offsets would put F of the upper stage and I of the lower one
+// on the same step modulo 6, so both I's move 3 steps later.
+Schedule make_v_half(int ranks, int microbatches) {
+  check_sizes("v-half", ranks, microbatches, 2);
+  const int P = ranks, shift = P % 2 == 0 ? 3 : 0;
+  return v_block_schedule("v-half", P, microbatches, [&](int r) {
+    return VBlock{2 * r, 3 * P - 2 - r, 3 * P - 1 + 2 * r + shift, 6 * P - 2 - r + shift};
+  });
+}
+
+// V-Min: every action starts the step its input is ready, all the way down and back. For P a
+// multiple of 3 that puts an F and an I of the same rank on one step modulo 6, so both I's move
+// 2 steps later.
+Schedule make_v_min(int ranks, int microbatches) {
+  check_sizes("v-min", ranks, microbatches, 2);
+  const int P = ranks, shift = P % 3 == 0 ? 2 : 0;
+  return v_block_schedule("v-min", P, microbatches, [&](int r) {
+    return VBlock{r, 2 * P - 1 - r, 2 * P + r + shift, 4 * P - 1 - r + shift};
+  });
+}
+
+Schedule make_dualpipev(int ranks, int microbatches) {
+  check_sizes("dualpipev", ranks, microbatches, 2);
+  const int P = ranks, M = microbatches;
+  PPTRAIN_CHECK(M >= 2 * P, "schedule 'dualpipev' needs at least as many microbatches as stages ",
+                "(2 x ranks = ", 2 * P, "), got microbatches=", M);
+  Schedule s = v_shaped_schedule("dualpipev", P, M);
+  for (int r = 0; r < P; ++r) {
+    const int lower = r, upper = 2 * P - 1 - r;
+    const int below = P - 1 - r;  // ranks after this one
+    DualPipeVWriter w(s.num_stages, &s.actions[r]);
+    for (int k = 0; k < 2 * below; ++k) w.add(w.forward(lower));  // 1
+    for (int k = 0; k < r + 1; ++k) {                             // 2
+      w.add(w.forward(lower));
+      w.add(w.forward(upper));
+    }
+    for (int k = 0; k < below; ++k) {  // 3
+      w.add(w.backward(upper, /*split=*/true));
+      w.add_owed_w();
+      w.add(w.forward(upper));
+    }
+    for (int k = 0; k < M - 2 * P + r + 1; ++k) {  // 4
+      if (k == 0 && r == P - 1) {
+        w.add(w.forward(lower));
+        w.add(w.backward(upper, /*split=*/false));
+      } else {
+        w.add_overlapped(lower, upper);
+      }
+      w.add_overlapped(upper, lower);
+    }
+    for (int k = 0; k < below; ++k) {  // 5
+      w.add(w.backward(upper, /*split=*/false));
+      w.add_overlapped(upper, lower);
+    }
+    // 6: the backwards split from the middle pair on (for odd r from its upper stage, for even
+    // r from its lower one), so the last backwards leave W's to fill the drain.
+    bool split = false;
+    for (int k = 0; k < r + 1; ++k) {
+      if (k == (r + 1) / 2 && r % 2 == 1) split = true;
+      w.add(w.backward(upper, split));
+      if (k == (r + 1) / 2 && r % 2 == 0) split = true;
+      w.add(w.backward(lower, split));
+    }
+    for (int k = 0; k < below; ++k) {  // 7
+      w.add_owed_w();
+      w.add(w.backward(lower, split));
+    }
+    for (int k = 0; k < r + 1; ++k) w.add_owed_w();  // 8
+  }
+  return s;
 }
 
 }  // namespace pptrain

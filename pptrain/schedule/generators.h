@@ -66,4 +66,56 @@ Schedule make_zb_h2(int ranks, int microbatches);
 // bubble that does not grow with M and is below 1F1B's (checked in pptrain/sim/simulator_test).
 Schedule make_zb_v(int ranks, int microbatches);
 
+// The controllable-memory V schedules (Qi et al., "Pipeline Parallelism with Controllable
+// Memory", arXiv 2405.15362): ZB-V's placement (stages r and 2P-1-r on rank r) and split
+// backward, but a repeating block per microbatch that keeps each activation stash for a shorter
+// time, trading part of ZB-V's bubble for memory. The W's are not deferred: each runs in the
+// first free step after its I, so the stash that W still needs is held about as long as the
+// activations themselves.
+//
+// Peak activations, in the simulator's unit (microbatches of the rank's whole share, a chunk's
+// stash counting 1/2: the unit in which 1F1B and ZB-V peak at P, and the paper's), when M >= P:
+//   V-Half  (P+2)/2 (integer division): about 1/2 of 1F1B's P
+//   V-Min   (P+4)/3 (integer division): about 1/3 of 1F1B's P
+// counting each stash until its W ends, as the paper does (CostModel::stage_weight_stash equal
+// to the chunk's activation). The simulator's default, which frees a stash when its I ends and
+// does not count W's smaller stash, gives the same for V-Half and at most that for V-Min. Fewer
+// microbatches never peak higher.
+//
+// Bubble (cost - busy, every rank, M >= P) at F = I = W = T (T for the rank's whole share):
+//   V-Half  (7P-4)T/4 for even P, 7(P-1)T/4 for odd P: about 7/12 of 1F1B's 3(P-1)T
+//   V-Min   (4P-5)T/2, or (4P-3)T/2 when P is a multiple of 3 (0 for P = 1): about 2/3 of it
+// so the bubble ratio b / (3MT + b) is about 7P/12M for V-Half and 2P/3M for V-Min. The paper
+// gives ~P/2M and ~2P/3M. Its reference implementation also reorders the warm-up and cool-down
+// under the memory limit, which does not shorten V-Min but does V-Half (2.5T where this one has
+// 6T at P = 4, 8.5T where it has 13T at P = 8); without that, V-Half's bubble is above V-Min's
+// for P < 6. Any costs keep the order valid, but the block runs at the pace of equal costs:
+// V-Min's bubble grows with M as soon as F, I and W differ, V-Half's when 2F > 2I + W or
+// 2I > 2F + W (the paper's condition for its half-memory schedule; at F = I = 1, W = 1/4 its
+// bubble stays flat).
+Schedule make_v_half(int ranks, int microbatches);
+Schedule make_v_min(int ranks, int microbatches);
+
+// DualPipeV (DeepSeek's DualPipe folded into a V; torch.distributed.pipelining's
+// ScheduleDualPipeV, whose order this is action for action): ZB-V's placement, M >= 2P. Rank r,
+// with lower stage r and upper stage 2P-1-r, runs eight phases:
+//   1. 2(P-1-r) forwards of the lower stage
+//   2. r+1 pairs: forward lower, forward upper
+//   3. P-1-r triples: I upper, its W, forward upper
+//   4. M-2P+r+1 pairs of OVERLAP_F_B: (F lower; B upper), (F upper; B lower); on the last rank
+//      the first (F lower; B upper) runs as two plain actions
+//   5. P-1-r pairs: B upper, (F upper; B lower)
+//   6. r+1 pairs of backwards, upper then lower: B's, then I's from the middle pair on (for odd
+//      r from its upper backward, for even r from its lower one)
+//   7. P-1-r pairs: a waiting W, a lower I
+//   8. the r+1 W's still waiting
+// W's run in the order of their I's. An OVERLAP_F_B is meant to hide one microbatch's
+// communication behind another's compute; the simulator and the runtime run its parts one after
+// the other (the simulator charges the sum), so the figures below are without that gain.
+// At F = I = W = T, for every M >= 2P: bubble (P-1)T on every rank (cost - busy), a third of
+// 1F1B's 3(P-1)T; peak activations P + 1/2 microbatches of the rank's share on every rank (2P+1
+// chunk stashes; a composite counts its forward's stash from its start and its backward's until
+// its end).
+Schedule make_dualpipev(int ranks, int microbatches);
+
 }  // namespace pptrain

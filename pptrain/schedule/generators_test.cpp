@@ -11,6 +11,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {
@@ -30,6 +31,7 @@ std::vector<Case> all_cases() {
       for (int m : {1, 2, 3, p, p + 1, 2 * p - 1, 2 * p, 3 * p, 4 * p + 3}) {
         if (m < 1) continue;
         if (name == "interleaved-1f1b" && m % p != 0) continue;
+        if (name == "dualpipev" && m < 2 * p) continue;
         cases.push_back({name, p, m});
       }
     }
@@ -44,11 +46,14 @@ std::string describe(const Case& c) {
 TEST(Generators, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(schedule_names(),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
-                                      "zb-auto", "pipedream", "2bw", "pipemare"}));
+                                      "zb-auto", "v-half", "v-min", "dualpipev", "pipedream", "2bw",
+                                      "pipemare"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
   for (const Case& c : all_cases()) {
+    // dualpipev has composites and fused and split backwards side by side: its own test below.
+    if (c.name == "dualpipev") continue;
     SCOPED_TRACE(describe(c));
     const Schedule s = make_schedule({c.name, c.ranks, c.microbatches});
     EXPECT_EQ(s.name, c.name);
@@ -56,7 +61,7 @@ TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
     EXPECT_EQ(s.num_microbatches, c.microbatches);
     EXPECT_EQ(s.num_stages, c.ranks * s.chunks());
     EXPECT_FALSE(s.has_comms());
-    const bool split = c.name.rfind("zb-", 0) == 0;
+    const bool split = c.name.rfind("zb-", 0) == 0 || c.name.rfind("v-", 0) == 0;
     EXPECT_EQ(s.has_split_backward(), split);
 
     // (op, stage, microbatch) -> (rank, position)
@@ -93,9 +98,11 @@ TEST(Generators, Placement) {
   const Schedule inter = make_schedule({"interleaved-1f1b", 4, 8, 3});
   EXPECT_EQ(inter.num_stages, 12);
   for (int s = 0; s < 12; ++s) EXPECT_EQ(inter.stage_to_rank[s], s % 4);
-  const Schedule v = make_schedule({"zb-v", 4, 8});
-  EXPECT_EQ(v.chunks(), 2);
-  EXPECT_EQ(v.stage_to_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
+  for (const char* name : {"zb-v", "v-half", "v-min", "dualpipev"}) {
+    const Schedule v = make_schedule({name, 4, 8});
+    EXPECT_EQ(v.chunks(), 2) << name;
+    EXPECT_EQ(v.stage_to_rank, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0})) << name;
+  }
   EXPECT_EQ(make_schedule({"interleaved-1f1b", 2, 4}).chunks(), 2);
 }
 
@@ -132,6 +139,96 @@ TEST(Generators, ZeroBubbleHandcraftedDeferWOnLaterRanks) {
     int leading = 0;
     while (h2.actions[r][leading].op == Op::F) ++leading;
     EXPECT_EQ(leading, 2 * (3 - 1 - r) + 1) << "rank " << r;
+  }
+}
+
+// Chunk stashes a rank holds at most, walking its list: F takes one, W gives it back (the
+// paper's count: a stash lives until its W, the W's own stash included).
+int most_stashes_until_w(const std::vector<Action>& list) {
+  int held = 0, most = 0;
+  for (const Action& a : list) {
+    held += a.op == Op::F ? 1 : a.op == Op::W ? -1 : 0;
+    most = std::max(most, held);
+  }
+  return most;
+}
+
+// V-Half and V-Min repeat one block per microbatch: once the pipeline is full, every 6 actions
+// of a rank are one F, one I and one W of each of its two stages, and a rank never holds more
+// than 2 (P+2)/2 and 2 (P+4)/3 chunk stashes (the simulator's peaks, in its unit of the rank's
+// whole share, are in pptrain/sim/simulator_test.cpp).
+TEST(Generators, ControllableMemoryVsRepeatABlockUnderTheirMemory) {
+  for (const std::string name : {"v-half", "v-min"}) {
+    for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12}) {
+      const int most = 2 * (name == "v-half" ? (p + 2) / 2 : (p + 4) / 3);
+      for (int m : {1, 2, p, 2 * p + 1, 5 * p}) {
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        const Schedule s = make_schedule({name, p, m});
+        int reached = 0;
+        for (int r = 0; r < p; ++r) {
+          const int held = most_stashes_until_w(s.actions[r]);
+          EXPECT_LE(held, most) << "rank " << r;
+          reached = std::max(reached, held);
+        }
+        if (m >= p) {
+          EXPECT_EQ(reached, most);
+        }
+      }
+      // The steady state: a window of 6 in the middle of a long run holds each of the six kinds.
+      const Schedule s = make_schedule({name, p, 12 * p});
+      for (int r = 0; r < p; ++r) {
+        const auto& list = s.actions[r];
+        const size_t middle = list.size() / 2;
+        std::map<std::pair<Op, int>, int> kinds;
+        for (size_t i = middle; i < middle + 6; ++i) ++kinds[{list[i].op, list[i].stage}];
+        EXPECT_EQ(kinds.size(), 6u) << name << " P=" << p << " rank " << r;
+      }
+    }
+  }
+  // P=2: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2; V-Min's block on rank 0 is
+  // 0F at step 0, 3F at 3, 3I at 4, 0I at 7, each W in the next free step.
+  EXPECT_EQ(to_csv(make_v_min(2, 2)),
+            "0F0,3F0,3I0,3W0,0F1,0I0,0W0,3F1,3I1,3W1,0I1,0W1\n"
+            "1F0,2F0,2I0,1I0,1F1,2F1,2W0,1W0,2I1,1I1,2W1,1W1\n");
+}
+
+// torch.distributed.pipelining's ScheduleDualPipeV for P=2, M=4, as its CSV writer prints it
+// (data/torch/ holds more sizes, compared by tests/cli_test.sh through --import).
+TEST(Generators, DualPipeVIsTorchsOrder) {
+  EXPECT_EQ(to_csv(make_dualpipev(2, 4)),
+            "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,"
+            "(3F3;0B1)OVERLAP_F_B,3B3,0I2,0W2,0I3,0W3\n"
+            "1F0,2F0,1F1,2F1,1F2,2B0,(2F2;1B0)OVERLAP_F_B,(1F3;2B1)OVERLAP_F_B,"
+            "(2F3;1B1)OVERLAP_F_B,2B2,1B2,2I3,1I3,2W3,1W3\n");
+  for (int p : {1, 2, 3, 4, 5, 8}) {
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 5 * p + 2}) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m));
+      const Schedule s = make_dualpipev(p, m);
+      EXPECT_NO_THROW(validate(s));
+      for (int r = 0; r < p; ++r) {
+        // Phases 4 and 5 overlap; the last rank runs its first pair of phase 4 plainly.
+        int overlapped = 0, forwards = 0, backwards = 0, weights = 0;
+        for (const Action& a : s.actions[r]) {
+          overlapped += a.op == Op::OVERLAP_F_B;
+          for (const Action& atom : atoms_of(a)) {
+            forwards += atom.op == Op::F;
+            backwards += atom.op == Op::I || atom.op == Op::B;
+            weights += atom.op == Op::W;
+          }
+          if (a.op == Op::OVERLAP_F_B) {
+            ASSERT_EQ(a.parts.size(), 2u);
+            EXPECT_EQ(a.parts[0].op, Op::F);
+            EXPECT_EQ(a.parts[1].op, Op::B);
+            EXPECT_NE(a.parts[0].stage, a.parts[1].stage);
+          }
+        }
+        EXPECT_EQ(overlapped, 2 * (m - 2 * p + r + 1) - (r == p - 1) + (p - 1 - r)) << "rank " << r;
+        EXPECT_EQ(forwards, 2 * m);
+        EXPECT_EQ(backwards, 2 * m);
+        // One W per I: phase 3's P-1-r, and the P that phases 6 and 7 split.
+        EXPECT_EQ(weights, 2 * p - 1 - r) << "rank " << r;
+      }
+    }
   }
 }
 
@@ -172,6 +269,7 @@ TEST(Generators, BadOptionsAreUserErrors) {
   expect_user_error({"zb-v", 2, 4, 3}, "runs 2 chunk(s) per rank, got chunks=3");
   expect_user_error({"zb-v", 2, 4, 1}, "got chunks=1");
   expect_user_error({"interleaved-1f1b", 2, 4, 1}, "needs chunks >= 2");
+  expect_user_error({"dualpipev", 3, 5}, "(2 x ranks = 6), got microbatches=5");
   expect_user_error({"interleaved-1f1b", 4, 6}, "multiple of ranks");
   expect_user_error({"interleaved-1f1b", 4, 2}, "microbatches=2 with ranks=4");
   expect_user_error({"1f1b", 100000, 1000}, "more than the 1024 ranks");

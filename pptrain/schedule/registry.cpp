@@ -73,6 +73,18 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "under --memory-limit K (one microbatch's activations on a stage = 1; P: ZB-1p, 2P: "
        "ZB-2p)",
        zb_auto},
+      {"v-half", 2, 2, 2,
+       "V-Half (controllable memory): ZB-V's placement, one repeating block per microbatch; "
+       "(P+2)/2 microbatches of activations, about half of 1F1B's; bubble about 7/12 of 1F1B's",
+       without_chunks<make_v_half>},
+      {"v-min", 2, 2, 2,
+       "V-Min (controllable memory): the tightest V block; (P+4)/3 microbatches of activations, "
+       "about a third of 1F1B's; bubble about 2/3 of 1F1B's",
+       without_chunks<make_v_min>},
+      {"dualpipev", 2, 2, 2,
+       "DualPipeV: torch.distributed.pipelining's ScheduleDualPipeV order, forwards and "
+       "backwards of the two stages paired in OVERLAP_F_B actions; M >= 2P",
+       without_chunks<make_dualpipev>},
       async_1f1b("pipedream",
                  "PipeDream (async): 1F1B without flush, an optimizer step after every "
                  "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "

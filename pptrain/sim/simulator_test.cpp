@@ -13,6 +13,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {
@@ -51,27 +52,35 @@ SimResult run(const std::string& name, int p, int m, const CostModel& c, int chu
 // Every compute event starts after the events it depends on have ended (+ comm across ranks),
 // ranks never run two things at once, and each (stage, microbatch) has one F and one backward.
 void expect_dependencies_respected(const Schedule& s, const SimResult& r, double comm) {
+  // A composite's parts all take its start and end.
   std::map<std::tuple<Op, int, int>, const TimelineEvent*> by_key;
+  size_t weights = 0;
   for (const auto& e : r.timeline.events) {
     if (!is_compute(e.action.op)) continue;
-    by_key[{e.action.op == Op::B ? Op::I : e.action.op, e.action.stage, e.action.microbatch}] = &e;
+    for (const Action& a : atoms_of(e.action)) {
+      by_key[{a.op == Op::B ? Op::I : a.op, a.stage, a.microbatch}] = &e;
+      weights += a.op == Op::W;
+    }
   }
-  const bool split = s.has_split_backward();
-  ASSERT_EQ(by_key.size(), (split ? 3u : 2u) * s.num_stages * s.num_microbatches);
-  const auto after = [&](const TimelineEvent& e, Op op, int stage) {
-    const TimelineEvent* dep = by_key.at({op, stage, e.action.microbatch});
+  // One F and one I or B per (stage, microbatch), and a W for each I.
+  ASSERT_EQ(by_key.size(), 2u * s.num_stages * s.num_microbatches + weights);
+  if (s.has_split_backward() && s.name != "dualpipev") {
+    ASSERT_EQ(weights, 1u * s.num_stages * s.num_microbatches);
+  }
+  const auto after = [&](const TimelineEvent& e, Op op, int stage, int mb) {
+    const TimelineEvent* dep = by_key.at({op, stage, mb});
     const double gap = dep->rank == e.rank ? 0 : comm;
     EXPECT_GE(e.start + kEps, dep->end + gap)
         << to_string(e.action) << " vs " << to_string(dep->action);
   };
   for (const auto& [key, e] : by_key) {
     const auto [op, stage, mb] = key;
-    if (op == Op::F && stage > 0) after(*e, Op::F, stage - 1);
+    if (op == Op::F && stage > 0) after(*e, Op::F, stage - 1, mb);
     if (op == Op::I) {
-      after(*e, Op::F, stage);
-      if (stage + 1 < s.num_stages) after(*e, Op::I, stage + 1);
+      after(*e, Op::F, stage, mb);
+      if (stage + 1 < s.num_stages) after(*e, Op::I, stage + 1, mb);
     }
-    if (op == Op::W) after(*e, Op::I, stage);
+    if (op == Op::W) after(*e, Op::I, stage, mb);
   }
   std::vector<std::vector<std::pair<double, double>>> spans(s.num_ranks);
   for (const auto& e : r.timeline.events) spans[e.rank].emplace_back(e.start, e.end);
@@ -302,11 +311,93 @@ TEST(Simulator, ZbVWithUnequalCostsBeatsOneFOneBAndDoesNotGrowWithM) {
   }
 }
 
+// V-Half and V-Min (generators.h): at F = I = W = T every rank's bubble is the closed form, and
+// the peak is (P+2)/2 and (P+4)/3 microbatches of the rank's share in the simulator's unit, the
+// unit in which 1F1B's and ZB-V's peak is P. Counted as the paper counts (a stash lives until its
+// W: stage_weight_stash = the chunk's activation, 1/2) the largest rank's peak is exactly that;
+// the default count (freed at the end of I) never exceeds it.
+double v_bubble(const std::string& name, int p, double t) {
+  if (p == 1) return 0;
+  if (name == "v-half") return (p % 2 == 0 ? 7 * p - 4 : 7 * (p - 1)) * t / 4;
+  return (p % 3 == 0 ? 4 * p - 3 : 4 * p - 5) * t / 2;
+}
+
+TEST(Simulator, ControllableMemoryVsBubbleAndPeak) {
+  for (const std::string name : {"v-half", "v-min"}) {
+    for (int p : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12}) {
+      const double target = name == "v-half" ? (p + 2) / 2 : (p + 4) / 3;
+      for (int m : {p, p + 1, 2 * p, 3 * p + 1, 8 * p}) {
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        const double t = 2;
+        const SimResult r = run(name, p, m, costs(t, t, t));
+        CostModel until_w = costs(t, t, t);
+        until_w.stage_weight_stash.assign(2 * p, 0.5);
+        const SimResult w = run(name, p, m, until_w);
+        double most = 0, most_until_w = 0;
+        for (int rank = 0; rank < p; ++rank) {
+          EXPECT_NEAR(bubble_times(r)[rank], v_bubble(name, p, t), kEps) << "rank " << rank;
+          most = std::max(most, r.ranks[rank].peak_activations);
+          most_until_w = std::max(most_until_w, w.ranks[rank].peak_activations);
+        }
+        EXPECT_NEAR(most_until_w, target, kEps);
+        if (name == "v-half") {
+          EXPECT_NEAR(most, target, kEps);
+        }
+        EXPECT_LE(most, target + kEps);
+        // The bubble ratio against the paper's approximations, P/2M and 2P/3M.
+        const double paper = name == "v-half" ? p / (2.0 * m) : 2.0 * p / (3.0 * m);
+        EXPECT_LE(r.bubble_ratio, 1.2 * paper + kEps);
+        // Below 1F1B's bubble, and 1F1B's peak is P.
+        if (p > 1) {
+          EXPECT_LT(r.bubble_ratio, run("1f1b", p, m, costs(t, t, t)).bubble_ratio);
+        }
+      }
+      for (int m = 1; m < p; ++m) {
+        for (const RankStats& rank : run(name, p, m, costs(1, 1, 1)).ranks) {
+          EXPECT_LE(rank.peak_activations, target + kEps) << name << " P=" << p << " M=" << m;
+        }
+      }
+    }
+  }
+}
+
+// Within the paper's condition (2F <= 2I + W, 2I <= 2F + W) V-Half's bubble does not grow with
+// M; V-Min's block has no slack, so unequal costs make its bubble grow.
+TEST(Simulator, ControllableMemoryVsWithUnequalCosts) {
+  for (int p : {2, 4, 8}) {
+    const auto bubble = [&](const std::string& name, int m, const CostModel& c) {
+      return run(name, p, m, c).cost - m * (c.forward + c.backward_input + c.backward_weight);
+    };
+    const CostModel within = costs(1, 1, 0.25), outside = costs(1, 2, 1);
+    EXPECT_NEAR(bubble("v-half", 3 * p, within), bubble("v-half", 6 * p, within), kEps) << p;
+    EXPECT_GT(bubble("v-min", 6 * p, within), bubble("v-min", 3 * p, within) + kEps) << p;
+    EXPECT_GT(bubble("v-half", 6 * p, outside), bubble("v-half", 3 * p, outside) + kEps) << p;
+  }
+}
+
+// DualPipeV (generators.h) at F = I = W = T: (P-1)T of bubble and P + 1/2 microbatches of
+// activations on every rank, whatever M >= 2P. The simulator runs an OVERLAP_F_B's parts one
+// after the other, so this is DualPipeV without the overlap it is named for.
+TEST(Simulator, DualPipeVBubbleAndPeak) {
+  for (int p : {1, 2, 3, 4, 5, 6, 8}) {
+    for (int m : {2 * p, 2 * p + 1, 3 * p, 6 * p + 1}) {
+      SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m));
+      const double t = 2;
+      const SimResult r = run("dualpipev", p, m, costs(t, t, t));
+      for (int rank = 0; rank < p; ++rank) {
+        EXPECT_NEAR(bubble_times(r)[rank], (p - 1) * t, kEps) << "rank " << rank;
+        EXPECT_NEAR(r.ranks[rank].peak_activations, p + 0.5, kEps) << "rank " << rank;
+      }
+    }
+  }
+}
+
 TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
   for (const auto& name : schedule_names()) {
     for (int p : kRanks) {
       for (int m : {1, p, 2 * p + 1}) {
         if (name == "interleaved-1f1b" && m % p) continue;
+        if (name == "dualpipev" && m < 2 * p) continue;
         for (const CostModel& c :
              {costs(1, 2, 1, 0), costs(2, 1.5, 0.5, 0.3), costs(1, 0.1, 3, 1)}) {
           SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m) + " " +
