@@ -237,6 +237,32 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
       << run.err;
 }
 
+// Ranks started by hand (no launcher to watch them) when one is stopped (SIGSTOP) mid-run: the
+// other stops within --comm-timeout, naming the rank and the operation it waited for.
+TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
+  TempDir dir;
+  const std::string env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(find_free_port()) + " ";
+  const std::string args = std::string(" train ") + model_args(small_model("mlp")) +
+                           " --pp 2 --batch-size 8 --microbatches 4 --steps 100000 --quiet"
+                           " --comm-timeout 4";
+  const std::string metrics = (dir / "m.jsonl").string();
+  const std::string script =
+      "RANK=1 " + env + "exec " + PPTRAIN_BINARY + args + " >/dev/null 2>/dev/null & one=$!; " +
+      "(RANK=0 " + env + PPTRAIN_BINARY + args + " --metrics " + metrics + " >/dev/null 2>" +
+      (dir / "err0").string() + "; echo $? >" + (dir / "rc0").string() + ") & zero=$!; " +
+      "for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; " +
+      "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
+      (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
+  std::ofstream(dir / "run.sh") << script << "\n";
+  ASSERT_EQ(std::system(("bash " + (dir / "run.sh").string()).c_str()), 0);
+  const std::string err = read_text(dir / "err0");
+  EXPECT_EQ(std::stoi(read_text(dir / "rc0")), 1) << err;
+  EXPECT_LE(std::stoi(read_text(dir / "took")), 30) << err;
+  EXPECT_NE(err.find("rank 1: no answer within 4 s (--comm-timeout"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
 // A loss that blows up (--lr 1e30) stops the run with exit status 1 naming the step, on one
 // process and on two; --skip-nonfinite trains on, skipping those steps.
 TEST(NonFinite, StopsTheRunNamingTheStepUnlessSkipped) {

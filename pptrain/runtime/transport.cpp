@@ -56,7 +56,7 @@ PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
       const bool timed_out = cause.find("imed out") != std::string::npos;
       throw std::runtime_error(
           timed_out ? what + ": no answer within " + std::to_string(timeout.count() / 1000) +
-                          " s (PPTRAIN_COMM_TIMEOUT_S): " + cause
+                          " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): " + cause
                     : what + ": the connection broke (the peer may have exited): " + cause);
     }
   };

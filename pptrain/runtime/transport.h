@@ -68,7 +68,7 @@ class PendingComm {
 };
 
 // How long a rendezvous, receive or collective may take before it is an error, unless set.
-inline constexpr std::chrono::milliseconds kDefaultCommTimeout = std::chrono::seconds(120);
+inline constexpr std::chrono::milliseconds kDefaultCommTimeout = std::chrono::seconds(60);
 
 class Transport {
  public:

@@ -76,6 +76,8 @@ void check_flags(const TrainOptions& options) {
                 options.warmup_steps);
   PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ",
                 options.clip);
+  PPTRAIN_CHECK(options.comm_timeout_s >= 0, "--comm-timeout must be >= 1 s (0: the default), got ",
+                options.comm_timeout_s);
   PPTRAIN_CHECK(options.stopped_timeout_s >= 1, "--stopped-timeout must be >= 1 s, got ",
                 options.stopped_timeout_s);
   PPTRAIN_CHECK(options.threads >= 1, "--threads must be >= 1, got ", options.threads);

@@ -72,7 +72,10 @@ struct TrainOptions {
   std::string resume_dir;         // a checkpoint to continue: parameters, optimizer, step
   int threads = 1;                // compute threads per process (workers: P processes, P cores)
   int stopped_timeout_s = 60;     // the launcher stops the run when a worker is stopped this long
-  bool quiet = false;             // no per-step lines on stdout
+  // A receive, collective or rendezvous fails after this many seconds without an answer (a hung
+  // peer); 0: PPTRAIN_COMM_TIMEOUT_S if set, else transport.h's default (60).
+  int comm_timeout_s = 0;
+  bool quiet = false;  // no per-step lines on stdout
   // Keep only each stage's input between F and its backward, and rerun F before I or B.
   bool recompute = false;
   // After the last step, simulate the schedule with this run's own measured costs and print

@@ -53,7 +53,10 @@ void run_train(const TrainOptions& options) {
   if (options.pp == 1) {
     transport = std::move(make_loopback_transports(1).front());
   } else {
-    const TransportOptions transport_options = TransportOptions::from_env();
+    TransportOptions transport_options = TransportOptions::from_env();
+    if (options.comm_timeout_s > 0) {
+      transport_options.timeout = std::chrono::seconds(options.comm_timeout_s);
+    }
     PPTRAIN_CHECK(transport_options.world_size == options.pp,
                   "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp);
     transport = connect_transport(transport_options);
@@ -143,6 +146,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads per process")->capture_default_str();
+  cmd->add_option("--comm-timeout", o.comm_timeout_s,
+                  "Seconds a rank waits for a peer's message or a collective before it stops, "
+                  "naming the peer and the operation (default: PPTRAIN_COMM_TIMEOUT_S, else 60)");
   cmd->add_option("--stopped-timeout", o.stopped_timeout_s,
                   "Seconds a worker may stay stopped (SIGSTOP) before the launcher stops the run, "
                   "naming it")
