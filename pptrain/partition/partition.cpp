@@ -387,7 +387,13 @@ Partition parse_partition_json(const std::string& text) {
     PPTRAIN_CHECK(obj.contains(key), where, ": missing field '", key, "'");
     PPTRAIN_CHECK(obj[key].is_number_integer(), where, ": '", key, "' must be an integer, got ",
                   obj[key].dump());
-    return obj[key].get<int>();
+    // Layer indices and replica counts: far below int's range, so that arithmetic on them
+    // (last_layer + 1) cannot overflow.
+    constexpr int64_t kLargest = 1 << 24;
+    const auto value = obj[key].get<int64_t>();
+    PPTRAIN_CHECK(value >= 0 && value <= kLargest, where, ": '", key, "' must be in 0..", kLargest,
+                  ", got ", value);
+    return static_cast<int>(value);
   };
 
   Partition p;
