@@ -188,9 +188,12 @@ void check_save_path(const std::string& dir) {
                 "': cannot create its folder '", parent.string(), "'");
 }
 
-void check_checkpoint(const std::string& dir, const ModelOptions& model, const std::string& flag) {
-  const nlohmann::json m = read_manifest(dir, flag);
-  expect_fields(m.value("model", nlohmann::json::object()), model_json(model), flag, dir);
+namespace {
+
+// UserError unless every layer file is listed in the manifest `m` of `dir` and every file it
+// lists is there with its size and checksum.
+void expect_whole_files(const nlohmann::json& m, const std::string& dir, const ModelOptions& model,
+                        const std::string& flag) {
   const nlohmann::json files = m.value("files", nlohmann::json::object());
   for (int layer = 0; layer < num_layers(model); ++layer) {
     const std::string name = fs::path(layer_file(dir, layer)).filename().string();
@@ -210,15 +213,26 @@ void check_checkpoint(const std::string& dir, const ModelOptions& model, const s
   }
 }
 
+}  // namespace
+
+void check_checkpoint(const std::string& dir, const ModelOptions& model, const std::string& flag) {
+  const nlohmann::json m = read_manifest(dir, flag);
+  expect_fields(m.value("model", nlohmann::json::object()), model_json(model), flag, dir);
+  expect_whole_files(m, dir, model, flag);
+}
+
 int check_resume(const std::string& dir, const TrainingPlan& plan) {
-  check_checkpoint(dir, plan.model, "--resume");
+  // The manifest's settings first, then the files (reading every file is the slow part).
   const nlohmann::json m = read_manifest(dir, "--resume");
+  expect_fields(m.value("model", nlohmann::json::object()), model_json(plan.model), "--resume",
+                dir);
   expect_fields(m.value("resume", nlohmann::json::object()), resume_json(plan), "--resume", dir);
   const int step = m.value("step", -1);
   PPTRAIN_CHECK(step >= 0, "--resume '", dir, "': the manifest has no step");
   PPTRAIN_CHECK(step < plan.steps, "--resume '", dir, "': the checkpoint is at step ", step,
                 " and --steps is ", plan.steps,
                 ", so nothing is left to run (--steps counts from the start of the run)");
+  expect_whole_files(m, dir, plan.model, "--resume");
   return step;
 }
 
