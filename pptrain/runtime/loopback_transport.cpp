@@ -1,5 +1,6 @@
 #include "pptrain/runtime/loopback_transport.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -8,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "pptrain/common/check.h"
 
@@ -74,6 +76,15 @@ class Hub {
     buffer.copy_(message);
   }
 
+  // The hub of the group of `members` (its ranks are their positions): made by the first member
+  // to ask, shared with the others.
+  std::shared_ptr<Hub> subgroup(const std::vector<int>& members) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_ptr<Hub>& hub = subgroups_[members];
+    if (!hub) hub = std::make_shared<Hub>(static_cast<int>(members.size()), timeout_);
+    return hub;
+  }
+
   // One collective of `rank`: adds `part` (undefined for a barrier) to the current round and
   // waits until every rank has; returns the sum over the ranks (undefined for a barrier).
   torch::Tensor gather(int rank, const torch::Tensor& part, const char* what) {
@@ -132,8 +143,9 @@ class Hub {
   const std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable changed_;  // a message arrived or a round completed
-  std::map<std::tuple<int, int, int>, Mailbox> mailboxes_;  // (source, destination, tag)
-  std::shared_ptr<Round> round_;                            // the collective being gathered
+  std::map<std::tuple<int, int, int>, Mailbox> mailboxes_;      // (source, destination, tag)
+  std::shared_ptr<Round> round_;                                // the collective being gathered
+  std::map<std::vector<int>, std::shared_ptr<Hub>> subgroups_;  // members -> their hub
 };
 
 class LoopbackTransport : public Transport {
@@ -162,13 +174,27 @@ class LoopbackTransport : public Transport {
                        buffer);
   }
 
-  void allreduce_sum(torch::Tensor& tensor) override {
-    const torch::Tensor sum = hub_->gather(rank_, tensor, "all-reduce");
-    torch::NoGradGuard no_grad;
-    tensor.copy_(sum);
+  // Joins the collective at wait(): a rank's collectives on one hub still come in the order it
+  // started them, and a rank that has not waited yet only delays the others, as a slow peer would.
+  PendingComm allreduce_sum_async(const torch::Tensor& tensor) override {
+    PPTRAIN_ASSERT(tensor.is_contiguous(), "all-reduce needs a contiguous tensor");
+    return PendingComm(
+        [hub = hub_, rank = rank_, tensor] {
+          const torch::Tensor sum = hub->gather(rank, tensor, "all-reduce");
+          torch::NoGradGuard no_grad;
+          tensor.copy_(sum);
+        },
+        tensor);
   }
 
   void barrier() override { hub_->gather(rank_, torch::Tensor(), "barrier"); }
+
+  std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override {
+    const auto position = std::find(members.begin(), members.end(), rank_);
+    PPTRAIN_ASSERT(position != members.end(), "rank ", rank_, " is not in its group");
+    return std::make_unique<LoopbackTransport>(hub_->subgroup(members),
+                                               static_cast<int>(position - members.begin()));
+  }
 
  private:
   void check_peer(int peer, const char* what) const {

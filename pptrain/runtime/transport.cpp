@@ -2,6 +2,7 @@
 
 #include <torch/version.h>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(USE_C10D_NCCL)
@@ -14,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
@@ -87,12 +90,16 @@ class C10dTransport : public Transport {
                        buffer);
   }
 
-  void allreduce_sum(torch::Tensor& tensor) override {
+  PendingComm allreduce_sum_async(const torch::Tensor& tensor) override {
+    PPTRAIN_ASSERT(tensor.is_contiguous(), "all-reduce needs a contiguous tensor");
     std::vector<at::Tensor> tensors{tensor};
-    c10d_waiter(group_->allreduce(tensors), options_.timeout, "all-reduce")();
+    return PendingComm(c10d_waiter(group_->allreduce(tensors), options_.timeout, "all-reduce"),
+                       tensor);
   }
 
   void barrier() override { c10d_waiter(group_->barrier(), options_.timeout, "barrier")(); }
+
+  std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
 
  private:
   c10::intrusive_ptr<c10d::Store> store_;  // kept alive: rank 0 serves it to the others
@@ -179,14 +186,9 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const TransportOptions& o
                                                                        : local);
 }
 
-std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(options.master_port);
-  store_options.isServer = options.rank == 0;
-  store_options.numWorkers = options.world_size;
-  store_options.timeout = options.timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-
+// The process group of `options.rank` among `options.world_size` ranks that meet in `store`.
+c10::intrusive_ptr<GroupBase> make_process_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 const TransportOptions& options) {
   c10::intrusive_ptr<GroupBase> group;
   if (options.backend == "gloo") {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
@@ -208,7 +210,38 @@ std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
 #endif
                   ")");
   }
-  return std::make_unique<C10dTransport>(store, group, options);
+  return group;
+}
+
+std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(options.master_port);
+  store_options.isServer = options.rank == 0;
+  store_options.numWorkers = options.world_size;
+  store_options.timeout = options.timeout;
+  c10::intrusive_ptr<c10d::Store> store =
+      c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+  return std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
+}
+
+// A subgroup meets in the parent's store under a prefix naming its members, so that groups with
+// other members never mix their keys.
+std::unique_ptr<Transport> C10dTransport::subgroup(const std::vector<int>& members) {
+  std::string prefix = "group";
+  for (int m : members) prefix += "/" + std::to_string(m);
+  const auto position = std::find(members.begin(), members.end(), options_.rank);
+  PPTRAIN_ASSERT(position != members.end(), "rank ", options_.rank, " is not in its group");
+  TransportOptions options = options_;
+  options.rank = static_cast<int>(position - members.begin());
+  options.world_size = static_cast<int>(members.size());
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
+  try {
+    return std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(options_.rank) + ": the group " +
+                             prefix.substr(5) + " did not form within " +
+                             std::to_string(options.timeout.count() / 1000) + " s: " + brief(e));
+  }
 }
 
 }  // namespace
@@ -229,6 +262,23 @@ std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
                              "MASTER_PORT?): " +
                              brief(e));
   }
+}
+
+Group make_group(Transport& world, const std::vector<int>& members) {
+  PPTRAIN_ASSERT(!members.empty() && std::is_sorted(members.begin(), members.end()) &&
+                     std::adjacent_find(members.begin(), members.end()) == members.end() &&
+                     members.front() >= 0 && members.back() < world.world_size() &&
+                     std::count(members.begin(), members.end(), world.rank()) == 1,
+                 "a group needs distinct ascending ranks of the world, this rank among them");
+  Group group;
+  if (static_cast<int>(members.size()) == world.world_size()) {
+    group.view = &world;
+  } else {
+    group.owned = members.size() == 1 ? std::move(make_loopback_transports(1).front())
+                                      : world.subgroup(members);
+    group.view = group.owned.get();
+  }
+  return group;
 }
 
 int message_tag(const Action& comm, int num_stages, int num_microbatches) {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pptrain/schedule/action.h"
 
@@ -79,10 +80,31 @@ class Transport {
   virtual PendingComm send(const torch::Tensor& tensor, int peer, int tag) = 0;
   // Non-blocking. Fills the preallocated, contiguous `buffer`; read it only after wait().
   virtual PendingComm recv(const torch::Tensor& buffer, int peer, int tag) = 0;
+  // Starts an in-place sum of `tensor` (contiguous) over all ranks; read or change it only after
+  // wait(). Every rank starts the same collectives in the same order; they may run while the
+  // caller computes (c10d runs them on its own threads; the loopback sums at wait()).
+  virtual PendingComm allreduce_sum_async(const torch::Tensor& tensor) = 0;
   // Blocking in-place sum over all ranks.
-  virtual void allreduce_sum(torch::Tensor& tensor) = 0;
+  void allreduce_sum(torch::Tensor& tensor) { allreduce_sum_async(tensor).wait(); }
   virtual void barrier() = 0;
+  // A transport among some of the ranks: `members` (ranks of this transport, ascending, with
+  // this rank among them, at least two, fewer than all). Its ranks are the positions in
+  // `members`; its sends, receives and collectives reach only them. Every member calls it with
+  // the same list, at the same point of its run; the other ranks do not call it. Use
+  // make_group(), which also covers one rank and all ranks.
+  virtual std::unique_ptr<Transport> subgroup(const std::vector<int>& members) = 0;
 };
+
+// A transport among `members` of `world` (see Transport::subgroup): `world` itself when they are
+// all its ranks (returned as a non-owning pointer in `view`), a one-rank loopback for one member,
+// else world.subgroup(members). `owned` holds whatever was made, so `view` lives while it does.
+struct Group {
+  Transport* view = nullptr;
+  std::unique_ptr<Transport> owned;
+  Transport& operator*() const { return *view; }
+  Transport* operator->() const { return view; }
+};
+Group make_group(Transport& world, const std::vector<int>& members);
 
 struct TransportOptions {
   int rank = 0;

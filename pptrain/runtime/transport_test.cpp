@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
+#include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/testing.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -72,6 +77,62 @@ TEST(Transport, GlooSendRecvAllreduceBetweenTwoRanks) {
   EXPECT_TRUE(torch::equal(received[1], torch::full({3}, 10.0f)));
   for (const auto& r : reduced)
     EXPECT_TRUE(torch::equal(r, torch::full({2}, 3.0, torch::kFloat64)));
+}
+
+// Four ranks in two groups, {0, 2} and {1, 3}, as the replicas of two pipeline ranks: each
+// group's all-reduce sums its own members only, even started before a send and waited after,
+// messages use the group's ranks, and make_group covers one member and the whole world.
+// `world_of(rank)`, called on rank's thread, gives its world transport.
+void check_groups(const std::function<Transport&(int rank)>& world_of) {
+  constexpr int kRanks = 4;
+  std::vector<torch::Tensor> reduced(kRanks), received(kRanks);
+  std::vector<int> group_ranks(kRanks), world_views(kRanks);
+  const std::string errors = testing::run_rank_threads(kRanks, [&](int rank) {
+    Transport* world = &world_of(rank);
+    const Group pair = make_group(*world, {rank % 2, rank % 2 + 2});
+    const Group self = make_group(*world, {rank});
+    const Group all = make_group(*world, {0, 1, 2, 3});
+    group_ranks[rank] = pair->rank() * 10 + self->world_size();
+    world_views[rank] = all.view == world ? 1 : 0;
+    auto value = torch::full({3}, static_cast<float>(rank + 1));
+    auto started = pair->allreduce_sum_async(value);
+    auto buffer = torch::zeros({1});
+    auto posted = pair->recv(buffer, 1 - pair->rank(), 5);
+    pair->send(torch::full({1}, static_cast<float>(rank)), 1 - pair->rank(), 5).wait();
+    posted.wait();
+    started.wait();
+    reduced[rank] = value;
+    received[rank] = buffer;
+    world->barrier();
+  });
+  ASSERT_EQ(errors, "");
+  for (int rank = 0; rank < kRanks; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    // {0, 2}: 1 + 3; {1, 3}: 2 + 4.
+    EXPECT_TRUE(torch::equal(reduced[rank], torch::full({3}, rank % 2 == 0 ? 4.0f : 6.0f)));
+    EXPECT_EQ(received[rank].item<float>(), static_cast<float>((rank + 2) % kRanks));
+    EXPECT_EQ(group_ranks[rank], (rank / 2) * 10 + 1);
+    EXPECT_EQ(world_views[rank], 1);
+  }
+}
+
+TEST(Transport, GlooGroupsOfReplicas) {
+  const int port = find_free_port();
+  std::vector<std::unique_ptr<Transport>> worlds(4);
+  check_groups([&](int rank) -> Transport& {
+    TransportOptions options;
+    options.rank = rank;
+    options.world_size = 4;
+    options.master_port = port;
+    options.timeout = std::chrono::seconds(30);
+    worlds[rank] = connect_transport(options);
+    return *worlds[rank];
+  });
+}
+
+TEST(Transport, LoopbackGroupsOfReplicas) {
+  auto transports = make_loopback_transports(4, std::chrono::seconds(30));
+  check_groups([&](int rank) -> Transport& { return *transports[rank]; });
 }
 
 TEST(Transport, FromEnvNamesWhatIsMissing) {
