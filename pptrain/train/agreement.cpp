@@ -100,7 +100,8 @@ std::string pipemare_text(const TrainingPlan& plan) {
 Settings plan_settings(const TrainingPlan& plan) {
   const ModelOptions& m = plan.model;
   return {
-      {"--pp (WORLD_SIZE)", std::to_string(plan.ranks())},
+      {"--pp", std::to_string(plan.ranks())},
+      {"--dp", std::to_string(plan.replicas)},
       {"--model", m.kind},
       {"--layers", std::to_string(m.layers)},
       {"--d-model", std::to_string(m.d_model)},

@@ -58,9 +58,18 @@ void check_flags(const TrainOptions& options) {
   check_options(options.model);
   const int M = options.data.microbatches;
   PPTRAIN_CHECK(options.pp >= 1, "--pp must be >= 1, got ", options.pp);
+  PPTRAIN_CHECK(options.dp >= 1, "--dp must be >= 1, got ", options.dp);
   PPTRAIN_CHECK(M >= 1, "--microbatches must be >= 1, got ", M);
-  PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0, "--batch-size ",
-                options.data.batch_size, " is not a positive multiple of --microbatches ", M);
+  if (options.dp == 1) {
+    PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0,
+                  "--batch-size ", options.data.batch_size,
+                  " is not a positive multiple of --microbatches ", M);
+  } else {
+    PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % (options.dp * M) == 0,
+                  "--batch-size ", options.data.batch_size, " is not a positive multiple of --dp ",
+                  options.dp, " x --microbatches ", M, " (each copy takes 1/", options.dp,
+                  " of the batch in ", M, " microbatches)");
+  }
   PPTRAIN_CHECK(options.steps >= 1, "--steps must be >= 1, got ", options.steps);
   PPTRAIN_CHECK(options.chunks >= 0,
                 "--chunks must be >= 1 (or 0 for the schedule's default), got ", options.chunks);
@@ -96,7 +105,7 @@ StageLayerOptions stage_layer_options(const TrainOptions& options, bool may_prof
   layers.model = options.model;
   layers.partition = options.partition;
   layers.stage_layers = options.stage_layers;
-  layers.microbatch_size = options.data.batch_size / options.data.microbatches;
+  layers.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
   layers.ranks = options.pp;
   layers.may_profile = may_profile;
   return layers;
@@ -230,6 +239,9 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
       version_rule_of(options.schedule_file.empty() ? options.schedule : "", options.vertical_sync,
                       schedule.num_stages, options.data.microbatches);
   const PipeMareOptions pipemare = plan_pipemare(options, rule);
+  PPTRAIN_CHECK(options.dp == 1 || !rule.asynchronous(), "--dp ", options.dp, ": '",
+                options.schedule, "' is asynchronous; copies of a pipeline average their ",
+                "gradients at a flush, which it does not have");
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);
@@ -249,7 +261,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.pipemare = pipemare;
   plan.model = options.model;
   plan.data = options.data;
-  plan.microbatch_size = options.data.batch_size / options.data.microbatches;
+  plan.replicas = options.dp;
+  plan.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
   plan.tokens_per_sample = options.model.kind == "gpt" ? options.model.seq_len : 1;
   plan.stage_layers =
       plan_stage_layers(stage_layer_options(options, may_profile), plan.num_stages());

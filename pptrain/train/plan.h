@@ -31,7 +31,11 @@ namespace pptrain {
 struct TrainOptions {
   ModelOptions model;
   DataOptions data;  // batch_size, microbatches (M), seed, source
-  int pp = 1;        // P: worker processes
+  int pp = 1;        // P: worker processes per pipeline
+  // D: copies of the pipeline, each on its own P processes (world size D x P). --batch-size is
+  // the global batch: each copy trains on its 1/D of it, and each stage's D copies average their
+  // gradients before the optimizer step.
+  int dp = 1;
   int chunks = 0;    // V: stages per rank; 0 = the schedule's default
   // Which layers each stage holds: uniform | params | time | FILE.json (partition_plan.h).
   std::string partition = "uniform";
@@ -92,6 +96,8 @@ struct TrainingPlan {
 
   ModelOptions model;
   DataOptions data;
+  // D: copies of the pipeline (--dp). World rank w runs pipeline rank w % P of copy w / P.
+  int replicas = 1;
   // The schedule every rank runs, with its SEND/RECV actions. With --pp 1 every schedule name
   // means the same single-stage run: all microbatches' forwards, then all their backwards.
   // An asynchronous schedule is one list over the whole run: steps x M microbatches.
@@ -104,7 +110,7 @@ struct TrainingPlan {
   // [num_stages - 1]: shape of the float tensor crossing the cut after stage b, for one
   // microbatch (the activation, and its gradient going back).
   std::vector<std::vector<int64_t>> boundary_shapes;
-  int64_t microbatch_size = 0;   // samples per microbatch: batch_size / M
+  int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
   double tokens_per_sample = 1;  // gpt: seq_len; mlp: 1
   int steps = 0;
   std::string optimizer;  // "sgd" or "adamw"
@@ -128,10 +134,26 @@ struct TrainingPlan {
   double lr_at(int step) const {
     return warmup_steps > 0 && step < warmup_steps ? lr * (step + 1) / warmup_steps : lr;
   }
-  int ranks() const { return schedule->num_ranks; }
+  int ranks() const { return schedule->num_ranks; }  // P: ranks of one pipeline
+  int world_size() const { return replicas * ranks(); }
+  int pipeline_rank(int world_rank) const { return world_rank % ranks(); }
+  int replica(int world_rank) const { return world_rank / ranks(); }
+  // World ranks of the D copies of pipeline rank `p` (p, P + p, ...): they average gradients.
+  std::vector<int> copies_of(int p) const {
+    std::vector<int> out;
+    for (int d = 0; d < replicas; ++d) out.push_back(d * ranks() + p);
+    return out;
+  }
+  // World ranks of copy d's pipeline: d x P .. d x P + P - 1.
+  std::vector<int> pipeline_of(int d) const {
+    std::vector<int> out;
+    for (int p = 0; p < ranks(); ++p) out.push_back(d * ranks() + p);
+    return out;
+  }
   int num_stages() const { return schedule->num_stages; }
   int microbatches() const { return data.microbatches; }  // M, per step
   bool asynchronous() const { return weights.asynchronous(); }
+  // Of a pipeline rank (0 .. P-1).
   std::vector<int> stages_of(int rank) const { return schedule->stages_of(rank); }
   bool holds_first_stage(int rank) const { return schedule->stage_to_rank.front() == rank; }
   bool holds_last_stage(int rank) const { return schedule->stage_to_rank.back() == rank; }

@@ -85,13 +85,20 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
   report.grad_norm = grad_norm;
   Timeline& timeline = report.timeline;
   timeline.title = plan.schedule->name + ", P=" + std::to_string(plan.ranks()) +
+                   (plan.replicas > 1 ? ", D=" + std::to_string(plan.replicas) : "") +
                    ", M=" + std::to_string(plan.microbatches()) + " (measured, step " +
                    std::to_string(report.step) + ")";
-  timeline.num_ranks = plan.ranks();
+  // One row per world rank: with --dp, copy d's pipeline ranks are rows d x P .. d x P + P - 1.
+  timeline.num_ranks = plan.world_size();
   timeline.unit = TimeUnit::kSeconds;
   double squared_norm = 0;
-  for (const RankStep& r : ranks) {
-    if (r.has_loss) report.loss = r.loss;
+  int losses = 0;  // one per copy of the pipeline: its last stage's mean over its share
+  for (size_t world_rank = 0; world_rank < ranks.size(); ++world_rank) {
+    const RankStep& r = ranks[world_rank];
+    if (r.has_loss) {
+      report.loss += r.loss;
+      ++losses;
+    }
     report.step_seconds = std::max(report.step_seconds, r.seconds);
     report.rank_seconds.push_back(r.seconds);
     report.peak_activation_bytes.push_back(r.peak_activation_bytes);
@@ -104,11 +111,13 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
     double offset = r.start_s - ranks[0].start_s;
     if (std::abs(offset) >= 1.0) offset = 0;
     for (TimelineEvent e : r.events) {
+      e.rank = static_cast<int>(world_rank);
       e.start += offset;
       e.end += offset;
       timeline.events.push_back(e);
     }
   }
+  if (losses > 0) report.loss /= losses;  // the copies' shares are equal
   if (plan.asynchronous()) report.grad_norm = std::sqrt(squared_norm);
   report.stats = timeline_stats(timeline);
   char bubble[32];

@@ -21,6 +21,7 @@
 #include "pptrain/train/checkpoint.h"
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/pipemare.h"
+#include "pptrain/train/replicas.h"
 
 namespace pptrain {
 namespace {
@@ -73,12 +74,15 @@ struct RankModel {
 };
 
 // The microbatches of one step that this rank reads: inputs on the first stage's rank, targets
-// on the last's (both from the same deterministic batch), nothing elsewhere.
+// on the last's (both from the same deterministic batch, copy d of D pipelines taking its d-th
+// share of it), nothing elsewhere.
 class RankData {
  public:
-  RankData(const TrainingPlan& plan, int rank)
-      : first_(plan.holds_first_stage(rank)),
-        last_(plan.holds_last_stage(rank)),
+  RankData(const TrainingPlan& plan, int world_rank)
+      : first_(plan.holds_first_stage(plan.pipeline_rank(world_rank))),
+        last_(plan.holds_last_stage(plan.pipeline_rank(world_rank))),
+        replica_(plan.replica(world_rank)),
+        replicas_(plan.replicas),
         microbatches_(plan.microbatches()),
         // An asynchronous pipeline's first stage runs S-1 forwards ahead, into later steps.
         ahead_(plan.asynchronous() ? (plan.num_stages() - 1 + microbatches_ - 1) / microbatches_
@@ -95,17 +99,26 @@ class RankData {
     for (int k = step; k < std::min(steps, step + 1 + ahead_); ++k) {
       const auto batch = dataset_->batch(k);
       if (first_) {
-        for (auto& x : Dataset::split(batch.inputs, microbatches_)) data.inputs.push_back(x);
+        for (auto& x : Dataset::split(share(batch.inputs), microbatches_)) data.inputs.push_back(x);
       }
       if (last_) {
-        for (auto& y : Dataset::split(batch.targets, microbatches_)) data.targets.push_back(y);
+        for (auto& y : Dataset::split(share(batch.targets), microbatches_)) {
+          data.targets.push_back(y);
+        }
       }
     }
     return data;
   }
 
  private:
+  // This copy's rows of the global batch [N, ...]: [N/D, ...].
+  torch::Tensor share(const torch::Tensor& batch) const {
+    const int64_t rows = batch.size(0) / replicas_;
+    return batch.narrow(0, replica_ * rows, rows);
+  }
+
   bool first_, last_;
+  int replica_, replicas_;
   int microbatches_;
   int ahead_;  // later steps whose microbatches a step's segment may use
   std::optional<Dataset> dataset_;
@@ -268,17 +281,24 @@ void train(const TrainingPlan& plan, Transport& transport,
            const std::vector<StepObserver*>& observers) {
   install_counting_allocator();
   set_compute_threads(plan.threads);
-  const int rank = transport.rank();
-  PPTRAIN_CHECK(transport.world_size() == plan.ranks(), "WORLD_SIZE=", transport.world_size(),
-                " but the schedule is for --pp ", plan.ranks());
+  const int rank = transport.rank();  // in the world: D copies of the P-rank pipeline
+  PPTRAIN_CHECK(transport.world_size() == plan.world_size(), "WORLD_SIZE=",
+                transport.world_size(), " but the run is for --pp ", plan.ranks(), " x --dp ",
+                plan.replicas);
   check_ranks_agree(plan, transport);  // before any message whose shape the plan decides
-  RankModel model(plan, rank);
+  const int pipeline_rank = plan.pipeline_rank(rank);
+  // Every rank makes the pipelines' groups, then the copies' groups: the groups each family
+  // makes are disjoint, so no rank waits for one that is forming another group.
+  const Group pipeline = make_group(transport, plan.pipeline_of(plan.replica(rank)));
+  const Group copies = make_group(transport, plan.copies_of(pipeline_rank));
+  RankModel model(plan, pipeline_rank);
   const RankData data(plan, rank);
+  GradientAverager average(copies.view, plan.replicas);
   const ModelOptions model_options = plan.model;
   ExecutorOptions executor_options;
-  executor_options.rank = rank;
+  executor_options.rank = pipeline_rank;
   executor_options.stages = model.stage_pointers();
-  executor_options.transport = &transport;
+  executor_options.transport = pipeline.view;
   executor_options.loss = [model_options](const torch::Tensor& output,
                                           const torch::Tensor& target) {
     return compute_loss(model_options, output, target);
@@ -305,6 +325,11 @@ void train(const TrainingPlan& plan, Transport& transport,
   // An asynchronous pipeline never waits for the other ranks between steps: no barrier after
   // the first, and its step reports are sent without waiting (they are waited on a step later).
   std::vector<PendingComm> unsent_reports, older_reports;
+  // The first copy of the pipeline writes the checkpoints; the others hold the same weights.
+  const std::vector<StageOptimizer> no_optimizers;
+  const RankCheckpoint to_save =
+      plan.replica(rank) == 0 ? RankCheckpoint{model.stage_pointers(), &model.optimizers}
+                              : RankCheckpoint{{}, &no_optimizers};
   transport.barrier();  // a common start, so the ranks' timelines line up
   auto start = Clock::now();
   for (int step = plan.first_step; step < plan.steps; ++step) {
@@ -322,7 +347,9 @@ void train(const TrainingPlan& plan, Transport& transport,
     mine.peak_activation_bytes = peak_bytes() - base_bytes;
     double grad_norm = 0;
     if (!plan.asynchronous()) {
-      grad_norm = clip_grad_norm(model.params, plan.clip, &transport);
+      average.finish(model.stage_pointers());
+      // The copies now hold the same gradients: the norm is the one pipeline's.
+      grad_norm = clip_grad_norm(model.params, plan.clip, pipeline.view);
       // Every rank has the same global norm, so every rank takes the same branch.
       if (std::isfinite(grad_norm)) {
         for (auto& optimizer : model.optimizers) {
@@ -351,14 +378,12 @@ void train(const TrainingPlan& plan, Transport& transport,
     unsent_reports.clear();
     if (plan.asynchronous()) start = Clock::now();  // the next segment starts here
     if (plan.save_every > 0 && (step + 1) % plan.save_every == 0 && step + 1 < plan.steps) {
-      save_checkpoint(plan, {model.stage_pointers(), &model.optimizers}, step + 1, transport);
+      save_checkpoint(plan, to_save, step + 1, transport);
     }
   }
   for (auto& sent : older_reports) sent.wait();
 
-  if (!plan.save_dir.empty()) {
-    save_checkpoint(plan, {model.stage_pointers(), &model.optimizers}, plan.steps, transport);
-  }
+  if (!plan.save_dir.empty()) save_checkpoint(plan, to_save, plan.steps, transport);
   transport.barrier();
   if (reports) {
     for (StepObserver* o : observers) o->on_end(plan);

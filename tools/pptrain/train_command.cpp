@@ -30,10 +30,11 @@ void run_train(const TrainOptions& options) {
   const bool worker = running_as_worker();
   // Every user error surfaces here, before any worker starts. A rank started by torchrun cannot
   // time the layers the way the others would, so it does not profile (plan.h).
-  const TrainingPlan plan = plan_training(options, /*may_profile=*/!worker || options.pp == 1);
-  if (!worker && options.pp > 1) {
+  const int world = options.pp * options.dp;
+  const TrainingPlan plan = plan_training(options, /*may_profile=*/!worker || world == 1);
+  if (!worker && world > 1) {
     LaunchOptions launch;
-    launch.workers = options.pp;
+    launch.workers = world;
     launch.stopped_timeout = std::chrono::seconds(options.stopped_timeout_s);
     launch.args = own_arguments();  // the workers get this command line again...
     if (options.stage_layers.empty()) {
@@ -50,15 +51,16 @@ void run_train(const TrainOptions& options) {
     return;
   }
   std::unique_ptr<Transport> transport;
-  if (options.pp == 1) {
+  if (world == 1) {
     transport = std::move(make_loopback_transports(1).front());
   } else {
     TransportOptions transport_options = TransportOptions::from_env();
     if (options.comm_timeout_s > 0) {
       transport_options.timeout = std::chrono::seconds(options.comm_timeout_s);
     }
-    PPTRAIN_CHECK(transport_options.world_size == options.pp,
-                  "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp);
+    PPTRAIN_CHECK(transport_options.world_size == world, "WORLD_SIZE=",
+                  transport_options.world_size, " does not match --pp ", options.pp, " x --dp ",
+                  options.dp);
     transport = connect_transport(transport_options);
   }
   const auto observers = make_observers(options);
@@ -81,7 +83,11 @@ void add_train_command(CLI::App& app) {
          "--data", o.data.source,
          "Training text file, 'synthetic', or 'default' (a text under /usr/share/common-licenses)")
       ->capture_default_str();
-  cmd->add_option("--pp", o.pp, "Pipeline ranks (worker processes)")->required();
+  cmd->add_option("--pp", o.pp, "Pipeline ranks (worker processes per copy of the pipeline)")
+      ->required();
+  cmd->add_option("--dp", o.dp,
+                  "Copies of the pipeline (data parallelism): D x P workers, each copy trains on "
+                  "1/D of --batch-size and the copies of a stage average their gradients");
   cmd->add_option("--chunks", o.chunks,
                   "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
       ->capture_default_str();
