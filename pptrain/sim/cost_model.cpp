@@ -115,6 +115,8 @@ double CostModel::time(const Action& action, int num_stages, int num_ranks) cons
 
 double CostModel::reduce_time(int stage, int num_stages, int num_ranks) const {
   PPTRAIN_CHECK(replicas >= 1, "cost model: data-parallel replicas must be >= 1, got ", replicas);
+  if (!stage_reduce.empty())
+    return per_stage(stage_reduce, 0, stage, num_stages, 1, "stage_reduce");
   if (replicas == 1) return 0;
   if (stage_grad_bytes.empty()) return reduce * num_ranks / num_stages;
   PPTRAIN_CHECK(std::isfinite(reduce_bandwidth) && reduce_bandwidth > 0,

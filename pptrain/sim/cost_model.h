@@ -71,6 +71,9 @@ struct CostModel {
   std::vector<double> stage_grad_bytes;
   double reduce_bandwidth = 0;  // bytes per time unit of one replica's link (> 0 with bytes)
   double reduce_latency = 0;    // time units added to every all-reduce
+  // Optional time of each stage's all-reduce [num_stages], e.g. measured (sim/compare.h); when
+  // non-empty it overrides `reduce` and the ring formula, whatever `replicas` is.
+  std::vector<double> stage_reduce;
 
   // Parses "F=1,I=1,W=1,comm=0,weights=4,reduce=2": any subset of the keys F, I, W, comm,
   // weights, reduce in any order, values finite and >= 0. Throws UserError naming the bad piece.
@@ -85,7 +88,8 @@ struct CostModel {
   // REDUCE_GRAD (reduce_time) on a schedule of num_stages stages over num_ranks ranks. SEND/RECV
   // take 0. Throws UserError if a per-stage vector does not have num_stages entries.
   double time(const Action& action, int num_stages, int num_ranks) const;
-  // Time of `stage`'s all-reduce over the replicas (see the top of the file): 0 for D = 1.
+  // Time of `stage`'s all-reduce over the replicas (see the top of the file): stage_reduce[stage]
+  // if given, else 0 for D = 1.
   // UserError for replicas < 1, or stage_grad_bytes without a reduce_bandwidth > 0.
   double reduce_time(int stage, int num_stages, int num_ranks) const;
   // Activation memory one microbatch holds on `stage` between its F and its I or B.
