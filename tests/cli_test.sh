@@ -45,7 +45,7 @@ done
 
 # --json carries every field of the interface.
 json=$("$pptrain" schedule --schedule 1f1b --pp 4 --microbatches 8 --json)
-for field in schedule pp chunks microbatches makespan bubble_ratio ranks rank busy idle peak_activations \
+for field in schedule pp chunks microbatches dp makespan bubble_ratio ranks rank busy idle peak_activations \
   weight_versions peak_memory; do
   grep -q "\"$field\"" <<<"$json" || fail "schedule --json lacks \"$field\": $json"
 done
@@ -99,6 +99,29 @@ expect_error "vertical sync on 1f1b" "--vertical-sync applies to --schedule pipe
   "$pptrain" schedule --schedule 1f1b --vertical-sync --pp 2 --microbatches 2
 expect_error "2bw with too few microbatches" "needs --microbatches >= 3" \
   "$pptrain" schedule --schedule 2bw --pp 4 --microbatches 2
+
+# --dp D: each stage all-reduces its gradients after its last backward, beside the cool-down.
+# 1f1b on 2 ranks, 4 microbatches: the compute ends at 15, rank 0's all-reduce (reduce=3) at 18.
+json=$("$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 4 --cost F=1,I=1,W=1,reduce=3 --dp 2 --json)
+grep -q '"dp":2,"makespan":18.0,' <<<"$json" || fail "1f1b --dp 2 reduce=3 does not end at 18: $json"
+"$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 4 --cost reduce=3 --json | grep -q '"dp":1,"makespan":15.0,' \
+  || fail "reduce= without --dp changes the makespan"
+"$pptrain" schedule --schedule zb-v --pp 2 --microbatches 4 --dp 2 --grid | grep -q '^rank 1 |.* 2REDUCE_GRAD .* 1REDUCE_GRAD$' \
+  || fail "zb-v --dp 2 --grid lacks rank 1's two reductions"
+"$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 4 --dp 2 --trace "$work/dp.json" --svg "$work/dp.svg" >/dev/null \
+  || fail "schedule --dp 2 --trace --svg exited $?"
+grep -q '"rank 1 all-reduce"' "$work/dp.json" || fail "--dp trace lacks the all-reduce track"
+grep -q 'class="reduce"' "$work/dp.svg" || fail "--dp picture lacks the all-reduce bars"
+if [ -n "$rsvg" ]; then "$rsvg" -o "$work/dp.png" "$work/dp.svg" || fail "rsvg-convert cannot render the --dp picture"; fi
+"$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 4 --dp 2 --export "$work/dp.csv" >/dev/null
+grep -q ',1REDUCE_GRAD$' "$work/dp.csv" || fail "--dp --export lacks the reductions: $(cat "$work/dp.csv")"
+"$pptrain" schedule --import "$work/dp.csv" --dp 2 --json | grep -q '"dp":2' || fail "a reduced schedule does not import"
+expect_error "zero replicas" "--dp must be >= 1" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --dp 0
+expect_error "dp of an asynchronous schedule" "--dp 2 needs a synchronous schedule" \
+  "$pptrain" schedule --schedule pipedream --pp 2 --microbatches 2 --dp 2
+printf '0F0,0F1,0B0,0REDUCE_GRAD,0B1\n1F0,1B0,1F1,1B1,1REDUCE_GRAD\n' >"$work/early.csv"
+expect_error "reduction before its backward" "0REDUCE_GRAD runs before 0B1" \
+  "$pptrain" schedule --import "$work/early.csv"
 
 # Limits, checked before any memory is spent (each used to take gigabytes or run unbounded).
 expect_error "too many ranks" "--pp 5000000 is more than the 1024 ranks" \

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "pptrain/common/check.h"
 
@@ -60,6 +62,33 @@ TEST(ChromeTrace, ScalesTimesToMicroseconds) {
       EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 2500);
     }
   }
+}
+
+TEST(ChromeTrace, ReductionsOnATrackOfTheirOwnBelowTheirRank) {
+  Timeline t = two_rank_timeline();
+  t.events.push_back({0, parse_action("0REDUCE_GRAD"), 7, 8.5});
+  const auto trace = nlohmann::json::parse(render_chrome_trace(t));
+  std::map<int, std::string> names;
+  std::map<int, int> sort_index;
+  bool found = false;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"]] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_sort_index")
+      sort_index[e["tid"]] = e["args"]["sort_index"];
+    if (e["ph"] != "X" || e["name"] != "0REDUCE_GRAD") continue;
+    found = true;
+    EXPECT_EQ(e["tid"], 2);  // num_ranks + rank
+    EXPECT_EQ(e["cat"], "all-reduce");
+    EXPECT_DOUBLE_EQ(e["dur"].get<double>(), 1500);
+    EXPECT_EQ(e["args"]["stage"], 0);
+    EXPECT_FALSE(e["args"].contains("microbatch"));
+  }
+  EXPECT_TRUE(found);
+  // Rank 1 has no reductions, so no track for them; rank 0's sits between rank 0 and rank 1.
+  EXPECT_EQ(names,
+            (std::map<int, std::string>{{0, "rank 0"}, {1, "rank 1"}, {2, "rank 0 all-reduce"}}));
+  EXPECT_LT(sort_index[0], sort_index[2]);
+  EXPECT_LT(sort_index[2], sort_index[1]);
 }
 
 }  // namespace

@@ -21,6 +21,11 @@ constexpr double kPanelGap = 10;
 constexpr double kLegendHeight = 26;
 constexpr double kCommHeight = 4;  // thin bar for a SEND/RECV when shown
 constexpr double kCommMinWidth = 2;
+// A REDUCE_GRAD (data-parallel all-reduce) runs beside the compute, so it gets a lane of its own
+// under its rank's row rather than covering the boxes it overlaps.
+constexpr double kReduceLane = 8;
+constexpr double kReduceHeight = 6;
+constexpr const char* kReduceColour = "#8e44ad";
 
 std::string fmt(double value) {
   char buffer[32];
@@ -97,6 +102,8 @@ const char* op_description(Op op) {
       return "W backward (weights)";
     case Op::B:
       return "B backward";
+    case Op::REDUCE_GRAD:
+      return "all-reduce of gradients (--dp)";
     default:
       return "send / receive";
   }
@@ -124,6 +131,13 @@ Extent extent_of(const Timeline& timeline) {
     e.end = std::max(e.end, event.end);
   }
   return e;
+}
+
+bool has_reductions(const Timeline& timeline) {
+  for (const auto& event : timeline.events) {
+    if (is_collective(event.action.op)) return true;
+  }
+  return false;
 }
 
 // Stages per rank: more stages than ranks means virtual stages (interleaved, V-shape).
@@ -199,6 +213,8 @@ class SvgWriter {
     body_ += "<rect class=\"" + css_class + "\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" +
              px(std::max(w, 0.5)) + "\" height=\"" + px(h) + "\" fill=\"" + fill + "\"";
     if (css_class == "event") body_ += " stroke=\"#333333\" stroke-width=\"0.6\"";
+    // Back-to-back all-reduces of one rank stay two bars.
+    if (css_class == "reduce") body_ += " stroke=\"white\" stroke-width=\"0.8\"";
     body_ += tooltip.empty() ? "/>\n" : "><title>" + escape(tooltip) + "</title></rect>\n";
   }
 
@@ -208,8 +224,9 @@ class SvgWriter {
     const double scale = span > 0 ? options_.plot_width_px / span : 0;  // px per time unit
     const int P = t.num_ranks;
     const int chunks = chunks_of(t);
+    const double lane = has_reductions(t) ? kReduceLane : 0;
     const auto x_of = [&](double time) { return kMarginLeft + (time - t0) * scale; };
-    const auto y_of = [&](int rank) { return top + rank * (row + kRowGap); };
+    const auto y_of = [&](int rank) { return top + rank * (row + lane + kRowGap); };
 
     for (int r = 0; r < P; ++r) {
       rect(kMarginLeft, y_of(r), options_.plot_width_px, row, "#f2f2f2", "row");
@@ -225,6 +242,13 @@ class SvgWriter {
         const double y = y_of(event.rank);
         const std::string tooltip =
             to_string(event.action) + " [" + fmt(event.start) + ", " + fmt(event.end) + "]";
+        if (is_collective(op)) {
+          if (comm_pass) continue;
+          seen_reduce_ = true;
+          rect(x, y + row + (lane - kReduceHeight) / 2, std::max(w, kCommMinWidth), kReduceHeight,
+               kReduceColour, "reduce", tooltip);
+          continue;
+        }
         if (is_comm(op)) {
           seen_comm_ = true;
           // Simulated transfers are instants; a minimum width keeps them visible as ticks.
@@ -299,11 +323,16 @@ class SvgWriter {
       if (seen_ops_[static_cast<int>(op)]) ops.push_back(op);
     }
     if (seen_comm_) ops.push_back(Op::SEND_F);
+    if (seen_reduce_) ops.push_back(Op::REDUCE_GRAD);
     for (Op op : ops) {
       const std::string name = op_description(op);
-      rect(x, y, 14, 14, is_comm(op) ? "#333333" : colour(op, 0), "legend");
-      if (max_chunks > 1 && !is_comm(op)) rect(x + 14, y, 14, 14, colour(op, 1), "legend");
-      const double box = max_chunks > 1 && !is_comm(op) ? 28 : 14;
+      const std::string swatch = is_collective(op) ? kReduceColour
+                                 : is_comm(op)     ? "#333333"
+                                                   : colour(op, 0);
+      rect(x, y, 14, 14, swatch, "legend");
+      const bool shaded = max_chunks > 1 && is_compute(op);
+      if (shaded) rect(x + 14, y, 14, 14, colour(op, 1), "legend");
+      const double box = shaded ? 28 : 14;
       text(x + box + 5, y + 11, name, "11", "start");
       x += box + 5 + name.size() * 6.6 + 18;
     }
@@ -318,6 +347,7 @@ class SvgWriter {
   std::string body_;
   bool seen_ops_[static_cast<int>(Op::OVERLAP_F_B) + 1] = {};  // compute kinds drawn
   bool seen_comm_ = false;
+  bool seen_reduce_ = false;
 };
 
 }  // namespace

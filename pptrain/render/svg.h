@@ -1,7 +1,9 @@
 // Timelines as SVG pictures in the style of the pipeline papers' figures: one row per rank, one
 // box per action at its start and end, coloured by kind (F, I, W, B; a lighter shade for a
 // rank's second and later model chunks), labelled with the microbatch (and the stage, small, when
-// ranks hold several stages), with a title, a time axis and a legend.
+// ranks hold several stages), with a title, a time axis and a legend. A data-parallel
+// all-reduce (REDUCE_GRAD, which runs beside the compute) is a thin purple bar in a lane under
+// its rank's row; the lane is there only when the timeline has one.
 //
 //   std::ofstream("1f1b.svg") << render_svg(simulate(s, costs).timeline);
 //   // Measured above predicted, on one time axis:

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "pptrain/common/check.h"
@@ -88,6 +89,40 @@ TEST(Svg, StacksTimelinesWithLabelsAndCanDrawComms) {
   EXPECT_NE(svg.find("time (s)"), std::string::npos);
   options.labels = {"only one"};
   EXPECT_THROW(render_svg({interleaved_timeline(), interleaved_timeline()}, options), UserError);
+}
+
+// The value of attribute `name` in each element whose text starts with `element` (e.g.
+// "<rect class=\"event\""), in order.
+std::vector<double> attributes(const std::string& svg, const std::string& element,
+                               const std::string& name) {
+  std::vector<double> out;
+  for (size_t at = svg.find(element); at != std::string::npos; at = svg.find(element, at + 1)) {
+    const size_t value = svg.find(" " + name + "=\"", at) + name.size() + 3;
+    out.push_back(std::stod(svg.substr(value)));
+  }
+  return out;
+}
+
+TEST(Svg, ReductionsGoInALaneUnderTheirRankWithALegendEntry) {
+  Timeline t = interleaved_timeline();
+  const std::string plain = render_svg(t);
+  EXPECT_EQ(count(plain, "class=\"reduce\""), 0u);
+  EXPECT_EQ(plain.find("all-reduce"), std::string::npos);
+  t.events.push_back({1, parse_action("3REDUCE_GRAD"), 4.5, 7});
+  const std::string svg = render_svg(t);
+  EXPECT_TRUE(tags_balance(svg));
+  EXPECT_EQ(count(svg, "class=\"reduce\""), 1u);
+  EXPECT_EQ(count(svg, "class=\"event\""), 12u);  // not drawn as a compute box
+  EXPECT_NE(svg.find(">all-reduce of gradients (--dp)<"), std::string::npos);
+  EXPECT_NE(svg.find("<title>3REDUCE_GRAD [4.5, 7]</title>"), std::string::npos);
+  // The bar lies under rank 1's boxes (the lowest ones), so it covers none of them, and is as
+  // long as the all-reduce: 2.5 of the 7 time units over 1000 px.
+  const std::vector<double> boxes = attributes(svg, "<rect class=\"event\"", "y");
+  const double bar = attributes(svg, "<rect class=\"reduce\"", "y").at(0);
+  EXPECT_GE(bar, *std::max_element(boxes.begin(), boxes.end()) + SvgOptions{}.row_height_px);
+  EXPECT_NEAR(attributes(svg, "<rect class=\"reduce\"", "width").at(0), 1000 * 2.5 / 7, 0.1);
+  // Each rank's row gained a lane.
+  EXPECT_GT(attributes(svg, "<svg ", "height").at(0), attributes(plain, "<svg ", "height").at(0));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ struct OpName {
 };
 // Longest names first, so that "SEND_F" is not read as "S" + ... when matching prefixes.
 constexpr OpName kOpNames[] = {
+    {Op::REDUCE_GRAD, "REDUCE_GRAD"},
     {Op::OVERLAP_F_B, "OVERLAP_F_B"},
     {Op::SEND_F, "SEND_F"},
     {Op::RECV_F, "RECV_F"},
@@ -54,7 +55,10 @@ bool is_compute(Op op) {
   return op == Op::F || op == Op::I || op == Op::W || op == Op::B || op == Op::OVERLAP_F_B;
 }
 bool is_comm(Op op) {
-  return !is_compute(op);
+  return op == Op::SEND_F || op == Op::RECV_F || op == Op::SEND_B || op == Op::RECV_B;
+}
+bool is_collective(Op op) {
+  return op == Op::REDUCE_GRAD;
 }
 bool is_backward(Op op) {
   return op == Op::I || op == Op::B;
@@ -69,6 +73,7 @@ std::string to_string(const Action& action) {
     }
     return text + ")" + op_name(action.op);
   }
+  if (action.op == Op::REDUCE_GRAD) return std::to_string(action.stage) + op_name(action.op);
   return std::to_string(action.stage) + op_name(action.op) + std::to_string(action.microbatch);
 }
 
@@ -76,7 +81,7 @@ Action parse_action(std::string_view text) {
   auto fail = [&]() {
     throw UserError("'" + std::string(text) +
                     "' is not an action (expected <stage><op><microbatch> such as 0F1, 2W5, "
-                    "1SEND_F3, or (0F7;7B3)OVERLAP_F_B)");
+                    "1SEND_F3, (0F7;7B3)OVERLAP_F_B, or <stage>REDUCE_GRAD)");
   };
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
     text.remove_prefix(1);
@@ -106,6 +111,10 @@ Action parse_action(std::string_view text) {
     std::string_view name = entry.name;
     if (entry.op == Op::OVERLAP_F_B || text.substr(pos, name.size()) != name) continue;
     size_t after = pos + name.size();
+    if (entry.op == Op::REDUCE_GRAD) {
+      if (after != text.size()) fail();
+      return Action::make(entry.op, stage, -1);
+    }
     int microbatch = read_number(text, after);
     if (microbatch < 0 || after != text.size()) fail();
     return Action::make(entry.op, stage, microbatch);

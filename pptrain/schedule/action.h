@@ -2,7 +2,8 @@
 //
 // The text form is the one torch.distributed.pipelining writes, so schedules can be exchanged
 // with it: `<stage><op><microbatch>`, e.g. `0F1` (stage 0, forward of microbatch 1), `3I0`,
-// `2W5`, `1B2`, `0SEND_F3`, `1RECV_B0`; a composite is `(0F7;7B3)OVERLAP_F_B`.
+// `2W5`, `1B2`, `0SEND_F3`, `1RECV_B0`; a composite is `(0F7;7B3)OVERLAP_F_B`. A reduction over
+// the data-parallel replicas has no microbatch: `0REDUCE_GRAD` (stage 0; microbatch -1).
 //
 //   Action a = parse_action("2W5");   // {Op::W, stage 2, microbatch 5}
 //   to_string(a) == "2W5";
@@ -24,12 +25,14 @@ enum class Op {
   SEND_B,       // stage sends the gradient of its input to stage - 1
   RECV_B,       // stage receives the gradient of its output from stage + 1
   OVERLAP_F_B,  // composite: a forward and a backward run together (see Action::parts)
+  REDUCE_GRAD,  // all-reduce the stage's weight gradients of the whole step over its
+                // data-parallel replicas (--dp); microbatch -1 (schedule/reductions.h)
 };
 
 struct Action {
   Op op = Op::F;
   int stage = 0;              // global stage index, 0 .. num_stages-1 (-1 for a composite)
-  int microbatch = 0;         // 0 .. num_microbatches-1 (-1 for a composite)
+  int microbatch = 0;         // 0 .. num_microbatches-1 (-1 for a composite or REDUCE_GRAD)
   std::vector<Action> parts;  // only for OVERLAP_F_B: the overlapped actions, in order
 
   static Action make(Op op, int stage, int microbatch) { return Action{op, stage, microbatch, {}}; }
@@ -39,9 +42,10 @@ struct Action {
 
 // Short op name as it appears in the text form: "F", "I", "SEND_F", ...
 const char* op_name(Op op);
-bool is_compute(Op op);   // F, I, W, B, OVERLAP_F_B
-bool is_comm(Op op);      // SEND_F, RECV_F, SEND_B, RECV_B
-bool is_backward(Op op);  // I or B: the action that consumes a stage's activations
+bool is_compute(Op op);     // F, I, W, B, OVERLAP_F_B
+bool is_comm(Op op);        // SEND_F, RECV_F, SEND_B, RECV_B: point-to-point, one message each
+bool is_collective(Op op);  // REDUCE_GRAD: neither compute nor a message between stages
+bool is_backward(Op op);    // I or B: the action that consumes a stage's activations
 
 std::string to_string(const Action& action);
 // Parses the text form. Throws UserError naming the text if it is not an action.

@@ -9,16 +9,21 @@ namespace {
 
 TEST(ActionText, RoundTripsEveryOp) {
   for (const char* text : {"0F1", "3I0", "2W5", "1B2", "0SEND_F3", "1RECV_F3", "2SEND_B0",
-                           "1RECV_B0", "(0F7;7B3)OVERLAP_F_B", "12F345"}) {
+                           "1RECV_B0", "(0F7;7B3)OVERLAP_F_B", "12F345", "3REDUCE_GRAD"}) {
     EXPECT_EQ(to_string(parse_action(text)), text);
   }
+  // A reduction has no microbatch: stored as -1, as torch stores None.
+  EXPECT_EQ(parse_action("3REDUCE_GRAD"), Action::make(Op::REDUCE_GRAD, 3, -1));
+  EXPECT_TRUE(is_collective(Op::REDUCE_GRAD));
+  EXPECT_FALSE(is_comm(Op::REDUCE_GRAD));
+  EXPECT_FALSE(is_compute(Op::REDUCE_GRAD));
   EXPECT_EQ(parse_action("2W5"), Action::make(Op::W, 2, 5));
   EXPECT_EQ(parse_action(" 1B2 "), Action::make(Op::B, 1, 2));
 }
 
 TEST(ActionText, RejectsMalformedText) {
-  for (const char* text :
-       {"", "F1", "0F", "0X1", "0F1x", "(0F1)OVERLAP_F_B", "(0F1;1B0)", "-1F0", "0SEND1"}) {
+  for (const char* text : {"", "F1", "0F", "0X1", "0F1x", "(0F1)OVERLAP_F_B", "(0F1;1B0)", "-1F0",
+                           "0SEND1", "0REDUCE_GRAD1", "REDUCE_GRAD", "0REDUCE"}) {
     EXPECT_THROW(parse_action(text), UserError) << text;
   }
 }

@@ -44,8 +44,14 @@ Need produced_by(const Action& atom) {
       return {Fact::kReceivedB, s, m};
     case Op::OVERLAP_F_B:
       break;
+    case Op::REDUCE_GRAD:
+      PPTRAIN_ASSERT(false, "a reduction leaves no per-microbatch fact: ", to_string(atom));
   }
   PPTRAIN_ASSERT(false, "a composite produces its parts' facts, not one: ", to_string(atom));
+}
+
+bool computes_weight_grads(Op op) {
+  return op == Op::W || op == Op::B;
 }
 
 Action producer_of(const Need& need) {
@@ -89,6 +95,8 @@ Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool 
     case Op::RECV_B:
       needs.push_back({Fact::kSentB, s + 1, m});
       break;
+    case Op::REDUCE_GRAD:
+      break;  // every W or B of its stage: not a Need (see semantics.h)
     case Op::OVERLAP_F_B:
       PPTRAIN_ASSERT(false, "inputs_of takes one atom, not a composite: ", to_string(atom));
   }

@@ -15,6 +15,12 @@
 //   W s m       kInputGrad s m (its I)
 //   SEND_F s m  kOutput s m            SEND_B s m  kInputGrad s m
 //   RECV_F s m  kSentF s-1 m           RECV_B s m  kSentB s+1 m
+// REDUCE_GRAD s (no microbatch) is the odd one out: it leaves no Fact that another action of the
+// step waits for (the optimizer step after the flush waits for it), and it waits for the weight
+// gradients of stage s for EVERY microbatch (each W or B of s), a range no Need expresses.
+// inputs_of() gives it no needs and produced_by() refuses it; the validator orders it after the
+// stage's last W or B on its rank (schedule/reductions.h inserts it there), and lowering leaves
+// it where it is.
 // In a compute-only schedule (not lowered) a compute action waits for the producer itself, on
 // whatever rank it runs. Stage 0 has no input to wait for and the last stage no output gradient.
 //
@@ -86,13 +92,17 @@ class Needs {
   size_t size_ = 0;
 };
 
-// The fact an atom (not a composite) leaves behind.
+// The fact an atom (not a composite, not a REDUCE_GRAD) leaves behind.
 Need produced_by(const Action& atom);
+// True for the atoms that complete a stage's weight gradients for one microbatch (W, or a fused
+// B): what a REDUCE_GRAD of that stage waits for.
+bool computes_weight_grads(Op op);
 // The atom that produces `need`'s fact. For kInputGrad that is an I (a schedule may have a B
 // there instead; both produce it).
 Action producer_of(const Need& need);
 // What `atom` waits for (see the table above). `stage_to_rank` places the stages; `lowered`
-// says whether inputs from other ranks arrive through RECV actions.
+// says whether inputs from other ranks arrive through RECV actions. None for a REDUCE_GRAD (see
+// above).
 Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered);
 
 // The SEND that must follow `atom` in a lowered schedule because what it produced is consumed on
@@ -112,7 +122,7 @@ struct Message {
            microbatch == other.microbatch;
   }
 };
-Message message_of(const Action& comm);  // InternalError for a compute action
+Message message_of(const Action& comm);  // InternalError for a compute action or REDUCE_GRAD
 // The other end of a communication action: RECV_F s+1 m for SEND_F s m, SEND_F s-1 m for
 // RECV_F s m, RECV_B s-1 m for SEND_B s m, SEND_B s+1 m for RECV_B s m.
 Action comm_peer(const Action& comm);

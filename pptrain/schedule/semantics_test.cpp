@@ -94,5 +94,19 @@ TEST(Semantics, AtomsOfACompositeAreItsParts) {
   EXPECT_EQ(std::distance(atoms_of(plain).begin(), atoms_of(plain).end()), 1);
 }
 
+TEST(Semantics, AReductionWaitsForNoNeedSendsNothingAndCarriesNoMessage) {
+  const std::vector<int> placement = {0, 1};
+  const Action reduce = parse_action("1REDUCE_GRAD");
+  EXPECT_EQ(inputs_of(reduce, placement, /*lowered=*/true).size(), 0u);
+  EXPECT_FALSE(send_after(reduce, placement));
+  EXPECT_THROW(message_of(reduce), InternalError);
+  EXPECT_THROW(produced_by(reduce), InternalError);
+  // What it waits for instead: every W or B of its stage.
+  EXPECT_TRUE(computes_weight_grads(Op::W));
+  EXPECT_TRUE(computes_weight_grads(Op::B));
+  EXPECT_FALSE(computes_weight_grads(Op::I));
+  EXPECT_FALSE(computes_weight_grads(Op::REDUCE_GRAD));
+}
+
 }  // namespace
 }  // namespace pptrain

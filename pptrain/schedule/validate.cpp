@@ -54,9 +54,11 @@ class Validator {
     M_ = s_.num_microbatches;
     seen_.assign(static_cast<size_t>(s_.num_stages) * M_, {});
     with_comms_ = s_.has_comms();
+    reductions_.assign(s_.num_stages, {});
     record_actions();
     check_completeness();
     check_order();
+    check_reductions();
     if (with_comms_) {
       check_matching();
       check_deadlock(s_, /*compute_only_source=*/false);
@@ -168,6 +170,10 @@ class Validator {
             }
           }
         }
+        if (is_collective(action.op)) {
+          record_reduction(action, Where{r, i, 0});
+          continue;
+        }
         for_each_atom(action, [&](const Action& a, int part) { record(a, Where{r, i, part}); });
       }
     }
@@ -216,6 +222,69 @@ class Validator {
       }
     }
     where = here;
+  }
+
+  // A REDUCE_GRAD by itself: a stage in range, held by its rank, no microbatch, one per stage,
+  // and a synchronous schedule (an asynchronous one has no step end to reduce at).
+  void record_reduction(const Action& a, const Where& here) {
+    const int r = here.rank, i = here.position;
+    if (!s_.flushes) {
+      fail(r, i,
+           "a REDUCE_GRAD needs a synchronous schedule; this one does not flush, so its step has "
+           "no end to reduce the gradients at");
+    }
+    if (a.microbatch != -1)
+      fail(r, i, "a REDUCE_GRAD has no microbatch (write it as <stage>REDUCE_GRAD)");
+    if (a.stage < 0 || a.stage >= s_.num_stages) {
+      fail(r, i,
+           "stage " + std::to_string(a.stage) + " is out of range (the schedule has " +
+               std::to_string(s_.num_stages) + " stages, 0.." + std::to_string(s_.num_stages - 1) +
+               ")");
+    }
+    const int owner = s_.stage_to_rank[a.stage];
+    if (owner != r) {
+      fail(r, i,
+           "stage " + std::to_string(a.stage) + " runs on rank " + std::to_string(owner) +
+               " (stage_to_rank), so its gradients are reduced there, not on rank " +
+               std::to_string(r));
+    }
+    Where& where = reductions_[a.stage];
+    if (where.found()) {
+      fail(r, i,
+           "second " + to_string(a) + " (the first is at rank " + std::to_string(where.rank) +
+               ", position " + std::to_string(where.position) +
+               "); a stage's gradients are reduced once per step");
+    }
+    where = here;
+  }
+
+  // Either every stage reduces its gradients or none does, and a stage's REDUCE_GRAD comes after
+  // every W or B of the stage (all on its rank: record() checked the placement).
+  void check_reductions() {
+    int with = -1, without = -1;  // a stage that has a reduction, one that has none
+    for (int s = 0; s < s_.num_stages; ++s) (reductions_[s].found() ? with : without) = s;
+    if (with < 0) return;
+    if (without >= 0) {
+      const Where& other = reductions_[with];
+      fail(s_.stage_to_rank[without], -1,
+           "stage " + std::to_string(without) + " has no " +
+               to_string(Action::make(Op::REDUCE_GRAD, without, -1)) + " but stage " +
+               std::to_string(with) + " has one (rank " + std::to_string(other.rank) +
+               ", position " + std::to_string(other.position) +
+               "); either every stage reduces its gradients or none does");
+    }
+    for (int s = 0; s < s_.num_stages; ++s) {
+      const Where& reduce = reductions_[s];
+      for (int mb = 0; mb < M_; ++mb) {
+        const bool fused = slot(Op::B, s, mb).found();
+        const Where& grads = fused ? slot(Op::B, s, mb) : slot(Op::W, s, mb);
+        if (grads.before(reduce)) continue;
+        fail_at(reduce, to_string(Action::make(Op::REDUCE_GRAD, s, -1)) + " runs before " +
+                            text_of(fused ? Op::B : Op::W, s, mb) + " (position " +
+                            std::to_string(grads.position) +
+                            "), whose weight gradients it reduces");
+      }
+    }
   }
 
   // A communication action must have a peer stage that exists and lives on another rank.
@@ -414,12 +483,12 @@ class Validator {
     if (stuck.empty()) return;
     // Position in s_ of the action rank r is stuck at. In a lowered compute-only schedule a
     // receive sits right before its consumer, whose position in s_ is the number of compute
-    // actions before it.
+    // actions (and reductions) before it.
     const auto source_position = [&](int r) {
       if (!compute_only_source) return static_cast<int>(pc[r]);
       const auto& list = lowered.actions[r];
       return static_cast<int>(std::count_if(list.begin(), list.begin() + pc[r],
-                                            [](const Action& a) { return is_compute(a.op); }));
+                                            [](const Action& a) { return !is_comm(a.op); }));
     };
     std::string message_text = "deadlock: no rank can progress;";
     for (size_t k = 0; k < stuck.size() && k < kMaxStuckListed; ++k) {
@@ -450,6 +519,7 @@ class Validator {
   int M_ = 0;
   bool with_comms_ = false;
   std::vector<std::array<Where, kAtomOps>> seen_;  // [stage * M + microbatch][op]
+  std::vector<Where> reductions_;                  // [stage] its REDUCE_GRAD, if any
 };
 
 }  // namespace

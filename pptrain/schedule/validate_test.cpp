@@ -236,5 +236,93 @@ TEST(Validate, CutsTheGridOfLongSchedules) {
   EXPECT_FALSE(contains(e.what(), "1F0 ")) << e.what();
 }
 
+// 1F1B of kOneFOneB with each stage's gradients reduced after its last backward.
+const char* const kReduced = "0F0,0F1,0B0,0B1,0REDUCE_GRAD\n1F0,1B0,1F1,1B1,1REDUCE_GRAD\n";
+
+TEST(Validate, AcceptsReductionsAndLowersAroundThem) {
+  const Schedule s = parse_csv(kReduced);
+  const ValidatedSchedule ok = validate(s);
+  // Lowering leaves the reductions in place: 1B1's send comes before 1REDUCE_GRAD.
+  EXPECT_EQ(to_string(ok->actions[1].back()), "1REDUCE_GRAD");
+  EXPECT_EQ(to_string(ok->actions[1][ok->actions[1].size() - 2]), "1SEND_B1");
+  EXPECT_NO_THROW(validate(*ok));
+  // A split backward: the reduction waits for the W's, not the I's.
+  EXPECT_NO_THROW(validate(parse_csv("0F0,0I0,0W0,0REDUCE_GRAD\n1F0,1I0,1W0,1REDUCE_GRAD\n")));
+}
+
+TEST(Validate, ReductionBeforeALastWeightGradient) {
+  ScheduleError e =
+      error_of(parse_csv("0F0,0F1,0B0,0REDUCE_GRAD,0B1\n1F0,1B0,1F1,1B1,1REDUCE_GRAD\n"));
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 3);
+  EXPECT_TRUE(contains(e.what(),
+                       "rank 0, position 3 (0REDUCE_GRAD): 0REDUCE_GRAD runs before 0B1 "
+                       "(position 4), whose weight gradients it reduces"))
+      << e.what();
+  // With I and W, the W counts.
+  e = error_of(parse_csv("0F0,0I0,0REDUCE_GRAD,0W0\n1F0,1I0,1W0,1REDUCE_GRAD\n"));
+  EXPECT_EQ(e.position(), 2);
+  EXPECT_TRUE(contains(e.message(), "runs before 0W0 (position 3)")) << e.what();
+  // Lowered: the same check.
+  Schedule lowered = lower(parse_csv(kOneFOneB));
+  lowered.actions[1].insert(lowered.actions[1].begin() + 2, parse_action("1REDUCE_GRAD"));
+  lowered.actions[0].push_back(parse_action("0REDUCE_GRAD"));
+  e = error_of(lowered);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 2);
+}
+
+TEST(Validate, ReductionOnTheWrongRankTwiceOrWithAMicrobatch) {
+  // (A CSV file places a stage by its actions, so a reduction on another rank is built here.)
+  Schedule wrong = parse_csv(kReduced);
+  wrong.actions[1].back().stage = 0;
+  ScheduleError e = error_of(wrong);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), 4);
+  EXPECT_TRUE(contains(e.message(), "stage 0 runs on rank 0")) << e.what();
+
+  e = error_of(
+      parse_csv("0F0,0F1,0B0,0REDUCE_GRAD,0B1,0REDUCE_GRAD\n1F0,1B0,1F1,1B1,1REDUCE_GRAD\n"));
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 5);
+  EXPECT_TRUE(contains(e.message(), "second 0REDUCE_GRAD (the first is at rank 0, position 3)"))
+      << e.what();
+
+  Schedule s = parse_csv(kReduced);
+  s.actions[0].back().microbatch = 1;
+  e = error_of(s);
+  EXPECT_EQ(e.position(), 4);
+  EXPECT_TRUE(contains(e.message(), "has no microbatch")) << e.what();
+
+  s = parse_csv(kReduced);
+  s.actions[1].back().stage = 7;
+  e = error_of(s);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_TRUE(contains(e.message(), "stage 7 is out of range")) << e.what();
+}
+
+TEST(Validate, EveryStageReducesOrNoneDoes) {
+  const ScheduleError e = error_of(parse_csv("0F0,0F1,0B0,0B1,0REDUCE_GRAD\n1F0,1B0,1F1,1B1\n"));
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_EQ(e.position(), -1);
+  EXPECT_TRUE(contains(e.what(),
+                       "rank 1: stage 1 has no 1REDUCE_GRAD but stage 0 has one (rank "
+                       "0, position 4); either every stage reduces its gradients or "
+                       "none does"))
+      << e.what();
+}
+
+TEST(Validate, ReductionInAnAsynchronousScheduleOrAComposite) {
+  Schedule s = parse_csv(kReduced);
+  s.flushes = false;
+  ScheduleError e = error_of(s);
+  EXPECT_EQ(e.rank(), 0);
+  EXPECT_EQ(e.position(), 4);
+  EXPECT_TRUE(contains(e.message(), "needs a synchronous schedule")) << e.what();
+  e = error_of(parse_csv("0F0,0F1,0B0,(0B1;0REDUCE_GRAD)OVERLAP_F_B\n1F0,1B0,1F1,1B1\n"));
+  EXPECT_EQ(e.position(), 3);
+  EXPECT_TRUE(contains(e.message(), "not REDUCE_GRAD")) << e.what();
+}
+
 }  // namespace
 }  // namespace pptrain

@@ -18,12 +18,15 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
-// The compute kinds a stage has a cost for, in CostModel's order.
-constexpr Op kComputeOps[] = {Op::F, Op::I, Op::W, Op::B};
+// The kinds a stage has a measured time for, in CostModel's order: compute, then the
+// data-parallel all-reduce.
+constexpr Op kMeasuredOps[] = {Op::F, Op::I, Op::W, Op::B, Op::REDUCE_GRAD};
+constexpr int kKinds = 5;
+constexpr int kReduce = 4;
 
-int compute_index(Op op) {
-  for (int k = 0; k < 4; ++k) {
-    if (kComputeOps[k] == op) return k;
+int kind_index(Op op) {
+  for (int k = 0; k < kKinds; ++k) {
+    if (kMeasuredOps[k] == op) return k;
   }
   return -1;
 }
@@ -68,29 +71,34 @@ MeasuredCosts measure_costs(const std::vector<Timeline>& steps, int num_stages) 
   PPTRAIN_CHECK(num_stages >= 1, "measure_costs: num_stages must be >= 1, got ", num_stages);
   // per_step[k][s]: the step means of kind k on stage s.
   std::vector<std::vector<std::vector<double>>> per_step(
-      4, std::vector<std::vector<double>>(num_stages));
+      kKinds, std::vector<std::vector<double>>(num_stages));
   std::vector<double> latencies;
+  bool reduced = false;
   for (const Timeline& step : steps) {
-    std::vector<std::vector<double>> sum(4, std::vector<double>(num_stages, 0));
-    std::vector<std::vector<int>> count(4, std::vector<int>(num_stages, 0));
+    std::vector<std::vector<double>> sum(kKinds, std::vector<double>(num_stages, 0));
+    std::vector<std::vector<int>> count(kKinds, std::vector<int>(num_stages, 0));
     for (const auto& e : step.events) {
-      const int k = compute_index(e.action.op);
+      const int k = kind_index(e.action.op);
       const int s = e.action.stage;
       if (k < 0 || s < 0 || s >= num_stages) continue;
       sum[k][s] += e.end - e.start;
       ++count[k][s];
     }
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kKinds; ++k) {
       for (int s = 0; s < num_stages; ++s) {
         if (count[k][s] > 0) per_step[k][s].push_back(sum[k][s] / count[k][s]);
       }
     }
+    for (int s = 0; s < num_stages; ++s) reduced = reduced || count[kReduce][s] > 0;
     comm_samples(step, latencies);
   }
   MeasuredCosts out;
-  std::vector<double>* targets[4] = {&out.cost.stage_forward, &out.cost.stage_backward_input,
-                                     &out.cost.stage_backward_weight, &out.cost.stage_backward};
-  for (int k = 0; k < 4; ++k) {
+  std::vector<double>* targets[kKinds] = {&out.cost.stage_forward, &out.cost.stage_backward_input,
+                                          &out.cost.stage_backward_weight, &out.cost.stage_backward,
+                                          &out.cost.stage_reduce};
+  for (int k = 0; k < kKinds; ++k) {
+    // Without reductions stage_reduce stays empty: the cost model's own rule (free at D = 1).
+    if (k == kReduce && !reduced) continue;
     for (int s = 0; s < num_stages; ++s) targets[k]->push_back(median(per_step[k][s]));
   }
   out.cost.comm = median(latencies);
@@ -131,6 +139,7 @@ std::string format_comparison(const Comparison& c) {
   out += stage_row("  I        ", cost.stage_backward_input);
   out += stage_row("  W        ", cost.stage_backward_weight);
   out += stage_row("  B        ", cost.stage_backward);
+  if (!cost.stage_reduce.empty()) out += stage_row("  reduce   ", cost.stage_reduce);
   std::snprintf(cell, sizeof(cell), "  comm latency %.3f ms (from %d waiting receive%s)\n",
                 cost.comm * 1e3, c.costs.comm_samples, c.costs.comm_samples == 1 ? "" : "s");
   out += cell;
@@ -160,6 +169,7 @@ nlohmann::ordered_json comparison_json(const Comparison& c) {
           {"stage_backward_input_s", cost.stage_backward_input},
           {"stage_backward_weight_s", cost.stage_backward_weight},
           {"stage_backward_s", cost.stage_backward},
+          {"stage_reduce_s", cost.stage_reduce},
           {"steps", c.steps}};
 }
 

@@ -19,6 +19,9 @@
 //                           Only those transfers show the latency: for the others the data had
 //                           arrived before the receiver asked. None (no receiver ever waited): 0,
 //                           since the latency then never delayed anything.
+//   all-reduce of stage s   (REDUCE_GRAD, data parallelism) per step the mean duration of the
+//                           stage's reductions, then the median over the steps, as
+//                           CostModel::stage_reduce; left empty when no step has a reduction.
 // The events of all ranks must be on one clock (the runtime aligns them through the host's
 // monotonic clock); the simulator's rules are in simulator.h.
 #pragma once
@@ -36,7 +39,8 @@
 namespace pptrain {
 
 struct MeasuredCosts {
-  CostModel cost;        // per-stage stage_forward/backward_input/backward_weight/backward, comm
+  CostModel cost;        // per-stage stage_forward/backward_input/backward_weight/backward, comm,
+                         // and stage_reduce when the steps have reductions
   int comm_samples = 0;  // transfers the comm latency was read from
 };
 
@@ -60,7 +64,8 @@ std::string format_comparison(const Comparison& comparison);
 
 // {"predicted_makespan_s", "measured_makespan_s", "predicted_bubble_ratio",
 //  "measured_bubble_ratio", "comm_latency_s", "comm_samples", "stage_forward_s",
-//  "stage_backward_input_s", "stage_backward_weight_s", "stage_backward_s", "steps"}
+//  "stage_backward_input_s", "stage_backward_weight_s", "stage_backward_s", "stage_reduce_s"
+//  (empty without reductions), "steps"}
 nlohmann::ordered_json comparison_json(const Comparison& comparison);
 
 }  // namespace pptrain

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 
@@ -81,6 +82,30 @@ TEST(CompareToSimulation, SimulatedRunPredictsItself) {
   const auto json = comparison_json(c);
   EXPECT_NEAR(json.at("predicted_makespan_s").get<double>(), run.makespan, 1e-9);
   EXPECT_EQ(json.at("stage_forward_s").size(), 2u);
+}
+
+// With data parallelism: the measured all-reduces come back per stage and predict themselves.
+TEST(CompareToSimulation, ReductionsAreMeasuredPerStage) {
+  const ValidatedSchedule reduced =
+      validate(add_grad_reductions(make_schedule({"interleaved-1f1b", 2, 4, 2})));
+  CostModel truth;
+  truth.replicas = 4;
+  truth.stage_grad_bytes = {1e6, 2e6, 3e6, 4e6};
+  truth.reduce_bandwidth = 1e6;
+  const SimResult run = simulate(reduced, truth);
+  const Comparison c = compare_to_simulation(reduced, {run.timeline});
+  ASSERT_EQ(c.costs.cost.stage_reduce.size(), 4u);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_NEAR(c.costs.cost.stage_reduce[s], truth.reduce_time(s, 4, 2), 1e-9) << "stage " << s;
+  }
+  EXPECT_NEAR(c.predicted.makespan, run.makespan, 1e-9);
+  EXPECT_NE(format_comparison(c).find("  reduce "), std::string::npos);
+  EXPECT_EQ(comparison_json(c).at("stage_reduce_s").size(), 4u);
+  // Without reductions there is nothing to read.
+  const ValidatedSchedule plain = validate(make_schedule({"1f1b", 2, 4}));
+  const Comparison none = compare_to_simulation(plain, {simulate(plain, truth).timeline});
+  EXPECT_TRUE(none.costs.cost.stage_reduce.empty());
+  EXPECT_EQ(format_comparison(none).find("  reduce "), std::string::npos);
 }
 
 // A measured fused B is its own figure, not I + W.

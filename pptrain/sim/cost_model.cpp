@@ -32,9 +32,9 @@ double per_stage(const std::vector<double>& stage_values, double whole_share, in
 const std::pair<const char*, double CostModel::*> kKeys[] = {
     {"F", &CostModel::forward},         {"I", &CostModel::backward_input},
     {"W", &CostModel::backward_weight}, {"comm", &CostModel::comm},
-    {"weights", &CostModel::weights},
+    {"weights", &CostModel::weights},   {"reduce", &CostModel::reduce},
 };
-constexpr const char* kKeyList = "F, I, W, comm or weights";
+constexpr const char* kKeyList = "F, I, W, comm, weights or reduce";
 
 }  // namespace
 
@@ -75,8 +75,10 @@ std::string CostModel::to_string() const {
   std::ostringstream out;
   const char* separator = "";
   for (const auto& [name, member] : kKeys) {
-    // weights=0 (not counted) is left out, so cost models without weights print as before.
-    if (member == &CostModel::weights && weights == 0) continue;
+    // weights=0 (not counted) and reduce=0 are left out, so cost models without them print as
+    // before.
+    if ((member == &CostModel::weights || member == &CostModel::reduce) && this->*member == 0)
+      continue;
     out << separator << name << '=' << this->*member;
     separator = ",";
   }
@@ -104,9 +106,28 @@ double CostModel::time(const Action& action, int num_stages, int num_ranks) cons
       for (const Action& part : action.parts) sum += time(part, num_stages, num_ranks);
       return sum;
     }
+    case Op::REDUCE_GRAD:
+      return reduce_time(action.stage, num_stages, num_ranks);
     default:
       return 0;  // SEND/RECV occupy neither rank; their latency is `comm`
   }
+}
+
+double CostModel::reduce_time(int stage, int num_stages, int num_ranks) const {
+  PPTRAIN_CHECK(replicas >= 1, "cost model: data-parallel replicas must be >= 1, got ", replicas);
+  if (!stage_reduce.empty())
+    return per_stage(stage_reduce, 0, stage, num_stages, 1, "stage_reduce");
+  if (replicas == 1) return 0;
+  if (stage_grad_bytes.empty()) return reduce * num_ranks / num_stages;
+  PPTRAIN_CHECK(std::isfinite(reduce_bandwidth) && reduce_bandwidth > 0,
+                "cost model: stage_grad_bytes needs a reduce_bandwidth > 0 (bytes per time unit), "
+                "got ",
+                reduce_bandwidth);
+  PPTRAIN_CHECK(std::isfinite(reduce_latency) && reduce_latency >= 0,
+                "cost model: reduce_latency must be a finite number >= 0, got ", reduce_latency);
+  const double bytes = per_stage(stage_grad_bytes, 0, stage, num_stages, 1, "stage_grad_bytes");
+  const double d = replicas;
+  return 2 * (d - 1) / d * bytes / reduce_bandwidth + reduce_latency;
 }
 
 double CostModel::activation(int stage, int num_stages, int num_ranks) const {

@@ -13,6 +13,12 @@
 // Per-stage vectors, when given, override that (e.g. from a profile and a partition). Units are
 // arbitrary but shared: seconds when the figures come from a measured profile.
 //
+// Data parallelism (`--dp D`, schedule/reductions.h): a REDUCE_GRAD of stage s all-reduces its
+// weight gradients over the D replicas of the stage. With stage_grad_bytes it takes the ring
+// all-reduce's time, 2 (D-1)/D x stage_grad_bytes[s] / reduce_bandwidth + reduce_latency;
+// without, the scalar `reduce` (one all-reduce of the rank's whole share at this D, 1/V of it
+// per chunk). D = 1 (replicas) makes it free.
+//
 //   CostModel c = CostModel::parse("F=1,I=2,W=1,comm=0.1");
 //   double t = c.time(Action::make(Op::B, 3, 0), /*num_stages=*/8, /*num_ranks=*/4);  // (2+1)/2
 #pragma once
@@ -55,20 +61,37 @@ struct CostModel {
   // Optional memory of one weight version per stage [num_stages], same unit; when non-empty it
   // overrides `weights` (whose chunk share is 1/V of it).
   std::vector<double> stage_weights;
+  // Data-parallel replicas D of every stage, >= 1: a REDUCE_GRAD all-reduces over them.
+  int replicas = 1;
+  // Time of one all-reduce of the rank's whole share of the gradients over the D replicas (a
+  // chunk's takes 1/V of it), when stage_grad_bytes is empty. `reduce=` in the text form.
+  double reduce = 0;
+  // Optional bytes of each stage's weight gradients [num_stages]; when non-empty a REDUCE_GRAD
+  // takes the ring all-reduce's time from them, reduce_bandwidth and reduce_latency.
+  std::vector<double> stage_grad_bytes;
+  double reduce_bandwidth = 0;  // bytes per time unit of one replica's link (> 0 with bytes)
+  double reduce_latency = 0;    // time units added to every all-reduce
+  // Optional time of each stage's all-reduce [num_stages], e.g. measured (sim/compare.h); when
+  // non-empty it overrides `reduce` and the ring formula, whatever `replicas` is.
+  std::vector<double> stage_reduce;
 
-  // Parses "F=1,I=1,W=1,comm=0,weights=4": any subset of the keys F, I, W, comm, weights in any
-  // order, values finite and >= 0. Throws UserError naming the bad piece.
+  // Parses "F=1,I=1,W=1,comm=0,weights=4,reduce=2": any subset of the keys F, I, W, comm,
+  // weights, reduce in any order, values finite and >= 0. Throws UserError naming the bad piece.
   static CostModel parse(const std::string& text);
-  // "F=1,I=1,W=1,comm=0", then ",weights=4" when weights is non-zero (per-stage vectors are not
-  // printed).
+  // "F=1,I=1,W=1,comm=0", then ",weights=4" and ",reduce=2" when non-zero (replicas and
+  // per-stage vectors are not printed).
   std::string to_string() const;
   // Whether the simulator's peak memory includes weights at all.
   bool counts_weights() const { return weights != 0 || !stage_weights.empty(); }
 
-  // Duration of a compute action (F, I, W, B; OVERLAP_F_B = sum of its parts) on a schedule of
-  // num_stages stages over num_ranks ranks. SEND/RECV take 0. Throws UserError if a per-stage
-  // vector does not have num_stages entries.
+  // Duration of a compute action (F, I, W, B; OVERLAP_F_B = sum of its parts) or of a
+  // REDUCE_GRAD (reduce_time) on a schedule of num_stages stages over num_ranks ranks. SEND/RECV
+  // take 0. Throws UserError if a per-stage vector does not have num_stages entries.
   double time(const Action& action, int num_stages, int num_ranks) const;
+  // Time of `stage`'s all-reduce over the replicas (see the top of the file): stage_reduce[stage]
+  // if given, else 0 for D = 1.
+  // UserError for replicas < 1, or stage_grad_bytes without a reduce_bandwidth > 0.
+  double reduce_time(int stage, int num_stages, int num_ranks) const;
   // Activation memory one microbatch holds on `stage` between its F and its I or B.
   double activation(int stage, int num_stages, int num_ranks) const;
   // Memory one microbatch holds on `stage` between its I and its W: stage_weight_stash if given,

@@ -1,12 +1,18 @@
 // Figures read off a Timeline, with one definition for predicted (simulated) and measured runs.
 //
 //   busy[r]      = sum of the durations of rank r's compute events (F, I, W, B, OVERLAP_F_B)
-//   span[r]      = end of r's last event - start of r's first event
+//   span[r]      = end of r's last event - start of r's first event (any kind: a REDUCE_GRAD
+//                  that ends after the rank's compute extends it)
 //   cost         = max over ranks of span[r]
 //   bubble_ratio = 1 - sum(busy) / (P * cost)     (P = timeline.num_ranks)
 //   makespan     = latest end - earliest start over all events
 //   idle[r]      = makespan - busy[r]
-// With equal stages this is the zero-bubble paper's (cost - M(T_F+T_B+T_W)) / cost.
+// With equal stages this is the zero-bubble paper's (cost - M(T_F+T_B+T_W)) / cost. Only compute
+// is busy: a REDUCE_GRAD (data-parallel all-reduce, on its own channel) counts neither as busy
+// nor twice, so while it runs under compute that time is busy once, and where it runs after the
+// rank's last compute that time is idle (the rank waits for it before the optimizer step) and
+// adds to the bubble.
+
 #pragma once
 
 #include <vector>

@@ -25,6 +25,7 @@ class Simulation {
     const int P = s_.num_ranks;
     position_.assign(P, 0);
     free_at_.assign(P, 0.0);
+    reduce_free_at_.assign(P, 0.0);
     memory_events_.assign(P, {});
 
     // Each rank's list is a fixed order, so an action's start is fixed once its inputs are
@@ -80,6 +81,10 @@ class Simulation {
   // Runs rank r's next action if its inputs are available; false if it has to wait.
   bool step(int r) {
     const Action& a = s_.actions[r][position_[r]];
+    if (is_collective(a.op)) {
+      reduce(r, a);
+      return true;
+    }
     double start = free_at_[r];
     for (const Action& atom : atoms_of(a)) {
       const double ready = input_ready(atom);
@@ -95,6 +100,17 @@ class Simulation {
     free_at_[r] = end;
     ++position_[r];
     return true;
+  }
+
+  // A REDUCE_GRAD starts once the rank has reached it (its previous action ended; the validator
+  // put it after the stage's last W or B) and the rank's reduction channel is free, and runs on
+  // that channel: the rank's next actions do not wait for it, nothing else does either.
+  void reduce(int r, const Action& a) {
+    const double start = std::max(free_at_[r], reduce_free_at_[r]);
+    const double end = start + duration(a);
+    events_.push_back(TimelineEvent{r, a, start, end});
+    reduce_free_at_[r] = end;
+    ++position_[r];
   }
 
   // Queues the rank that consumes what `atom` produced: the next stage's for a forward, the
@@ -183,6 +199,7 @@ class Simulation {
   FactTable<double> done_at_;    // when each fact came true (semantics.h); kNotYet until then
   std::vector<int> position_;    // [rank] next action to run
   std::vector<double> free_at_;  // [rank] end of its last action
+  std::vector<double> reduce_free_at_;  // [rank] end of its last REDUCE_GRAD (one channel)
   std::vector<std::vector<std::pair<double, double>>> memory_events_;  // [rank] (time, +/-)
   std::vector<TimelineEvent> events_;
   std::deque<int> work_;      // ranks to try to advance

@@ -19,11 +19,16 @@
 // arriving `comm` after its SEND. OVERLAP_F_B waits for all its parts' inputs and lasts the sum
 // of their times (a conservative choice: no overlap speed-up is assumed). SEND_* and RECV_* take
 // no time on the rank; they appear in the timeline as zero-length events at the moment they
-// happen.
+// happen. A REDUCE_GRAD (data parallelism, schedule/reductions.h) starts when the rank reaches it
+// in its list (its previous action ended) and runs for CostModel::reduce_time on a channel of
+// its own, one reduction after another: the rank's following actions do not wait for it. It is
+// an event of its rank, so the rank's end, its span and the makespan include it.
 //
 // Figures come from timeline_stats() (pptrain/sim/metrics.h), the same definitions used for
 // measured runs: busy = sum of compute durations on a rank, idle = makespan - busy,
-// bubble_ratio = 1 - sum(busy) / (P * cost), cost = longest rank span.
+// bubble_ratio = 1 - sum(busy) / (P * cost), cost = longest rank span. A reduction is not
+// compute: under compute it adds nothing, and the part of it after the rank's last compute
+// (the exposed all-reduce) is idle time and bubble.
 //
 // Peak activations, in the memory model of cost_model.h (unit: one microbatch's forward
 // activations on one stage; a chunk counts 1/V of a rank's share): a microbatch's stash on a
@@ -62,7 +67,7 @@ namespace pptrain {
 
 struct RankStats {
   int rank = 0;
-  double busy = 0;              // sum of compute durations on this rank
+  double busy = 0;              // sum of compute durations on this rank (not the reductions)
   double idle = 0;              // makespan - busy
   double peak_activations = 0;  // memory-model units (see above)
   int weight_versions = 1;      // the most versions one of this rank's stages keeps
@@ -70,7 +75,8 @@ struct RankStats {
 };
 
 struct SimResult {
-  double makespan = 0;           // end of the last action over all ranks (the run starts at 0)
+  double makespan = 0;           // end of the last action (reductions included) over all ranks
+                                 // (the run starts at 0)
   double cost = 0;               // longest span (first start to last end) of any rank
   double bubble_ratio = 0;       // 1 - sum(busy) / (P * cost)
   std::vector<RankStats> ranks;  // [num_ranks]

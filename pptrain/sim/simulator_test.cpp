@@ -1,6 +1,6 @@
 // The simulator against closed forms: bubbles, peak activation memory and weight versions of
-// every generator, a hand-timed GPipe with communication latency, and errors for schedules that
-// cannot run.
+// every generator, a hand-timed GPipe with communication latency, data-parallel reductions
+// beside the cool-down, and errors for schedules that cannot run.
 #include "pptrain/sim/simulator.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
@@ -696,6 +697,144 @@ TEST(Simulator, DeadlocksAndBadActionsAreRefusedBeforeSimulation) {
       {{"0F0", "0RECV_F0", "0B0"}, {"1F0", "1B0"}},    // from a stage that does not exist
   };
   for (const auto& rows : bad) EXPECT_THROW(validate(two_rank_schedule(rows)), ScheduleError);
+}
+
+TEST(CostModel, ParseReduceAndRingAllReduceTime) {
+  const CostModel c = CostModel::parse("F=1,I=1,W=1,comm=0,reduce=3");
+  EXPECT_EQ(c.reduce, 3);
+  EXPECT_EQ(c.to_string(), "F=1,I=1,W=1,comm=0,reduce=3");
+  EXPECT_EQ(CostModel::parse(c.to_string()).reduce, 3);
+  EXPECT_EQ(CostModel::parse("F=2,reduce=0").to_string(), "F=2,I=1,W=1,comm=0");
+  EXPECT_EQ(CostModel::parse("weights=2,reduce=1.5").to_string(),
+            "F=1,I=1,W=1,comm=0,weights=2,reduce=1.5");
+  EXPECT_THROW(CostModel::parse("reduce=-1"), UserError);
+  // One replica: nothing to reduce.
+  CostModel d = c;
+  EXPECT_EQ(d.reduce_time(0, 2, 2), 0);
+  d.replicas = 2;
+  EXPECT_EQ(d.reduce_time(0, 2, 2), 3);
+  EXPECT_EQ(d.time(parse_action("3REDUCE_GRAD"), 4, 2), 1.5);  // V = 2: a chunk's half
+  d.replicas = 0;
+  EXPECT_THROW(d.reduce_time(0, 2, 2), UserError);
+  // The ring: 2 (D-1)/D x bytes / bandwidth + latency, per stage.
+  CostModel ring;
+  ring.replicas = 4;
+  ring.stage_grad_bytes = {4e6, 2e6};
+  EXPECT_THROW(ring.reduce_time(0, 2, 2), UserError);  // no bandwidth
+  ring.reduce_bandwidth = 1e6;
+  ring.reduce_latency = 0.5;
+  EXPECT_DOUBLE_EQ(ring.reduce_time(0, 2, 2), 2.0 * 3 / 4 * 4 + 0.5);
+  EXPECT_DOUBLE_EQ(ring.reduce_time(1, 2, 2), 2.0 * 3 / 4 * 2 + 0.5);
+  EXPECT_THROW(ring.reduce_time(0, 3, 3), UserError);  // 2 entries for 3 stages
+  ring.replicas = 1;
+  EXPECT_EQ(ring.reduce_time(0, 2, 2), 0);
+}
+
+// The reduction events of a result, by rank, in start order.
+std::vector<std::vector<TimelineEvent>> reductions_by_rank(const SimResult& r) {
+  std::vector<std::vector<TimelineEvent>> out(r.timeline.num_ranks);
+  for (const auto& e : r.timeline.events) {
+    if (e.action.op == Op::REDUCE_GRAD) out[e.rank].push_back(e);
+  }
+  for (auto& list : out) {
+    std::sort(list.begin(), list.end(),
+              [](const TimelineEvent& a, const TimelineEvent& b) { return a.start < b.start; });
+  }
+  return out;
+}
+
+TEST(Simulator, OneFOneBReducesUnderTheCoolDown) {
+  // P = 2, M = 4, F = I = W = 1 (B = 2): the compute ends at (M + P - 1)(F + B) = 15; rank 1's
+  // last B ends at 13, rank 0's at 15. Each reduction takes reduce = 3 (D = 2).
+  CostModel c = costs(1, 1, 1);
+  c.reduce = 3;
+  c.replicas = 2;
+  const Schedule plain = make_schedule({"1f1b", 2, 4});
+  const SimResult base = simulate(validate(plain), c);
+  ASSERT_DOUBLE_EQ(base.makespan, 15);
+  const SimResult r = simulate(validate(add_grad_reductions(plain)), c);
+  const auto reductions = reductions_by_rank(r);
+  ASSERT_EQ(reductions[1].size(), 1u);
+  EXPECT_EQ(to_string(reductions[1][0].action), "1REDUCE_GRAD");
+  EXPECT_DOUBLE_EQ(reductions[1][0].start, 13);  // at its last B's end
+  EXPECT_DOUBLE_EQ(reductions[1][0].end, 16);    // 1 past the compute: hidden but for 1
+  ASSERT_EQ(reductions[0].size(), 1u);
+  EXPECT_DOUBLE_EQ(reductions[0][0].start, 15);
+  EXPECT_DOUBLE_EQ(reductions[0][0].end, 18);
+  EXPECT_DOUBLE_EQ(r.makespan, 18);
+  // Busy is compute only; the exposed tail of the all-reduce is idle and bubble.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_DOUBLE_EQ(r.ranks[rank].busy, base.ranks[rank].busy);
+    EXPECT_DOUBLE_EQ(r.ranks[rank].idle, 18 - base.ranks[rank].busy);
+  }
+  EXPECT_DOUBLE_EQ(r.cost, 18);
+  EXPECT_DOUBLE_EQ(r.bubble_ratio, 1 - 2 * 12.0 / (2 * 18));
+  // One replica: the reductions are free and change nothing.
+  c.replicas = 1;
+  const SimResult alone = simulate(validate(add_grad_reductions(plain)), c);
+  EXPECT_DOUBLE_EQ(alone.makespan, base.makespan);
+  EXPECT_DOUBLE_EQ(alone.bubble_ratio, base.bubble_ratio);
+}
+
+TEST(Simulator, RingReductionTimesFromBytesBandwidthAndLatency) {
+  CostModel c = costs(1, 1, 1);
+  c.replicas = 4;
+  c.stage_grad_bytes = {4e6, 8e6};
+  c.reduce_bandwidth = 1e6;
+  c.reduce_latency = 0.25;
+  const SimResult r = simulate(validate(add_grad_reductions(make_schedule({"1f1b", 2, 4}))), c);
+  const auto reductions = reductions_by_rank(r);
+  EXPECT_DOUBLE_EQ(reductions[0][0].end - reductions[0][0].start, 2.0 * 3 / 4 * 4 + 0.25);
+  EXPECT_DOUBLE_EQ(reductions[1][0].end - reductions[1][0].start, 2.0 * 3 / 4 * 8 + 0.25);
+  EXPECT_DOUBLE_EQ(r.makespan, 13 + 2.0 * 3 / 4 * 8 + 0.25);  // rank 1's ends last
+}
+
+TEST(Simulator, ReductionsDelayNoComputeAndShareOneChannelPerRank) {
+  // Every synchronous schedule, compute-only and lowered: the compute events are where they are
+  // without reductions, each reduction starts at the end of the action before it or after the
+  // rank's previous reduction, and one rank's reductions never overlap.
+  CostModel c = costs(1, 2, 1.5, 0.25);
+  c.reduce = 7;
+  c.replicas = 8;
+  for (const auto& name : schedule_names()) {
+    if (find_schedule(name).update != WeightUpdate::kFlush) continue;
+    SCOPED_TRACE(name);
+    const Schedule plain = make_schedule({name, 4, 8});
+    const SimResult base = simulate(validate(plain), c);
+    const ValidatedSchedule reduced = validate(add_grad_reductions(plain));
+    const SimResult r = simulate(reduced, c);
+    std::vector<TimelineEvent> compute, base_compute;
+    for (const auto& e : r.timeline.events) {
+      if (is_compute(e.action.op)) compute.push_back(e);
+    }
+    for (const auto& e : base.timeline.events) {
+      if (is_compute(e.action.op)) base_compute.push_back(e);
+    }
+    ASSERT_EQ(compute.size(), base_compute.size());
+    for (size_t k = 0; k < compute.size(); ++k) {
+      EXPECT_EQ(compute[k].action, base_compute[k].action);
+      EXPECT_DOUBLE_EQ(compute[k].start, base_compute[k].start) << to_string(compute[k].action);
+    }
+    const auto reductions = reductions_by_rank(r);
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_EQ(reductions[rank].size(), plain.stages_of(rank).size());
+      double channel = 0;
+      for (const auto& e : reductions[rank]) {
+        const auto& list = reduced->actions[rank];
+        const size_t at = std::find(list.begin(), list.end(), e.action) - list.begin();
+        ASSERT_GT(at, 0u);
+        double previous_end = 0;  // the event of the action before it
+        for (const auto& other : r.timeline.events) {
+          if (other.rank == rank && other.action == list[at - 1]) previous_end = other.end;
+        }
+        EXPECT_DOUBLE_EQ(e.start, std::max(previous_end, channel)) << to_string(e.action);
+        EXPECT_DOUBLE_EQ(e.end - e.start, 7.0 / plain.chunks());
+        channel = e.end;
+      }
+      EXPECT_LE(channel, r.makespan + kEps);
+    }
+    EXPECT_GE(r.makespan, base.makespan);
+  }
 }
 
 }  // namespace

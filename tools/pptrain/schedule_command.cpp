@@ -4,6 +4,7 @@
 //
 //   pptrain schedule --schedule 1f1b --pp 4 --microbatches 8 --grid --svg 1f1b.svg
 //   pptrain schedule --import mine.csv --cost F=1,I=1,W=1,comm=0.1 --json
+//   pptrain schedule --schedule zb-v --pp 4 --microbatches 8 --dp 2 --cost reduce=3 --svg v.svg
 //   pptrain schedule --list     # the registry as a markdown table (the README's)
 #include <cstdio>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/grid.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
@@ -45,6 +47,7 @@ struct ScheduleArgs {
   bool list = false;
   int steps = 3;               // an asynchronous schedule: steps of M microbatches, no flush
   bool vertical_sync = false;  // pipedream's vertical sync
+  int dp = 1;                  // D: data-parallel copies of the pipeline; > 1 adds REDUCE_GRADs
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
 };
@@ -120,6 +123,10 @@ void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& 
   std::printf("ranks (P)     %d\n", s.num_ranks);
   std::printf("chunks (V)    %d\n", s.chunks());
   std::printf("microbatches  %d\n", s.num_microbatches);
+  if (cost.replicas > 1) {
+    std::printf("replicas (D)  %d: each stage all-reduces its gradients after its last W or B\n",
+                cost.replicas);
+  }
   std::printf("cost model    %s\n", cost.to_string().c_str());
   std::printf("memory        W keeps r = %g of a microbatch's activations after I",
               cost.mem_w_ratio);
@@ -150,6 +157,7 @@ nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
   out["pp"] = s.num_ranks;
   out["chunks"] = s.chunks();
   out["microbatches"] = s.num_microbatches;
+  out["dp"] = cost.replicas;
   out["makespan"] = result.makespan;
   out["bubble_ratio"] = result.bubble_ratio;
   out["mem_w_ratio"] = cost.mem_w_ratio;
@@ -173,9 +181,19 @@ void run_schedule_command(const ScheduleArgs& args) {
     std::fputs(schedule_table_markdown().c_str(), stdout);
     return;
   }
-  const CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
-  const Schedule schedule =
+  PPTRAIN_CHECK(args.dp >= 1, "--dp must be >= 1 (data-parallel copies of the pipeline), got ",
+                args.dp);
+  CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
+  cost.replicas = args.dp;
+  Schedule schedule =
       args.import_path.empty() ? generate_schedule(args, cost) : import_schedule(args);
+  if (args.dp > 1) {
+    PPTRAIN_CHECK(schedule.flushes, "--dp ", args.dp, " needs a synchronous schedule, but ",
+                  schedule.name,
+                  " does not flush (its stages step inside the run, with no step end at which to "
+                  "all-reduce the gradients)");
+    schedule = add_grad_reductions(schedule);
+  }
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).
   const VersionRule rule =
@@ -202,7 +220,8 @@ void run_schedule_command(const ScheduleArgs& args) {
   }
   result.timeline.title = schedule.name + ": P=" + std::to_string(schedule.num_ranks) +
                           ", V=" + std::to_string(schedule.chunks()) +
-                          ", M=" + std::to_string(schedule.num_microbatches) + ", bubble " +
+                          ", M=" + std::to_string(schedule.num_microbatches) +
+                          (args.dp > 1 ? ", D=" + std::to_string(args.dp) : "") + ", bubble " +
                           percent(result.bubble_ratio) + " (" + cost.to_string() + ")";
   if (!args.svg_path.empty()) {
     SvgOptions options;
@@ -235,7 +254,8 @@ void add_schedule_command(CLI::App& app) {
                                  "Stages per rank (V); 0 or absent: the schedule's default");
   cmd->add_option("--cost", args->cost,
                   "Cost model: times of one rank's share for one microbatch, the comm latency, "
-                  "and (weights=) the memory of one version of its weights")
+                  "(weights=) the memory of one version of its weights, and (reduce=) the time "
+                  "of one all-reduce of its gradients over the --dp copies")
       ->capture_default_str();
   cmd->add_option("--memory-limit", args->memory_limit,
                   "Cap on every rank's peak activations, in units of one microbatch's forward "
@@ -259,6 +279,10 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "Print the summary as one JSON object");
   cmd->add_option("--steps", args->steps,
                   "Asynchronous schedules: mini-batches shown in one run (no flush between them)")
+      ->capture_default_str();
+  cmd->add_option("--dp", args->dp,
+                  "Data-parallel copies of the pipeline (D): above 1, each stage all-reduces its "
+                  "gradients (REDUCE_GRAD) after its last W or B, taking reduce= of --cost")
       ->capture_default_str();
   cmd->add_flag("--vertical-sync", args->vertical_sync,
                 "pipedream: every stage uses the version a microbatch entered with");

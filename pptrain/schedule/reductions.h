@@ -1,0 +1,34 @@
+// Data-parallel gradient reduction as schedule actions. With `--dp D` the pipeline runs D
+// times side by side and every stage's D replicas all-reduce their weight gradients before the
+// optimizer step. add_grad_reductions() puts that all-reduce into the schedule as an action,
+// `sREDUCE_GRAD` (action.h), right after the last action of the step that completes stage s's
+// weight gradients on its rank, so the all-reduce of an early-finishing stage runs under the
+// rest of the cool-down instead of after the flush (torch.distributed.pipelining's REDUCE_GRAD).
+//
+//   Schedule s = add_grad_reductions(make_schedule({"1f1b", 2, 4}));
+//   // rank 0: 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3 0REDUCE_GRAD
+//   // rank 1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3 1REDUCE_GRAD
+//   simulate(validate(s), cost);   // cost.replicas = D times the reductions (sim/cost_model.h)
+//
+// Placement: after the rank's last W or B of the stage, also when it is a part of an
+// OVERLAP_F_B. In a lowered schedule (with SEND/RECV) the reduction also goes after the SENDs
+// that directly follow that action: a neighbour waits for those messages, the reduction waits
+// for nobody, and so adding reductions before or after lower() gives the same schedule. Two
+// stages whose gradients complete in the same action are reduced in the order of its parts.
+#pragma once
+
+#include "pptrain/schedule/schedule.h"
+
+namespace pptrain {
+
+// The schedule with one REDUCE_GRAD per stage, placed as above. Idempotent: the schedule's own
+// REDUCE_GRAD actions, if any, are dropped first, so a reduced schedule comes back unchanged.
+// UserError for an asynchronous schedule (flushes == false): its optimizer steps inside the run,
+// with no step end to reduce at.
+Schedule add_grad_reductions(const Schedule& schedule);
+// The schedule without its REDUCE_GRAD actions (what one replica alone, D = 1, runs).
+Schedule remove_grad_reductions(const Schedule& schedule);
+// True if any rank's list holds a REDUCE_GRAD.
+bool has_grad_reductions(const Schedule& schedule);
+
+}  // namespace pptrain
