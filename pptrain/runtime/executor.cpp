@@ -248,6 +248,12 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       sl.input_grad = torch::Tensor();
       break;
     }
+    case Op::REDUCE_GRAD:
+      // Only starts it: the caller waits for the sums before its optimizer step.
+      PPTRAIN_ASSERT(options_.reduce_gradients, to_string(action), " on rank ", options_.rank,
+                     " without ExecutorOptions::reduce_gradients");
+      options_.reduce_gradients(s);
+      break;
     default:
       PPTRAIN_ASSERT(false, "cannot run ", to_string(action));
   }

@@ -16,6 +16,9 @@
 //                peer shows that it posted the receive, at the latest at the step end.
 //   RECV_* s m   waits for a receive that was posted ahead into a preallocated buffer.
 //   OVERLAP_F_B  runs its parts in order.
+//   REDUCE_GRAD s  starts the sum of stage s's gradients over its data-parallel copies through
+//                ExecutorOptions::reduce_gradients and goes on; the caller waits for it. Its
+//                event covers the start only.
 // When adjacent stages live on the same rank (a V placement) the tensor is handed over locally.
 // Gradients accumulate in the parameters' .grad over the step; the caller clips and steps.
 //
@@ -88,6 +91,9 @@ struct ExecutorOptions {
   // Called after each backward (B) of (stage, microbatch), its gradients left on the weights it
   // ran on. Only for schedules without I/W split.
   std::function<void(int stage, int microbatch)> after_backward;
+  // Starts the all-reduce of `stage`'s gradients (REDUCE_GRAD) and returns without waiting.
+  // Needed when the schedule has reductions (schedule/reductions.h).
+  std::function<void(int stage)> reduce_gradients;
 };
 
 // The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0,

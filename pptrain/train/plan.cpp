@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/checkpoint.h"
@@ -61,9 +62,8 @@ void check_flags(const TrainOptions& options) {
   PPTRAIN_CHECK(options.dp >= 1, "--dp must be >= 1, got ", options.dp);
   PPTRAIN_CHECK(M >= 1, "--microbatches must be >= 1, got ", M);
   if (options.dp == 1) {
-    PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0,
-                  "--batch-size ", options.data.batch_size,
-                  " is not a positive multiple of --microbatches ", M);
+    PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0, "--batch-size ",
+                  options.data.batch_size, " is not a positive multiple of --microbatches ", M);
   } else {
     PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % (options.dp * M) == 0,
                   "--batch-size ", options.data.batch_size, " is not a positive multiple of --dp ",
@@ -234,7 +234,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
   std::string what;
   const CostModel cost = planning_cost(options, may_profile);
-  const Schedule schedule = requested_schedule(options, cost, what);
+  Schedule schedule = requested_schedule(options, cost, what);
   const VersionRule rule =
       version_rule_of(options.schedule_file.empty() ? options.schedule : "", options.vertical_sync,
                       schedule.num_stages, options.data.microbatches);
@@ -242,6 +242,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(options.dp == 1 || !rule.asynchronous(), "--dp ", options.dp, ": '",
                 options.schedule, "' is asynchronous; copies of a pipeline average their ",
                 "gradients at a flush, which it does not have");
+  // Copies of the pipeline sum each stage's gradients as soon as its last W is done.
+  if (options.dp > 1) schedule = add_grad_reductions(schedule);
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);

@@ -36,7 +36,7 @@ struct TrainOptions {
   // the global batch: each copy trains on its 1/D of it, and each stage's D copies average their
   // gradients before the optimizer step.
   int dp = 1;
-  int chunks = 0;    // V: stages per rank; 0 = the schedule's default
+  int chunks = 0;  // V: stages per rank; 0 = the schedule's default
   // Which layers each stage holds: uniform | params | time | FILE.json (partition_plan.h).
   std::string partition = "uniform";
   std::string stage_layers;       // resolved ranges "0-2,3-5" (a launcher's); wins over partition

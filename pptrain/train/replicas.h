@@ -2,10 +2,10 @@
 // gradients before the optimizer step, so D copies each trained on 1/D of the batch take the
 // step one process would take on all of it.
 //
-//   GradientAverager average(copies, plan.replicas);   // copies: the group of this rank's copies
+//   GradientAverager average(copies, plan.replicas, stages);  // copies: this rank's copies' group
 //   ...run the step's backwards...
-//   for (Stage* stage : stages) average.start(*stage); // each as soon as its last W is done
-//   average.finish();                                  // every .grad is now the copies' mean
+//   average.start(stage);       // REDUCE_GRAD: as soon as the stage's last W of the step is done
+//   auto done = average.finish(stages);    // every .grad is now the copies' mean
 //
 // A stage's gradients travel as one flat bucket, kept from step to step (so a step allocates
 // nothing for it), summed by one all-reduce that runs on the transport's threads while the
@@ -15,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <map>
 #include <vector>
 
@@ -25,16 +26,17 @@ namespace pptrain {
 
 class GradientAverager {
  public:
-  // `copies`: the transport among the D ranks holding the same stages (not owned). D = 1: every
-  // call does nothing.
-  GradientAverager(Transport* copies, int replicas) : copies_(copies), replicas_(replicas) {}
+  // `copies`: the transport among the D ranks holding the same `stages` (neither owned). D = 1:
+  // every call does nothing.
+  GradientAverager(Transport* copies, int replicas, const std::vector<Stage*>& stages);
 
   // Starts the all-reduce of `stage`'s gradients; once per stage per step, in the same order
   // on every copy.
-  void start(const Stage& stage);
-  // Starts the stages not started yet (in `stages`' order), waits for every sum, and leaves the
-  // mean in each parameter's .grad.
-  void finish(const std::vector<Stage*>& stages);
+  void start(int stage);
+  // Starts the stages not started yet (in the constructor's order), waits for every sum, and
+  // leaves the mean in each parameter's .grad. Returns when each stage's sum was known to be
+  // complete (its wait returned), by stage index.
+  std::map<int, std::chrono::steady_clock::time_point> finish();
 
  private:
   struct Bucket {
@@ -43,10 +45,9 @@ class GradientAverager {
     PendingComm sum;
     bool started = false;
   };
-  Bucket& bucket(const Stage& stage);
-
   Transport* copies_;
   int replicas_;
+  std::vector<int> order_;         // stage indices in the constructor's order
   std::map<int, Bucket> buckets_;  // stage index -> its bucket
 };
 

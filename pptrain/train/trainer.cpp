@@ -282,9 +282,8 @@ void train(const TrainingPlan& plan, Transport& transport,
   install_counting_allocator();
   set_compute_threads(plan.threads);
   const int rank = transport.rank();  // in the world: D copies of the P-rank pipeline
-  PPTRAIN_CHECK(transport.world_size() == plan.world_size(), "WORLD_SIZE=",
-                transport.world_size(), " but the run is for --pp ", plan.ranks(), " x --dp ",
-                plan.replicas);
+  PPTRAIN_CHECK(transport.world_size() == plan.world_size(), "WORLD_SIZE=", transport.world_size(),
+                " but the run is for --pp ", plan.ranks(), " x --dp ", plan.replicas);
   check_ranks_agree(plan, transport);  // before any message whose shape the plan decides
   const int pipeline_rank = plan.pipeline_rank(rank);
   // Every rank makes the pipelines' groups, then the copies' groups: the groups each family
@@ -293,7 +292,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   const Group copies = make_group(transport, plan.copies_of(pipeline_rank));
   RankModel model(plan, pipeline_rank);
   const RankData data(plan, rank);
-  GradientAverager average(copies.view, plan.replicas);
+  GradientAverager average(copies.view, plan.replicas, model.stage_pointers());
   const ModelOptions model_options = plan.model;
   ExecutorOptions executor_options;
   executor_options.rank = pipeline_rank;
@@ -307,6 +306,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = plan.recompute || plan.weights.backward_reruns_forward();
   executor_options.microbatches_per_step = plan.microbatches();
+  executor_options.reduce_gradients = [&average](int stage) { average.start(stage); };
   AsyncUpdates async(plan, model);
   if (plan.asynchronous()) {
     executor_options.weights = [&async](int stage, int mb, bool backward) -> Stage& {
@@ -327,9 +327,9 @@ void train(const TrainingPlan& plan, Transport& transport,
   std::vector<PendingComm> unsent_reports, older_reports;
   // The first copy of the pipeline writes the checkpoints; the others hold the same weights.
   const std::vector<StageOptimizer> no_optimizers;
-  const RankCheckpoint to_save =
-      plan.replica(rank) == 0 ? RankCheckpoint{model.stage_pointers(), &model.optimizers}
-                              : RankCheckpoint{{}, &no_optimizers};
+  const RankCheckpoint to_save = plan.replica(rank) == 0
+                                     ? RankCheckpoint{model.stage_pointers(), &model.optimizers}
+                                     : RankCheckpoint{{}, &no_optimizers};
   transport.barrier();  // a common start, so the ranks' timelines line up
   auto start = Clock::now();
   for (int step = plan.first_step; step < plan.steps; ++step) {
@@ -347,7 +347,13 @@ void train(const TrainingPlan& plan, Transport& transport,
     mine.peak_activation_bytes = peak_bytes() - base_bytes;
     double grad_norm = 0;
     if (!plan.asynchronous()) {
-      average.finish(model.stage_pointers());
+      // A reduction's event ends when its sum is known to be back (it only started it).
+      const auto reduced = average.finish();
+      for (TimelineEvent& e : record.events) {
+        if (e.action.op == Op::REDUCE_GRAD && reduced.count(e.action.stage)) {
+          e.end = std::chrono::duration<double>(reduced.at(e.action.stage) - start).count();
+        }
+      }
       // The copies now hold the same gradients: the norm is the one pipeline's.
       grad_norm = clip_grad_norm(model.params, plan.clip, pipeline.view);
       // Every rank has the same global norm, so every rank takes the same branch.

@@ -58,9 +58,9 @@ void run_train(const TrainOptions& options) {
     if (options.comm_timeout_s > 0) {
       transport_options.timeout = std::chrono::seconds(options.comm_timeout_s);
     }
-    PPTRAIN_CHECK(transport_options.world_size == world, "WORLD_SIZE=",
-                  transport_options.world_size, " does not match --pp ", options.pp, " x --dp ",
-                  options.dp);
+    PPTRAIN_CHECK(transport_options.world_size == world,
+                  "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp,
+                  " x --dp ", options.dp);
     transport = connect_transport(transport_options);
   }
   const auto observers = make_observers(options);

@@ -1,0 +1,92 @@
+// End-to-end tests of data parallelism (--dp D): D copies of a P-rank pipeline, each on 1/D of
+// the batch, averaging each stage's gradients before the optimizer step. The result must equal
+// one process on the whole batch (--pp 1, same seed and --batch-size) to 1e-5 relative in every
+// loss and final parameter. A copy that skipped the average would have trained on half the
+// data and could not pass.
+//
+// The cases use SGD: the copies sum their halves before adding them, so the gradients differ
+// from one process's in the last bits, and AdamW turns a gradient that is zero but for rounding
+// (the attention's key bias, whose true gradient is exactly 0) into a full step of +-lr, so its
+// weights drift apart by more than 1e-5 although nothing is wrong. (A pipeline alone computes
+// the same sums in the same order as one process, so tests/train_test.cpp can use AdamW.)
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+
+#include "tests/e2e.h"
+
+namespace pptrain {
+namespace {
+
+using namespace e2e;
+
+struct Case {
+  std::string kind, schedule;
+  int pp = 2, dp = 2;
+  std::string optimizer = "sgd";
+};
+
+class DataParallel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DataParallel, EqualsOneProcessOnTheWholeBatch) {
+  const Case& c = GetParam();
+  const ModelOptions model = small_model(c.kind);
+  const int steps = 6;
+  TempDir dir;
+  const std::string common = model_args(model) + " --batch-size 24 --microbatches 4 --steps " +
+                             std::to_string(steps) + " --quiet --optimizer " + c.optimizer;
+  const auto ref = run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() +
+                                 " --save " + (dir / "ref").string(),
+                             dir);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  const auto run =
+      run_train(common + " --schedule " + c.schedule + " --pp " + std::to_string(c.pp) + " --dp " +
+                    std::to_string(c.dp) + " --metrics " + (dir / "dp.jsonl").string() +
+                    " --save " + (dir / "dp").string() + " --trace " + (dir / "t.json").string(),
+                dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto losses = read_losses(dir / "dp.jsonl");
+  ASSERT_EQ(losses.size(), static_cast<size_t>(steps));
+  expect_same_losses(losses, read_losses(dir / "ref.jsonl"));
+  expect_same_parameters(model, dir / "dp", dir / "ref");
+
+  // Every world rank has its row, and each rank's all-reduce is on the trace.
+  const auto trace = nlohmann::json::parse(read_text(dir / "t.json"));
+  int reductions = 0;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.value("name", "").find("REDUCE_GRAD") != std::string::npos) ++reductions;
+  }
+  EXPECT_GE(reductions, c.pp * c.dp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Copies, DataParallel,
+                         ::testing::Values(Case{"gpt", "1f1b", 2, 2}, Case{"gpt", "zb-h1", 2, 2},
+                                           Case{"mlp", "1f1b", 1, 2}, Case{"mlp", "zb-v", 2, 2},
+                                           Case{"gpt", "zb-v", 2, 2}, Case{"mlp", "1f1b", 1, 3}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string name = info.param.kind + "_" + info.param.schedule + "_pp" +
+                                              std::to_string(info.param.pp) + "_dp" +
+                                              std::to_string(info.param.dp);
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
+
+TEST(DataParallel, BadFlagsAreOneLineErrors) {
+  TempDir dir;
+  const std::string common = model_args(small_model("mlp")) + " --steps 1 --quiet";
+  expect_one_line_error(run_train(common + " --pp 2 --dp 0 --batch-size 8 --microbatches 4", dir),
+                        "--dp must be >= 1, got 0");
+  expect_one_line_error(run_train(common + " --pp 2 --dp 2 --batch-size 12 --microbatches 4", dir),
+                        "--batch-size 12 is not a positive multiple of --dp 2 x --microbatches 4");
+  expect_one_line_error(
+      run_train(common + " --pp 2 --dp 2 --batch-size 16 --microbatches 4 --schedule pipedream",
+                dir),
+      "--dp 2: 'pipedream' is asynchronous");
+}
+
+}  // namespace
+}  // namespace pptrain
