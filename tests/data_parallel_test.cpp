@@ -11,9 +11,11 @@
 // the same sums in the same order as one process, so tests/train_test.cpp can use AdamW.)
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "tests/e2e.h"
 
@@ -75,6 +77,64 @@ INSTANTIATE_TEST_SUITE_P(Copies, DataParallel,
                            return name;
                          });
 
+// The "optimizer_state_bytes" of each rank in the last line of a --metrics file.
+std::vector<int64_t> read_state_bytes(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  return nlohmann::json::parse(last).at("optimizer_state_bytes").get<std::vector<int64_t>>();
+}
+
+// --zero 1 shards AdamW's moments over the copies: each copy steps the layers it owns and
+// shares their weights, which changes no bit of the result, and each rank holds about half the
+// state; the two copies of a pipeline rank together hold exactly the unsharded state. A
+// checkpoint of a sharded run (each copy writes its own layers' state) resumes on the same
+// trajectory.
+TEST(Zero, OneShardsTheStateAndChangesNothing) {
+  const ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common = model_args(model) +
+                             " --batch-size 16 --microbatches 4 --quiet --optimizer adamw "
+                             "--schedule 1f1b --pp 2 --dp 2";
+  const auto full = run_train(common + " --steps 6 --metrics " + (dir / "full.jsonl").string() +
+                                  " --save " + (dir / "full").string(),
+                              dir);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const auto zero =
+      run_train(common + " --zero 1 --steps 6 --metrics " + (dir / "zero.jsonl").string() +
+                    " --save " + (dir / "zero").string(),
+                dir);
+  ASSERT_EQ(zero.exit_code, 0) << zero.err;
+  expect_same_losses(read_losses(dir / "zero.jsonl"), read_losses(dir / "full.jsonl"), 1e-7);
+  expect_same_parameters(model, dir / "zero", dir / "full", 1e-7);
+
+  const auto sharded = read_state_bytes(dir / "zero.jsonl");
+  const auto whole = read_state_bytes(dir / "full.jsonl");
+  ASSERT_EQ(sharded.size(), 4u);
+  ASSERT_EQ(whole.size(), 4u);
+  for (int p = 0; p < 2; ++p) {
+    SCOPED_TRACE("pipeline rank " + std::to_string(p));
+    EXPECT_GT(whole[p], 0);
+    EXPECT_EQ(whole[p], whole[p + 2]);
+    EXPECT_EQ(sharded[p] + sharded[p + 2], whole[p]);
+    EXPECT_LE(sharded[p], 0.6 * whole[p]);
+    EXPECT_LE(sharded[p + 2], 0.6 * whole[p]);
+  }
+
+  // 3 steps, save, resume to 6: the same as 6 in one go.
+  const auto first =
+      run_train(common + " --zero 1 --steps 3 --save " + (dir / "half").string(), dir);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto resumed =
+      run_train(common + " --zero 1 --steps 6 --resume " + (dir / "half").string() + " --metrics " +
+                    (dir / "resumed.jsonl").string() + " --save " + (dir / "resumed").string(),
+                dir);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto six = read_losses(dir / "zero.jsonl");
+  expect_same_losses(read_losses(dir / "resumed.jsonl"), {six.begin() + 3, six.end()}, 1e-6);
+  expect_same_parameters(model, dir / "resumed", dir / "zero", 1e-6);
+}
+
 TEST(DataParallel, BadFlagsAreOneLineErrors) {
   TempDir dir;
   const std::string common = model_args(small_model("mlp")) + " --steps 1 --quiet";
@@ -86,6 +146,9 @@ TEST(DataParallel, BadFlagsAreOneLineErrors) {
       run_train(common + " --pp 2 --dp 2 --batch-size 16 --microbatches 4 --schedule pipedream",
                 dir),
       "--dp 2: 'pipedream' is asynchronous");
+  expect_one_line_error(
+      run_train(common + " --pp 2 --zero 1 --batch-size 16 --microbatches 4", dir),
+      "--zero 1 shards the optimizer state over the copies of the pipeline; it needs --dp 2");
 }
 
 }  // namespace

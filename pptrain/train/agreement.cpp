@@ -102,6 +102,7 @@ Settings plan_settings(const TrainingPlan& plan) {
   return {
       {"--pp", std::to_string(plan.ranks())},
       {"--dp", std::to_string(plan.replicas)},
+      {"--zero", std::to_string(plan.zero)},
       {"--model", m.kind},
       {"--layers", std::to_string(m.layers)},
       {"--d-model", std::to_string(m.d_model)},

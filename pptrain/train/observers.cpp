@@ -88,7 +88,8 @@ void MetricsWriter::on_step(const StepReport& r) {
                                  {"bubble_ratio", r.stats.bubble_ratio},
                                  {"grad_norm", r.grad_norm},
                                  {"peak_activation_bytes", r.peak_activation_bytes},
-                                 {"weight_versions", r.weight_versions}};
+                                 {"weight_versions", r.weight_versions},
+                                 {"optimizer_state_bytes", r.optimizer_state_bytes}};
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
   }

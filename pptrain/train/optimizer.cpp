@@ -24,11 +24,33 @@ std::string optimizer_file(const std::string& dir, int layer) {
   return (std::filesystem::path(dir) / ("optim_" + std::to_string(layer) + ".pt")).string();
 }
 
-StageOptimizer::StageOptimizer(const TrainingPlan& plan, const Stage& stage)
+StageOptimizer::StageOptimizer(const TrainingPlan& plan, const Stage& stage,
+                               const std::function<bool(int layer)>& keeps)
     : first_layer_(stage.first_layer()) {
   for (int i = 0; i < stage.num_layers(); ++i) {
-    layers_.push_back(make_optimizer(plan, stage.layer_parameters(i)));
+    const bool kept = !keeps || keeps(first_layer_ + i);
+    layers_.push_back(kept ? make_optimizer(plan, stage.layer_parameters(i)) : nullptr);
   }
+}
+
+int64_t StageOptimizer::state_bytes() const {
+  int64_t bytes = 0;
+  const auto add = [&bytes](const torch::Tensor& t) {
+    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  };
+  for (const auto& optimizer : layers_) {
+    if (!optimizer) continue;
+    for (const auto& [key, state] : optimizer->state()) {
+      if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
+        add(adamw->exp_avg());
+        add(adamw->exp_avg_sq());
+        add(adamw->max_exp_avg_sq());
+      } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
+        add(sgd->momentum_buffer());
+      }
+    }
+  }
+  return bytes;
 }
 
 void StageOptimizer::set_lr(double lr) {

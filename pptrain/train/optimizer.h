@@ -13,6 +13,8 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,10 +26,17 @@ namespace pptrain {
 
 class StageOptimizer {
  public:
-  StageOptimizer(const TrainingPlan& plan, const Stage& stage);
+  // `keeps(layer)`: whether this rank keeps the optimizer (and its state) of that model layer;
+  // unset: every layer. With --zero 1 a copy keeps only the layers it owns: it steps, saves and
+  // loads only those.
+  StageOptimizer(const TrainingPlan& plan, const Stage& stage,
+                 const std::function<bool(int layer)>& keeps = {});
 
   void set_lr(double lr);
   void step();
+  // Bytes of the optimizer state held now (momentum buffers, AdamW's two moments); 0 before
+  // the first step.
+  int64_t state_bytes() const;
 
   // One file per layer: DIR/optim_<model layer index>.pt. UserError if a file cannot be written
   // or read, or does not fit the layer's parameters.

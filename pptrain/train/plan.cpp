@@ -60,6 +60,10 @@ void check_flags(const TrainOptions& options) {
   const int M = options.data.microbatches;
   PPTRAIN_CHECK(options.pp >= 1, "--pp must be >= 1, got ", options.pp);
   PPTRAIN_CHECK(options.dp >= 1, "--dp must be >= 1, got ", options.dp);
+  PPTRAIN_CHECK(options.zero == 0 || options.zero == 1, "--zero must be 0 or 1, got ",
+                options.zero);
+  PPTRAIN_CHECK(options.zero == 0 || options.dp >= 2, "--zero 1 shards the optimizer state over ",
+                "the copies of the pipeline; it needs --dp 2 or more");
   PPTRAIN_CHECK(M >= 1, "--microbatches must be >= 1, got ", M);
   if (options.dp == 1) {
     PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0, "--batch-size ",
@@ -264,6 +268,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.model = options.model;
   plan.data = options.data;
   plan.replicas = options.dp;
+  plan.zero = options.zero;
   plan.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
   plan.tokens_per_sample = options.model.kind == "gpt" ? options.model.seq_len : 1;
   plan.stage_layers =

@@ -36,6 +36,10 @@ struct TrainOptions {
   // the global batch: each copy trains on its 1/D of it, and each stage's D copies average their
   // gradients before the optimizer step.
   int dp = 1;
+  // 1: each of the D copies keeps the optimizer state of about 1/D of its stages' layers, steps
+  // those and hands their new weights to the other copies (ZeRO stage 1); 0: every copy keeps
+  // all of it.
+  int zero = 0;
   int chunks = 0;  // V: stages per rank; 0 = the schedule's default
   // Which layers each stage holds: uniform | params | time | FILE.json (partition_plan.h).
   std::string partition = "uniform";
@@ -98,6 +102,7 @@ struct TrainingPlan {
   DataOptions data;
   // D: copies of the pipeline (--dp). World rank w runs pipeline rank w % P of copy w / P.
   int replicas = 1;
+  int zero = 0;  // --zero: 1 shards the optimizer state over the D copies (train/stage_copies.h)
   // The schedule every rank runs, with its SEND/RECV actions. With --pp 1 every schedule name
   // means the same single-stage run: all microbatches' forwards, then all their backwards.
   // An asynchronous schedule is one list over the whole run: steps x M microbatches.

@@ -9,8 +9,9 @@
 namespace pptrain {
 namespace {
 
-// has_loss, loss, peak bytes, seconds, event count, start_s, grad_norm_squared, weight_versions
-constexpr int kHeaderFields = 8;
+// has_loss, loss, peak bytes, seconds, event count, start_s, grad_norm_squared, weight_versions,
+// optimizer state bytes
+constexpr int kHeaderFields = 9;
 constexpr int kEventFields = 5;  // op, stage, microbatch, start, end
 
 // Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
@@ -21,7 +22,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
   auto header = torch::tensor(
       {mine.has_loss ? 1.0 : 0.0, mine.loss, static_cast<double>(mine.peak_activation_bytes),
        mine.seconds, static_cast<double>(mine.events.size()), mine.start_s, mine.grad_norm_squared,
-       static_cast<double>(mine.weight_versions)},
+       static_cast<double>(mine.weight_versions), static_cast<double>(mine.optimizer_state_bytes)},
       torch::kFloat64);
   if (rank != 0) {
     auto events =
@@ -59,6 +60,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
     r.start_s = h[5].item<double>();
     r.grad_norm_squared = h[6].item<double>();
     r.weight_versions = static_cast<int>(h[7].item<double>());
+    r.optimizer_state_bytes = static_cast<int64_t>(h[8].item<double>());
     auto events =
         torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
     transport.recv(events, peer, tag_of(ControlTag::kReportEvents)).wait();
@@ -103,6 +105,7 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
     report.rank_seconds.push_back(r.seconds);
     report.peak_activation_bytes.push_back(r.peak_activation_bytes);
     report.weight_versions.push_back(r.weight_versions);
+    report.optimizer_state_bytes.push_back(r.optimizer_state_bytes);
     if (plan.asynchronous()) squared_norm += r.grad_norm_squared;
     // Each rank timed its events from its own start after the barrier; on rank 0's clock they
     // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady

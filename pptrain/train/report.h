@@ -31,6 +31,7 @@ struct RankStep {
   // steps (one per stage), and the most weight versions one of its stages held in the step.
   double grad_norm_squared = 0;
   int weight_versions = 1;
+  int64_t optimizer_state_bytes = 0;  // held by this rank's optimizers after the step
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -45,6 +46,7 @@ struct StepReport {
   std::vector<double> rank_seconds;            // [rank]
   std::vector<int64_t> peak_activation_bytes;  // [rank]
   std::vector<int> weight_versions;            // [rank]: most versions held at once
+  std::vector<int64_t> optimizer_state_bytes;  // [rank]: after the step
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 

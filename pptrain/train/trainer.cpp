@@ -21,7 +21,7 @@
 #include "pptrain/train/checkpoint.h"
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/pipemare.h"
-#include "pptrain/train/replicas.h"
+#include "pptrain/train/stage_copies.h"
 
 namespace pptrain {
 namespace {
@@ -39,18 +39,37 @@ struct RankModel {
   std::vector<StageVersions> versions;     // [local stage]
   std::vector<PipeMareStage> pipemare;     // [local stage], for a pipemare rule only
   std::map<int, int> local;                // global stage index -> local stage
+  std::map<int, int> owner;  // --zero 1: model layer -> the copy that keeps its optimizer state
 
-  RankModel(const TrainingPlan& plan, int rank) {
-    for (int s : plan.stages_of(rank)) {
+  // `world_rank` runs pipeline rank plan.pipeline_rank(world_rank) of copy plan.replica(...).
+  RankModel(const TrainingPlan& plan, int world_rank) {
+    for (int s : plan.stages_of(plan.pipeline_rank(world_rank))) {
       local[s] = static_cast<int>(stages.size());
       stages.push_back(make_stage(plan.model, s, plan.stage_layers[s]));
       if (!plan.start_dir().empty()) stages.back().load(plan.start_dir());
     }
+    if (plan.zero == 1) {
+      std::vector<int> layers;
+      std::vector<int64_t> numel;
+      for (const auto& stage : stages) {
+        for (int i = 0; i < stage.num_layers(); ++i) {
+          layers.push_back(stage.first_layer() + i);
+          numel.push_back(0);
+          for (const auto& p : stage.layer_parameters(i)) numel.back() += p.numel();
+        }
+      }
+      const std::vector<int> owners = zero_owners(numel, plan.replicas);
+      for (size_t i = 0; i < layers.size(); ++i) owner[layers[i]] = owners[i];
+    }
+    const int replica = plan.replica(world_rank);
+    const auto keeps = [this, replica](int layer) {
+      return owner.empty() || owner.at(layer) == replica;
+    };
     for (auto& stage : stages) {
       auto stage_params = stage.parameters();
       for (auto& p : stage_params) p.mutable_grad() = torch::zeros_like(p);
       params.insert(params.end(), stage_params.begin(), stage_params.end());
-      optimizers.emplace_back(plan, stage);
+      optimizers.emplace_back(plan, stage, keeps);
       if (!plan.resume_dir.empty()) optimizers.back().load(plan.resume_dir);
       const int s = stage.index();
       auto make_copy = [&plan, s] { return make_stage(plan.model, s, plan.stage_layers[s]); };
@@ -290,9 +309,9 @@ void train(const TrainingPlan& plan, Transport& transport,
   // makes are disjoint, so no rank waits for one that is forming another group.
   const Group pipeline = make_group(transport, plan.pipeline_of(plan.replica(rank)));
   const Group copies = make_group(transport, plan.copies_of(pipeline_rank));
-  RankModel model(plan, pipeline_rank);
+  RankModel model(plan, rank);
   const RankData data(plan, rank);
-  GradientAverager average(copies.view, plan.replicas, model.stage_pointers());
+  StageCopies stage_copies(copies.view, plan.replicas, model.stage_pointers());
   const ModelOptions model_options = plan.model;
   ExecutorOptions executor_options;
   executor_options.rank = pipeline_rank;
@@ -306,7 +325,9 @@ void train(const TrainingPlan& plan, Transport& transport,
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = plan.recompute || plan.weights.backward_reruns_forward();
   executor_options.microbatches_per_step = plan.microbatches();
-  executor_options.reduce_gradients = [&average](int stage) { average.start(stage); };
+  executor_options.reduce_gradients = [&stage_copies](int stage) {
+    stage_copies.start_average(stage);
+  };
   AsyncUpdates async(plan, model);
   if (plan.asynchronous()) {
     executor_options.weights = [&async](int stage, int mb, bool backward) -> Stage& {
@@ -325,11 +346,13 @@ void train(const TrainingPlan& plan, Transport& transport,
   // An asynchronous pipeline never waits for the other ranks between steps: no barrier after
   // the first, and its step reports are sent without waiting (they are waited on a step later).
   std::vector<PendingComm> unsent_reports, older_reports;
-  // The first copy of the pipeline writes the checkpoints; the others hold the same weights.
+  // The first copy of the pipeline writes the checkpoints; the others hold the same weights
+  // and, unless --zero 1 gave each copy its own layers' state, the same optimizer state.
   const std::vector<StageOptimizer> no_optimizers;
-  const RankCheckpoint to_save = plan.replica(rank) == 0
-                                     ? RankCheckpoint{model.stage_pointers(), &model.optimizers}
-                                     : RankCheckpoint{{}, &no_optimizers};
+  const RankCheckpoint to_save =
+      plan.replica(rank) == 0
+          ? RankCheckpoint{model.stage_pointers(), &model.optimizers}
+          : RankCheckpoint{{}, plan.zero == 1 ? &model.optimizers : &no_optimizers};
   transport.barrier();  // a common start, so the ranks' timelines line up
   auto start = Clock::now();
   for (int step = plan.first_step; step < plan.steps; ++step) {
@@ -348,7 +371,7 @@ void train(const TrainingPlan& plan, Transport& transport,
     double grad_norm = 0;
     if (!plan.asynchronous()) {
       // A reduction's event ends when its sum is known to be back (it only started it).
-      const auto reduced = average.finish();
+      const auto reduced = stage_copies.finish_average();
       for (TimelineEvent& e : record.events) {
         if (e.action.op == Op::REDUCE_GRAD && reduced.count(e.action.stage)) {
           e.end = std::chrono::duration<double>(reduced.at(e.action.stage) - start).count();
@@ -362,6 +385,8 @@ void train(const TrainingPlan& plan, Transport& transport,
           optimizer.set_lr(plan.lr_at(step));
           optimizer.step();
         }
+        // --zero 1: each copy stepped its own layers; the others get their new weights.
+        if (plan.zero == 1) stage_copies.share_weights(model.owner, plan.replica(rank));
       } else if (!plan.skip_nonfinite) {
         throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
       }
@@ -370,6 +395,9 @@ void train(const TrainingPlan& plan, Transport& transport,
       mine.weight_versions = async.take_most_held();
     }
     mine.seconds = seconds_since(start);
+    for (const auto& optimizer : model.optimizers) {
+      mine.optimizer_state_bytes += optimizer.state_bytes();
+    }
     mine.start_s = std::chrono::duration<double>(start.time_since_epoch()).count();
     mine.has_loss = record.has_loss;
     mine.loss = record.loss;

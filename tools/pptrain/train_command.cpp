@@ -88,6 +88,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--dp", o.dp,
                   "Copies of the pipeline (data parallelism): D x P workers, each copy trains on "
                   "1/D of --batch-size and the copies of a stage average their gradients");
+  cmd->add_option("--zero", o.zero,
+                  "1: shard the optimizer state over the --dp copies (each keeps and steps about "
+                  "1/D of the layers' state, then shares the new weights); 0: no sharding");
   cmd->add_option("--chunks", o.chunks,
                   "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
       ->capture_default_str();

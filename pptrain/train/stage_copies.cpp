@@ -1,0 +1,101 @@
+#include "pptrain/train/stage_copies.h"
+
+#include <algorithm>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+
+std::vector<int> zero_owners(const std::vector<int64_t>& layer_numel, int replicas) {
+  std::vector<int64_t> held(replicas, 0);
+  std::vector<int> owner;
+  for (int64_t numel : layer_numel) {
+    const int least = static_cast<int>(std::min_element(held.begin(), held.end()) - held.begin());
+    held[least] += numel;
+    owner.push_back(least);
+  }
+  return owner;
+}
+
+StageCopies::StageCopies(Transport* group, int replicas, const std::vector<Stage*>& stages)
+    : group_(group), replicas_(replicas) {
+  if (replicas_ == 1) return;
+  PPTRAIN_ASSERT(group_ && group_->world_size() == replicas_, "the copies' group has ",
+                 group_ ? group_->world_size() : 0, " ranks for ", replicas_, " copies");
+  for (const Stage* stage : stages) {
+    Bucket& b = buckets_[stage->index()];
+    b.stage = stage;
+    int64_t numel = 0;
+    for (int i = 0; i < stage->num_layers(); ++i) {
+      for (const auto& p : stage->layer_parameters(i)) {
+        b.params.push_back(p);
+        b.layer_of.push_back(stage->first_layer() + i);
+        numel += p.numel();
+      }
+    }
+    b.flat = torch::empty({numel}, torch::kFloat32);  // allocated once, before any step
+    order_.push_back(stage->index());
+  }
+}
+
+void StageCopies::start_average(int stage) {
+  if (replicas_ == 1) return;
+  Bucket& b = buckets_.at(stage);
+  PPTRAIN_ASSERT(!b.started, "the gradients of stage ", stage, " were started twice in a step");
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const auto& p : b.params) {
+    b.flat.narrow(0, offset, p.numel()).copy_(p.grad().reshape(-1));
+    offset += p.numel();
+  }
+  b.sum = group_->allreduce_sum_async(b.flat);
+  b.started = true;
+}
+
+std::map<int, std::chrono::steady_clock::time_point> StageCopies::finish_average() {
+  std::map<int, std::chrono::steady_clock::time_point> done;
+  if (replicas_ == 1) return done;
+  for (int stage : order_) {
+    if (!buckets_.at(stage).started) start_average(stage);
+  }
+  torch::NoGradGuard no_grad;
+  for (int stage : order_) {
+    Bucket& b = buckets_.at(stage);
+    b.sum.wait();
+    done[stage] = std::chrono::steady_clock::now();
+    b.flat.div_(replicas_);
+    int64_t offset = 0;
+    for (auto& p : b.params) {
+      p.mutable_grad().copy_(b.flat.narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
+    b.started = false;
+  }
+  return done;
+}
+
+void StageCopies::share_weights(const std::map<int, int>& owner, int replica) {
+  if (replicas_ == 1) return;
+  torch::NoGradGuard no_grad;
+  for (int stage : order_) {
+    Bucket& b = buckets_.at(stage);
+    int64_t offset = 0;
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      auto part = b.flat.narrow(0, offset, b.params[i].numel());
+      if (owner.at(b.layer_of[i]) == replica) {
+        part.copy_(b.params[i].reshape(-1));
+      } else {
+        part.zero_();
+      }
+      offset += b.params[i].numel();
+    }
+    group_->allreduce_sum(b.flat);
+    offset = 0;
+    for (auto& p : b.params) {
+      p.copy_(b.flat.narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
+  }
+}
+
+}  // namespace pptrain

@@ -1,0 +1,72 @@
+// Data parallelism over copies of the pipeline (--dp D): the D ranks that hold the same stages
+// average their gradients before the optimizer step, so D copies each trained on 1/D of the
+// batch take the step one process would take on all of it. With --zero 1 each copy also keeps
+// the optimizer state of only its share of the layers, steps those, and hands their new weights
+// to the other copies.
+//
+//   StageCopies copies(group, plan.replicas, stages);   // group: this rank's copies
+//   ...run the step's backwards...
+//   copies.start_average(stage);   // REDUCE_GRAD: as soon as the stage's last W is done
+//   auto done = copies.finish_average();   // every .grad is now the copies' mean
+//   ...clip; step the optimizers of the layers this copy owns (zero_owners)...
+//   copies.share_weights(owner, plan.replica(rank));   // --zero 1 only
+//
+// A stage's gradients travel as one flat bucket, kept from step to step (so a step allocates
+// nothing for it), summed by one all-reduce that runs on the transport's threads while the
+// rank goes on computing, and divided by D when it is back. Every copy gets the same bits, so
+// the copies' weights stay identical.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/transport.h"
+
+namespace pptrain {
+
+// --zero 1: which of D copies owns each layer's optimizer state, given the layers' parameter
+// counts in order: each layer goes to the copy with the fewest parameters so far (the lowest
+// index on a tie), so every copy computes the same owners and each holds about 1/D of the state.
+std::vector<int> zero_owners(const std::vector<int64_t>& layer_numel, int replicas);
+
+class StageCopies {
+ public:
+  // `group`: the transport among the D ranks holding the same `stages` (neither owned). D = 1:
+  // every call does nothing.
+  StageCopies(Transport* group, int replicas, const std::vector<Stage*>& stages);
+
+  // Starts the all-reduce of `stage`'s gradients; once per stage per step, in the same order
+  // on every copy.
+  void start_average(int stage);
+  // Starts the stages not started yet (in the constructor's order), waits for every sum, and
+  // leaves the mean in each parameter's .grad. Returns when each stage's sum was known to be
+  // complete (its wait returned), by stage index.
+  std::map<int, std::chrono::steady_clock::time_point> finish_average();
+  // After each copy updated the layers it owns (`owner`: by model layer index, as from
+  // zero_owners over the stages' layers in order), every copy gets the owners' weights: each
+  // contributes its own layers and zeros elsewhere to one sum (an all-gather as an all-reduce:
+  // twice the bytes, but exact, as x + 0 = x).
+  void share_weights(const std::map<int, int>& owner, int replica);
+
+ private:
+  struct Bucket {
+    const Stage* stage = nullptr;
+    std::vector<torch::Tensor> params;  // in layer order
+    std::vector<int> layer_of;          // [param] -> model layer index
+    torch::Tensor flat;                 // [sum of numel], float32
+    PendingComm sum;
+    bool started = false;
+  };
+
+  Transport* group_;
+  int replicas_;
+  std::vector<int> order_;         // stage indices in the constructor's order
+  std::map<int, Bucket> buckets_;  // stage index -> its bucket
+};
+
+}  // namespace pptrain
