@@ -135,25 +135,31 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
                       {"stash_bytes", static_cast<int64_t>(layer.stash_bytes)},
                       {"parameter_bytes", static_cast<int64_t>(layer.parameter_bytes)}});
   }
-  return {{"format", "pptrain-profile-1"},
-          {"model",
-           {{"kind", model.kind},
-            {"layers", model.layers},
-            {"d_model", model.d_model},
-            {"heads", model.heads},
-            {"seq_len", model.seq_len},
-            {"vocab_size", model.vocab_size}}},
-          {"settings",
-           {{"microbatch_size", profile.options.microbatch_size},
-            {"warmup", profile.options.warmup},
-            {"iters", profile.options.iters},
-            {"threads", profile.threads},
-            {"clock", "thread_cpu_time"}}},
-          {"machine",
-           {{"hostname", profile.hostname},
-            {"cpus", profile.cpus},
-            {"torch_version", profile.torch_version}}},
-          {"layers", layers}};
+  nlohmann::json out = {{"format", "pptrain-profile-1"},
+                        {"model",
+                         {{"kind", model.kind},
+                          {"layers", model.layers},
+                          {"d_model", model.d_model},
+                          {"heads", model.heads},
+                          {"seq_len", model.seq_len},
+                          {"vocab_size", model.vocab_size}}},
+                        {"settings",
+                         {{"microbatch_size", profile.options.microbatch_size},
+                          {"warmup", profile.options.warmup},
+                          {"iters", profile.options.iters},
+                          {"threads", profile.threads},
+                          {"clock", "thread_cpu_time"}}},
+                        {"machine",
+                         {{"hostname", profile.hostname},
+                          {"cpus", profile.cpus},
+                          {"torch_version", profile.torch_version}}},
+                        {"layers", layers}};
+  if (profile.network.measured()) {
+    out["network"] = {{"allreduce_ranks", profile.network.ranks},
+                      {"allreduce_bandwidth_bytes_per_s", profile.network.bandwidth_bytes_per_s},
+                      {"allreduce_latency_ms", profile.network.latency_ms}};
+  }
+  return out;
 }
 
 void write_profile_json(const ModelProfile& profile, const std::string& path) {

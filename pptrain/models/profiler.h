@@ -50,6 +50,7 @@ struct ModelProfile {
   int cpus = 0;
   std::string torch_version;
   std::vector<LayerProfile> layers;
+  NetworkProfile network;  // set by the caller (runtime/allreduce_probe.h); written if measured
 };
 
 // UserError on bad options. Leaves LibTorch and OpenBLAS at one compute thread (the measurement's).

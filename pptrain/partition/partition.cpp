@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "pptrain/common/check.h"
 
@@ -433,6 +435,35 @@ void check_partition(const Partition& partition, int num_layers) {
   }
   PPTRAIN_CHECK(next == num_layers, "partition '", partition.method, "' covers layers 0..",
                 next - 1, " but the model has ", num_layers, " layers (0..", num_layers - 1, ")");
+}
+
+std::string format_stage_layers(const std::vector<LayerRange>& ranges) {
+  std::string text;
+  for (const auto& [first, last] : ranges) {
+    text += (text.empty() ? "" : ",") + std::to_string(first) + "-" + std::to_string(last);
+  }
+  return text;
+}
+
+std::vector<LayerRange> parse_stage_layers(const std::string& text) {
+  std::vector<LayerRange> ranges;
+  std::stringstream items(text);
+  std::string item;
+  while (std::getline(items, item, ',')) {
+    const size_t dash = item.find('-');
+    const std::string first = item.substr(0, dash);
+    const std::string last = dash == std::string::npos ? "" : item.substr(dash + 1);
+    const bool digits = !first.empty() && !last.empty() &&
+                        first.find_first_not_of("0123456789") == std::string::npos &&
+                        last.find_first_not_of("0123456789") == std::string::npos &&
+                        first.size() < 9 && last.size() < 9;
+    PPTRAIN_CHECK(digits, "--stage-layers '", text, "': bad range '", item,
+                  "', expected FIRST-LAST layer indices separated by commas, e.g. 0-2,3-5");
+    ranges.emplace_back(std::atoi(first.c_str()), std::atoi(last.c_str()));
+  }
+  PPTRAIN_CHECK(!ranges.empty() && text.back() != ',', "--stage-layers '", text,
+                "': expected FIRST-LAST layer indices separated by commas, e.g. 0-2,3-5");
+  return ranges;
 }
 
 }  // namespace pptrain

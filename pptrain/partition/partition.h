@@ -20,11 +20,20 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pptrain/partition/profile.h"
 
 namespace pptrain {
+
+// Layers [first, last] of one stage, inclusive.
+using LayerRange = std::pair<int, int>;
+
+// "0-2,3-5" and back (`--stage-layers`). parse_stage_layers checks only the syntax (UserError
+// naming the bad range); a user of the ranges checks them against its model.
+std::string format_stage_layers(const std::vector<LayerRange>& ranges);
+std::vector<LayerRange> parse_stage_layers(const std::string& text);
 
 struct StagePlan {
   int first_layer = 0;   // inclusive

@@ -169,6 +169,21 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     layer.parameter_bytes = layer_number(l, "parameter_bytes", where);
     profile.layers.push_back(std::move(layer));
   }
+  if (doc.contains("network")) {
+    const nlohmann::json& n = doc["network"];
+    const std::string where = source + ": network";
+    PPTRAIN_CHECK(n.is_object(), where, ": expected an object, got ", n.dump());
+    const double ranks = layer_number(n, "allreduce_ranks", where);
+    PPTRAIN_CHECK(ranks >= 2 && ranks <= 1 << 20 && ranks == static_cast<int>(ranks), where,
+                  ": allreduce_ranks must be a whole number >= 2, got ",
+                  n["allreduce_ranks"].dump());
+    profile.network.ranks = static_cast<int>(ranks);
+    profile.network.bandwidth_bytes_per_s =
+        layer_number(n, "allreduce_bandwidth_bytes_per_s", where);
+    PPTRAIN_CHECK(profile.network.bandwidth_bytes_per_s > 0, where,
+                  ": allreduce_bandwidth_bytes_per_s must be > 0");
+    profile.network.latency_ms = layer_number(n, "allreduce_latency_ms", where);
+  }
   return profile;
 }
 

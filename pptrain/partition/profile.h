@@ -36,9 +36,20 @@ struct LayerProfile {
   double compute_ms() const { return forward_ms + backward_ms(); }
 };
 
+// How fast this machine sums gradients over data-parallel copies: a ring all-reduce of N bytes
+// over r ranks takes latency_ms + 2(r-1)/r x N / bandwidth (sim/cost_model.h). Measured by
+// `pptrain profile` (Gloo over TCP on this host); zeros: not measured.
+struct NetworkProfile {
+  int ranks = 0;                     // ranks it was measured with
+  double bandwidth_bytes_per_s = 0;  // 0: not measured
+  double latency_ms = 0;
+  bool measured() const { return bandwidth_bytes_per_s > 0; }
+};
+
 struct Profile {
   std::vector<LayerProfile> layers;
-  std::string source;  // where it came from (a path, or "<string>"), for messages
+  NetworkProfile network;  // optional "network" object of our JSON
+  std::string source;      // where it came from (a path, or "<string>"), for messages
 };
 
 // Reads a file, choosing the format by its content: JSON if the first non-blank character is

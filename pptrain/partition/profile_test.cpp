@@ -70,6 +70,34 @@ TEST(ProfileJson, RejectsBadProfilesNamingTheProblem) {
       {"forward_ms", "number"});
 }
 
+// The optional "network" object: the all-reduce measurement, checked like the layers.
+TEST(ProfileJson, ReadsTheAllreduceMeasurement) {
+  const auto with_network = [](const std::string& network) {
+    std::string text = kTwoLayers;
+    return text.insert(text.rfind('}'), ", \"network\": " + network);
+  };
+  EXPECT_FALSE(parse_profile_json(kTwoLayers).network.measured());
+  const Profile p = parse_profile_json(with_network(R"({"allreduce_ranks": 2,
+      "allreduce_bandwidth_bytes_per_s": 1e9, "allreduce_latency_ms": 0.5})"));
+  EXPECT_TRUE(p.network.measured());
+  EXPECT_EQ(p.network.ranks, 2);
+  EXPECT_DOUBLE_EQ(p.network.bandwidth_bytes_per_s, 1e9);
+  EXPECT_DOUBLE_EQ(p.network.latency_ms, 0.5);
+  expect_user_error(
+      [&] {
+        parse_profile_json(with_network(R"({"allreduce_ranks": 1,
+            "allreduce_bandwidth_bytes_per_s": 1e9, "allreduce_latency_ms": 0.5})"),
+                           "n.json");
+      },
+      {"n.json: network", "allreduce_ranks", ">= 2"});
+  expect_user_error(
+      [&] {
+        parse_profile_json(with_network(R"({"allreduce_ranks": 2, "allreduce_latency_ms": 0})"));
+      },
+      {"network", "allreduce_bandwidth_bytes_per_s"});
+  expect_user_error([&] { parse_profile_json(with_network("[]")); }, {"network", "object"});
+}
+
 std::string node(const std::string& id, const std::string& desc, double f, double b, double act,
                  double params) {
   char fields[256];

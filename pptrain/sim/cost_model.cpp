@@ -1,5 +1,6 @@
 #include "pptrain/sim/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <utility>
@@ -174,6 +175,44 @@ CostModel cost_model_from_flags(const std::string& cost, double mem_w_ratio) {
                 mem_w_ratio);
   out.mem_w_ratio = mem_w_ratio;
   return out;
+}
+
+CostModel cost_from_profile(const Profile& profile, const std::vector<LayerRange>& stages,
+                            int replicas) {
+  const int layers = static_cast<int>(profile.layers.size());
+  PPTRAIN_CHECK(replicas <= 1 || profile.network.measured(), profile.source,
+                ": the profile has no all-reduce measurement for --dp ", replicas,
+                " (profile again with --allreduce-ranks 2)");
+  const NetworkProfile& network = profile.network;
+  CostModel cost;
+  cost.replicas = replicas;
+  cost.reduce_bandwidth = network.bandwidth_bytes_per_s / 1000;  // bytes per ms
+  cost.reduce_latency = network.latency_ms;
+  int next = 0;
+  for (const auto& [first, last] : stages) {
+    PPTRAIN_CHECK(first == next && last >= first && last < layers, profile.source,
+                  ": stage layers ", first, "-", last, " do not continue the stages before them ",
+                  "within the profile's ", layers, " layers");
+    next = last + 1;
+    double f = 0, i = 0, w = 0, params = 0;
+    for (int l = first; l <= last; ++l) {
+      f += profile.layers[l].forward_ms;
+      i += profile.layers[l].backward_input_ms;
+      w += profile.layers[l].backward_weight_ms;
+      params += profile.layers[l].parameter_bytes;
+    }
+    cost.stage_forward.push_back(f);
+    cost.stage_backward_input.push_back(i);
+    cost.stage_backward_weight.push_back(w);
+    cost.stage_grad_bytes.push_back(params);
+    if (last + 1 < layers && network.measured()) {
+      cost.comm = std::max(cost.comm, network.latency_ms + profile.layers[last].activation_bytes /
+                                                               cost.reduce_bandwidth);
+    }
+  }
+  PPTRAIN_CHECK(next == layers, profile.source, ": the stages cover layers 0-", next - 1,
+                " of the profile's ", layers);
+  return cost;
 }
 
 }  // namespace pptrain

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/partition/partition.h"
 #include "pptrain/schedule/action.h"
 #include "pptrain/schedule/auto_schedule.h"
 
@@ -108,5 +109,14 @@ struct CostModel {
 // The cost model of the flags `--cost TEXT` and `--mem-w-ratio R` (pptrain schedule and train).
 // UserError naming the flag for a bad piece of TEXT or an R outside [0, 1].
 CostModel cost_model_from_flags(const std::string& cost, double mem_w_ratio);
+
+// The cost model of a profiled model (`pptrain profile`) cut into `stages` (layer ranges of the
+// profile, in stage order), in ms, for predicting a run: each stage's F, I, W summed over its
+// layers; comm = the network latency + the largest cut's activation bytes / bandwidth; with
+// `replicas` > 1 each stage's all-reduce takes the ring formula over its parameter bytes with
+// the profile's measured bandwidth and latency. UserError if a range is outside the profile,
+// or `replicas` > 1 and the profile has no network measurement. mem_w_ratio is left at 0.5.
+CostModel cost_from_profile(const Profile& profile, const std::vector<LayerRange>& stages,
+                            int replicas);
 
 }  // namespace pptrain

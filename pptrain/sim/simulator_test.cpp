@@ -837,5 +837,32 @@ TEST(Simulator, ReductionsDelayNoComputeAndShareOneChannelPerRank) {
   }
 }
 
+// A profile's layers summed per stage; the cut's transfer and the ring all-reduce from its
+// measured bandwidth and latency (bytes per ms = bytes per s / 1000).
+TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
+  Profile profile;
+  profile.source = "p.json";
+  for (int l = 0; l < 3; ++l) {
+    LayerProfile layer;
+    layer.forward_ms = 1 + l;
+    layer.backward_input_ms = 2 + l;
+    layer.backward_weight_ms = 3 + l;
+    layer.activation_bytes = 1000 * (l + 1);
+    layer.parameter_bytes = 4000 * (l + 1);
+    profile.layers.push_back(layer);
+  }
+  EXPECT_THROW(cost_from_profile(profile, {{0, 1}, {2, 2}}, 2), UserError);  // no network
+  profile.network = {2, 1e6, 0.5};                                           // 1000 bytes per ms
+  const CostModel cost = cost_from_profile(profile, {{0, 1}, {2, 2}}, 2);
+  EXPECT_EQ(cost.stage_forward, (std::vector<double>{3, 3}));
+  EXPECT_EQ(cost.stage_backward_input, (std::vector<double>{5, 4}));
+  EXPECT_EQ(cost.stage_backward_weight, (std::vector<double>{7, 5}));
+  EXPECT_DOUBLE_EQ(cost.comm, 0.5 + 2000.0 / 1000);  // the cut after layer 1
+  // 2 (D-1)/D x 12000 bytes / 1000 bytes per ms + 0.5 ms.
+  EXPECT_DOUBLE_EQ(cost.reduce_time(0, 2, 2), 12.0 + 0.5);
+  EXPECT_THROW(cost_from_profile(profile, {{0, 0}, {2, 2}}, 1), UserError);  // a gap
+  EXPECT_THROW(cost_from_profile(profile, {{0, 1}}, 1), UserError);          // layer 2 left out
+}
+
 }  // namespace
 }  // namespace pptrain

@@ -11,6 +11,7 @@
 #include "pptrain/models/profiler.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
+#include "pptrain/sim/cost_model.h"
 
 namespace pptrain {
 namespace {
@@ -171,50 +172,12 @@ std::optional<StageTimesMs> profiled_stage_times(const std::string& partition,
   const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.contains("layers")) return std::nullopt;
   const Profile profile = parse_profile_json(text, "--partition '" + partition + "'");
+  const CostModel cost = cost_from_profile(profile, ranges, /*replicas=*/1);
   StageTimesMs out;
-  for (const auto& [first, last] : ranges) {
-    PPTRAIN_ASSERT(last < static_cast<int>(profile.layers.size()), "stage layers ", first, "-",
-                   last, " beyond the profile's ", profile.layers.size());
-    double f = 0, i = 0, w = 0;
-    for (int layer = first; layer <= last; ++layer) {
-      f += profile.layers[layer].forward_ms;
-      i += profile.layers[layer].backward_input_ms;
-      w += profile.layers[layer].backward_weight_ms;
-    }
-    out.forward.push_back(f);
-    out.backward_input.push_back(i);
-    out.backward_weight.push_back(w);
-  }
+  out.forward = cost.stage_forward;
+  out.backward_input = cost.stage_backward_input;
+  out.backward_weight = cost.stage_backward_weight;
   return out;
-}
-
-std::string format_stage_layers(const std::vector<LayerRange>& ranges) {
-  std::string text;
-  for (const auto& [first, last] : ranges) {
-    text += (text.empty() ? "" : ",") + std::to_string(first) + "-" + std::to_string(last);
-  }
-  return text;
-}
-
-std::vector<LayerRange> parse_stage_layers(const std::string& text) {
-  std::vector<LayerRange> ranges;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    const size_t dash = item.find('-');
-    const std::string first = item.substr(0, dash);
-    const std::string last = dash == std::string::npos ? "" : item.substr(dash + 1);
-    const bool digits = !first.empty() && !last.empty() &&
-                        first.find_first_not_of("0123456789") == std::string::npos &&
-                        last.find_first_not_of("0123456789") == std::string::npos &&
-                        first.size() < 9 && last.size() < 9;
-    PPTRAIN_CHECK(digits, "--stage-layers '", text, "': bad range '", item,
-                  "', expected FIRST-LAST layer indices separated by commas, e.g. 0-2,3-5");
-    ranges.emplace_back(std::atoi(first.c_str()), std::atoi(last.c_str()));
-  }
-  PPTRAIN_CHECK(!ranges.empty() && text.back() != ',', "--stage-layers '", text,
-                "': expected FIRST-LAST layer indices separated by commas, e.g. 0-2,3-5");
-  return ranges;
 }
 
 std::string describe_stage_layers(const ModelOptions& model, const std::string& partition,

@@ -25,11 +25,9 @@
 #include <vector>
 
 #include "pptrain/models/model.h"
+#include "pptrain/partition/partition.h"  // LayerRange, format_stage_layers
 
 namespace pptrain {
-
-// Layers [first, last] of one stage, inclusive (as uniform_split returns them).
-using LayerRange = std::pair<int, int>;
 
 struct StageLayerOptions {
   ModelOptions model;
@@ -55,11 +53,6 @@ struct StageTimesMs {
 };
 std::optional<StageTimesMs> profiled_stage_times(const std::string& partition,
                                                  const std::vector<LayerRange>& ranges);
-
-// "0-2,3-5" and back. parse_stage_layers checks only the syntax; plan_stage_layers checks the
-// ranges against the model.
-std::string format_stage_layers(const std::vector<LayerRange>& ranges);
-std::vector<LayerRange> parse_stage_layers(const std::string& text);
 
 // One line for the run's log: "partition params: stage 0 = layers 0-2 (embedding..block1), ...".
 std::string describe_stage_layers(const ModelOptions& model, const std::string& partition,

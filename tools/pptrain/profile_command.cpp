@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <memory>
 
+#include "pptrain/common/check.h"
 #include "pptrain/models/profiler.h"
+#include "pptrain/runtime/allreduce_probe.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
@@ -31,9 +33,18 @@ void add_profile_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--seed", options->model.seed, "Model seed")->capture_default_str();
   command->add_option("--out", *out_path, "Output profile JSON file")->required();
+  auto allreduce_ranks = std::make_shared<int>(2);
+  command
+      ->add_option("--allreduce-ranks", *allreduce_ranks,
+                   "Also time Gloo all-reduces among this many local ranks (the cost of --dp "
+                   "copies averaging gradients; 0: skip)")
+      ->capture_default_str();
 
-  command->callback([options, out_path] {
+  command->callback([options, out_path, allreduce_ranks] {
+    PPTRAIN_CHECK(*allreduce_ranks == 0 || *allreduce_ranks >= 2,
+                  "--allreduce-ranks must be 0 or >= 2, got ", *allreduce_ranks);
     ModelProfile profile = profile_model(*options);
+    if (*allreduce_ranks > 0) profile.network = measure_allreduce(*allreduce_ranks);
     write_profile_json(profile, *out_path);
     double total_ms = 0;
     for (const LayerProfile& layer : profile.layers) {
@@ -42,6 +53,10 @@ void add_profile_command(CLI::App& app) {
     std::printf("profiled %zu layers of %s (F+I+W %.3f ms per microbatch of %d) -> %s\n",
                 profile.layers.size(), options->model.kind.c_str(), total_ms,
                 options->microbatch_size, out_path->c_str());
+    if (profile.network.measured()) {
+      std::printf("all-reduce over %d ranks: %.1f MB/s, latency %.3f ms\n", profile.network.ranks,
+                  profile.network.bandwidth_bytes_per_s / 1e6, profile.network.latency_ms);
+    }
   });
 }
 

@@ -11,10 +11,14 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/grid.h"
@@ -48,6 +52,8 @@ struct ScheduleArgs {
   int steps = 3;               // an asynchronous schedule: steps of M microbatches, no flush
   bool vertical_sync = false;  // pipedream's vertical sync
   int dp = 1;                  // D: data-parallel copies of the pipeline; > 1 adds REDUCE_GRADs
+  std::string profile;         // a `pptrain profile` file: the costs, in ms, instead of --cost
+  std::string stage_layers;    // with --profile: the stages' layers; empty: the time partition
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
 };
@@ -176,6 +182,29 @@ nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
   return out;
 }
 
+// --profile: the profiled model in `stages` stages (--stage-layers, else the time partition),
+// its costs in ms.
+CostModel profile_cost(const ScheduleArgs& args, int stages) {
+  PPTRAIN_CHECK(args.cost == ScheduleArgs().cost, "give --cost or --profile, not both");
+  const Profile profile = read_profile(args.profile);
+  std::vector<LayerRange> ranges;
+  if (!args.stage_layers.empty()) {
+    ranges = parse_stage_layers(args.stage_layers);
+    PPTRAIN_CHECK(static_cast<int>(ranges.size()) == stages, "--stage-layers '", args.stage_layers,
+                  "' has ", ranges.size(), " stages, the schedule ", stages);
+  } else {
+    PartitionOptions options;
+    options.method = "time";
+    options.stages = stages;
+    for (const StagePlan& stage : make_partition(profile, options).stages) {
+      ranges.emplace_back(stage.first_layer, stage.last_layer);
+    }
+  }
+  CostModel cost = cost_from_profile(profile, ranges, args.dp);
+  cost.mem_w_ratio = args.mem_w_ratio;
+  return cost;
+}
+
 void run_schedule_command(const ScheduleArgs& args) {
   if (args.list) {
     std::fputs(schedule_table_markdown().c_str(), stdout);
@@ -184,9 +213,16 @@ void run_schedule_command(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.dp >= 1, "--dp must be >= 1 (data-parallel copies of the pipeline), got ",
                 args.dp);
   CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
+  std::optional<Schedule> imported;
+  if (!args.import_path.empty()) imported = import_schedule(args);
+  if (!args.profile.empty()) {
+    const int stages = imported
+                           ? imported->num_stages
+                           : args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
+    cost = profile_cost(args, stages);
+  }
   cost.replicas = args.dp;
-  Schedule schedule =
-      args.import_path.empty() ? generate_schedule(args, cost) : import_schedule(args);
+  Schedule schedule = imported ? *imported : generate_schedule(args, cost);
   if (args.dp > 1) {
     PPTRAIN_CHECK(schedule.flushes, "--dp ", args.dp, " needs a synchronous schedule, but ",
                   schedule.name,
@@ -280,6 +316,12 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps,
                   "Asynchronous schedules: mini-batches shown in one run (no flush between them)")
       ->capture_default_str();
+  cmd->add_option("--profile", args->profile,
+                  "Costs from a `pptrain profile` file (ms; with its all-reduce measurement for "
+                  "--dp) instead of --cost: predicts a run's step time");
+  cmd->add_option("--stage-layers", args->stage_layers,
+                  "With --profile: each stage's layers, e.g. 0-4,5-9 (default: the time "
+                  "partition of the profile)");
   cmd->add_option("--dp", args->dp,
                   "Data-parallel copies of the pipeline (D): above 1, each stage all-reduces its "
                   "gradients (REDUCE_GRAD) after its last W or B, taking reduce= of --cost")
