@@ -399,6 +399,8 @@ TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
       for (int m : {1, p, 2 * p + 1}) {
         if (name == "interleaved-1f1b" && m % p) continue;
         if (name == "dualpipev" && m < 2 * p) continue;
+        if ((name == "chimera" || name == "gems") && (p % 2 || m % (name == "chimera" ? p : 2)))
+          continue;
         for (const CostModel& c :
              {costs(1, 2, 1, 0), costs(2, 1.5, 0.5, 0.3), costs(1, 0.1, 3, 1)}) {
           SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m) + " " +
