@@ -40,7 +40,8 @@ struct Schedule {
   std::vector<std::vector<Action>> actions;  // [num_ranks] -> actions in execution order
   bool flushes = true;  // true: synchronous (all microbatches drain before the optimizer step)
 
-  int chunks() const { return num_ranks ? num_stages / num_ranks : 0; }  // V
+  // V: stages per rank; 1 for a replicated schedule, whose every stage is one rank's share.
+  int chunks() const { return replicated() ? 1 : num_ranks ? num_stages / num_ranks : 0; }
   // True if `placement` is set (a stage may then have several replicas).
   bool replicated() const { return !placement.empty(); }
   // The rank that runs `stage` for `microbatch` (0 .. M-1): placement[stage][microbatch], or

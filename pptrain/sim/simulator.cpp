@@ -20,7 +20,8 @@ class Simulation {
       : s_(lowered),
         cost_(cost),
         rule_(rule),
-        done_at_(s_.num_stages, s_.num_microbatches, kNotYet) {}
+        done_at_(s_.num_stages, s_.num_microbatches, kNotYet),
+        shares_(s_.replicated() ? s_.num_stages : s_.num_ranks) {}
 
   SimResult run() {
     const int P = s_.num_ranks;
@@ -68,12 +69,12 @@ class Simulation {
   // How long `a` runs: the cost model's time, plus the rerun forward of a backward under a rule
   // whose backward rebuilds the graph on its own weights (pipemare).
   double duration(const Action& a) const {
-    double time = cost_.time(a, s_.num_stages, s_.num_ranks);
+    double time = cost_.time(a, s_.num_stages, shares_);
     if (!rule_.backward_reruns_forward()) return time;
     for (const Action& atom : atoms_of(a)) {
       if (atom.op == Op::B || atom.op == Op::I) {
-        time += cost_.time(Action::make(Op::F, atom.stage, atom.microbatch), s_.num_stages,
-                           s_.num_ranks);
+        time +=
+            cost_.time(Action::make(Op::F, atom.stage, atom.microbatch), s_.num_stages, shares_);
       }
     }
     return time;
@@ -139,7 +140,7 @@ class Simulation {
         start[k] = std::max(waiting_reductions_[q][next[q]].reached, reduce_free_at_[q]);
         latest = std::max(latest, start[k]);
       }
-      const double end = latest + cost_.reduce_time(stage, s_.num_stages, s_.num_ranks,
+      const double end = latest + cost_.reduce_time(stage, s_.num_stages, shares_,
                                                     static_cast<int>(replicas.size()));
       for (size_t k = 0; k < replicas.size(); ++k) {
         const int q = replicas[k];
@@ -170,7 +171,7 @@ class Simulation {
 
   void record(const Action& atom, int r, double start, double end) {
     const int st = atom.stage;
-    const double activation = cost_.activation(st, s_.num_stages, s_.num_ranks);
+    const double activation = cost_.activation(st, s_.num_stages, shares_);
     done_at_[produced_by(atom)] = end;
     switch (atom.op) {
       case Op::F:
@@ -178,7 +179,7 @@ class Simulation {
         break;
       case Op::I:
         memory_events_[r].emplace_back(end, -activation);
-        if (const double stash = cost_.weight_stash(st, s_.num_stages, s_.num_ranks)) {
+        if (const double stash = cost_.weight_stash(st, s_.num_stages, shares_)) {
           memory_events_[r].emplace_back(end, stash);
         }
         break;
@@ -186,7 +187,7 @@ class Simulation {
         memory_events_[r].emplace_back(end, -activation);
         break;
       case Op::W:
-        if (const double stash = cost_.weight_stash(st, s_.num_stages, s_.num_ranks)) {
+        if (const double stash = cost_.weight_stash(st, s_.num_stages, shares_)) {
           memory_events_[r].emplace_back(end, -stash);
         }
         break;
@@ -212,8 +213,7 @@ class Simulation {
       // Every replica holds its stage's weights (stages_of lists them all).
       if (s_.replicated()) versions[r] = 1;
       for (int st : s_.stages_of(r)) {
-        weights[r] +=
-            rule_.versions_kept(st) * cost_.weight_memory(st, s_.num_stages, s_.num_ranks);
+        weights[r] += rule_.versions_kept(st) * cost_.weight_memory(st, s_.num_stages, shares_);
         if (s_.replicated()) versions[r] = std::max(versions[r], rule_.versions_kept(st));
       }
     }
@@ -241,9 +241,12 @@ class Simulation {
   const Schedule& s_;
   const CostModel& cost_;
   const VersionRule& rule_;
-  FactTable<double> done_at_;    // when each fact came true (semantics.h); kNotYet until then
-  std::vector<int> position_;    // [rank] next action to run
-  std::vector<double> free_at_;  // [rank] end of its last action
+  FactTable<double> done_at_;  // when each fact came true (semantics.h); kNotYet until then
+  // The ranks the cost model splits the model over: with replicated stages every stage is one
+  // rank's whole share (V = 1), however many ranks hold replicas.
+  int shares_;
+  std::vector<int> position_;           // [rank] next action to run
+  std::vector<double> free_at_;         // [rank] end of its last action
   std::vector<double> reduce_free_at_;  // [rank] end of its last REDUCE_GRAD (one channel)
   // A replicated schedule's reduction and when its rank reached it, resolved after the run.
   struct WaitingReduction {
