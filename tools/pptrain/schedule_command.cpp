@@ -262,8 +262,9 @@ void run_schedule_command(const ScheduleArgs& args) {
   const ValidatedSchedule validated = validate(schedule);
   const Schedule& lowered = *validated;
   SimResult result = simulate(validated, cost, rule);
-  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
-                              args.memory_limit);
+  // A replicated schedule's every stage is one rank's share (V = 1): S shares, not P.
+  const int shares = schedule.replicated() ? schedule.num_stages : schedule.num_ranks;
+  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, shares), args.memory_limit);
   check_peak_within_limit(result, args.memory_limit, schedule.name);
 
   if (!args.export_path.empty()) {
