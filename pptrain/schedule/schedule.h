@@ -28,17 +28,17 @@
 namespace pptrain {
 
 struct Schedule {
-  std::string name;                // e.g. "1f1b"; "imported" for a file
-  int num_ranks = 0;               // P: worker processes in the pipeline
-  int num_stages = 0;              // P * V: consecutive pieces of the model
-  int num_microbatches = 0;        // M: microbatches per mini-batch
-  std::vector<int> stage_to_rank;  // [num_stages] -> rank that runs the stage (for a
-                                   // replicated schedule: its lowest replica)
+  std::string name;                          // e.g. "1f1b"; "imported" for a file
+  int num_ranks = 0;                         // P: worker processes in the pipeline
+  int num_stages = 0;                        // P * V: consecutive pieces of the model
+  int num_microbatches = 0;                  // M: microbatches per mini-batch
+  std::vector<int> stage_to_rank;            // [num_stages] -> rank that runs the stage (for a
+                                             // replicated schedule: its lowest replica)
+  std::vector<std::vector<Action>> actions;  // [num_ranks] -> actions in execution order
+  bool flushes = true;  // true: synchronous (all microbatches drain before the optimizer step)
   // Optional: [num_stages][num_microbatches] -> the rank that runs that stage for that
   // microbatch (its F, I, W, B and the SEND/RECV of its messages). Empty: stage_to_rank.
   std::vector<std::vector<int>> placement;
-  std::vector<std::vector<Action>> actions;  // [num_ranks] -> actions in execution order
-  bool flushes = true;  // true: synchronous (all microbatches drain before the optimizer step)
 
   // V: stages per rank; 1 for a replicated schedule, whose every stage is one rank's share.
   int chunks() const { return replicated() ? 1 : num_ranks ? num_stages / num_ranks : 0; }
