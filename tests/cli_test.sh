@@ -142,6 +142,24 @@ expect_error "missing backward" "rank 1" "$pptrain" schedule --import "$work/mis
 expect_error "missing import file" "$work/none.csv" "$pptrain" schedule --import "$work/none.csv"
 expect_error "bad cost" "cost" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --cost F=-1
 
+# Replicated stages: chimera and gems from the registry, PipeDream's round robin from --replicas.
+"$pptrain" schedule --schedule chimera --pp 4 --microbatches 8 --grid --svg "$work/chimera.svg" >"$work/out" \
+  || fail "schedule chimera exited $?"
+grep -q '^rank 0 | 0F0 .*3REDUCE_GRAD' "$work/out" || fail "chimera: no grid with its reductions: $(cat "$work/out")"
+"$pptrain" schedule --schedule 1f1b-rr --replicas 3,1 --microbatches 6 --json >"$work/out" \
+  || fail "schedule 1f1b-rr exited $?"
+grep -q '"pp":4' "$work/out" || fail "1f1b-rr --replicas 3,1: not on 4 ranks: $(cat "$work/out")"
+"$pptrain" schedule --schedule chimera --pp 4 --microbatches 4 --export "$work/chimera.csv" >/dev/null \
+  || fail "schedule chimera --export exited $?"
+"$pptrain" schedule --import "$work/chimera.csv" >/dev/null || fail "import of chimera's CSV exited $?"
+expect_error "1f1b-rr without --replicas" "needs --replicas" "$pptrain" schedule --schedule 1f1b-rr --microbatches 6
+expect_error "bad --replicas" "got '3,x'" "$pptrain" schedule --schedule 1f1b-rr --replicas 3,x --microbatches 6
+expect_error "--replicas elsewhere" "--replicas applies to --schedule 1f1b-rr only" \
+  "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --replicas 1,1
+expect_error "chimera odd P" "even number of ranks" "$pptrain" schedule --schedule chimera --pp 3 --microbatches 6
+expect_error "chimera M" "multiple of 4" "$pptrain" schedule --schedule chimera --pp 4 --microbatches 6
+expect_error "gems odd M" "multiple of 2" "$pptrain" schedule --schedule gems --pp 4 --microbatches 5
+
 # Memory model: 1 unit = one microbatch's activations on a stage, W keeps r of it after I. zb-h1
 # peaks at P (rank 0) with the default r = 0.5, zb-h2 at 2P - 1; r = 0 counts until I only.
 json=$("$pptrain" schedule --schedule zb-h1 --pp 4 --microbatches 8 --json)

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 namespace {
@@ -141,6 +142,22 @@ bool has_reductions(const Timeline& timeline) {
 }
 
 // Stages per rank: more stages than ranks means virtual stages (interleaved, V-shape).
+// True if some rank runs compute of two stages: more stages than ranks, or replicated stages
+// (Chimera's rank r holds stages r and P-1-r), where the stage tells the two apart.
+bool ranks_hold_several_stages(const Timeline& timeline) {
+  std::vector<int> stage_of(timeline.num_ranks, -1);
+  for (const auto& event : timeline.events) {
+    if (!is_compute(event.action.op) || event.rank < 0 || event.rank >= timeline.num_ranks)
+      continue;
+    for (const Action& atom : atoms_of(event.action)) {
+      int& seen = stage_of[event.rank];
+      if (seen >= 0 && seen != atom.stage) return true;
+      seen = atom.stage;
+    }
+  }
+  return false;
+}
+
 int chunks_of(const Timeline& timeline) {
   int stages = 0;
   for (const auto& event : timeline.events) {
@@ -224,6 +241,7 @@ class SvgWriter {
     const double scale = span > 0 ? options_.plot_width_px / span : 0;  // px per time unit
     const int P = t.num_ranks;
     const int chunks = chunks_of(t);
+    const bool several_stages = ranks_hold_several_stages(t);
     const double lane = has_reductions(t) ? kReduceLane : 0;
     const auto x_of = [&](double time) { return kMarginLeft + (time - t0) * scale; };
     const auto y_of = [&](int rank) { return top + rank * (row + lane + kRowGap); };
@@ -270,7 +288,7 @@ class SvgWriter {
         }
         const int chunk = event.action.stage / std::max(P, 1);
         rect(x, y, w, row, colour(op, chunk), "event", tooltip);
-        label(event.action, x, y, w, font, chunks > 1);
+        label(event.action, x, y, w, font, chunks > 1 || several_stages);
       }
     }
 
@@ -336,9 +354,15 @@ class SvgWriter {
       text(x + box + 5, y + 11, name, "11", "start");
       x += box + 5 + name.size() * 6.6 + 18;
     }
-    if (max_chunks > 1)
+    bool several_stages = false;
+    for (const auto& t : timelines_)
+      several_stages = several_stages || ranks_hold_several_stages(t);
+    if (max_chunks > 1) {
       text(x, y + 11, "(lighter: later model chunk; sN: stage N)", "10", "start",
            "fill=\"#444444\"");
+    } else if (several_stages) {
+      text(x, y + 11, "(sN: stage N)", "10", "start", "fill=\"#444444\"");
+    }
     return top + kLegendHeight;
   }
 

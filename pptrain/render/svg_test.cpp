@@ -125,5 +125,22 @@ TEST(Svg, ReductionsGoInALaneUnderTheirRankWithALegendEntry) {
   EXPECT_GT(attributes(svg, "<svg ", "height").at(0), attributes(plain, "<svg ", "height").at(0));
 }
 
+// Replicated stages (Chimera: rank 0 holds stages 0 and 1 of two) keep V = 1 colours but label
+// each box with its stage, which tells the two directions apart; one stage per rank does not.
+TEST(Svg, RanksWithTwoStagesLabelTheStage) {
+  Timeline t;
+  t.num_ranks = 2;
+  t.events = {{0, Action::make(Op::F, 0, 0), 0, 1},
+              {0, Action::make(Op::F, 1, 1), 1, 2},
+              {1, Action::make(Op::F, 1, 0), 1, 2},
+              {1, Action::make(Op::F, 0, 1), 2, 3}};
+  const std::string svg = render_svg(t);
+  EXPECT_TRUE(tags_balance(svg));
+  EXPECT_EQ(count(svg, ">s1<"), 2u);
+  EXPECT_NE(svg.find("(sN: stage N)"), std::string::npos);
+  t.events = {{0, Action::make(Op::F, 0, 0), 0, 1}, {1, Action::make(Op::F, 1, 0), 1, 2}};
+  EXPECT_EQ(render_svg(t).find(">s1<"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pptrain

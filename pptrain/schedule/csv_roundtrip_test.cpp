@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
@@ -68,6 +70,38 @@ TEST(CsvRoundTrip, EveryGeneratorAtSeveralShapes) {
     }
     EXPECT_GE(built, 3) << name << " supports too few of the tested shapes";
   }
+}
+
+// A replicated schedule's placement is not written: import reads it back from where each
+// (stage, microbatch) runs, so export -> import gives the same schedule, placement included.
+TEST(CsvRoundTrip, ReplicatedPlacementIsInferredFromTheRows) {
+  for (const Schedule& s :
+       {make_chimera(4, 8), make_gems(6, 4), make_1f1b_rr({3, 1}, 7), make_1f1b_rr({1, 2, 1}, 5)}) {
+    SCOPED_TRACE(s.name);
+    expect_round_trips(s, s.name + " (compute only)");
+    expect_round_trips(lower(s), s.name + " (with comms)");
+    const Schedule reduced = add_grad_reductions(s);
+    expect_round_trips(reduced, s.name + " (reduced)");
+    EXPECT_NO_THROW(validate(parse_csv(to_csv(reduced), s.name)));
+  }
+  // One stage on two rows: microbatch 0 on rank 0, microbatch 1 on rank 1.
+  const Schedule two = parse_csv("0F0,0B0\n0F1,0B1\n");
+  EXPECT_TRUE(two.replicated());
+  EXPECT_EQ(two.placement, (std::vector<std::vector<int>>{{0, 1}}));
+  EXPECT_EQ(two.stage_to_rank, (std::vector<int>{0}));
+  EXPECT_NO_THROW(validate(two));
+  // Still errors: one (stage, microbatch) on two ranks, a reduction on a rank without the stage.
+  try {
+    parse_csv("0F0,0F1,0B1\n0B0\n");
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 2: stage 0 also appears on rank 0 for microbatch 0"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(parse_csv("0F0,0B0\n1F0,1B0,0REDUCE_GRAD\n"), UserError);
+  // A replicated file whose microbatch index is a typo is a message, not a huge table.
+  EXPECT_THROW(parse_csv("0F0,0B0\n0F999999999,0B999999999\n"), UserError);
 }
 
 }  // namespace

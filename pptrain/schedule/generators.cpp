@@ -1,9 +1,12 @@
 #include "pptrain/schedule/generators.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <functional>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -417,6 +420,214 @@ Schedule make_dualpipev(int ranks, int microbatches) {
       w.add(w.backward(lower, split));
     }
     for (int k = 0; k < r + 1; ++k) w.add_owed_w();  // 8
+  }
+  return s;
+}
+
+namespace {
+
+// Two pipelines in opposite directions over P ranks (Chimera, GEMS): stage s on rank s for the
+// "down" microbatches 0 .. M/2-1 and on rank P-1-s for the "up" ones M/2 .. M-1.
+Schedule bidirectional_schedule(const std::string& name, int ranks, int microbatches) {
+  Schedule s;
+  s.name = name;
+  s.num_ranks = ranks;
+  s.num_stages = ranks;
+  s.num_microbatches = microbatches;
+  s.placement.assign(ranks, std::vector<int>(microbatches));
+  for (int stage = 0; stage < ranks; ++stage) {
+    s.stage_to_rank.push_back(std::min(stage, ranks - 1 - stage));
+    for (int m = 0; m < microbatches; ++m) {
+      s.placement[stage][m] = m < microbatches / 2 ? stage : ranks - 1 - stage;
+    }
+  }
+  s.actions.resize(ranks);
+  return s;
+}
+
+void check_bidirectional(const char* name, int ranks, int microbatches, int multiple_of) {
+  check_sizes(name, ranks, microbatches);
+  PPTRAIN_CHECK(ranks >= 2 && ranks % 2 == 0, "schedule '", name,
+                "' needs an even number of ranks (its two pipelines cross in the middle), got ",
+                ranks);
+  PPTRAIN_CHECK(
+      microbatches % multiple_of == 0, "schedule '", name,
+      "' needs microbatches to be a multiple of ", multiple_of,
+      multiple_of == 2 ? " (half go each way)" : " (ranks: whole units of P microbatches)",
+      ", got ", microbatches);
+}
+
+// One step of Chimera's basic unit: the j-th microbatch of a direction (0 down, 1 up).
+struct UnitStep {
+  Op op = Op::F;
+  int stage = 0;
+  int direction = 0;
+  int index = 0;
+};
+
+// Chimera's basic unit (M = P): each direction runs P/2 microbatches in 1F1B order on its own
+// placement, and the two are merged rank by rank in unit time steps (every F and B lasting 1): at
+// each step a free rank runs the next action of either direction whose input is there, the one
+// of the lower microbatch index within its direction first (a backward first on a tie, then
+// down). For even P this merge is conflict-free as the paper says, and it finishes in 2P + P - 2
+// steps: the (P-2)/2 (F+B) bubble.
+std::vector<std::vector<UnitStep>> chimera_unit(int P) {
+  const int half = P / 2;
+  const auto stage_of = [&](int rank, int direction) {
+    return direction == 0 ? rank : P - 1 - rank;
+  };
+  // [rank][direction] the 1F1B order of that direction's stage on the rank.
+  std::vector<std::array<std::vector<UnitStep>, 2>> order(P);
+  for (int r = 0; r < P; ++r) {
+    for (int d = 0; d < 2; ++d) {
+      const int stage = stage_of(r, d);
+      auto& list = order[r][d];
+      const int warmup = std::min(P - 1 - stage, half);
+      int f = 0, b = 0;
+      while (f < warmup) list.push_back({Op::F, stage, d, f++});
+      while (b < half) {
+        if (f < half) list.push_back({Op::F, stage, d, f++});
+        list.push_back({Op::B, stage, d, b++});
+      }
+    }
+  }
+  // done[op][direction][stage][index]: step at which it ended, -1 until then.
+  const auto key = [&](Op op, int d, int stage, int index) {
+    return ((static_cast<size_t>(op == Op::B) * 2 + d) * P + stage) * half + index;
+  };
+  std::vector<int> done(4 * static_cast<size_t>(P) * half, -1);
+  const auto ready = [&](const UnitStep& a, int step) {
+    const auto has = [&](Op op, int stage) {
+      const int t = done[key(op, a.direction, stage, a.index)];
+      return t >= 0 && t <= step;
+    };
+    if (a.op == Op::F) return a.stage == 0 || has(Op::F, a.stage - 1);
+    return a.stage == P - 1 ? has(Op::F, a.stage) : has(Op::B, a.stage + 1);
+  };
+  std::vector<std::vector<UnitStep>> unit(P);
+  std::vector<std::array<size_t, 2>> next(P, {0, 0});
+  const size_t total = 4 * static_cast<size_t>(P) * half;
+  size_t placed = 0;
+  for (int step = 0; placed < total; ++step) {
+    PPTRAIN_ASSERT(step <= 4 * P * P, "chimera unit for P=", P, " does not finish");
+    std::vector<UnitStep> ran;
+    for (int r = 0; r < P; ++r) {
+      const UnitStep* best = nullptr;
+      for (int d = 0; d < 2; ++d) {
+        if (next[r][d] >= order[r][d].size()) continue;
+        const UnitStep& a = order[r][d][next[r][d]];
+        if (!ready(a, step)) continue;
+        const auto rank = [](const UnitStep& x) {
+          return std::make_tuple(x.index, x.op == Op::B ? 0 : 1, x.direction);
+        };
+        if (!best || rank(a) < rank(*best)) best = &a;
+      }
+      if (!best) continue;
+      unit[r].push_back(*best);
+      ran.push_back(*best);
+      ++next[r][best->direction];
+      ++placed;
+    }
+    for (const UnitStep& a : ran) done[key(a.op, a.direction, a.stage, a.index)] = step + 1;
+  }
+  return unit;
+}
+
+// 1F1B-RR's warm-up on a replica of stage s: enough forwards of its own microbatches to cover
+// the ranks of stage s and after, ceil(sum_{t >= s} r_t / r_s) in flight, as 1F1B's P - s.
+int round_robin_warmup(const std::vector<int>& replicas, int stage) {
+  int after = 0;
+  for (size_t t = stage; t < replicas.size(); ++t) after += replicas[t];
+  return (after + replicas[stage] - 1) / replicas[stage] - 1;
+}
+
+}  // namespace
+
+Schedule make_chimera(int ranks, int microbatches) {
+  check_bidirectional("chimera", ranks, microbatches, ranks);
+  const int P = ranks, M = microbatches, half = P / 2;
+  Schedule s = bidirectional_schedule("chimera", P, M);
+  const auto unit = chimera_unit(P);
+  // Direct concatenation: unit u runs down microbatches u P/2 + j and up M/2 + u P/2 + j.
+  for (int u = 0; u < M / P; ++u) {
+    for (int r = 0; r < P; ++r) {
+      for (const UnitStep& a : unit[r]) {
+        const int m = (a.direction == 0 ? 0 : M / 2) + u * half + a.index;
+        s.actions[r].push_back(Action::make(a.op, a.stage, m));
+      }
+    }
+  }
+  return s;
+}
+
+Schedule make_gems(int ranks, int microbatches) {
+  check_bidirectional("gems", ranks, microbatches, 2);
+  const int P = ranks, M = microbatches;
+  Schedule s = bidirectional_schedule("gems", P, M);
+  for (int r = 0; r < P; ++r) {
+    // The direction whose forward reaches rank r first (down on the first half of the ranks)
+    // runs first, and its backward, which comes back later, last.
+    const bool down_first = r < P / 2;
+    for (int j = 0; j < M / 2; ++j) {
+      const Action down = Action::make(Op::F, r, j), up = Action::make(Op::F, P - 1 - r, M / 2 + j);
+      const Action& first = down_first ? down : up;
+      const Action& second = down_first ? up : down;
+      auto& list = s.actions[r];
+      list.push_back(first);
+      list.push_back(second);
+      list.push_back(Action::make(Op::B, second.stage, second.microbatch));
+      list.push_back(Action::make(Op::B, first.stage, first.microbatch));
+    }
+  }
+  return s;
+}
+
+Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatches) {
+  PPTRAIN_CHECK(!replicas_per_stage.empty(), "schedule '1f1b-rr' needs at least one stage");
+  long long ranks = 0;
+  int most = 0;
+  for (size_t s = 0; s < replicas_per_stage.size(); ++s) {
+    const int r = replicas_per_stage[s];
+    PPTRAIN_CHECK(r >= 1, "schedule '1f1b-rr': stage ", s, " has ", r,
+                  " replicas; expected at least 1");
+    ranks += r;
+    most = std::max(most, r);
+  }
+  // Beyond this many ranks the sum is a typo, and would overflow the checks below.
+  constexpr long long kMaxReplicaRanks = 1 << 20;
+  PPTRAIN_CHECK(ranks <= kMaxReplicaRanks, "schedule '1f1b-rr': ", ranks,
+                " ranks in all is too many (at most ", kMaxReplicaRanks, ")");
+  check_sizes("1f1b-rr", static_cast<int>(ranks), microbatches);
+  PPTRAIN_CHECK(microbatches >= most, "schedule '1f1b-rr' needs at least as many microbatches as ",
+                "the most replicas of a stage (", most, "), so that every replica runs one; got ",
+                microbatches);
+  const int S = static_cast<int>(replicas_per_stage.size()), M = microbatches;
+  Schedule s;
+  s.name = "1f1b-rr";
+  s.num_ranks = static_cast<int>(ranks);
+  s.num_stages = S;
+  s.num_microbatches = M;
+  s.placement.assign(S, std::vector<int>(M));
+  s.actions.resize(s.num_ranks);
+  int base = 0;
+  for (int stage = 0; stage < S; ++stage) {
+    const int r = replicas_per_stage[stage];
+    s.stage_to_rank.push_back(base);
+    for (int m = 0; m < M; ++m) s.placement[stage][m] = base + m % r;
+    const int warmup = round_robin_warmup(replicas_per_stage, stage);
+    for (int k = 0; k < r; ++k) {
+      std::vector<int> own;  // this replica's microbatches, in order
+      for (int m = k; m < M; m += r) own.push_back(m);
+      const int n = static_cast<int>(own.size());
+      auto& list = s.actions[base + k];
+      int f = 0, b = 0;
+      while (f < std::min(warmup, n)) list.push_back(Action::make(Op::F, stage, own[f++]));
+      while (b < n) {
+        if (f < n) list.push_back(Action::make(Op::F, stage, own[f++]));
+        list.push_back(Action::make(Op::B, stage, own[b++]));
+      }
+    }
+    base += r;
   }
   return s;
 }

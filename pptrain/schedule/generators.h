@@ -1,4 +1,5 @@
-// Schedule generators: GPipe, 1F1B, interleaved 1F1B and the zero-bubble family.
+// Schedule generators: GPipe, 1F1B, interleaved 1F1B, the zero-bubble family, and the schedules
+// with replicated stages (Chimera, GEMS, 1F1B-RR).
 //
 // Each generator writes a compute-only Schedule (F, B or F, I, W; no SEND/RECV: call lower() to
 // add communication). The result is a fixed per-rank order; the simulator times it under any
@@ -117,5 +118,54 @@ Schedule make_v_min(int ranks, int microbatches);
 // chunk stashes; a composite counts its forward's stash from its start and its backward's until
 // its end).
 Schedule make_dualpipev(int ranks, int microbatches);
+
+// Replicated stages (Schedule::placement, schedule.h). Each replica of a stage runs the F and B
+// of its own microbatches; the replicas of a stage sum their gradients at the step's end
+// (add_grad_reductions, reductions.h, adds those REDUCE_GRADs). F and B here are the times of one
+// stage (one rank's whole share, V = 1) for one microbatch.
+
+// Chimera (Li & Hoefler, SC'21): two pipelines in opposite directions over P ranks, P even.
+// Rank r holds stage r of the "down" pipeline and stage P-1-r of the "up" one (stage s on ranks
+// s and P-1-s); microbatches 0 .. M/2-1 go down, M/2 .. M-1 up. The basic unit (M = P) runs P/2
+// microbatches each way, each direction in 1F1B order on its own stages, the two merged rank by
+// rank in unit steps, lower microbatch index within its direction first: for P = 4 (down 0, 1;
+// up 2, 3; stages 0..3 on ranks 0..3 going down)
+//   rank 0: 0F0 0F1 3F2 3B2 3F3 3B3 0B0 0B1
+//   rank 1: 1F0 2F2 1F1 2F3 2B2 1B0 2B3 1B1
+//   rank 2: 1F2 2F0 1F3 2F1 2B0 1B2 2B1 1B3
+//   rank 3: 0F2 0F3 3F0 3B0 3F1 3B1 0B2 0B3
+// M a multiple of P runs M/P units one after the other (the paper's direct concatenation),
+// unit u on down microbatches u P/2 .. u P/2 + P/2 - 1 and up M/2 + u P/2 ...
+// Bubble (cost - busy, every rank) (M/P)(P-2) max(F, B): (P-2)(F+B)/2 per unit when F = B, the
+// paper's P-2 bubbles of a unit at half of 1F1B's 2(P-1) (as the paper, the unit's order is made
+// for F = B; with B = 2F the same order idles (P-2)B); the units do not overlap, so the bubble
+// grows with M/P (the paper's forward doubling and backward halving, not built here, remove that).
+// Peak activations (the simulator's unit, any F, B and --mem-w-ratio: the B's are fused), counted
+// over both stages of a rank: P/2 + 1 + min(r, P-1-r) on rank r, from P/2 + 1 on the end ranks
+// to P in the middle (the paper's [P/2 + 1, P], against 1F1B's P - r), whatever M/P. Each rank
+// also holds the weights of two stages. Needs P even and M a multiple of P.
+Schedule make_chimera(int ranks, int microbatches);
+
+// GEMS (Jain et al., SC'20, MAST): Chimera's placement and direction of the microbatches, but one
+// microbatch in flight per direction: microbatch j of a direction runs its forward through every
+// stage and its backward back before microbatch j+1 of that direction starts. The two directions
+// go together and cross in the middle; rank r runs, for j = 0 .. M/2-1, the forward of the
+// direction that reaches it first (down for r < P/2), the other's forward, the other's backward,
+// then the first's backward:
+//   rank 0 (P = 4, M = 4): 0F0 3F2 3B2 0B0 0F1 3F3 3B3 0B1
+// Bubble (M/2)(P-2)(F+B) per rank: each round of two microbatches takes P(F+B) and keeps a rank
+// busy 2(F+B), a bubble ratio of (P-2)/P whatever M (the seeds' 1 - Theta(1/P)); 0 for P = 2.
+// Peak activations 2 on every rank (one microbatch per direction: at most one stash per stage).
+// Needs P even and M even.
+Schedule make_gems(int ranks, int microbatches);
+
+// 1F1B-RR (PipeDream's round robin): stage s has replicas_per_stage[s] = r_s replicas on
+// consecutive ranks, the stages in order ([3, 1]: stage 0 on ranks 0..2, stage 1 on rank 3), and
+// microbatch i runs stage s on its replica i mod r_s (forward and backward alike). Every replica
+// runs its own microbatches in 1F1B order with ceil(sum_{t >= s} r_t / r_s) - 1 warm-up forwards
+// (1F1B's P-1-s when every r_s is 1). Needs M >= max r_s, so that every replica has work. Not a
+// registry entry (its shape comes from a partition); `pptrain schedule --schedule 1f1b-rr
+// --replicas 3,1` shows it. With one replica everywhere it is 1F1B's order with a placement.
+Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatches);
 
 }  // namespace pptrain

@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
@@ -23,6 +25,14 @@ struct Case {
   int microbatches;
 };
 
+// Chimera and GEMS: two replicas of every stage, P even, M even (chimera: a multiple of P).
+bool is_bidirectional(const std::string& name) {
+  return name == "chimera" || name == "gems";
+}
+bool bidirectional_fits(const std::string& name, int p, int m) {
+  return p % 2 == 0 && m % (name == "chimera" ? p : 2) == 0;
+}
+
 // The (P, M) grid every generator is checked on; interleaved-1f1b takes only multiples of P.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -32,6 +42,7 @@ std::vector<Case> all_cases() {
         if (m < 1) continue;
         if (name == "interleaved-1f1b" && m % p != 0) continue;
         if (name == "dualpipev" && m < 2 * p) continue;
+        if (is_bidirectional(name) && !bidirectional_fits(name, p, m)) continue;
         cases.push_back({name, p, m});
       }
     }
@@ -46,14 +57,16 @@ std::string describe(const Case& c) {
 TEST(Generators, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(schedule_names(),
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
-                                      "zb-auto", "v-half", "v-min", "dualpipev", "pipedream", "2bw",
-                                      "pipemare"}));
+                                      "zb-auto", "v-half", "v-min", "dualpipev", "chimera", "gems",
+                                      "pipedream", "2bw", "pipemare"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
   for (const Case& c : all_cases()) {
     // dualpipev has composites and fused and split backwards side by side: its own test below.
     if (c.name == "dualpipev") continue;
+    // Replicated stages: their own test below (each action on rank_of, not stage_to_rank).
+    if (is_bidirectional(c.name)) continue;
     SCOPED_TRACE(describe(c));
     const Schedule s = make_schedule({c.name, c.ranks, c.microbatches});
     EXPECT_EQ(s.name, c.name);
@@ -234,6 +247,7 @@ TEST(Generators, DualPipeVIsTorchsOrder) {
 
 TEST(Generators, SingleRankIsAPlainList) {
   for (const auto& name : schedule_names()) {
+    if (is_bidirectional(name)) continue;  // two pipelines need an even P
     SCOPED_TRACE(name);
     const Schedule s = make_schedule({name, 1, 3});
     EXPECT_EQ(s.num_ranks, 1);
@@ -251,6 +265,130 @@ void expect_user_error(const ScheduleOptions& o, const std::string& fragment) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
         << "message '" << e.what() << "' lacks '" << fragment << "'";
+  }
+}
+
+// Replicated schedules: every (stage, microbatch) has one F and one B, both on the rank the
+// placement gives it (rank_of), the B after the F; the validator accepts the schedule with and
+// without communication and with its reductions.
+void expect_replicated_schedule_runs_each_pair_once(const Schedule& s) {
+  ASSERT_TRUE(s.replicated());
+  EXPECT_FALSE(s.has_comms());
+  std::map<std::tuple<Op, int, int>, std::pair<int, int>> seen;  // -> (rank, position)
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (int i = 0; i < static_cast<int>(s.actions[r].size()); ++i) {
+      const Action& a = s.actions[r][i];
+      ASSERT_TRUE(a.op == Op::F || a.op == Op::B) << to_string(a);
+      ASSERT_EQ(s.rank_of(a.stage, a.microbatch), r) << to_string(a);
+      ASSERT_TRUE(
+          seen.emplace(std::make_tuple(a.op, a.stage, a.microbatch), std::make_pair(r, i)).second)
+          << "duplicate " << to_string(a);
+    }
+  }
+  ASSERT_EQ(seen.size(), 2u * s.num_stages * s.num_microbatches);
+  for (int st = 0; st < s.num_stages; ++st) {
+    for (int m = 0; m < s.num_microbatches; ++m) {
+      EXPECT_LT(seen.at({Op::F, st, m}).second, seen.at({Op::B, st, m}).second);
+    }
+  }
+  EXPECT_NO_THROW(validate(s));
+  EXPECT_NO_THROW(validate(lower(s)));
+  EXPECT_NO_THROW(validate(add_grad_reductions(s)));
+}
+
+TEST(Generators, ChimeraAndGemsPlaceEachStageOnTwoMirroredRanks) {
+  for (const std::string name : {"chimera", "gems"}) {
+    for (int p : {2, 4, 6, 8}) {
+      for (int m : {p, 2 * p, 3 * p}) {
+        SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m));
+        const Schedule s = make_schedule({name, p, m});
+        EXPECT_EQ(s.num_stages, p);
+        EXPECT_EQ(s.chunks(), 1);
+        for (int st = 0; st < p; ++st) {
+          const int mirror = p - 1 - st;
+          for (int mb = 0; mb < m; ++mb) EXPECT_EQ(s.rank_of(st, mb), mb < m / 2 ? st : mirror);
+          EXPECT_EQ(s.replicas_of(st),
+                    (std::vector<int>{std::min(st, mirror), std::max(st, mirror)}));
+          EXPECT_EQ(s.stage_to_rank[st], std::min(st, mirror));
+        }
+        for (int r = 0; r < p; ++r) {
+          EXPECT_EQ(s.stages_of(r),
+                    (std::vector<int>{std::min(r, p - 1 - r), std::max(r, p - 1 - r)}));
+        }
+        expect_replicated_schedule_runs_each_pair_once(s);
+      }
+    }
+  }
+  // GEMS also takes any even M.
+  expect_replicated_schedule_runs_each_pair_once(make_gems(4, 6));
+  expect_replicated_schedule_runs_each_pair_once(make_gems(6, 2));
+}
+
+TEST(Generators, ChimeraAndGemsOrdersAreTheDocumentedOnes) {
+  EXPECT_EQ(to_csv(make_chimera(4, 4)),
+            "0F0,0F1,3F2,3B2,3F3,3B3,0B0,0B1\n"
+            "1F0,2F2,1F1,2F3,2B2,1B0,2B3,1B1\n"
+            "1F2,2F0,1F3,2F1,2B0,1B2,2B1,1B3\n"
+            "0F2,0F3,3F0,3B0,3F1,3B1,0B2,0B3\n");
+  // Two units: the second runs down microbatches 2, 3 and up 6, 7 in the first's order.
+  const Schedule two = make_chimera(4, 8);
+  std::string second_unit;
+  for (size_t i = 8; i < two.actions[1].size(); ++i) {
+    second_unit += (i > 8 ? "," : "") + to_string(two.actions[1][i]);
+  }
+  EXPECT_EQ(second_unit, "1F2,2F6,1F3,2F7,2B6,1B2,2B7,1B3");
+  EXPECT_EQ(to_csv(make_gems(4, 4)),
+            "0F0,3F2,3B2,0B0,0F1,3F3,3B3,0B1\n"
+            "1F0,2F2,2B2,1B0,1F1,2F3,2B3,1B1\n"
+            "1F2,2F0,2B0,1B2,1F3,2F1,2B1,1B3\n"
+            "0F2,3F0,3B0,0B2,0F3,3F1,3B1,0B3\n");
+}
+
+TEST(Generators, RoundRobinRoutesMicrobatchIToReplicaIModR) {
+  const Schedule s = make_1f1b_rr({3, 1}, 6);
+  EXPECT_EQ(s.name, "1f1b-rr");
+  EXPECT_EQ(s.num_ranks, 4);
+  EXPECT_EQ(s.num_stages, 2);
+  EXPECT_EQ(s.stage_to_rank, (std::vector<int>{0, 3}));
+  EXPECT_EQ(s.placement, (std::vector<std::vector<int>>{{0, 1, 2, 0, 1, 2}, {3, 3, 3, 3, 3, 3}}));
+  EXPECT_EQ(s.replicas_of(0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(s.replicas_of(1), (std::vector<int>{3}));
+  EXPECT_EQ(s.stages_of(2), (std::vector<int>{0}));
+  EXPECT_EQ(s.stages_of(3), (std::vector<int>{1}));
+  // Replica 0 of stage 0 runs microbatches 0 and 3 with ceil(4/3) - 1 = 1 warm-up forward.
+  EXPECT_EQ(to_csv(s).substr(0, to_csv(s).find('\n')), "0F0,0F3,0B0,0B3");
+  for (const std::vector<int>& replicas : std::vector<std::vector<int>>{
+           {3, 1}, {1, 3}, {2, 2}, {1, 2, 1}, {3, 2, 1}, {2, 1, 2}, {1, 1, 1, 1}, {4, 1}}) {
+    int most = 0;
+    for (int r : replicas) most = std::max(most, r);
+    for (int m : {most, most + 1, 8, 13}) {
+      SCOPED_TRACE("replicas size " + std::to_string(replicas.size()) + " M=" + std::to_string(m));
+      const Schedule rr = make_1f1b_rr(replicas, m);
+      for (int st = 0; st < rr.num_stages; ++st) {
+        for (int mb = 0; mb < m; ++mb) {
+          EXPECT_EQ(rr.rank_of(st, mb), rr.stage_to_rank[st] + mb % replicas[st]);
+        }
+      }
+      expect_replicated_schedule_runs_each_pair_once(rr);
+    }
+  }
+  // One replica per stage: 1F1B's order.
+  EXPECT_EQ(make_1f1b_rr({1, 1, 1, 1}, 7).actions, make_1f1b(4, 7).actions);
+}
+
+TEST(Generators, ReplicatedScheduleOptionsAreUserErrors) {
+  expect_user_error({"chimera", 3, 6}, "needs an even number of ranks");
+  expect_user_error({"chimera", 4, 6}, "multiple of 4");
+  expect_user_error({"gems", 5, 4}, "got 5");
+  expect_user_error({"gems", 4, 3}, "multiple of 2");
+  expect_user_error({"chimera", 4, 4, 2}, "got chunks=2");
+  EXPECT_THROW(make_1f1b_rr({}, 4), UserError);
+  EXPECT_THROW(make_1f1b_rr({2, 0}, 4), UserError);
+  try {
+    make_1f1b_rr({3, 1}, 2);
+    ADD_FAILURE() << "no error for 2 microbatches on 3 replicas";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("(3)"), std::string::npos) << e.what();
   }
 }
 

@@ -15,7 +15,19 @@
 // that directly follow that action: a neighbour waits for those messages, the reduction waits
 // for nobody, and so adding reductions before or after lower() gives the same schedule. Two
 // stages whose gradients complete in the same action are reduced in the order of its parts.
+//
+// Replicated stages (Schedule::placement): the replicas of a stage sum their gradients, so in a
+// replicated schedule every rank holding a replica of a stage with two or more replicas gets one
+// `sREDUCE_GRAD` ("sum stage s's gradients over replicas_of(s)"), after its own last W or B of s;
+// a stage with one replica gets none. Since a reduction ends only when all its replicas have
+// reached it, every rank reduces in one global order (stages by the latest of their replicas'
+// last W or B), so a rank may hold a reduction back behind an earlier one of the order; the
+// validator refuses reductions in opposite orders on two replicas. Chimera, P = 4: ranks 0 and 3
+// both reduce stages 0 and 3, ranks 1 and 2 stages 1 and 2.
 #pragma once
+
+#include <cstddef>
+#include <vector>
 
 #include "pptrain/schedule/schedule.h"
 
@@ -30,5 +42,16 @@ Schedule add_grad_reductions(const Schedule& schedule);
 Schedule remove_grad_reductions(const Schedule& schedule);
 // True if any rank's list holds a REDUCE_GRAD.
 bool has_grad_reductions(const Schedule& schedule);
+
+// A replicated schedule's reductions as collectives: `queues[r]` lists the stages rank r reduces,
+// in its list order, and the reduction of a stage ends once every replica of it (replicas_of) has
+// reached its own, each replica taking its reductions one after another. Returns the stages in
+// an order in which their reductions can end, each once; `head[r]` comes back as the number of
+// rank r's reductions that ended, fewer than queues[r].size() where its next one can never end
+// (two replicas reducing two stages in opposite orders). The validator refuses that; the
+// simulator times the reductions in the returned order.
+std::vector<int> match_replica_reductions(const Schedule& schedule,
+                                          const std::vector<std::vector<int>>& queues,
+                                          std::vector<size_t>& head);
 
 }  // namespace pptrain

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
@@ -132,6 +135,61 @@ TEST(Reductions, CsvKeepsThem) {
   EXPECT_NE(text.find(",0REDUCE_GRAD"), std::string::npos) << text;
   Schedule back = parse_csv(text, reduced.name);
   EXPECT_EQ(back, reduced);
+}
+
+// Replicated stages: every replica of a stage with two or more replicas reduces it once, after
+// its own last backward of the stage; a stage with one replica is not reduced; the replicas
+// reduce in the same order.
+TEST(Reductions, ReplicatedStagesReduceOnEachReplica) {
+  for (const Schedule& s : {make_chimera(4, 8), make_gems(6, 4), make_chimera(8, 8),
+                            make_1f1b_rr({3, 1}, 6), make_1f1b_rr({2, 1, 2}, 7)}) {
+    SCOPED_TRACE(s.name + " P=" + std::to_string(s.num_ranks));
+    const Schedule reduced = add_grad_reductions(s);
+    EXPECT_NO_THROW(validate(reduced));
+    std::vector<std::vector<int>> order(s.num_ranks);  // [rank] stages in reduction order
+    for (int r = 0; r < s.num_ranks; ++r) {
+      const auto& list = reduced.actions[r];
+      for (const Action& a : list) {
+        if (is_collective(a.op)) order[r].push_back(a.stage);
+      }
+      std::vector<int> expected;
+      for (int st : s.stages_of(r)) {
+        if (s.replicas_of(st).size() < 2) continue;
+        expected.push_back(st);
+        int last = -1;
+        for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+          if (list[i].op == Op::B && list[i].stage == st) last = i;
+        }
+        EXPECT_GT(position_of(list, reduce(st)), last) << "rank " << r << " stage " << st;
+      }
+      std::vector<int> got = order[r];
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, expected) << "rank " << r;
+    }
+    // Two ranks sharing stages reduce them in the same order.
+    for (int a = 0; a < s.num_ranks; ++a) {
+      for (int b = 0; b < s.num_ranks; ++b) {
+        std::vector<int> shared;
+        for (int st : order[a]) {
+          if (std::find(order[b].begin(), order[b].end(), st) != order[b].end())
+            shared.push_back(st);
+        }
+        std::vector<int> other;
+        for (int st : order[b]) {
+          if (std::find(shared.begin(), shared.end(), st) != shared.end()) other.push_back(st);
+        }
+        EXPECT_EQ(shared, other) << "ranks " << a << " and " << b;
+      }
+    }
+    EXPECT_EQ(add_grad_reductions(reduced), reduced);
+    EXPECT_EQ(add_grad_reductions(lower(s)), lower(reduced));
+    EXPECT_EQ(remove_grad_reductions(reduced), s);
+  }
+  // 1f1b-rr [3, 1]: stage 0 on ranks 0..2 reduces, stage 1 (one replica) does not.
+  const Schedule rr = add_grad_reductions(make_1f1b_rr({3, 1}, 6));
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(rr.actions[r].back(), reduce(0));
+  EXPECT_TRUE(std::none_of(rr.actions[3].begin(), rr.actions[3].end(),
+                           [](const Action& a) { return is_collective(a.op); }));
 }
 
 }  // namespace

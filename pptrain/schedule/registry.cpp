@@ -85,6 +85,15 @@ const std::vector<ScheduleEntry>& schedule_registry() {
        "DualPipeV: torch.distributed.pipelining's ScheduleDualPipeV order, forwards and "
        "backwards of the two stages paired in OVERLAP_F_B actions; M >= 2P",
        without_chunks<make_dualpipev>},
+      {"chimera", 1, 1, 1,
+       "Chimera: two pipelines in opposite directions, stage s on ranks s and P-1-s, half the "
+       "microbatches each way; bubble (P-2) max(F, B) per P microbatches; P even, M a "
+       "multiple of P",
+       without_chunks<make_chimera>},
+      {"gems", 1, 1, 1,
+       "GEMS: Chimera's two replicas, one microbatch in flight per direction; 2 microbatches of "
+       "activations, bubble ratio (P-2)/P; P and M even",
+       without_chunks<make_gems>},
       async_1f1b("pipedream",
                  "PipeDream (async): 1F1B without flush, an optimizer step after every "
                  "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
@@ -11,10 +13,21 @@
 
 namespace pptrain {
 
+std::vector<int> Schedule::replicas_of(int stage) const {
+  if (placement.empty()) return {stage_to_rank[stage]};
+  std::vector<int> ranks = placement[stage];
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
 std::vector<int> Schedule::stages_of(int rank) const {
   std::vector<int> stages;
   for (int s = 0; s < num_stages; ++s) {
-    if (stage_to_rank[s] == rank) stages.push_back(s);
+    const bool held = placement.empty() ? stage_to_rank[s] == rank
+                                        : std::find(placement[s].begin(), placement[s].end(),
+                                                    rank) != placement[s].end();
+    if (held) stages.push_back(s);
   }
   return stages;
 }
@@ -43,7 +56,7 @@ bool Schedule::has_split_backward() const {
 bool Schedule::operator==(const Schedule& other) const {
   return num_ranks == other.num_ranks && num_stages == other.num_stages &&
          num_microbatches == other.num_microbatches && stage_to_rank == other.stage_to_rank &&
-         actions == other.actions && flushes == other.flushes;
+         placement == other.placement && actions == other.actions && flushes == other.flushes;
 }
 
 Schedule strip_comms(const Schedule& schedule) {
@@ -87,13 +100,25 @@ std::vector<std::string> split_cells(const std::string& line) {
   return cells;
 }
 
-// A map, not a vector sized by the largest index: a typo like `999999999F0` must be an error
-// message, not a 4 GB table.
-void note_stage(std::map<int, int>& stage_to_rank, int stage, int rank, int row) {
-  const auto [it, inserted] = stage_to_rank.emplace(stage, rank);
-  PPTRAIN_CHECK(inserted || it->second == rank, "schedule row ", row, ": stage ", stage,
-                " also appears on rank ", it->second, " (a stage must live on one rank)");
-}
+// Where the actions of a CSV file are: maps, not vectors sized by the largest index, so that a
+// typo like `999999999F0` is an error message, not a 4 GB table.
+struct CsvPlaces {
+  std::map<std::pair<int, int>, int> of_pair;  // (stage, microbatch) -> rank
+  std::map<int, std::set<int>> of_stage;       // stage -> ranks holding any of its microbatches
+  std::map<int, std::set<int>> reductions;     // stage -> ranks with its REDUCE_GRAD
+
+  void note(const Action& atom, int rank, int row) {
+    if (atom.op == Op::REDUCE_GRAD) {
+      reductions[atom.stage].insert(rank);
+      return;
+    }
+    const auto [it, inserted] = of_pair.emplace(std::make_pair(atom.stage, atom.microbatch), rank);
+    PPTRAIN_CHECK(inserted || it->second == rank, "schedule row ", row, ": stage ", atom.stage,
+                  " also appears on rank ", it->second, " for microbatch ", atom.microbatch,
+                  " (a stage runs each microbatch on one rank)");
+    of_stage[atom.stage].insert(rank);
+  }
+};
 
 }  // namespace
 
@@ -103,7 +128,7 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   std::string line;
   int max_microbatch = -1;
-  std::map<int, int> stage_to_rank;
+  CsvPlaces places;
   while (std::getline(in, line)) {
     const int rank = static_cast<int>(schedule.actions.size());
     const int row = rank + 1;
@@ -118,10 +143,9 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
         throw UserError("schedule row " + std::to_string(row) + " cell " + std::to_string(col + 1) +
                         ": " + e.what());
       }
-      const auto& atoms = a.op == Op::OVERLAP_F_B ? a.parts : std::vector<Action>{a};
-      for (const auto& atom : atoms) {
+      for (const Action& atom : atoms_of(a)) {
         max_microbatch = std::max(max_microbatch, atom.microbatch);
-        note_stage(stage_to_rank, atom.stage, rank, row);
+        places.note(atom, rank, row);
       }
       list.push_back(std::move(a));
     }
@@ -131,19 +155,47 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
   while (!schedule.actions.empty() && schedule.actions.back().empty()) schedule.actions.pop_back();
   schedule.num_ranks = static_cast<int>(schedule.actions.size());
   PPTRAIN_CHECK(schedule.num_ranks > 0, "schedule file has no actions");
+  // A stage's ranks: those of its microbatches, or of its reduction when it has none.
+  std::map<int, std::set<int>> stages = places.reductions;
+  for (const auto& [stage, ranks] : places.of_stage) stages[stage] = ranks;
+  bool replicated = false;
   int expected = 0;
-  for (const auto& [stage, rank] : stage_to_rank) {
+  for (const auto& [stage, ranks] : stages) {
     PPTRAIN_CHECK(stage == expected, "schedule has no action for stage ", expected,
-                  " (stages must be numbered 0..", stage_to_rank.size() - 1, ", but ", stage,
-                  " appears)");
-    schedule.stage_to_rank.push_back(rank);
+                  " (stages must be numbered 0..", stages.size() - 1, ", but ", stage, " appears)");
+    for (int rank : places.reductions[stage]) {
+      PPTRAIN_CHECK(ranks.count(rank), "schedule row ", rank + 1, ": ", stage,
+                    "REDUCE_GRAD is on a rank that runs no microbatch of stage ", stage);
+    }
+    replicated = replicated || ranks.size() > 1;
+    schedule.stage_to_rank.push_back(*ranks.begin());
     ++expected;
   }
   schedule.num_stages = static_cast<int>(schedule.stage_to_rank.size());
   schedule.num_microbatches = max_microbatch + 1;
-  PPTRAIN_CHECK(schedule.num_stages % schedule.num_ranks == 0, "schedule has ", schedule.num_stages,
-                " stages on ", schedule.num_ranks,
-                " ranks; every rank must hold the same number of stages");
+  if (!replicated) {
+    PPTRAIN_CHECK(schedule.num_stages % schedule.num_ranks == 0, "schedule has ",
+                  schedule.num_stages, " stages on ", schedule.num_ranks,
+                  " ranks; every rank must hold the same number of stages");
+    return schedule;
+  }
+  // The placement table has a cell per (stage, microbatch): refuse one the file cannot fill
+  // (a typo such as 0F999999999 on two rows), as the validator does.
+  const long long cells =
+      static_cast<long long>(schedule.num_stages) * static_cast<long long>(max_microbatch + 1);
+  PPTRAIN_CHECK(cells <= 2 * static_cast<long long>(places.of_pair.size()) + 1024,
+                "schedule places ", places.of_pair.size(), " (stage, microbatch) pairs for ",
+                schedule.num_stages, " stages and ", max_microbatch + 1,
+                " microbatches; expected one for every stage and microbatch");
+  // A pair without actions takes the stage's first replica; the validator names it as missing.
+  schedule.placement.assign(schedule.num_stages, std::vector<int>(schedule.num_microbatches, 0));
+  for (int s = 0; s < schedule.num_stages; ++s) {
+    for (int m = 0; m < schedule.num_microbatches; ++m) {
+      const auto it = places.of_pair.find({s, m});
+      schedule.placement[s][m] =
+          it == places.of_pair.end() ? schedule.stage_to_rank[s] : it->second;
+    }
+  }
   return schedule;
 }
 
@@ -158,13 +210,12 @@ void write_schedule_csv(const Schedule& schedule, const std::string& path) {
 Schedule lower(const Schedule& schedule) {
   if (schedule.has_comms()) return schedule;
   Schedule out = schedule;
-  const auto& placement = schedule.stage_to_rank;
   for (int r = 0; r < schedule.num_ranks; ++r) {
     std::vector<Action> lowered;
     for (const Action& a : schedule.actions[r]) {
       // Receives first: everything the (possibly composite) action consumes from other ranks.
       for (const Action& atom : atoms_of(a)) {
-        for (const Need& need : inputs_of(atom, placement, /*lowered=*/true)) {
+        for (const Need& need : inputs_of(atom, schedule, /*lowered=*/true)) {
           if (need.fact == Fact::kReceivedF || need.fact == Fact::kReceivedB) {
             lowered.push_back(producer_of(need));
           }
@@ -172,7 +223,7 @@ Schedule lower(const Schedule& schedule) {
       }
       lowered.push_back(a);
       for (const Action& atom : atoms_of(a)) {
-        if (const auto send = send_after(atom, placement)) lowered.push_back(*send);
+        if (const auto send = send_after(atom, schedule)) lowered.push_back(*send);
       }
     }
     out.actions[r] = std::move(lowered);

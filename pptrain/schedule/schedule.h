@@ -5,6 +5,13 @@
 // Virtual stages are simply more stages than ranks: interleaved 1F1B is stage s on rank s % P,
 // ZB-V is stages r and 2P-1-r on rank r. Nothing else in the schedule knows about them.
 //
+// Replicated stages: a stage may run on several ranks (its replicas), each microbatch on one of
+// them. `placement` then says where every (stage, microbatch) runs; Chimera and GEMS hold two
+// replicas of every stage (stage s on ranks s and P-1-s), 1F1B-RR routes microbatch i to replica
+// i mod r_s of stage s. `stage_to_rank` keeps the stage's first replica (its lowest rank) so that
+// code written for one rank per stage still finds a rank, but whatever needs the rank a
+// (stage, microbatch) really runs on must ask rank_of(); stages_of() lists every replica.
+//
 // CSV form (as torch.distributed.pipelining writes it): one row per rank, one action per cell,
 // empty cells allowed (an idle step; it carries no meaning and is dropped on import).
 //
@@ -25,12 +32,26 @@ struct Schedule {
   int num_ranks = 0;                         // P: worker processes in the pipeline
   int num_stages = 0;                        // P * V: consecutive pieces of the model
   int num_microbatches = 0;                  // M: microbatches per mini-batch
-  std::vector<int> stage_to_rank;            // [num_stages] -> rank that runs the stage
+  std::vector<int> stage_to_rank;            // [num_stages] -> rank that runs the stage (for a
+                                             // replicated schedule: its lowest replica)
   std::vector<std::vector<Action>> actions;  // [num_ranks] -> actions in execution order
   bool flushes = true;  // true: synchronous (all microbatches drain before the optimizer step)
+  // Optional: [num_stages][num_microbatches] -> the rank that runs that stage for that
+  // microbatch (its F, I, W, B and the SEND/RECV of its messages). Empty: stage_to_rank.
+  std::vector<std::vector<int>> placement;
 
-  int chunks() const { return num_ranks ? num_stages / num_ranks : 0; }  // V
-  // Stages held by a rank, in increasing order.
+  // V: stages per rank; 1 for a replicated schedule, whose every stage is one rank's share.
+  int chunks() const { return replicated() ? 1 : num_ranks ? num_stages / num_ranks : 0; }
+  // True if `placement` is set (a stage may then have several replicas).
+  bool replicated() const { return !placement.empty(); }
+  // The rank that runs `stage` for `microbatch` (0 .. M-1): placement[stage][microbatch], or
+  // stage_to_rank[stage] when there is no placement.
+  int rank_of(int stage, int microbatch) const {
+    return placement.empty() ? stage_to_rank[stage] : placement[stage][microbatch];
+  }
+  // The ranks holding `stage`, ascending: {stage_to_rank[stage]} without a placement.
+  std::vector<int> replicas_of(int stage) const;
+  // Stages held by a rank (in any of their replicas), in increasing order.
   std::vector<int> stages_of(int rank) const;
   // True if any rank's list holds a SEND or RECV action.
   bool has_comms() const;
@@ -45,17 +66,20 @@ Schedule strip_comms(const Schedule& schedule);
 // CSV text of the schedule (one row per rank). Composite actions keep their ';' inside one cell.
 std::string to_csv(const Schedule& schedule);
 // Parses CSV text. Infers P (rows), the number of stages and microbatches (largest index + 1)
-// and stage_to_rank (the rank whose row holds the stage's compute actions). Throws UserError
-// naming the row and cell for a bad action, or a stage that appears on two ranks.
+// and stage_to_rank (the rank whose row holds the stage's actions). A stage whose actions are
+// on several rows is replicated: the placement is read from the row of each (stage, microbatch),
+// stage_to_rank is its lowest row. Throws UserError naming the row and cell for a bad action, a
+// (stage, microbatch) that appears on two ranks, or a REDUCE_GRAD on a rank without its stage.
 Schedule parse_csv(const std::string& text, const std::string& name = "imported");
 Schedule read_schedule_csv(const std::string& path);
 void write_schedule_csv(const Schedule& schedule, const std::string& path);
 
-// Insert SEND/RECV actions into a compute-only schedule wherever stage s and s+1 live on
-// different ranks: a send right after the action that produces the tensor, a receive right
-// before the action that consumes it. Sends never block (the runtime waits on them lazily), so
-// if the compute order is free of cross-rank cycles, the lowered schedule cannot deadlock; the
-// validator checks that. A schedule that already has communication actions is returned as is.
+// Insert SEND/RECV actions into a compute-only schedule wherever stage s and s+1 of a microbatch
+// m live on different ranks (rank_of(s, m) != rank_of(s+1, m)): a send right after the action
+// that produces the tensor, a receive right before the action that consumes it. Sends never block
+// (the runtime waits on them lazily), so if the compute order is free of cross-rank cycles, the
+// lowered schedule cannot deadlock; the validator checks that. A schedule that already has
+// communication actions is returned as is.
 Schedule lower(const Schedule& schedule);
 
 }  // namespace pptrain

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 namespace {
@@ -74,6 +75,43 @@ TEST(Lowering, NoCommunicationBetweenStagesOnOneRank) {
   // V-shape on one rank: stages 0 and 1 both on rank 0.
   Schedule s = parse_csv("0F0,1F0,1B0,0B0\n");
   EXPECT_EQ(lower(s), s);
+}
+
+TEST(Schedule, PlacementPerMicrobatch) {
+  Schedule s = parse_csv("0F0,1F0,1B0,0B0\n0F1,1F1,1B1,0B1\n");  // each rank runs both stages
+  EXPECT_FALSE(s.replicated() && s.placement.empty());
+  ASSERT_TRUE(s.replicated());
+  EXPECT_EQ(s.rank_of(1, 0), 0);
+  EXPECT_EQ(s.rank_of(1, 1), 1);
+  EXPECT_EQ(s.replicas_of(0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.stages_of(1), (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.chunks(), 1);
+  EXPECT_EQ(lower(s), s);  // every microbatch stays on its rank: nothing to send
+  Schedule other = s;
+  other.placement[0][0] = 1;
+  EXPECT_FALSE(other == s);  // equality compares the placement
+
+  // Without a placement rank_of is stage_to_rank.
+  const Schedule plain = parse_csv("0F0,0B0\n1F0,1B0\n");
+  EXPECT_FALSE(plain.replicated());
+  EXPECT_EQ(plain.rank_of(1, 0), 1);
+  EXPECT_EQ(plain.replicas_of(1), (std::vector<int>{1}));
+}
+
+TEST(Lowering, ReplicatedMessagesFollowTheMicrobatch) {
+  // Stage 1 on rank 1 for microbatch 0 and on rank 0 for microbatch 1: only microbatch 0 crosses.
+  const Schedule s = parse_csv("0F0,0F1,1F1,1B1,0B1,0B0\n1F0,1B0\n");
+  EXPECT_EQ(to_csv(lower(s)),
+            "0F0,0SEND_F0,0F1,1F1,1B1,0B1,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n");
+  const Schedule lowered = lower(s);
+  EXPECT_EQ(rank_of_peer(lowered, Action::make(Op::SEND_F, 0, 0)), 1);
+  EXPECT_EQ(rank_of_peer(lowered, Action::make(Op::RECV_B, 0, 0)), 1);
+  EXPECT_EQ(rank_of_peer(lowered, Action::make(Op::RECV_F, 1, 0)), 0);
+  EXPECT_FALSE(send_after(Action::make(Op::F, 0, 1), lowered).has_value());
+  EXPECT_EQ(*send_after(Action::make(Op::F, 0, 0), lowered), Action::make(Op::SEND_F, 0, 0));
+  EXPECT_EQ(inputs_of(Action::make(Op::F, 1, 1), lowered, true).size(), 1u);
+  EXPECT_EQ(inputs_of(Action::make(Op::F, 1, 1), lowered, true).begin()->fact, Fact::kOutput);
+  EXPECT_EQ(inputs_of(Action::make(Op::F, 1, 0), lowered, true).begin()->fact, Fact::kReceivedF);
 }
 
 }  // namespace

@@ -60,12 +60,15 @@ Action producer_of(const Need& need) {
   return Action::make(kProducer[static_cast<int>(need.fact)], need.stage, need.microbatch);
 }
 
-Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered) {
+namespace {
+
+// inputs_of and send_after for any placement: `rank(stage)` is the rank that runs `stage` for the
+// atom's microbatch.
+template <typename RankOf>
+Needs inputs_with(const Action& atom, int num_stages, RankOf rank, bool lowered) {
   const int s = atom.stage, m = atom.microbatch;
-  const int last = static_cast<int>(stage_to_rank.size()) - 1;
-  const auto across = [&](int other) {
-    return lowered && stage_to_rank[other] != stage_to_rank[s];
-  };
+  const int last = num_stages - 1;
+  const auto across = [&](int other) { return lowered && rank(other) != rank(s); };
   Needs needs;
   switch (atom.op) {
     case Op::F:
@@ -103,9 +106,10 @@ Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool 
   return needs;
 }
 
-std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank) {
-  const int s = atom.stage, last = static_cast<int>(stage_to_rank.size()) - 1;
-  const auto elsewhere = [&](int other) { return stage_to_rank[other] != stage_to_rank[s]; };
+template <typename RankOf>
+std::optional<Action> send_after_with(const Action& atom, int num_stages, RankOf rank) {
+  const int s = atom.stage, last = num_stages - 1;
+  const auto elsewhere = [&](int other) { return rank(other) != rank(s); };
   if (atom.op == Op::F && s < last && elsewhere(s + 1)) {
     return Action::make(Op::SEND_F, s, atom.microbatch);
   }
@@ -113,6 +117,33 @@ std::optional<Action> send_after(const Action& atom, const std::vector<int>& sta
     return Action::make(Op::SEND_B, s, atom.microbatch);
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered) {
+  return inputs_with(
+      atom, static_cast<int>(stage_to_rank.size()), [&](int stage) { return stage_to_rank[stage]; },
+      lowered);
+}
+
+Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered) {
+  // Only a lowered schedule asks where stages run (and a REDUCE_GRAD has no microbatch).
+  if (!lowered || atom.op == Op::REDUCE_GRAD) return inputs_of(atom, schedule.stage_to_rank, false);
+  return inputs_with(
+      atom, schedule.num_stages,
+      [&](int stage) { return schedule.rank_of(stage, atom.microbatch); }, lowered);
+}
+
+std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank) {
+  return send_after_with(atom, static_cast<int>(stage_to_rank.size()),
+                         [&](int stage) { return stage_to_rank[stage]; });
+}
+
+std::optional<Action> send_after(const Action& atom, const Schedule& schedule) {
+  if (atom.op != Op::F && !is_backward(atom.op)) return std::nullopt;
+  return send_after_with(atom, schedule.num_stages,
+                         [&](int stage) { return schedule.rank_of(stage, atom.microbatch); });
 }
 
 Message message_of(const Action& a) {
@@ -154,6 +185,11 @@ Action comm_peer(const Action& a) {
     default:  // RECV_B
       return Action::make(Op::SEND_B, m.boundary + 1, m.microbatch);
   }
+}
+
+int rank_of_peer(const Schedule& schedule, const Action& comm) {
+  const Action peer = comm_peer(comm);
+  return schedule.rank_of(peer.stage, peer.microbatch);
 }
 
 }  // namespace pptrain

@@ -24,8 +24,13 @@
 // In a compute-only schedule (not lowered) a compute action waits for the producer itself, on
 // whatever rank it runs. Stage 0 has no input to wait for and the last stage no output gradient.
 //
+// "Another rank" is decided per microbatch: F s m is across from s-1 when rank_of(s-1, m) !=
+// rank_of(s, m) (schedule.h), so in a replicated schedule the same boundary may need a message
+// for one microbatch and not for another. The overloads taking a Schedule read its placement
+// that way; those taking `stage_to_rank` place every microbatch of a stage on one rank.
+//
 //   for (const Action& atom : atoms_of(action))
-//     for (const Need& need : inputs_of(atom, schedule.stage_to_rank, /*lowered=*/true)) ...
+//     for (const Need& need : inputs_of(atom, schedule, /*lowered=*/true)) ...
 #pragma once
 
 #include <array>
@@ -34,6 +39,7 @@
 #include <vector>
 
 #include "pptrain/schedule/action.h"
+#include "pptrain/schedule/schedule.h"
 
 namespace pptrain {
 
@@ -104,11 +110,15 @@ Action producer_of(const Need& need);
 // says whether inputs from other ranks arrive through RECV actions. None for a REDUCE_GRAD (see
 // above).
 Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered);
+// The same, with "another rank" decided by schedule.rank_of(stage, atom's microbatch).
+Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered);
 
 // The SEND that must follow `atom` in a lowered schedule because what it produced is consumed on
 // another rank: SEND_F after an F whose next stage lives elsewhere, SEND_B after an I or B whose
 // previous stage does. None for anything else.
 std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank);
+// The same, with the ranks of the atom's microbatch (schedule.rank_of).
+std::optional<Action> send_after(const Action& atom, const Schedule& schedule);
 
 // One message between adjacent stages: the activation (forward) or its gradient (backward)
 // crossing boundary b, the cut between stages b and b+1, for one microbatch. A SEND and the RECV
@@ -126,6 +136,10 @@ Message message_of(const Action& comm);  // InternalError for a compute action o
 // The other end of a communication action: RECV_F s+1 m for SEND_F s m, SEND_F s-1 m for
 // RECV_F s m, RECV_B s-1 m for SEND_B s m, SEND_B s+1 m for RECV_B s m.
 Action comm_peer(const Action& comm);
+// The rank at the other end of a communication action: where comm_peer(comm) runs,
+// schedule.rank_of(peer stage, microbatch). In a replicated schedule that depends on the
+// microbatch; use this rather than stage_to_rank[comm_peer(comm).stage].
+int rank_of_peer(const Schedule& schedule, const Action& comm);
 // A dense number for a message, 0 .. message_count(...) - 1, the same on every rank.
 size_t message_index(const Message& message, int num_stages, int num_microbatches);
 size_t message_count(int num_stages, int num_microbatches);

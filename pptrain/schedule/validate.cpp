@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "pptrain/schedule/grid.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
@@ -54,11 +56,12 @@ class Validator {
     M_ = s_.num_microbatches;
     seen_.assign(static_cast<size_t>(s_.num_stages) * M_, {});
     with_comms_ = s_.has_comms();
-    reductions_.assign(s_.num_stages, {});
+    reductions_.assign(static_cast<size_t>(s_.num_stages) * s_.num_ranks, {});
     record_actions();
     check_completeness();
     check_order();
     check_reductions();
+    if (s_.replicated()) check_reduction_order();
     if (with_comms_) {
       check_matching();
       check_deadlock(s_, /*compute_only_source=*/false);
@@ -132,8 +135,9 @@ class Validator {
       const int r = s.stage_to_rank[stage];
       require(r >= 0 && r < s.num_ranks, "stage ", stage, " is placed on rank ", r,
               "; expected a rank in 0..", s.num_ranks - 1);
-      ++stages_per_rank[r];
+      if (!s.replicated()) ++stages_per_rank[r];
     }
+    if (s.replicated()) check_placement(stages_per_rank);
     for (int r = 0; r < s.num_ranks; ++r) {
       require(stages_per_rank[r] > 0, "rank ", r, " holds no stage; every rank needs one");
     }
@@ -152,6 +156,29 @@ class Validator {
     require(needed <= 2 * compute + 1024, "schedule has ", compute, " compute actions for ",
             s.num_stages, " stages and ", s.num_microbatches, " microbatches; expected ", needed,
             " (an F and a backward for every stage and microbatch)");
+  }
+
+  // A replicated schedule's placement: a rank in range for every (stage, microbatch), and
+  // stage_to_rank the stage's lowest replica. Counts the stages each rank holds.
+  void check_placement(std::vector<int>& stages_per_rank) const {
+    const Schedule& s = s_;
+    require(static_cast<int>(s.placement.size()) == s.num_stages, "placement has ",
+            s.placement.size(), " rows for ", s.num_stages, " stages; expected one per stage");
+    for (int stage = 0; stage < s.num_stages; ++stage) {
+      const auto& row = s.placement[stage];
+      require(static_cast<int>(row.size()) == s.num_microbatches, "placement of stage ", stage,
+              " has ", row.size(), " entries for ", s.num_microbatches,
+              " microbatches; expected one per microbatch");
+      for (int mb = 0; mb < s.num_microbatches; ++mb) {
+        require(row[mb] >= 0 && row[mb] < s.num_ranks, "stage ", stage, " microbatch ", mb,
+                " is placed on rank ", row[mb], "; expected a rank in 0..", s.num_ranks - 1);
+      }
+      const std::vector<int> replicas = s.replicas_of(stage);
+      require(replicas.front() == s.stage_to_rank[stage], "stage_to_rank of stage ", stage,
+              " is rank ", s.stage_to_rank[stage], " but its lowest replica is rank ",
+              replicas.front(), "; a replicated stage's stage_to_rank is its lowest replica");
+      for (int r : replicas) ++stages_per_rank[r];
+    }
   }
 
   // Each action by itself: in range, on its rank, a sensible peer, and not a duplicate.
@@ -192,11 +219,14 @@ class Validator {
            "microbatch " + std::to_string(a.microbatch) + " is out of range (the schedule has " +
                std::to_string(M_) + " microbatches, 0.." + std::to_string(M_ - 1) + ")");
     }
-    const int owner = s_.stage_to_rank[a.stage];
+    const int owner = s_.rank_of(a.stage, a.microbatch);
     if (owner != r) {
       fail(r, i,
-           "stage " + std::to_string(a.stage) + " runs on rank " + std::to_string(owner) +
-               " (stage_to_rank), not on rank " + std::to_string(r));
+           "stage " + std::to_string(a.stage) +
+               (s_.replicated() ? " microbatch " + std::to_string(a.microbatch) + " runs on rank " +
+                                      std::to_string(owner) + " (placement)"
+                                : " runs on rank " + std::to_string(owner) + " (stage_to_rank)") +
+               ", not on rank " + std::to_string(r));
     }
     if (is_comm(a.op)) check_peer(a, here);
 
@@ -241,14 +271,25 @@ class Validator {
                std::to_string(s_.num_stages) + " stages, 0.." + std::to_string(s_.num_stages - 1) +
                ")");
     }
-    const int owner = s_.stage_to_rank[a.stage];
-    if (owner != r) {
+    if (s_.replicated()) {
+      const std::vector<int> replicas = s_.replicas_of(a.stage);
+      if (std::find(replicas.begin(), replicas.end(), r) == replicas.end()) {
+        fail(r, i,
+             "rank " + std::to_string(r) + " holds no replica of stage " + std::to_string(a.stage) +
+                 ", so it has no gradients of it to reduce");
+      }
+      if (replicas.size() == 1) {
+        fail(r, i,
+             "stage " + std::to_string(a.stage) + " has one replica (rank " + std::to_string(r) +
+                 "): there is nothing to sum its gradients with");
+      }
+    } else if (const int owner = s_.stage_to_rank[a.stage]; owner != r) {
       fail(r, i,
            "stage " + std::to_string(a.stage) + " runs on rank " + std::to_string(owner) +
                " (stage_to_rank), so its gradients are reduced there, not on rank " +
                std::to_string(r));
     }
-    Where& where = reductions_[a.stage];
+    Where& where = reduction(a.stage, r);
     if (where.found()) {
       fail(r, i,
            "second " + to_string(a) + " (the first is at rank " + std::to_string(where.rank) +
@@ -258,24 +299,52 @@ class Validator {
     where = here;
   }
 
-  // Either every stage reduces its gradients or none does, and a stage's REDUCE_GRAD comes after
-  // every W or B of the stage (all on its rank: record() checked the placement).
+  // The REDUCE_GRAD of `stage` on `rank` (one per stage without a placement: its rank's).
+  Where& reduction(int stage, int rank) {
+    return reductions_[static_cast<size_t>(stage) * s_.num_ranks + rank];
+  }
+
+  // The reductions a schedule with reductions needs, as (stage, rank): every stage on its rank
+  // (data parallelism: the copies are other pipelines), or in a replicated schedule every replica
+  // of each stage held by more than one rank (they sum their gradients).
+  std::vector<std::pair<int, int>> needed_reductions() const {
+    std::vector<std::pair<int, int>> needed;
+    for (int s = 0; s < s_.num_stages; ++s) {
+      const std::vector<int> replicas = s_.replicas_of(s);
+      if (s_.replicated() && replicas.size() < 2) continue;
+      for (int r : replicas) needed.emplace_back(s, r);
+    }
+    return needed;
+  }
+
+  // Either every needed reduction is there or none is, and a stage's REDUCE_GRAD comes after
+  // every W or B of the stage on its rank (record() checked the placement).
   void check_reductions() {
-    int with = -1, without = -1;  // a stage that has a reduction, one that has none
-    for (int s = 0; s < s_.num_stages; ++s) (reductions_[s].found() ? with : without) = s;
+    const auto needed = needed_reductions();
+    int with = -1, without = -1;  // index in `needed` of one that is there, one that is not
+    for (int k = 0; k < static_cast<int>(needed.size()); ++k) {
+      (reduction(needed[k].first, needed[k].second).found() ? with : without) = k;
+    }
     if (with < 0) return;
     if (without >= 0) {
-      const Where& other = reductions_[with];
-      fail(s_.stage_to_rank[without], -1,
-           "stage " + std::to_string(without) + " has no " +
-               to_string(Action::make(Op::REDUCE_GRAD, without, -1)) + " but stage " +
-               std::to_string(with) + " has one (rank " + std::to_string(other.rank) +
-               ", position " + std::to_string(other.position) +
-               "); either every stage reduces its gradients or none does");
+      const auto [stage, rank] = needed[without];
+      const Where& other = reduction(needed[with].first, needed[with].second);
+      const std::string rule = s_.replicated()
+                                   ? "; either every replica of every replicated stage reduces "
+                                     "its gradients or none does"
+                                   : "; either every stage reduces its gradients or none does";
+      fail(rank, -1,
+           "stage " + std::to_string(stage) + " has no " +
+               to_string(Action::make(Op::REDUCE_GRAD, stage, -1)) +
+               (s_.replicated() ? " on rank " + std::to_string(rank) : std::string()) +
+               " but stage " + std::to_string(needed[with].first) + " has one (rank " +
+               std::to_string(other.rank) + ", position " + std::to_string(other.position) + ")" +
+               rule);
     }
     for (int s = 0; s < s_.num_stages; ++s) {
-      const Where& reduce = reductions_[s];
       for (int mb = 0; mb < M_; ++mb) {
+        const Where& reduce = reduction(s, s_.rank_of(s, mb));
+        if (!reduce.found()) continue;
         const bool fused = slot(Op::B, s, mb).found();
         const Where& grads = fused ? slot(Op::B, s, mb) : slot(Op::W, s, mb);
         if (grads.before(reduce)) continue;
@@ -283,6 +352,40 @@ class Validator {
                             text_of(fused ? Op::B : Op::W, s, mb) + " (position " +
                             std::to_string(grads.position) +
                             "), whose weight gradients it reduces");
+      }
+    }
+  }
+
+  // The replicas of a stage sum their gradients together, so each waits at its REDUCE_GRAD until
+  // all have reached theirs (one reduction after another on a rank, as the simulator and a
+  // communicator run them). Two stages with the same replicas reduced in opposite orders on two
+  // of them would wait for each other: run the reductions abstractly and fail if some never end.
+  void check_reduction_order() {
+    std::vector<std::vector<int>> queues(s_.num_ranks);     // [rank] stages it reduces, in order
+    std::vector<std::vector<int>> positions(s_.num_ranks);  // [rank] where those are
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      const auto& list = s_.actions[r];
+      for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+        if (!is_collective(list[i].op)) continue;
+        queues[r].push_back(list[i].stage);
+        positions[r].push_back(i);
+      }
+    }
+    std::vector<size_t> head;
+    match_replica_reductions(s_, queues, head);
+    const auto waits_at = [&](int r) {
+      return head[r] < queues[r].size() ? queues[r][head[r]] : -1;
+    };
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      const int stage = waits_at(r);
+      if (stage < 0) continue;
+      for (int q : s_.replicas_of(stage)) {
+        if (waits_at(q) == stage) continue;
+        fail(r, positions[r][head[r]],
+             "deadlock: its replica on rank " + std::to_string(q) + " reduces " +
+                 (waits_at(q) >= 0 ? "stage " + std::to_string(waits_at(q)) + " first"
+                                   : std::string("nothing more")) +
+                 "; the replicas of stages reduce their gradients in the same order");
       }
     }
   }
@@ -297,7 +400,7 @@ class Validator {
                " stage to " +
                (a.op == Op::SEND_F || a.op == Op::SEND_B ? "send to" : "receive from"));
     }
-    if (s_.stage_to_rank[peer] == here.rank) {
+    if (s_.rank_of(peer, a.microbatch) == here.rank) {
       fail(here.rank, here.position,
            "stages " + std::to_string(std::min(a.stage, peer)) + " and " +
                std::to_string(std::max(a.stage, peer)) + " are both on rank " +
@@ -317,7 +420,7 @@ class Validator {
         if (!f.found()) {
           const Where& any = b.found() ? b : i.found() ? i : w;
           if (!any.found()) {
-            fail(s_.stage_to_rank[s], -1,
+            fail(s_.rank_of(s, mb), -1,
                  what() + " has no actions (expected " + text_of(Op::F, s, mb) + " and " +
                      text_of(Op::B, s, mb) + ", or " + text_of(Op::F, s, mb) + ", " +
                      text_of(Op::I, s, mb) + " and " + text_of(Op::W, s, mb) + ")");
@@ -376,8 +479,8 @@ class Validator {
   // Every input that `a` waits for and that its own rank produces must come earlier in the
   // list (inputs_of, semantics.h). Inputs from other ranks are ordered by the deadlock check.
   void check_deps(const Action& a, const Where& here) {
-    for (const Need& need : inputs_of(a, s_.stage_to_rank, with_comms_)) {
-      if (s_.stage_to_rank[need.stage] != here.rank) continue;
+    for (const Need& need : inputs_of(a, s_, with_comms_)) {
+      if (s_.rank_of(need.stage, need.microbatch) != here.rank) continue;
       const Where& dep = need.fact == Fact::kInputGrad
                              ? backward(need.stage, need.microbatch)
                              : slot(producer_of(need).op, need.stage, need.microbatch);
@@ -393,7 +496,7 @@ class Validator {
              std::to_string(mb);
     };
     const auto from_rank = [&](const char* what, int stage) {
-      return std::string(what) + std::to_string(s_.stage_to_rank[stage]);
+      return std::string(what) + std::to_string(s_.rank_of(stage, mb));
     };
     const std::string what = a.op == Op::F       ? of("forward")
                              : a.op == Op::W     ? of("weight backward")
@@ -431,9 +534,9 @@ class Validator {
         if (!is_comm(a.op)) continue;
         const Action peer = comm_peer(a);
         if (!slot(peer.op, peer.stage, peer.microbatch).found()) {
-          fail(r, i,
-               "no matching " + to_string(peer) + " on rank " +
-                   std::to_string(s_.stage_to_rank[peer.stage]));
+          fail(
+              r, i,
+              "no matching " + to_string(peer) + " on rank " + std::to_string(rank_of_peer(s_, a)));
         }
       }
     }
@@ -495,7 +598,7 @@ class Validator {
       const int r = stuck[k];
       const Action& recv = lowered.actions[r][pc[r]];
       const Action send = comm_peer(recv);
-      const int from = s_.stage_to_rank[send.stage];
+      const int from = s_.rank_of(send.stage, send.microbatch);
       std::string awaited;
       if (compute_only_source) {
         awaited = recv.op == Op::RECV_F
@@ -519,7 +622,7 @@ class Validator {
   int M_ = 0;
   bool with_comms_ = false;
   std::vector<std::array<Where, kAtomOps>> seen_;  // [stage * M + microbatch][op]
-  std::vector<Where> reductions_;                  // [stage] its REDUCE_GRAD, if any
+  std::vector<Where> reductions_;  // [stage * P + rank] the stage's REDUCE_GRAD there, if any
 };
 
 }  // namespace

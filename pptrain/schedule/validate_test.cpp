@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/grid.h"
+#include "pptrain/schedule/reductions.h"
 
 namespace pptrain {
 namespace {
@@ -322,6 +326,91 @@ TEST(Validate, ReductionInAnAsynchronousScheduleOrAComposite) {
   e = error_of(parse_csv("0F0,0F1,0B0,(0B1;0REDUCE_GRAD)OVERLAP_F_B\n1F0,1B0,1F1,1B1\n"));
   EXPECT_EQ(e.position(), 3);
   EXPECT_TRUE(contains(e.message(), "not REDUCE_GRAD")) << e.what();
+}
+
+// Replicated stages: each (stage, microbatch) runs where the placement says, messages go between
+// the ranks of that microbatch, and the replicas reduce their gradients in one order.
+TEST(Validate, ReplicatedSchedules) {
+  const Schedule chimera = make_chimera(4, 8);
+  EXPECT_NO_THROW(validate(chimera));
+  const Schedule lowered = *validate(chimera);
+  EXPECT_NO_THROW(validate(lowered));
+  EXPECT_NO_THROW(validate(add_grad_reductions(lowered)));
+  EXPECT_NO_THROW(validate(make_1f1b_rr({3, 1}, 7)));
+
+  // A placement that sends microbatch 0 of stage 1 to rank 2: rank 1's 1F0 is then misplaced.
+  Schedule moved = chimera;
+  moved.placement[1][0] = 2;
+  ScheduleError e = error_of(moved);
+  EXPECT_EQ(e.rank(), 1);
+  EXPECT_TRUE(
+      contains(e.message(), "stage 1 microbatch 0 runs on rank 2 (placement), not on rank 1"))
+      << e.what();
+
+  // A message received on the wrong rank: 1RECV_F0 belongs to rank 1 (microbatch 0 goes down),
+  // not to rank 2, the other replica of stage 1.
+  Schedule wrong_receiver = lowered;
+  auto& rank1 = wrong_receiver.actions[1];
+  const auto recv = std::find(rank1.begin(), rank1.end(), Action::make(Op::RECV_F, 1, 0));
+  ASSERT_NE(recv, rank1.end());
+  rank1.erase(recv);
+  auto& rank2 = wrong_receiver.actions[2];
+  rank2.insert(rank2.begin(), Action::make(Op::RECV_F, 1, 0));
+  e = error_of(wrong_receiver);
+  EXPECT_EQ(e.rank(), 2);
+  EXPECT_EQ(e.position(), 0);
+  EXPECT_TRUE(contains(e.message(), "runs on rank 1 (placement), not on rank 2")) << e.what();
+
+  // Without that RECV on rank 1, its 1F0 waits for a message nobody receives.
+  Schedule no_receiver = lowered;
+  auto& list = no_receiver.actions[1];
+  list.erase(std::find(list.begin(), list.end(), Action::make(Op::RECV_F, 1, 0)));
+  e = error_of(no_receiver);
+  EXPECT_TRUE(contains(e.message(), "needs 1RECV_F0 (it receives the input from rank 0)"))
+      << e.what();
+
+  // The placement's shape, and stage_to_rank its lowest replica.
+  Schedule short_row = chimera;
+  short_row.placement[2].pop_back();
+  EXPECT_TRUE(contains(error_of(short_row).message(), "placement of stage 2 has 7 entries"));
+  Schedule off = chimera;
+  off.placement[0][3] = 4;
+  EXPECT_TRUE(contains(error_of(off).message(), "is placed on rank 4"));
+  Schedule first = chimera;
+  first.stage_to_rank[3] = 3;
+  EXPECT_TRUE(contains(error_of(first).message(), "its lowest replica is rank 0"));
+}
+
+TEST(Validate, ReplicatedReductions) {
+  const Schedule reduced = add_grad_reductions(make_chimera(4, 4));
+  EXPECT_NO_THROW(validate(reduced));
+
+  // Ranks 0 and 3 both hold stages 0 and 3: reducing them in opposite orders deadlocks.
+  Schedule swapped = reduced;
+  auto& list = swapped.actions[0];
+  const auto reduce3 = std::find(list.begin(), list.end(), Action::make(Op::REDUCE_GRAD, 3, -1));
+  ASSERT_NE(reduce3, list.end());
+  list.erase(reduce3);
+  list.push_back(Action::make(Op::REDUCE_GRAD, 3, -1));  // rank 0: stage 0, then 3; rank 3: 3, 0
+  ScheduleError e = error_of(swapped);
+  EXPECT_TRUE(contains(e.message(), "deadlock")) << e.what();
+  EXPECT_TRUE(contains(e.message(), "on rank 3 reduces stage")) << e.what();
+
+  // Every replica reduces, or none.
+  Schedule missing = reduced;
+  missing.actions[2].pop_back();
+  e = error_of(missing);
+  EXPECT_TRUE(contains(e.message(), "on rank 2 but stage")) << e.what();
+  EXPECT_NO_THROW(validate(remove_grad_reductions(reduced)));
+
+  // A rank without the stage, and a stage with one replica (1f1b-rr [3, 1]: stage 1).
+  Schedule elsewhere = reduced;
+  elsewhere.actions[1].push_back(Action::make(Op::REDUCE_GRAD, 0, -1));
+  EXPECT_TRUE(contains(error_of(elsewhere).message(), "rank 1 holds no replica of stage 0"));
+  Schedule single = add_grad_reductions(make_1f1b_rr({3, 1}, 6));
+  EXPECT_NO_THROW(validate(single));
+  single.actions[3].push_back(Action::make(Op::REDUCE_GRAD, 1, -1));
+  EXPECT_TRUE(contains(error_of(single).message(), "stage 1 has one replica"));
 }
 
 }  // namespace

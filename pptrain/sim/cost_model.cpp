@@ -116,9 +116,14 @@ double CostModel::time(const Action& action, int num_stages, int num_ranks) cons
 
 double CostModel::reduce_time(int stage, int num_stages, int num_ranks) const {
   PPTRAIN_CHECK(replicas >= 1, "cost model: data-parallel replicas must be >= 1, got ", replicas);
+  return reduce_time(stage, num_stages, num_ranks, replicas);
+}
+
+double CostModel::reduce_time(int stage, int num_stages, int num_ranks, int group) const {
+  PPTRAIN_ASSERT(group >= 1, "a reduction over ", group, " replicas");
   if (!stage_reduce.empty())
     return per_stage(stage_reduce, 0, stage, num_stages, 1, "stage_reduce");
-  if (replicas == 1) return 0;
+  if (group == 1) return 0;
   if (stage_grad_bytes.empty()) return reduce * num_ranks / num_stages;
   PPTRAIN_CHECK(std::isfinite(reduce_bandwidth) && reduce_bandwidth > 0,
                 "cost model: stage_grad_bytes needs a reduce_bandwidth > 0 (bytes per time unit), "
@@ -127,7 +132,7 @@ double CostModel::reduce_time(int stage, int num_stages, int num_ranks) const {
   PPTRAIN_CHECK(std::isfinite(reduce_latency) && reduce_latency >= 0,
                 "cost model: reduce_latency must be a finite number >= 0, got ", reduce_latency);
   const double bytes = per_stage(stage_grad_bytes, 0, stage, num_stages, 1, "stage_grad_bytes");
-  const double d = replicas;
+  const double d = group;
   return 2 * (d - 1) / d * bytes / reduce_bandwidth + reduce_latency;
 }
 

@@ -93,6 +93,11 @@ struct CostModel {
   // if given, else 0 for D = 1.
   // UserError for replicas < 1, or stage_grad_bytes without a reduce_bandwidth > 0.
   double reduce_time(int stage, int num_stages, int num_ranks) const;
+  // The same over `group` replicas instead of `replicas`: a replicated stage's all-reduce over its
+  // own replicas (Schedule::replicas_of), 2 (r-1)/r x stage_grad_bytes[s] / reduce_bandwidth +
+  // reduce_latency with r = group, or the scalar `reduce` (the time given for one all-reduce of
+  // the rank's share, whatever r); 0 for a group of 1. stage_reduce still overrides it.
+  double reduce_time(int stage, int num_stages, int num_ranks, int group) const;
   // Activation memory one microbatch holds on `stage` between its F and its I or B.
   double activation(int stage, int num_stages, int num_ranks) const;
   // Memory one microbatch holds on `stage` between its I and its W: stage_weight_stash if given,

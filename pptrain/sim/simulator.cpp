@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/metrics.h"
 
@@ -19,13 +20,15 @@ class Simulation {
       : s_(lowered),
         cost_(cost),
         rule_(rule),
-        done_at_(s_.num_stages, s_.num_microbatches, kNotYet) {}
+        done_at_(s_.num_stages, s_.num_microbatches, kNotYet),
+        shares_(s_.replicated() ? s_.num_stages : s_.num_ranks) {}
 
   SimResult run() {
     const int P = s_.num_ranks;
     position_.assign(P, 0);
     free_at_.assign(P, 0.0);
     reduce_free_at_.assign(P, 0.0);
+    waiting_reductions_.assign(P, {});
     memory_events_.assign(P, {});
 
     // Each rank's list is a fixed order, so an action's start is fixed once its inputs are
@@ -40,6 +43,7 @@ class Simulation {
       while (position_[r] < static_cast<int>(s_.actions[r].size()) && step(r)) {
       }
     }
+    reduce_replicas();
     for (int r = 0; r < P; ++r) {
       // The validator ran this schedule under the same rules and found no deadlock.
       PPTRAIN_ASSERT(position_[r] == static_cast<int>(s_.actions[r].size()), "schedule '", s_.name,
@@ -49,13 +53,11 @@ class Simulation {
   }
 
  private:
-  int rank_of(int stage) const { return s_.stage_to_rank[stage]; }
-
   // When everything `atom` waits for (inputs_of, semantics.h) is available on its rank, or
   // kNotYet. A message arrives `comm` after its SEND.
   double input_ready(const Action& atom) const {
     double ready = 0;
-    for (const Need& need : inputs_of(atom, s_.stage_to_rank, /*lowered=*/true)) {
+    for (const Need& need : inputs_of(atom, s_, /*lowered=*/true)) {
       const double t = done_at_[need];
       if (t == kNotYet) return kNotYet;
       const bool message = need.fact == Fact::kSentF || need.fact == Fact::kSentB;
@@ -67,12 +69,12 @@ class Simulation {
   // How long `a` runs: the cost model's time, plus the rerun forward of a backward under a rule
   // whose backward rebuilds the graph on its own weights (pipemare).
   double duration(const Action& a) const {
-    double time = cost_.time(a, s_.num_stages, s_.num_ranks);
+    double time = cost_.time(a, s_.num_stages, shares_);
     if (!rule_.backward_reruns_forward()) return time;
     for (const Action& atom : atoms_of(a)) {
       if (atom.op == Op::B || atom.op == Op::I) {
-        time += cost_.time(Action::make(Op::F, atom.stage, atom.microbatch), s_.num_stages,
-                           s_.num_ranks);
+        time +=
+            cost_.time(Action::make(Op::F, atom.stage, atom.microbatch), s_.num_stages, shares_);
       }
     }
     return time;
@@ -106,11 +108,51 @@ class Simulation {
   // put it after the stage's last W or B) and the rank's reduction channel is free, and runs on
   // that channel: the rank's next actions do not wait for it, nothing else does either.
   void reduce(int r, const Action& a) {
+    if (s_.replicated()) {
+      waiting_reductions_[r].push_back({a, free_at_[r]});
+      ++position_[r];
+      return;
+    }
     const double start = std::max(free_at_[r], reduce_free_at_[r]);
     const double end = start + duration(a);
     events_.push_back(TimelineEvent{r, a, start, end});
     reduce_free_at_[r] = end;
     ++position_[r];
+  }
+
+  // The reductions of a replicated schedule, once every rank has reached its own: a reduction
+  // over a stage's replicas starts on each when it has reached it and its channel is free, and
+  // ends for all of them at the latest start plus CostModel::reduce_time over the replica count.
+  // The validator checked that the replicas reduce in one order, so this always finishes.
+  void reduce_replicas() {
+    std::vector<std::vector<int>> queues(s_.num_ranks);  // [rank] the stages it reduces
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      for (const auto& w : waiting_reductions_[r]) queues[r].push_back(w.action.stage);
+    }
+    std::vector<size_t> head;
+    std::vector<size_t> next(s_.num_ranks, 0);  // [rank] its next reduction to time
+    for (int stage : match_replica_reductions(s_, queues, head)) {
+      const std::vector<int> replicas = s_.replicas_of(stage);
+      double latest = 0;
+      std::vector<double> start(replicas.size());
+      for (size_t k = 0; k < replicas.size(); ++k) {
+        const int q = replicas[k];
+        start[k] = std::max(waiting_reductions_[q][next[q]].reached, reduce_free_at_[q]);
+        latest = std::max(latest, start[k]);
+      }
+      const double end = latest + cost_.reduce_time(stage, s_.num_stages, shares_,
+                                                    static_cast<int>(replicas.size()));
+      for (size_t k = 0; k < replicas.size(); ++k) {
+        const int q = replicas[k];
+        events_.push_back(
+            TimelineEvent{q, waiting_reductions_[q][next[q]++].action, start[k], end});
+        reduce_free_at_[q] = end;
+      }
+    }
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      PPTRAIN_ASSERT(next[r] == queues[r].size(), "schedule '", s_.name, "': a reduction on rank ",
+                     r, " never ends");
+    }
   }
 
   // Queues the rank that consumes what `atom` produced: the next stage's for a forward, the
@@ -120,7 +162,7 @@ class Simulation {
     if (atom.op == Op::F || atom.op == Op::SEND_F) stage = atom.stage + 1;
     if (is_backward(atom.op) || atom.op == Op::SEND_B) stage = atom.stage - 1;
     if (stage < 0 || stage >= s_.num_stages) return;
-    const int rank = rank_of(stage);
+    const int rank = s_.rank_of(stage, atom.microbatch);
     if (!queued_[rank]) {
       queued_[rank] = true;
       work_.push_back(rank);
@@ -129,7 +171,7 @@ class Simulation {
 
   void record(const Action& atom, int r, double start, double end) {
     const int st = atom.stage;
-    const double activation = cost_.activation(st, s_.num_stages, s_.num_ranks);
+    const double activation = cost_.activation(st, s_.num_stages, shares_);
     done_at_[produced_by(atom)] = end;
     switch (atom.op) {
       case Op::F:
@@ -137,7 +179,7 @@ class Simulation {
         break;
       case Op::I:
         memory_events_[r].emplace_back(end, -activation);
-        if (const double stash = cost_.weight_stash(st, s_.num_stages, s_.num_ranks)) {
+        if (const double stash = cost_.weight_stash(st, s_.num_stages, shares_)) {
           memory_events_[r].emplace_back(end, stash);
         }
         break;
@@ -145,7 +187,7 @@ class Simulation {
         memory_events_[r].emplace_back(end, -activation);
         break;
       case Op::W:
-        if (const double stash = cost_.weight_stash(st, s_.num_stages, s_.num_ranks)) {
+        if (const double stash = cost_.weight_stash(st, s_.num_stages, shares_)) {
           memory_events_[r].emplace_back(end, -stash);
         }
         break;
@@ -165,12 +207,15 @@ class Simulation {
     out.makespan = stats.makespan;
     out.cost = stats.cost;
     out.bubble_ratio = stats.bubble_ratio;
-    const std::vector<int> versions =
-        weight_versions_per_rank(rule_, s_.stage_to_rank, s_.num_ranks);
+    std::vector<int> versions = weight_versions_per_rank(rule_, s_.stage_to_rank, s_.num_ranks);
     std::vector<double> weights(s_.num_ranks, 0.0);  // [rank] all versions of its stages
-    for (int st = 0; st < s_.num_stages; ++st) {
-      weights[rank_of(st)] +=
-          rule_.versions_kept(st) * cost_.weight_memory(st, s_.num_stages, s_.num_ranks);
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      // Every replica holds its stage's weights (stages_of lists them all).
+      if (s_.replicated()) versions[r] = 1;
+      for (int st : s_.stages_of(r)) {
+        weights[r] += rule_.versions_kept(st) * cost_.weight_memory(st, s_.num_stages, shares_);
+        if (s_.replicated()) versions[r] = std::max(versions[r], rule_.versions_kept(st));
+      }
     }
     for (int r = 0; r < s_.num_ranks; ++r) {
       const double activations = peak_activations(r);
@@ -196,10 +241,19 @@ class Simulation {
   const Schedule& s_;
   const CostModel& cost_;
   const VersionRule& rule_;
-  FactTable<double> done_at_;    // when each fact came true (semantics.h); kNotYet until then
-  std::vector<int> position_;    // [rank] next action to run
-  std::vector<double> free_at_;  // [rank] end of its last action
+  FactTable<double> done_at_;  // when each fact came true (semantics.h); kNotYet until then
+  // The ranks the cost model splits the model over: with replicated stages every stage is one
+  // rank's whole share (V = 1), however many ranks hold replicas.
+  int shares_;
+  std::vector<int> position_;           // [rank] next action to run
+  std::vector<double> free_at_;         // [rank] end of its last action
   std::vector<double> reduce_free_at_;  // [rank] end of its last REDUCE_GRAD (one channel)
+  // A replicated schedule's reduction and when its rank reached it, resolved after the run.
+  struct WaitingReduction {
+    Action action;
+    double reached = 0;
+  };
+  std::vector<std::vector<WaitingReduction>> waiting_reductions_;      // [rank] in list order
   std::vector<std::vector<std::pair<double, double>>> memory_events_;  // [rank] (time, +/-)
   std::vector<TimelineEvent> events_;
   std::deque<int> work_;      // ranks to try to advance

@@ -22,7 +22,11 @@
 // happen. A REDUCE_GRAD (data parallelism, schedule/reductions.h) starts when the rank reaches it
 // in its list (its previous action ended) and runs for CostModel::reduce_time on a channel of
 // its own, one reduction after another: the rank's following actions do not wait for it. It is
-// an event of its rank, so the rank's end, its span and the makespan include it.
+// an event of its rank, so the rank's end, its span and the makespan include it. In a replicated
+// schedule (Schedule::placement) a REDUCE_GRAD sums a stage's gradients over its replicas: each
+// replica starts it when it reaches it and its channel is free, and it ends on all of them at the
+// latest of those starts plus CostModel::reduce_time over the stage's replica count. There every
+// stage is one rank's whole share for the cost model (V = 1).
 //
 // Figures come from timeline_stats() (pptrain/sim/metrics.h), the same definitions used for
 // measured runs: busy = sum of compute durations on a rank, idle = makespan - busy,

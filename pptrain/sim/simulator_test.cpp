@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
@@ -399,6 +400,8 @@ TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
       for (int m : {1, p, 2 * p + 1}) {
         if (name == "interleaved-1f1b" && m % p) continue;
         if (name == "dualpipev" && m < 2 * p) continue;
+        if ((name == "chimera" || name == "gems") && (p % 2 || m % (name == "chimera" ? p : 2)))
+          continue;
         for (const CostModel& c :
              {costs(1, 2, 1, 0), costs(2, 1.5, 0.5, 0.3), costs(1, 0.1, 3, 1)}) {
           SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m) + " " +
@@ -837,6 +840,7 @@ TEST(Simulator, ReductionsDelayNoComputeAndShareOneChannelPerRank) {
   }
 }
 
+<<<<<<< HEAD
 // A profile's layers summed per stage; the cut's transfer and the ring all-reduce from its
 // measured bandwidth and latency (bytes per ms = bytes per s / 1000).
 TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
@@ -862,6 +866,129 @@ TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
   EXPECT_DOUBLE_EQ(cost.reduce_time(0, 2, 2), 12.0 + 0.5);
   EXPECT_THROW(cost_from_profile(profile, {{0, 0}, {2, 2}}, 1), UserError);  // a gap
   EXPECT_THROW(cost_from_profile(profile, {{0, 1}}, 1), UserError);          // layer 2 left out
+=======
+// Chimera against the closed forms of generators.h: bubble (M/P)(P-2) max(F, B) on every rank,
+// peak activations P/2 + 1 + min(r, P-1-r).
+TEST(Simulator, ChimeraBubbleAndMemoryClosedForms) {
+  for (int p : {2, 4, 6, 8}) {
+    for (int units : {1, 2, 3}) {
+      const int m = units * p;
+      for (const CostModel& c : {costs(1, 0.5, 0.5), costs(1, 1, 1), costs(2, 0.5, 0.5),
+                                 costs(1, 1.5, 1), costs(3, 1, 1)}) {
+        SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " " + c.to_string());
+        const SimResult r = simulate(validate(make_chimera(p, m)), until_i(c));
+        const double f = c.forward, b = c.backward_input + c.backward_weight;
+        const std::vector<double> bubbles = bubble_times(r);
+        for (int rank = 0; rank < p; ++rank) {
+          EXPECT_NEAR(bubbles[rank], units * (p - 2) * std::max(f, b), kEps) << "rank " << rank;
+          EXPECT_NEAR(r.ranks[rank].peak_activations, p / 2 + 1 + std::min(rank, p - 1 - rank),
+                      kEps)
+              << "rank " << rank;
+        }
+        // The same peak in the default memory model: a fused B keeps no stash for a W.
+        EXPECT_NEAR(simulate(validate(make_chimera(p, m)), c).ranks[0].peak_activations,
+                    r.ranks[0].peak_activations, kEps);
+      }
+    }
+  }
+}
+
+// GEMS: bubble (M/2)(P-2)(F+B) on every rank, peak 2, and at most one microbatch of a direction
+// in flight at a time: on every stage, the F-to-B intervals of one direction never overlap, and
+// a direction's next microbatch enters after the previous one's backward left stage 0.
+TEST(Simulator, GemsOneMicrobatchInFlightPerDirection) {
+  for (int p : {2, 4, 6, 8}) {
+    for (int m : {2, 4, 6, 10}) {
+      for (const CostModel& c : {costs(1, 0.5, 0.5), costs(1, 1, 1), costs(2, 0.5, 1.5)}) {
+        SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " " + c.to_string());
+        const SimResult r = simulate(validate(make_gems(p, m)), until_i(c));
+        const double per_round = c.forward + c.backward_input + c.backward_weight;
+        const std::vector<double> bubbles = bubble_times(r);
+        for (int rank = 0; rank < p; ++rank) {
+          EXPECT_NEAR(bubbles[rank], (m / 2) * (p - 2) * per_round, kEps) << "rank " << rank;
+          EXPECT_NEAR(r.ranks[rank].peak_activations, 2, kEps) << "rank " << rank;
+        }
+        std::map<std::pair<int, int>, std::pair<double, double>> span;  // (stage, mb) -> F..B
+        for (const auto& e : r.timeline.events) {
+          if (e.action.op == Op::F) span[{e.action.stage, e.action.microbatch}].first = e.start;
+          if (e.action.op == Op::B) span[{e.action.stage, e.action.microbatch}].second = e.end;
+        }
+        const auto at = [&](int stage, int mb) { return span[std::make_pair(stage, mb)]; };
+        for (int stage = 0; stage < p; ++stage) {
+          for (int mb = 0; mb + 1 < m; ++mb) {
+            if (mb + 1 == m / 2) continue;  // the next one goes the other way
+            EXPECT_GE(at(stage, mb + 1).first + kEps, at(stage, mb).second)
+                << "stage " << stage << " microbatch " << mb + 1;
+            EXPECT_GE(at(0, mb + 1).first + kEps, at(0, mb).second);
+          }
+        }
+      }
+    }
+  }
+}
+
+// 1F1B-RR: a replica of stage s holds at most its warm-up plus one of its own microbatches,
+// min(ceil(sum_{t >= s} r_t / r_s), its microbatches); its compute is its own microbatches'.
+TEST(Simulator, RoundRobinReplicasHoldTheirWarmUp) {
+  for (const std::vector<int>& replicas :
+       std::vector<std::vector<int>>{{3, 1}, {1, 3}, {2, 1, 2}, {1, 1, 1, 1}, {3, 2, 1}}) {
+    for (int m : {3, 6, 13}) {
+      const Schedule s = make_1f1b_rr(replicas, m);
+      const SimResult r = simulate(validate(s), until_i(costs(1, 1, 1, 0.25)));
+      int base = 0;
+      for (size_t stage = 0; stage < replicas.size(); ++stage) {
+        int after = 0;
+        for (size_t t = stage; t < replicas.size(); ++t) after += replicas[t];
+        const int in_flight = (after + replicas[stage] - 1) / replicas[stage];
+        for (int k = 0; k < replicas[stage]; ++k) {
+          const int own = (m - k + replicas[stage] - 1) / replicas[stage];
+          EXPECT_NEAR(r.ranks[base + k].peak_activations, std::min(in_flight, own), kEps)
+              << "stage " << stage << " replica " << k << " M=" << m;
+          EXPECT_NEAR(r.ranks[base + k].busy, own * 3.0, kEps);
+        }
+        base += replicas[stage];
+      }
+    }
+  }
+}
+
+// A reduction over a stage's replicas ends for all of them at the latest replica's start plus
+// the all-reduce time over r replicas: the scalar `reduce`, or the ring formula with r.
+TEST(Simulator, ReplicaReductionsEndTogether) {
+  CostModel c = costs(1, 1, 1);
+  c.reduce = 3;
+  const SimResult chimera = simulate(validate(add_grad_reductions(make_chimera(4, 8))), c);
+  std::map<int, std::vector<TimelineEvent>> by_stage;
+  for (const auto& e : chimera.timeline.events) {
+    if (e.action.op == Op::REDUCE_GRAD) by_stage[e.action.stage].push_back(e);
+  }
+  ASSERT_EQ(by_stage.size(), 4u);
+  for (const auto& [stage, events] : by_stage) {
+    ASSERT_EQ(events.size(), 2u) << "stage " << stage;
+    EXPECT_EQ(events[0].rank + events[1].rank, 3);  // ranks s and P-1-s
+    EXPECT_DOUBLE_EQ(events[0].end, events[1].end);
+    EXPECT_DOUBLE_EQ(events[0].end, std::max(events[0].start, events[1].start) + 3);
+  }
+  // The compute is where it is without the reductions.
+  EXPECT_DOUBLE_EQ(simulate(validate(make_chimera(4, 8)), c).ranks[1].busy, chimera.ranks[1].busy);
+
+  CostModel ring = costs(1, 1, 1);
+  ring.stage_grad_bytes = {6, 6};
+  ring.reduce_bandwidth = 2;
+  ring.reduce_latency = 0.5;
+  const SimResult rr = simulate(validate(add_grad_reductions(make_1f1b_rr({3, 1}, 6))), ring);
+  std::vector<TimelineEvent> stage0;
+  for (const auto& e : rr.timeline.events) {
+    if (e.action.op == Op::REDUCE_GRAD) stage0.push_back(e);
+  }
+  ASSERT_EQ(stage0.size(), 3u);  // stage 1 has one replica: no reduction
+  double latest = 0;
+  for (const auto& e : stage0) latest = std::max(latest, e.start);
+  for (const auto& e : stage0) {
+    EXPECT_EQ(e.action.stage, 0);
+    EXPECT_DOUBLE_EQ(e.end, latest + 2.0 * 2 / 3 * 6 / 2 + 0.5);  // 2 (r-1)/r x bytes / bw + lat
+  }
+>>>>>>> replicated-stages
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 //   pptrain schedule --schedule 1f1b --pp 4 --microbatches 8 --grid --svg 1f1b.svg
 //   pptrain schedule --import mine.csv --cost F=1,I=1,W=1,comm=0.1 --json
 //   pptrain schedule --schedule zb-v --pp 4 --microbatches 8 --dp 2 --cost reduce=3 --svg v.svg
+//   pptrain schedule --schedule 1f1b-rr --replicas 3,1 --microbatches 6 --grid
 //   pptrain schedule --list     # the registry as a markdown table (the README's)
 #include <cstdio>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "pptrain/partition/profile.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
+#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/grid.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
@@ -54,6 +56,7 @@ struct ScheduleArgs {
   int dp = 1;                  // D: data-parallel copies of the pipeline; > 1 adds REDUCE_GRADs
   std::string profile;         // a `pptrain profile` file: the costs, in ms, instead of --cost
   std::string stage_layers;    // with --profile: the stages' layers; empty: the time partition
+  std::string replicas;        // 1f1b-rr: replicas of each stage, "3,1"
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
 };
@@ -85,9 +88,59 @@ Schedule import_schedule(const ScheduleArgs& args) {
   return s;
 }
 
+// PipeDream's round robin is not a registry entry (its shape comes from a partition): the
+// command makes it from --replicas.
+constexpr const char* kRoundRobin = "1f1b-rr";
+
+// "3,1" -> {3, 1}; a one-line UserError naming the flag for anything else.
+std::vector<int> parse_replicas(const std::string& text) {
+  std::vector<int> replicas;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    const std::string piece =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    size_t used = 0;
+    int value = 0;
+    try {
+      value = std::stoi(piece, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PPTRAIN_CHECK(!piece.empty() && used == piece.size() && value >= 1,
+                  "--replicas must list each stage's replicas as positive integers separated by "
+                  "commas (e.g. 3,1), got '",
+                  text, "'");
+    replicas.push_back(value);
+    if (comma == std::string::npos) return replicas;
+    begin = comma + 1;
+  }
+}
+
+Schedule round_robin_schedule(const ScheduleArgs& args) {
+  PPTRAIN_CHECK(!args.replicas.empty(), "--schedule ", kRoundRobin,
+                " needs --replicas R0,R1,... (the replicas of each stage, e.g. 3,1)");
+  PPTRAIN_CHECK(args.microbatches_given,
+                "--microbatches is required with --schedule (microbatches per mini-batch)");
+  PPTRAIN_CHECK(!args.chunks_given, "--chunks does not apply to --schedule ", kRoundRobin,
+                " (one stage per rank)");
+  const std::vector<int> replicas = parse_replicas(args.replicas);
+  long long ranks = 0;
+  for (int r : replicas) ranks += r;
+  PPTRAIN_CHECK(ranks <= kMaxRanks, "--replicas ", args.replicas, " asks for more than the ",
+                kMaxRanks, " ranks pptrain plans");
+  PPTRAIN_CHECK(!args.pp_given || args.pp == ranks, "--pp ", args.pp, " does not match --replicas ",
+                args.replicas, ", which places the stages on ", ranks, " ranks");
+  check_schedule_size(static_cast<int>(ranks), 1, args.microbatches);
+  return make_1f1b_rr(replicas, args.microbatches);
+}
+
 Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost) {
-  PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
-                ") or --import FILE.csv is required");
+  PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(), ", or ",
+                kRoundRobin, " with --replicas) or --import FILE.csv is required");
+  if (args.schedule == kRoundRobin) return round_robin_schedule(args);
+  PPTRAIN_CHECK(args.replicas.empty(), "--replicas applies to --schedule ", kRoundRobin,
+                " only, not '", args.schedule, "'");
   PPTRAIN_CHECK(args.pp_given, "--pp is required with --schedule (the number of pipeline ranks)");
   PPTRAIN_CHECK(args.microbatches_given,
                 "--microbatches is required with --schedule (microbatches per mini-batch)");
@@ -216,13 +269,20 @@ void run_schedule_command(const ScheduleArgs& args) {
   std::optional<Schedule> imported;
   if (!args.import_path.empty()) imported = import_schedule(args);
   if (!args.profile.empty()) {
-    const int stages = imported
-                           ? imported->num_stages
+    const int stages = imported ? imported->num_stages
+                       : args.schedule == kRoundRobin
+                           ? static_cast<int>(parse_replicas(args.replicas).size())
                            : args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
     cost = profile_cost(args, stages);
   }
   cost.replicas = args.dp;
   Schedule schedule = imported ? *imported : generate_schedule(args, cost);
+  if (schedule.replicated()) {
+    PPTRAIN_CHECK(args.dp == 1, "--dp ", args.dp, " does not apply to '", schedule.name,
+                  "': its stages are replicated already, and its replicas sum their gradients");
+    // What runs: the replicas of each stage sum their gradients (a file may place its own).
+    if (!has_grad_reductions(schedule)) schedule = add_grad_reductions(schedule);
+  }
   if (args.dp > 1) {
     PPTRAIN_CHECK(schedule.flushes, "--dp ", args.dp, " needs a synchronous schedule, but ",
                   schedule.name,
@@ -232,14 +292,15 @@ void run_schedule_command(const ScheduleArgs& args) {
   }
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).
-  const VersionRule rule =
-      version_rule_of(args.schedule, args.vertical_sync, schedule.num_stages,
-                      args.microbatches_given ? args.microbatches : schedule.num_microbatches);
+  const VersionRule rule = version_rule_of(
+      args.schedule == kRoundRobin ? std::string() : args.schedule, args.vertical_sync,
+      schedule.num_stages, args.microbatches_given ? args.microbatches : schedule.num_microbatches);
   const ValidatedSchedule validated = validate(schedule);
   const Schedule& lowered = *validated;
   SimResult result = simulate(validated, cost, rule);
-  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
-                              args.memory_limit);
+  // A replicated schedule's every stage is one rank's share (V = 1): S shares, not P.
+  const int shares = schedule.replicated() ? schedule.num_stages : schedule.num_ranks;
+  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, shares), args.memory_limit);
   check_peak_within_limit(result, args.memory_limit, schedule.name);
 
   if (!args.export_path.empty()) {
@@ -291,7 +352,8 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--cost", args->cost,
                   "Cost model: times of one rank's share for one microbatch, the comm latency, "
                   "(weights=) the memory of one version of its weights, and (reduce=) the time "
-                  "of one all-reduce of its gradients over the --dp copies")
+                  "of one all-reduce of its gradients over the --dp copies (or over a replicated "
+                  "stage's replicas: chimera, gems, 1f1b-rr)")
       ->capture_default_str();
   cmd->add_option("--memory-limit", args->memory_limit,
                   "Cap on every rank's peak activations, in units of one microbatch's forward "
@@ -326,6 +388,9 @@ void add_schedule_command(CLI::App& app) {
                   "Data-parallel copies of the pipeline (D): above 1, each stage all-reduces its "
                   "gradients (REDUCE_GRAD) after its last W or B, taking reduce= of --cost")
       ->capture_default_str();
+  cmd->add_option("--replicas", args->replicas,
+                  "1f1b-rr (PipeDream's round robin): replicas of each stage, e.g. 3,1 (stage 0 "
+                  "on ranks 0-2, stage 1 on rank 3; microbatch i on replica i mod r)");
   cmd->add_flag("--vertical-sync", args->vertical_sync,
                 "pipedream: every stage uses the version a microbatch entered with");
   cmd->callback([args, pp, microbatches, chunks] {
