@@ -77,6 +77,41 @@ INSTANTIATE_TEST_SUITE_P(Copies, DataParallel,
                            return name;
                          });
 
+// Replicated stages: chimera and gems hold every stage twice (worker r: stage r going down,
+// P-1-r going up), half the microbatches each way, and the two copies sum their gradients; a
+// synchronous schedule, so equal to --pp 1.
+class ReplicatedStages : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(ReplicatedStages, EqualOneProcess) {
+  const auto& [kind, schedule] = GetParam();
+  const ModelOptions model = small_model(kind);
+  TempDir dir;
+  const std::string common = model_args(model) + " --batch-size 16 --microbatches 8 --steps 5 " +
+                             "--quiet --schedule " + schedule;
+  const auto ref = run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() +
+                                 " --save " + (dir / "ref").string(),
+                             dir);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  for (int pp : {2, 4}) {
+    SCOPED_TRACE("--pp " + std::to_string(pp));
+    const std::string tag = "pp" + std::to_string(pp);
+    const auto run =
+        run_train(common + " --pp " + std::to_string(pp) + " --metrics " +
+                      (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
+                  dir);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    expect_same_losses(read_losses(dir / (tag + ".jsonl")), read_losses(dir / "ref.jsonl"));
+    expect_same_parameters(model, dir / tag, dir / "ref");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bidirectional, ReplicatedStages,
+                         ::testing::Combine(::testing::Values("gpt", "mlp"),
+                                            ::testing::Values("chimera", "gems")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
 // The "optimizer_state_bytes" of each rank in the last line of a --metrics file.
 std::vector<int64_t> read_state_bytes(const fs::path& metrics) {
   std::ifstream in(metrics);

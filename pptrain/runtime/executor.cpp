@@ -45,7 +45,7 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
   std::vector<int> held;
   for (const auto& [index, stage] : stages_) held.push_back(index);
   PPTRAIN_ASSERT(held == sched.stages_of(rank), "rank ", rank, " was given the wrong stages");
-  PPTRAIN_ASSERT(options_.loss || !is_local(sched.num_stages - 1),
+  PPTRAIN_ASSERT(options_.loss || !stages_.count(sched.num_stages - 1),
                  "the rank of the last stage needs a loss function");
   const auto& mine = sched.actions[rank];
   tags_.assign(mine.size(), -1);
@@ -127,7 +127,7 @@ void Executor::plan_send_releases() {
 }
 
 int Executor::peer_rank(const Action& comm) const {
-  return schedule_->stage_to_rank[comm_peer(comm).stage];
+  return rank_of_peer(*schedule_, comm);
 }
 
 PendingComm Executor::send(size_t position, const torch::Tensor& tensor) {
@@ -136,8 +136,8 @@ PendingComm Executor::send(size_t position, const torch::Tensor& tensor) {
 }
 
 Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
-  PPTRAIN_ASSERT(is_local(stage) && mb >= 0 && mb < schedule_->num_microbatches, "stage ", stage,
-                 " microbatch ", mb, " is not run on rank ", options_.rank);
+  PPTRAIN_ASSERT(mb >= 0 && mb < schedule_->num_microbatches && is_local(stage, mb), "stage ",
+                 stage, " microbatch ", mb, " is not run on rank ", options_.rank);
   return state.slots[{stage, mb}];
 }
 
@@ -299,12 +299,12 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
   if (s == schedule_->num_stages - 1) {
     state.record.has_loss = true;
     state.record.loss += output.item<double>();
-  } else if (is_local(s + 1)) {
+  } else if (is_local(s + 1, mb)) {
     slot(state, s + 1, mb).input = output.detach();
   }
   sl.forwarded = true;
   // Kept for the backward, or (recomputing) only for SEND_F, which takes it over.
-  if (!options_.recompute || (s != schedule_->num_stages - 1 && !is_local(s + 1)))
+  if (!options_.recompute || (s != schedule_->num_stages - 1 && !is_local(s + 1, mb)))
     sl.output = output;
 }
 
@@ -332,7 +332,7 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
   if (s > 0) {
     sl.input_grad = sl.input.grad();
     PPTRAIN_ASSERT(sl.input_grad.defined(), "stage ", s, " produced no input gradient");
-    if (is_local(s - 1)) {
+    if (is_local(s - 1, mb)) {
       slot(state, s - 1, mb).output_grad = sl.input_grad;
       sl.input_grad = torch::Tensor();
     }

@@ -140,7 +140,8 @@ class Executor {
   // Sends `tensor` as the message of our SEND at `position`.
   PendingComm send(size_t position, const torch::Tensor& tensor);
   Slot& slot(StepState& state, int stage, int mb);
-  bool is_local(int stage) const { return schedule_->stage_to_rank[stage] == options_.rank; }
+  // Whether this rank runs `stage` for microbatch `mb` (a replicated stage runs on several).
+  bool is_local(int stage, int mb) const { return schedule_->rank_of(stage, mb) == options_.rank; }
   // The rank at the other end of a SEND or RECV.
   int peer_rank(const Action& comm) const;
 

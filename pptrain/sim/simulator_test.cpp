@@ -840,7 +840,6 @@ TEST(Simulator, ReductionsDelayNoComputeAndShareOneChannelPerRank) {
   }
 }
 
-<<<<<<< HEAD
 // A profile's layers summed per stage; the cut's transfer and the ring all-reduce from its
 // measured bandwidth and latency (bytes per ms = bytes per s / 1000).
 TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
@@ -866,7 +865,8 @@ TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
   EXPECT_DOUBLE_EQ(cost.reduce_time(0, 2, 2), 12.0 + 0.5);
   EXPECT_THROW(cost_from_profile(profile, {{0, 0}, {2, 2}}, 1), UserError);  // a gap
   EXPECT_THROW(cost_from_profile(profile, {{0, 1}}, 1), UserError);          // layer 2 left out
-=======
+}
+
 // Chimera against the closed forms of generators.h: bubble (M/P)(P-2) max(F, B) on every rank,
 // peak activations P/2 + 1 + min(r, P-1-r).
 TEST(Simulator, ChimeraBubbleAndMemoryClosedForms) {
@@ -988,7 +988,6 @@ TEST(Simulator, ReplicaReductionsEndTogether) {
     EXPECT_EQ(e.action.stage, 0);
     EXPECT_DOUBLE_EQ(e.end, latest + 2.0 * 2 / 3 * 6 / 2 + 0.5);  // 2 (r-1)/r x bytes / bw + lat
   }
->>>>>>> replicated-stages
 }
 
 }  // namespace

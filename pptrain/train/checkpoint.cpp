@@ -250,7 +250,7 @@ void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int s
   }
   transport.barrier();
   for (const Stage* stage : mine.stages) stage->save(partial.string());
-  for (const StageOptimizer& optimizer : *mine.optimizers) optimizer.save(partial.string());
+  for (const StageOptimizer* optimizer : mine.optimizers) optimizer->save(partial.string());
   transport.barrier();  // every file is on disk
   if (leader) {
     maybe_crash_for_test("layers");

@@ -55,8 +55,8 @@ void check_save_path(const std::string& dir);
 
 // What one rank holds of a checkpoint: its stages and their optimizers, in the same order.
 struct RankCheckpoint {
-  std::vector<Stage*> stages;
-  const std::vector<StageOptimizer>* optimizers = nullptr;
+  std::vector<const Stage*> stages;               // whose layers this rank writes
+  std::vector<const StageOptimizer*> optimizers;  // whose state this rank writes
 };
 
 // Every rank of the run calls it after `steps_done` steps; returns once plan.save_dir holds

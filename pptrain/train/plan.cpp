@@ -246,8 +246,13 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(options.dp == 1 || !rule.asynchronous(), "--dp ", options.dp, ": '",
                 options.schedule, "' is asynchronous; copies of a pipeline average their ",
                 "gradients at a flush, which it does not have");
-  // Copies of the pipeline sum each stage's gradients as soon as its last W is done.
-  if (options.dp > 1) schedule = add_grad_reductions(schedule);
+  PPTRAIN_CHECK(options.dp == 1 || !schedule.replicated(), "--dp ", options.dp, ": '",
+                schedule.name, "' replicates its stages itself; copies of it are not supported");
+  // Copies of the pipeline, or the replicas of a stage, combine its gradients as soon as its
+  // last W is done.
+  if (options.dp > 1 || (schedule.replicated() && !has_grad_reductions(schedule))) {
+    schedule = add_grad_reductions(schedule);
+  }
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);

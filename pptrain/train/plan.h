@@ -13,6 +13,7 @@
 // launching process and handed to its workers as `--stage-layers`.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -160,8 +161,14 @@ struct TrainingPlan {
   bool asynchronous() const { return weights.asynchronous(); }
   // Of a pipeline rank (0 .. P-1).
   std::vector<int> stages_of(int rank) const { return schedule->stages_of(rank); }
-  bool holds_first_stage(int rank) const { return schedule->stage_to_rank.front() == rank; }
-  bool holds_last_stage(int rank) const { return schedule->stage_to_rank.back() == rank; }
+  // Whether the rank runs the first (last) stage for some microbatch: it reads the inputs
+  // (targets). A replicated stage has several such ranks.
+  bool holds_first_stage(int rank) const { return holds_stage(0, rank); }
+  bool holds_last_stage(int rank) const { return holds_stage(num_stages() - 1, rank); }
+  bool holds_stage(int stage, int rank) const {
+    const std::vector<int> ranks = schedule->replicas_of(stage);
+    return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+  }
 };
 
 // Checks the options and resolves the plan. UserError (one line) for anything a user can get

@@ -94,13 +94,11 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
   timeline.num_ranks = plan.world_size();
   timeline.unit = TimeUnit::kSeconds;
   double squared_norm = 0;
-  int losses = 0;  // one per copy of the pipeline: its last stage's mean over its share
+  // Each copy of the pipeline (--dp) divided its losses by its own M: their mean. The replicas
+  // of a replicated last stage divided theirs by the step's M: their sum.
   for (size_t world_rank = 0; world_rank < ranks.size(); ++world_rank) {
     const RankStep& r = ranks[world_rank];
-    if (r.has_loss) {
-      report.loss += r.loss;
-      ++losses;
-    }
+    if (r.has_loss) report.loss += r.loss;
     report.step_seconds = std::max(report.step_seconds, r.seconds);
     report.rank_seconds.push_back(r.seconds);
     report.peak_activation_bytes.push_back(r.peak_activation_bytes);
@@ -120,7 +118,7 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
       timeline.events.push_back(e);
     }
   }
-  if (losses > 0) report.loss /= losses;  // the copies' shares are equal
+  report.loss /= plan.replicas;
   if (plan.asynchronous()) report.grad_norm = std::sqrt(squared_norm);
   report.stats = timeline_stats(timeline);
   char bubble[32];

@@ -1,6 +1,7 @@
 #include "pptrain/train/stage_copies.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "pptrain/common/check.h"
 
@@ -17,14 +18,13 @@ std::vector<int> zero_owners(const std::vector<int64_t>& layer_numel, int replic
   return owner;
 }
 
-StageCopies::StageCopies(Transport* group, int replicas, const std::vector<Stage*>& stages)
-    : group_(group), replicas_(replicas) {
-  if (replicas_ == 1) return;
-  PPTRAIN_ASSERT(group_ && group_->world_size() == replicas_, "the copies' group has ",
-                 group_ ? group_->world_size() : 0, " ranks for ", replicas_, " copies");
-  for (const Stage* stage : stages) {
+StageCopies::StageCopies(const std::vector<StageGroup>& stages) {
+  for (const StageGroup& where : stages) {
+    const Stage* stage = where.stage;
+    PPTRAIN_ASSERT(where.group && where.group->world_size() > 1 && where.divide_by >= 1, "stage ",
+                   stage->index(), " has no group of copies");
     Bucket& b = buckets_[stage->index()];
-    b.stage = stage;
+    b.where = where;
     int64_t numel = 0;
     for (int i = 0; i < stage->num_layers(); ++i) {
       for (const auto& p : stage->layer_parameters(i)) {
@@ -39,7 +39,7 @@ StageCopies::StageCopies(Transport* group, int replicas, const std::vector<Stage
 }
 
 void StageCopies::start_average(int stage) {
-  if (replicas_ == 1) return;
+  if (buckets_.empty()) return;
   Bucket& b = buckets_.at(stage);
   PPTRAIN_ASSERT(!b.started, "the gradients of stage ", stage, " were started twice in a step");
   torch::NoGradGuard no_grad;
@@ -48,22 +48,23 @@ void StageCopies::start_average(int stage) {
     b.flat.narrow(0, offset, p.numel()).copy_(p.grad().reshape(-1));
     offset += p.numel();
   }
-  b.sum = group_->allreduce_sum_async(b.flat);
+  b.sum = b.where.group->allreduce_sum_async(b.flat);
   b.started = true;
+  started_.push_back(stage);
 }
 
 std::map<int, std::chrono::steady_clock::time_point> StageCopies::finish_average() {
   std::map<int, std::chrono::steady_clock::time_point> done;
-  if (replicas_ == 1) return done;
   for (int stage : order_) {
     if (!buckets_.at(stage).started) start_average(stage);
   }
   torch::NoGradGuard no_grad;
-  for (int stage : order_) {
+  // In the order they started: a loopback transport sums when waited on.
+  for (int stage : std::exchange(started_, {})) {
     Bucket& b = buckets_.at(stage);
     b.sum.wait();
     done[stage] = std::chrono::steady_clock::now();
-    b.flat.div_(replicas_);
+    if (b.where.divide_by > 1) b.flat.div_(b.where.divide_by);
     int64_t offset = 0;
     for (auto& p : b.params) {
       p.mutable_grad().copy_(b.flat.narrow(0, offset, p.numel()).view_as(p));
@@ -75,7 +76,6 @@ std::map<int, std::chrono::steady_clock::time_point> StageCopies::finish_average
 }
 
 void StageCopies::share_weights(const std::map<int, int>& owner, int replica) {
-  if (replicas_ == 1) return;
   torch::NoGradGuard no_grad;
   for (int stage : order_) {
     Bucket& b = buckets_.at(stage);
@@ -89,7 +89,7 @@ void StageCopies::share_weights(const std::map<int, int>& owner, int replica) {
       }
       offset += b.params[i].numel();
     }
-    group_->allreduce_sum(b.flat);
+    b.where.group->allreduce_sum(b.flat);
     offset = 0;
     for (auto& p : b.params) {
       p.copy_(b.flat.narrow(0, offset, p.numel()).view_as(p));

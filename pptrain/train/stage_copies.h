@@ -1,10 +1,14 @@
-// Data parallelism over copies of the pipeline (--dp D): the D ranks that hold the same stages
-// average their gradients before the optimizer step, so D copies each trained on 1/D of the
-// batch take the step one process would take on all of it. With --zero 1 each copy also keeps
-// the optimizer state of only its share of the layers, steps those, and hands their new weights
-// to the other copies.
+// The ranks that hold copies of the same stage combine their gradients before the optimizer
+// step, so that every copy steps as one process on the whole batch would:
+//   - data parallelism (--dp D): the D copies of the pipeline each trained on 1/D of the batch,
+//     with their losses divided by their own M; they average (divide_by = D). With --zero 1
+//     each copy also keeps the optimizer state of only its share of the layers, steps those,
+//     and hands their new weights to the other copies;
+//   - a replicated schedule (chimera, gems, 1f1b-rr; Schedule::placement): each replica ran
+//     some of the step's microbatches, their losses divided by the step's M; they sum
+//     (divide_by = 1).
 //
-//   StageCopies copies(group, plan.replicas, stages);   // group: this rank's copies
+//   StageCopies copies({{&stage, group, plan.replicas}, ...});   // group: the stage's copies
 //   ...run the step's backwards...
 //   copies.start_average(stage);   // REDUCE_GRAD: as soon as the stage's last W is done
 //   auto done = copies.finish_average();   // every .grad is now the copies' mean
@@ -34,18 +38,25 @@ namespace pptrain {
 // index on a tie), so every copy computes the same owners and each holds about 1/D of the state.
 std::vector<int> zero_owners(const std::vector<int64_t>& layer_numel, int replicas);
 
+// One stage whose copies combine gradients: `group` is the transport among the ranks holding
+// it (not owned), `divide_by` what their sum is divided by.
+struct StageGroup {
+  const Stage* stage = nullptr;
+  Transport* group = nullptr;
+  int divide_by = 1;
+};
+
 class StageCopies {
  public:
-  // `group`: the transport among the D ranks holding the same `stages` (neither owned). D = 1:
-  // every call does nothing.
-  StageCopies(Transport* group, int replicas, const std::vector<Stage*>& stages);
+  // No stages: every call does nothing.
+  explicit StageCopies(const std::vector<StageGroup>& stages);
 
   // Starts the all-reduce of `stage`'s gradients; once per stage per step, in the same order
   // on every copy.
   void start_average(int stage);
-  // Starts the stages not started yet (in the constructor's order), waits for every sum, and
-  // leaves the mean in each parameter's .grad. Returns when each stage's sum was known to be
-  // complete (its wait returned), by stage index.
+  // Starts the stages not started yet (in the constructor's order), waits for every sum in the
+  // order they were started, and leaves the result in each parameter's .grad. Returns when each
+  // stage's sum was known to be complete (its wait returned), by stage index.
   std::map<int, std::chrono::steady_clock::time_point> finish_average();
   // After each copy updated the layers it owns (`owner`: by model layer index, as from
   // zero_owners over the stages' layers in order), every copy gets the owners' weights: each
@@ -55,7 +66,7 @@ class StageCopies {
 
  private:
   struct Bucket {
-    const Stage* stage = nullptr;
+    StageGroup where;
     std::vector<torch::Tensor> params;  // in layer order
     std::vector<int> layer_of;          // [param] -> model layer index
     torch::Tensor flat;                 // [sum of numel], float32
@@ -63,9 +74,8 @@ class StageCopies {
     bool started = false;
   };
 
-  Transport* group_;
-  int replicas_;
   std::vector<int> order_;         // stage indices in the constructor's order
+  std::vector<int> started_;       // stage indices in the order their sums started this step
   std::map<int, Bucket> buckets_;  // stage index -> its bucket
 };
 

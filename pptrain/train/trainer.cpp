@@ -145,14 +145,16 @@ class RankData {
 
 // Gradient norm over every stage's parameters (with a transport, one all-reduce of the squared
 // norm, summed in float64, makes it global), then scaling to max_norm as
-// torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping.
+// torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping. `counted`: the
+// parameters whose norm this rank adds, when not all of `params` (a replicated stage's
+// gradients are counted by one of its replicas only).
 double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                      Transport* transport) {
+                      Transport* transport, const std::vector<torch::Tensor>* counted = nullptr) {
   torch::NoGradGuard no_grad;
   // Each tensor's norm without a temporary copy of its gradient (an asynchronous schedule takes
   // this after every microbatch), their squares summed in float64.
   double local = 0;
-  for (const auto& p : params) {
+  for (const auto& p : counted ? *counted : params) {
     if (!p.grad().defined()) continue;
     const double norm = p.grad().norm().item<double>();
     local += norm * norm;
@@ -311,7 +313,43 @@ void train(const TrainingPlan& plan, Transport& transport,
   const Group copies = make_group(transport, plan.copies_of(pipeline_rank));
   RankModel model(plan, rank);
   const RankData data(plan, rank);
-  StageCopies stage_copies(copies.view, plan.replicas, model.stage_pointers());
+  // Which stages combine gradients with which ranks: with --dp all of this rank's with its
+  // copies (a mean); in a replicated schedule each replicated stage with its replicas (a sum).
+  // Each group of replicas is made once, every rank going through the stages in order.
+  const Schedule& schedule = *plan.schedule;
+  std::map<std::vector<int>, Group> replica_groups;
+  for (int s = 0; s < schedule.num_stages && plan.replicas == 1; ++s) {
+    const std::vector<int> members = schedule.replicas_of(s);
+    if (members.size() > 1 && model.local.count(s) && !replica_groups.count(members)) {
+      replica_groups.emplace(members, make_group(*pipeline, members));
+    }
+  }
+  std::vector<StageGroup> combined;
+  std::vector<torch::Tensor> counted;  // parameters whose gradient norm this rank adds
+  std::vector<const Stage*> saved;     // stages whose layers this rank writes to a checkpoint
+  std::vector<const StageOptimizer*> saved_state;
+  for (size_t l = 0; l < model.stages.size(); ++l) {
+    const Stage& stage = model.stages[l];
+    const std::vector<int> members = schedule.replicas_of(stage.index());
+    const bool first_replica = members.front() == pipeline_rank;  // of a replicated stage
+    if (plan.replicas > 1) {
+      combined.push_back({&stage, copies.view, plan.replicas});
+    } else if (members.size() > 1) {
+      combined.push_back({&stage, replica_groups.at(members).view, 1});
+    }
+    if (first_replica) {
+      const auto stage_params = stage.parameters();
+      counted.insert(counted.end(), stage_params.begin(), stage_params.end());
+    }
+    // The first copy of the pipeline writes the checkpoints (the others hold the same weights,
+    // and unless --zero 1 gave each copy its own layers' state, the same optimizer state).
+    if (first_replica && plan.replica(rank) == 0) saved.push_back(&stage);
+    if (first_replica && (plan.replica(rank) == 0 || plan.zero == 1)) {
+      saved_state.push_back(&model.optimizers[l]);
+    }
+  }
+  StageCopies stage_copies(combined);
+  const RankCheckpoint to_save{saved, saved_state};
   const ModelOptions model_options = plan.model;
   ExecutorOptions executor_options;
   executor_options.rank = pipeline_rank;
@@ -346,13 +384,6 @@ void train(const TrainingPlan& plan, Transport& transport,
   // An asynchronous pipeline never waits for the other ranks between steps: no barrier after
   // the first, and its step reports are sent without waiting (they are waited on a step later).
   std::vector<PendingComm> unsent_reports, older_reports;
-  // The first copy of the pipeline writes the checkpoints; the others hold the same weights
-  // and, unless --zero 1 gave each copy its own layers' state, the same optimizer state.
-  const std::vector<StageOptimizer> no_optimizers;
-  const RankCheckpoint to_save =
-      plan.replica(rank) == 0
-          ? RankCheckpoint{model.stage_pointers(), &model.optimizers}
-          : RankCheckpoint{{}, plan.zero == 1 ? &model.optimizers : &no_optimizers};
   transport.barrier();  // a common start, so the ranks' timelines line up
   auto start = Clock::now();
   for (int step = plan.first_step; step < plan.steps; ++step) {
@@ -378,7 +409,7 @@ void train(const TrainingPlan& plan, Transport& transport,
         }
       }
       // The copies now hold the same gradients: the norm is the one pipeline's.
-      grad_norm = clip_grad_norm(model.params, plan.clip, pipeline.view);
+      grad_norm = clip_grad_norm(model.params, plan.clip, pipeline.view, &counted);
       // Every rank has the same global norm, so every rank takes the same branch.
       if (std::isfinite(grad_norm)) {
         for (auto& optimizer : model.optimizers) {
