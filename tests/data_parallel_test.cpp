@@ -94,14 +94,8 @@ TEST_P(ReplicatedStages, EqualOneProcess) {
   ASSERT_EQ(ref.exit_code, 0) << ref.err;
   for (int pp : {2, 4}) {
     SCOPED_TRACE("--pp " + std::to_string(pp));
-    const std::string tag = "pp" + std::to_string(pp);
-    const auto run =
-        run_train(common + " --pp " + std::to_string(pp) + " --metrics " +
-                      (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
-                  dir);
-    ASSERT_EQ(run.exit_code, 0) << run.err;
-    expect_same_losses(read_losses(dir / (tag + ".jsonl")), read_losses(dir / "ref.jsonl"));
-    expect_same_parameters(model, dir / tag, dir / "ref");
+    expect_run_matches_reference(model, common + " --pp " + std::to_string(pp),
+                                 "pp" + std::to_string(pp), dir);
   }
 }
 
@@ -114,10 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Bidirectional, ReplicatedStages,
 
 // The "optimizer_state_bytes" of each rank in the last line of a --metrics file.
 std::vector<int64_t> read_state_bytes(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line, last;
-  while (std::getline(in, line)) last = line;
-  return nlohmann::json::parse(last).at("optimizer_state_bytes").get<std::vector<int64_t>>();
+  return last_metrics_line(metrics).at("optimizer_state_bytes").get<std::vector<int64_t>>();
 }
 
 // --zero 1 shards AdamW's moments over the copies: each copy steps the layers it owns and

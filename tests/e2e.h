@@ -98,6 +98,14 @@ inline std::vector<double> read_losses(const fs::path& metrics) {
   return losses;
 }
 
+// The last line of a --metrics file.
+inline nlohmann::json last_metrics_line(const fs::path& metrics) {
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  return nlohmann::json::parse(last);
+}
+
 inline ModelOptions small_model(const std::string& kind) {
   ModelOptions model;
   model.kind = kind;
@@ -141,6 +149,18 @@ inline void expect_same_parameters(const ModelOptions& model, const fs::path& di
       EXPECT_LE(rel, tolerance) << "layer " << layer << " parameter " << item.key();
     }
   }
+}
+
+// Runs `pptrain train <args>` writing DIR/<tag>.jsonl and the checkpoint DIR/<tag>, and expects
+// its losses and final parameters to equal the reference run's, DIR/ref.jsonl and DIR/ref.
+inline void expect_run_matches_reference(const ModelOptions& model, const std::string& args,
+                                         const std::string& tag, const TempDir& dir) {
+  const auto run = run_train(
+      args + " --metrics " + (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
+      dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  expect_same_losses(read_losses(dir / (tag + ".jsonl")), read_losses(dir / "ref.jsonl"));
+  expect_same_parameters(model, dir / tag, dir / "ref");
 }
 
 // Bad input gets exit status 2 and one line on stderr, "pptrain: error: ...", containing

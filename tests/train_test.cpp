@@ -44,18 +44,8 @@ TEST_P(MatchesReference, LossesAndParametersEqualSingleProcess) {
   ASSERT_EQ(ref_losses.size(), static_cast<size_t>(steps));
   for (int pp : {2, 4}) {
     SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule);
-    const std::string tag = "pp" + std::to_string(pp);
-    const auto run =
-        run_train(common + " --pp " + std::to_string(pp) + " --metrics " +
-                      (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
-                  dir);
-    ASSERT_EQ(run.exit_code, 0) << run.err;
-    const auto losses = read_losses(dir / (tag + ".jsonl"));
-    ASSERT_EQ(losses.size(), ref_losses.size());
-    for (size_t i = 0; i < losses.size(); ++i) {
-      EXPECT_NEAR(losses[i], ref_losses[i], 1e-5 * std::abs(ref_losses[i])) << "step " << i + 1;
-    }
-    expect_same_parameters(model, dir / tag, dir / "ref");
+    expect_run_matches_reference(model, common + " --pp " + std::to_string(pp),
+                                 "pp" + std::to_string(pp), dir);
   }
 }
 

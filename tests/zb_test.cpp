@@ -22,27 +22,8 @@ namespace {
 
 using namespace e2e;
 
-nlohmann::json last_metrics_line(const fs::path& metrics) {
-  std::ifstream in(metrics);
-  std::string line, last;
-  while (std::getline(in, line)) last = line;
-  return nlohmann::json::parse(last);
-}
-
 std::vector<int64_t> last_peaks(const fs::path& metrics) {
   return last_metrics_line(metrics).at("peak_activation_bytes").get<std::vector<int64_t>>();
-}
-
-// Trains `args` with its metrics and parameters under `tag` in `dir` and expects the losses and
-// parameters of the reference run saved there as ref.jsonl and ref/.
-void expect_matches_ref(const ModelOptions& model, const std::string& args, const std::string& tag,
-                        const TempDir& dir) {
-  const auto run = run_train(
-      args + " --metrics " + (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
-      dir);
-  ASSERT_EQ(run.exit_code, 0) << run.err;
-  expect_same_losses(read_losses(dir / (tag + ".jsonl")), read_losses(dir / "ref.jsonl"));
-  expect_same_parameters(model, dir / tag, dir / "ref");
 }
 
 // The core invariant with recomputation: every schedule that splits the backward, and 1f1b,
@@ -67,8 +48,9 @@ TEST_P(RecomputeMatchesReference, LossesAndParametersEqualSingleProcess) {
                                                      {"v-half", 2}, {"v-min", 4}, {"1f1b", 2}};
   for (const auto& [schedule, pp] : runs) {
     SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule + " --recompute");
-    expect_matches_ref(model, common + " --pp " + std::to_string(pp) + " --schedule " + schedule,
-                       schedule + "_pp" + std::to_string(pp), dir);
+    expect_run_matches_reference(model,
+                                 common + " --pp " + std::to_string(pp) + " --schedule " + schedule,
+                                 schedule + "_pp" + std::to_string(pp), dir);
   }
 }
 
@@ -92,8 +74,9 @@ TEST(ZbAuto, UnderAMemoryLimitMatchesReference) {
             0);
   for (const auto& [pp, limit] : {std::pair<int, std::string>{2, "2"}, {4, "4"}, {4, "1.5"}}) {
     SCOPED_TRACE("--pp " + std::to_string(pp) + " --memory-limit " + limit);
-    expect_matches_ref(model, common + " --pp " + std::to_string(pp) + " --memory-limit " + limit,
-                       "pp" + std::to_string(pp) + "_" + limit, dir);
+    expect_run_matches_reference(
+        model, common + " --pp " + std::to_string(pp) + " --memory-limit " + limit,
+        "pp" + std::to_string(pp) + "_" + limit, dir);
   }
   // A limit no schedule fits, and one a hand-written schedule is above, stop before any worker.
   expect_one_line_error(run_train(common + " --pp 2 --memory-limit 0.5", dir),
