@@ -106,6 +106,33 @@ INSTANTIATE_TEST_SUITE_P(Bidirectional, ReplicatedStages,
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });
 
+// PipeDream's uneven replication: a partition with replicas [3, 1] (as `pptrain partition
+// --method pipedream` writes it) on 4 workers runs the round robin 1f1b-rr, microbatch i on
+// replica i mod 3 of stage 0, and equals one process.
+TEST(RoundRobin, ThreeAndOneReplicasEqualOneProcess) {
+  const ModelOptions model = small_model("gpt");  // 10 layers: embedding, 8 blocks, head
+  TempDir dir;
+  std::ofstream(dir / "plan.json") << R"({"method": "pipedream", "stages": [
+      {"first_layer": 0, "last_layer": 4, "replicas": 3, "compute_s": 0.01},
+      {"first_layer": 5, "last_layer": 9, "replicas": 1, "compute_s": 0.01}],
+      "time_per_minibatch_s": 0.01, "speedup_vs_single": 1})";
+  const std::string common =
+      model_args(model) + " --batch-size 12 --microbatches 6 --steps 5 --quiet";
+  const auto ref = run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() +
+                                 " --save " + (dir / "ref").string(),
+                             dir);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  expect_run_matches_reference(
+      model, common + " --pp 4 --partition " + (dir / "plan.json").string(), "rr", dir);
+  expect_one_line_error(
+      run_train(common + " --pp 2 --partition " + (dir / "plan.json").string(), dir),
+      "places its 2 stages on 4 workers (their replicas), but --pp is 2");
+  expect_one_line_error(
+      run_train(common + " --pp 4 --schedule zb-h1 --partition " + (dir / "plan.json").string(),
+                dir),
+      "replicates stages, which runs PipeDream's round robin (1f1b-rr), not --schedule zb-h1");
+}
+
 // The "optimizer_state_bytes" of each rank in the last line of a --metrics file.
 std::vector<int64_t> read_state_bytes(const fs::path& metrics) {
   return last_metrics_line(metrics).at("optimizer_state_bytes").get<std::vector<int64_t>>();

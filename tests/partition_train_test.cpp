@@ -254,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "train --pp 2 --schedule interleaved-1f1b --chunks 4 --partition DIR/profile.json",
                  "has 8 stages (--pp 2 x 4 chunks)", ""},
         BadInput{"TrainReplicatedStage", "train --pp 2 --partition DIR/replicas.json",
-                 "stage 0 has 2 replicas; replicated stages need hybrid data parallelism", ""},
+                 "workers (their replicas), but --pp is 2", ""},
         BadInput{"TrainWrongStageCount", "train --pp 2 --partition DIR/three_stages.json",
                  "has 3 stages, but the run has 2 (--pp 2 x 1 chunk)", ""},
         BadInput{"TrainUnknownMethod", "train --pp 2 --partition fastest",

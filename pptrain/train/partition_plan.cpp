@@ -1,5 +1,6 @@
 #include "pptrain/train/partition_plan.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -35,8 +36,8 @@ std::string stages_text(const StageLayerOptions& options, int num_stages) {
 }
 
 // Checks a partition against the run: it covers exactly the model's layers, every stage has at
-// least one, no stage is replicated, and it has the run's number of stages. Coverage is checked
-// first: a file for another model size is the more likely mistake, and the message says so.
+// least one, and it has the run's number of stages (replicas: partition_replicas()). Coverage is
+// checked first: a file for another model size is the more likely mistake, and the message says so.
 std::vector<LayerRange> checked_ranges(const Partition& partition, const std::string& what,
                                        const StageLayerOptions& options, int num_stages) {
   const int L = num_layers(options.model);
@@ -50,9 +51,6 @@ std::vector<LayerRange> checked_ranges(const Partition& partition, const std::st
                   " (every stage needs at least one layer)");
     PPTRAIN_CHECK(stage.last_layer < L, what, ": stage ", s, " ends at layer ", stage.last_layer,
                   ", but the model has layers 0-", L - 1, " only: ", model_text(options.model));
-    PPTRAIN_CHECK(stage.replicas == 1, what, ": stage ", s, " has ", stage.replicas,
-                  " replicas; replicated stages need hybrid data parallelism, which the runtime "
-                  "does not have yet (expected replicas 1 for every stage)");
     ranges.emplace_back(stage.first_layer, stage.last_layer);
     next = stage.last_layer + 1;
   }
@@ -135,6 +133,24 @@ std::vector<LayerRange> from_file(const std::string& path, const StageLayerOptio
 }
 
 }  // namespace
+
+std::vector<int> partition_replicas(const std::string& partition) {
+  if (!std::filesystem::is_regular_file(partition)) return {};
+  const std::string text = read_text_file(partition, "--partition file");
+  const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("stages")) return {};
+  Partition parsed;
+  try {
+    parsed = parse_partition_json(text);
+  } catch (const UserError& e) {
+    throw UserError("--partition '" + partition + "': " + e.what());
+  }
+  std::vector<int> replicas;
+  for (const StagePlan& stage : parsed.stages) replicas.push_back(stage.replicas);
+  const bool replicated =
+      std::any_of(replicas.begin(), replicas.end(), [](int r) { return r > 1; });
+  return replicated ? replicas : std::vector<int>{};
+}
 
 std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int num_stages) {
   PPTRAIN_CHECK(num_stages >= 1, "a run needs at least one stage, got ", num_stages);

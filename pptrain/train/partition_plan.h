@@ -45,6 +45,11 @@ struct StageLayerOptions {
 // layers.
 std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int num_stages);
 
+// The replicas of each stage when `partition` is a partition file (`pptrain partition --method
+// pipedream`) that replicates some stage, e.g. {3, 1}: the run is then PipeDream's round robin
+// over sum(replicas) workers (schedule/generators.h, make_1f1b_rr). Empty otherwise.
+std::vector<int> partition_replicas(const std::string& partition);
+
 // Per-stage times of one microbatch, in ms, from the profile `partition` names when it is a
 // profile JSON file (`pptrain profile`): each stage's layers summed. Nothing for uniform, params,
 // time and partition files, which carry no times (a measured `time` differs between processes).

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/sim/simulator.h"
@@ -12,6 +13,9 @@
 
 namespace pptrain {
 namespace {
+
+// PipeDream's round robin over replicated stages: made from a partition file, not the registry.
+constexpr const char* kRoundRobin = "1f1b-rr";
 
 // The --pp 1 reference: one stage, all forwards, then all backwards (GPipe on one rank).
 Schedule single_stage_schedule(const std::string& name, int microbatches) {
@@ -147,6 +151,23 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
                   options.chunks, " does not match ", what, ", which has ", schedule.chunks(),
                   " stages per rank");
     return schedule;
+  }
+  const std::vector<int> replicas = partition_replicas(options.partition);
+  if (!replicas.empty() || options.schedule == kRoundRobin) {
+    what = "schedule '" + std::string(kRoundRobin) + "'";
+    PPTRAIN_CHECK(!replicas.empty(), "--schedule ", kRoundRobin, " routes microbatches over ",
+                  "replicated stages; give --partition FILE.json from `pptrain partition --method ",
+                  "pipedream` whose stages have replicas");
+    PPTRAIN_CHECK(options.schedule == "1f1b" || options.schedule == kRoundRobin, "--partition '",
+                  options.partition, "' replicates stages, which runs PipeDream's round robin (",
+                  kRoundRobin, "), not --schedule ", options.schedule);
+    int workers = 0;
+    for (int r : replicas) workers += r;
+    PPTRAIN_CHECK(workers == options.pp, "--partition '", options.partition, "' places its ",
+                  replicas.size(), " stages on ", workers,
+                  " workers (their replicas), but --pp is ", options.pp);
+    PPTRAIN_CHECK(options.chunks <= 1, "--chunks: ", kRoundRobin, " has one stage per replica");
+    return make_1f1b_rr(replicas, M);
   }
   what = "schedule '" + options.schedule + "'";
   const ScheduleEntry& entry = find_schedule(options.schedule);
