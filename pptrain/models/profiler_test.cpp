@@ -1,6 +1,7 @@
 #include "pptrain/models/profiler.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -49,7 +50,8 @@ TEST(Profiler, MeasuresEveryLayerOfGpt) {
 
 TEST(Profiler, WritesTheProfileFormat) {
   ModelProfile profile = profile_model(tiny("mlp"));
-  const std::string path = testing::TempDir() + "pptrain_profile_test.json";
+  const std::string path =
+      testing::TempDir() + "pptrain_profiler_test_" + std::to_string(::getpid()) + ".json";
   write_profile_json(profile, path);
   std::ifstream in(path);
   nlohmann::json json = nlohmann::json::parse(in);

@@ -1,6 +1,7 @@
 #include "pptrain/partition/profile.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -222,8 +223,10 @@ TEST(ShippedProfiles, Vgg16MatchesTheFile) {
 }
 
 TEST(ReadProfile, ChoosesTheFormatByContent) {
-  std::string json_path = ::testing::TempDir() + "/pptrain_profile_test.json";
-  std::string graph_path = ::testing::TempDir() + "/pptrain_profile_test.txt";
+  std::string json_path =
+      ::testing::TempDir() + "/pptrain_read_profile_" + std::to_string(::getpid()) + ".json";
+  std::string graph_path =
+      ::testing::TempDir() + "/pptrain_read_profile_" + std::to_string(::getpid()) + ".txt";
   std::ofstream(json_path) << "\n  " << kTwoLayers;
   std::ofstream(graph_path) << node("node1", "Conv", 1, 2, 3, 4);
   EXPECT_EQ(read_profile(json_path).layers.size(), 2u);

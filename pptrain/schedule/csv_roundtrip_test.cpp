@@ -2,7 +2,9 @@
 // export gives the same bytes, compute-only and lowered (with SEND/RECV). Each generated
 // schedule is also validated.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -30,12 +32,18 @@ void expect_round_trips(const Schedule& s, const std::string& what) {
   EXPECT_EQ(parsed, s) << what << "\n" << to_csv(s);
   EXPECT_EQ(to_csv(parsed), to_csv(s)) << what;
 
-  const std::string first = ::testing::TempDir() + "pptrain_roundtrip_first.csv";
-  const std::string second = ::testing::TempDir() + "pptrain_roundtrip_second.csv";
+  // Named after the test and the process: CTest runs the tests of this file side by side.
+  const std::string stem = ::testing::TempDir() + "pptrain_roundtrip_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                           std::to_string(::getpid());
+  const std::string first = stem + "_first.csv";
+  const std::string second = stem + "_second.csv";
   write_schedule_csv(s, first);
   write_schedule_csv(read_schedule_csv(first), second);
   EXPECT_EQ(read_file(first), read_file(second)) << what;
   EXPECT_EQ(read_file(first), to_csv(s)) << what;
+  std::remove(first.c_str());
+  std::remove(second.c_str());
 }
 
 TEST(CsvRoundTrip, EveryGeneratorAtSeveralShapes) {

@@ -62,6 +62,10 @@ struct CostModel {
   // Optional memory of one weight version per stage [num_stages], same unit; when non-empty it
   // overrides `weights` (whose chunk share is 1/V of it).
   std::vector<double> stage_weights;
+  // Cores the schedule's ranks share (processes on one host; may be fractional, e.g. a copy's
+  // share under --dp); 0: a core per rank. With fewer cores than computing ranks, each of the k
+  // computing ranks runs at cores / k of its speed (processor sharing, simulator.h).
+  double cores = 0;
   // Data-parallel replicas D of every stage, >= 1: a REDUCE_GRAD all-reduces over them.
   int replicas = 1;
   // Time of one all-reduce of the rank's whole share of the gradients over the D replicas (a

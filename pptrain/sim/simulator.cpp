@@ -30,6 +30,8 @@ class Simulation {
     reduce_free_at_.assign(P, 0.0);
     waiting_reductions_.assign(P, {});
     memory_events_.assign(P, {});
+    queued_.assign(P, false);
+    if (cost_.cores > 0) return run_on_shared_cores();
 
     // Each rank's list is a fixed order, so an action's start is fixed once its inputs are
     // known. Advance a rank as far as it can go; a rank that has to wait is tried again only
@@ -53,6 +55,89 @@ class Simulation {
   }
 
  private:
+  // The ranks share cost_.cores cores: a global clock, advanced from event to event. Between
+  // two events the k ranks computing each progress at min(1, cores / k) of their speed; SEND,
+  // RECV and REDUCE_GRAD run as in step() (they take no core). An event is a compute action
+  // ending or a waiting rank's inputs arriving. With a core per rank this gives run()'s times.
+  SimResult run_on_shared_cores() {
+    const int P = s_.num_ranks;
+    std::vector<double> left(P, 0);  // [rank] work left of its running compute action
+    std::vector<double> began(P, 0);
+    std::vector<bool> running(P, false);
+    const auto done = [&](int r) { return position_[r] == static_cast<int>(s_.actions[r].size()); };
+    // When rank r's next action can start: kNotYet if an input is not known yet.
+    const auto ready_at = [&](int r) {
+      double ready = free_at_[r];
+      for (const Action& atom : atoms_of(s_.actions[r][position_[r]])) {
+        const double t = input_ready(atom);
+        if (t == kNotYet) return kNotYet;
+        ready = std::max(ready, t);
+      }
+      return ready;
+    };
+    constexpr double kEps = 1e-12;
+    double now = 0;
+    while (true) {
+      // Start everything that can start now; actions without a core complete at once.
+      for (bool moved = true; moved;) {
+        moved = false;
+        for (int r = 0; r < P; ++r) {
+          while (!running[r] && !done(r)) {
+            const Action& a = s_.actions[r][position_[r]];
+            if (is_collective(a.op)) {
+              step(r);
+              moved = true;
+              continue;
+            }
+            const double ready = ready_at(r);
+            if (ready == kNotYet || ready > now + kEps) break;
+            moved = true;
+            if (!is_compute(a.op)) {
+              step(r);
+              continue;
+            }
+            running[r] = true;
+            began[r] = now;
+            left[r] = duration(a);
+          }
+        }
+      }
+      int computing = 0;
+      for (int r = 0; r < P; ++r) computing += running[r] ? 1 : 0;
+      const double rate = computing == 0 ? 1 : std::min(1.0, cost_.cores / computing);
+      double next = -1;
+      for (int r = 0; r < P; ++r) {
+        double t = -1;
+        if (running[r]) {
+          t = now + left[r] / rate;
+        } else if (!done(r)) {
+          const double ready = ready_at(r);
+          if (ready != kNotYet && ready > now + kEps) t = ready;
+        }
+        if (t >= 0 && (next < 0 || t < next)) next = t;
+      }
+      if (next < 0) break;  // finished, or stuck (checked below)
+      for (int r = 0; r < P; ++r) {
+        if (!running[r]) continue;
+        left[r] -= (next - now) * rate;
+        if (left[r] > kEps * std::max(1.0, next)) continue;
+        const Action& a = s_.actions[r][position_[r]];
+        for (const Action& atom : atoms_of(a)) record(atom, r, began[r], next);
+        events_.push_back(TimelineEvent{r, a, began[r], next});
+        free_at_[r] = next;
+        ++position_[r];
+        running[r] = false;
+      }
+      now = next;
+    }
+    reduce_replicas();
+    for (int r = 0; r < P; ++r) {
+      PPTRAIN_ASSERT(done(r), "schedule '", s_.name, "' stuck on rank ", r, " at ",
+                     to_string(s_.actions[r][position_[r]]));
+    }
+    return result();
+  }
+
   // When everything `atom` waits for (inputs_of, semantics.h) is available on its rank, or
   // kNotYet. A message arrives `comm` after its SEND.
   double input_ready(const Action& atom) const {

@@ -28,6 +28,11 @@
 // latest of those starts plus CostModel::reduce_time over the stage's replica count. There every
 // stage is one rank's whole share for the cost model (V = 1).
 //
+// Shared cores (CostModel::cores > 0, e.g. 4 worker processes on a 2-core host): the run follows
+// one clock from event to event, and while k ranks compute they each progress at
+// min(1, cores / k) of their speed (processor sharing, as the operating system shares the cores
+// out); with at least as many cores as ranks that gives the times above.
+//
 // Figures come from timeline_stats() (pptrain/sim/metrics.h), the same definitions used for
 // measured runs: busy = sum of compute durations on a rank, idle = makespan - busy,
 // bubble_ratio = 1 - sum(busy) / (P * cost), cost = longest rank span. A reduction is not

@@ -990,5 +990,45 @@ TEST(Simulator, ReplicaReductionsEndTogether) {
   }
 }
 
+// Shared cores: with a core per rank the clock-driven run gives the same timeline as the
+// event-driven one, for every schedule; with fewer, the ranks' compute is shared out.
+TEST(SharedCores, ACorePerRankChangesNothing) {
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v"}) {
+    SCOPED_TRACE(name);
+    const ValidatedSchedule s = validate(make_schedule({name, 4, 8}));
+    CostModel cost = CostModel::parse("F=1,I=1.5,W=0.7,comm=0.2");
+    const SimResult alone = simulate(s, cost);
+    cost.cores = 4;
+    const SimResult shared = simulate(s, cost);
+    EXPECT_NEAR(shared.makespan, alone.makespan, 1e-9);
+    EXPECT_NEAR(shared.bubble_ratio, alone.bubble_ratio, 1e-9);
+    ASSERT_EQ(shared.timeline.events.size(), alone.timeline.events.size());
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_NEAR(shared.ranks[r].peak_activations, alone.ranks[r].peak_activations, 1e-9);
+    }
+  }
+}
+
+TEST(SharedCores, ComputeIsSharedOut) {
+  // One microbatch through 2 ranks never computes on both at once: one core suffices.
+  CostModel cost = CostModel::parse("F=1,I=1,W=1");
+  cost.cores = 1;
+  EXPECT_DOUBLE_EQ(simulate(validate(make_schedule({"1f1b", 2, 1})), cost).makespan, 6);
+  // GPipe on 2 ranks, 4 microbatches, F = 1, B = 2, one core: every moment from the first F to
+  // the last B some rank computes, so the makespan is the total work, 2 x 4 x 3 = 24 (a core
+  // each: 15).
+  const ValidatedSchedule gpipe = validate(make_schedule({"gpipe", 2, 4}));
+  const SimResult one = simulate(gpipe, cost);
+  EXPECT_NEAR(one.makespan, 24, 1e-9);
+  cost.cores = 0;
+  EXPECT_NEAR(simulate(gpipe, cost).makespan, 15, 1e-9);
+  // Half a core each (1 core for 2 ranks) is between: no faster than a core each, no slower
+  // than all the work on the shared core.
+  cost.cores = 1.5;
+  const double between = simulate(gpipe, cost).makespan;
+  EXPECT_GT(between, 15);
+  EXPECT_LT(between, 24);
+}
+
 }  // namespace
 }  // namespace pptrain

@@ -57,6 +57,7 @@ struct ScheduleArgs {
   std::string profile;         // a `pptrain profile` file: the costs, in ms, instead of --cost
   std::string stage_layers;    // with --profile: the stages' layers; empty: the time partition
   std::string replicas;        // 1f1b-rr: replicas of each stage, "3,1"
+  double cores = 0;            // cores of the host, shared by all D x P ranks; 0: one each
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
 };
@@ -276,6 +277,9 @@ void run_schedule_command(const ScheduleArgs& args) {
     cost = profile_cost(args, stages);
   }
   cost.replicas = args.dp;
+  PPTRAIN_CHECK(args.cores >= 0, "--cores must be >= 0 (0: a core per rank), got ", args.cores);
+  // The D copies of the pipeline run alike, each on its share of the cores.
+  cost.cores = args.cores / args.dp;
   Schedule schedule = imported ? *imported : generate_schedule(args, cost);
   if (schedule.replicated()) {
     PPTRAIN_CHECK(args.dp == 1, "--dp ", args.dp, " does not apply to '", schedule.name,
@@ -384,6 +388,9 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--stage-layers", args->stage_layers,
                   "With --profile: each stage's layers, e.g. 0-4,5-9 (default: the time "
                   "partition of the profile)");
+  cmd->add_option("--cores", args->cores,
+                  "Cores of the host all D x P ranks run on (e.g. 2 for --pp 2 --dp 2 on 2 cores): "
+                  "computing ranks share them evenly; 0 (default): a core per rank");
   cmd->add_option("--dp", args->dp,
                   "Data-parallel copies of the pipeline (D): above 1, each stage all-reduces its "
                   "gradients (REDUCE_GRAD) after its last W or B, taking reduce= of --cost")
