@@ -67,9 +67,17 @@ PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
 
 class C10dTransport : public Transport {
  public:
+  // `world_ranks`: the world rank of each of this group's ranks, for messages; empty: the world.
   C10dTransport(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<GroupBase> group,
-                const TransportOptions& options)
-      : store_(std::move(store)), group_(std::move(group)), options_(options) {}
+                const TransportOptions& options, std::vector<int> world_ranks = {})
+      : store_(std::move(store)),
+        group_(std::move(group)),
+        options_(options),
+        world_ranks_(std::move(world_ranks)) {
+    if (world_ranks_.empty()) {
+      for (int r = 0; r < options_.world_size; ++r) world_ranks_.push_back(r);
+    }
+  }
 
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
@@ -78,7 +86,7 @@ class C10dTransport : public Transport {
     PPTRAIN_ASSERT(tensor.is_contiguous(), "send needs a contiguous tensor");
     std::vector<at::Tensor> tensors{tensor};
     return PendingComm(c10d_waiter(group_->send(tensors, peer, tag), options_.timeout,
-                                   "send to rank " + std::to_string(peer)),
+                                   "send to rank " + std::to_string(world_ranks_.at(peer))),
                        tensor);
   }
 
@@ -86,25 +94,39 @@ class C10dTransport : public Transport {
     PPTRAIN_ASSERT(buffer.is_contiguous(), "recv needs a contiguous buffer");
     std::vector<at::Tensor> tensors{buffer};
     return PendingComm(c10d_waiter(group_->recv(tensors, peer, tag), options_.timeout,
-                                   "receive from rank " + std::to_string(peer)),
+                                   "receive from rank " + std::to_string(world_ranks_.at(peer))),
                        buffer);
   }
 
   PendingComm allreduce_sum_async(const torch::Tensor& tensor) override {
     PPTRAIN_ASSERT(tensor.is_contiguous(), "all-reduce needs a contiguous tensor");
     std::vector<at::Tensor> tensors{tensor};
-    return PendingComm(c10d_waiter(group_->allreduce(tensors), options_.timeout, "all-reduce"),
-                       tensor);
+    return PendingComm(
+        c10d_waiter(group_->allreduce(tensors), options_.timeout, "all-reduce with " + others()),
+        tensor);
   }
 
-  void barrier() override { c10d_waiter(group_->barrier(), options_.timeout, "barrier")(); }
+  void barrier() override {
+    c10d_waiter(group_->barrier(), options_.timeout, "barrier with " + others())();
+  }
 
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
 
  private:
+  // "rank 1" or "ranks 0, 2, 3": the other members (world ranks), which a collective waits for.
+  std::string others() const {
+    std::string text;
+    for (int r = 0; r < options_.world_size; ++r) {
+      if (r == options_.rank) continue;
+      text += (text.empty() ? "" : ", ") + std::to_string(world_ranks_[r]);
+    }
+    return (options_.world_size > 2 ? "ranks " : "rank ") + text;
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;  // kept alive: rank 0 serves it to the others
   c10::intrusive_ptr<GroupBase> group_;
   TransportOptions options_;
+  std::vector<int> world_ranks_;  // [group rank] -> world rank
 };
 
 int env_int(const char* name) {
@@ -236,7 +258,10 @@ std::unique_ptr<Transport> C10dTransport::subgroup(const std::vector<int>& membe
   options.world_size = static_cast<int>(members.size());
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
   try {
-    return std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
+    std::vector<int> world_ranks;
+    for (int m : members) world_ranks.push_back(world_ranks_.at(m));
+    return std::make_unique<C10dTransport>(store, make_process_group(store, options), options,
+                                           world_ranks);
   } catch (const std::exception& e) {
     throw std::runtime_error("rank " + std::to_string(options_.rank) + ": the group " +
                              prefix.substr(5) + " did not form within " +
