@@ -56,14 +56,22 @@ class Simulation {
 
  private:
   // The ranks share cost_.cores cores: a global clock, advanced from event to event. Between
-  // two events the k ranks computing each progress at min(1, cores / k) of their speed; SEND,
-  // RECV and REDUCE_GRAD run as in step() (they take no core). An event is a compute action
-  // ending or a waiting rank's inputs arriving. With a core per rank this gives run()'s times.
+  // two events the k tasks that need a core each progress at min(1, cores / k) of their speed.
+  // A task is a rank's running compute action, or the REDUCE_GRAD at the head of a rank's
+  // reduction channel: an all-reduce between processes of one host copies and sums its bytes
+  // on a core too, beside the rank's compute (a replicated schedule's reductions are timed
+  // after the run, as in run(), and take no core). SEND and RECV take none. An event is a task
+  // ending or a waiting rank's inputs arriving. With a core per task this gives run()'s times.
   SimResult run_on_shared_cores() {
     const int P = s_.num_ranks;
     std::vector<double> left(P, 0);  // [rank] work left of its running compute action
     std::vector<double> began(P, 0);
     std::vector<bool> running(P, false);
+    // [rank] its REDUCE_GRADs not yet ended, in order; the head runs, from reduce_began[rank],
+    // with reduce_left[rank] of work left.
+    std::vector<std::deque<Action>> reductions(P);
+    std::vector<double> reduce_left(P, 0), reduce_began(P, 0);
+    const bool own_channel = !s_.replicated();
     const auto done = [&](int r) { return position_[r] == static_cast<int>(s_.actions[r].size()); };
     // When rank r's next action can start: kNotYet if an input is not known yet.
     const auto ready_at = [&](int r) {
@@ -85,7 +93,16 @@ class Simulation {
           while (!running[r] && !done(r)) {
             const Action& a = s_.actions[r][position_[r]];
             if (is_collective(a.op)) {
-              step(r);
+              if (own_channel) {
+                if (reductions[r].empty()) {
+                  reduce_left[r] = duration(a);
+                  reduce_began[r] = now;
+                }
+                reductions[r].push_back(a);
+                ++position_[r];
+              } else {
+                step(r);
+              }
               moved = true;
               continue;
             }
@@ -102,21 +119,33 @@ class Simulation {
           }
         }
       }
-      int computing = 0;
-      for (int r = 0; r < P; ++r) computing += running[r] ? 1 : 0;
-      const double rate = computing == 0 ? 1 : std::min(1.0, cost_.cores / computing);
+      int tasks = 0;
+      for (int r = 0; r < P; ++r) tasks += (running[r] ? 1 : 0) + (reductions[r].empty() ? 0 : 1);
+      const double rate = tasks == 0 ? 1 : std::min(1.0, cost_.cores / tasks);
       double next = -1;
+      const auto consider = [&next](double t) {
+        if (t >= 0 && (next < 0 || t < next)) next = t;
+      };
       for (int r = 0; r < P; ++r) {
-        double t = -1;
+        if (!reductions[r].empty()) consider(now + reduce_left[r] / rate);
         if (running[r]) {
-          t = now + left[r] / rate;
+          consider(now + left[r] / rate);
         } else if (!done(r)) {
           const double ready = ready_at(r);
-          if (ready != kNotYet && ready > now + kEps) t = ready;
+          if (ready != kNotYet && ready > now + kEps) consider(ready);
         }
-        if (t >= 0 && (next < 0 || t < next)) next = t;
       }
       if (next < 0) break;  // finished, or stuck (checked below)
+      for (int r = 0; r < P; ++r) {
+        if (reductions[r].empty()) continue;
+        reduce_left[r] -= (next - now) * rate;
+        if (reduce_left[r] > kEps * std::max(1.0, next)) continue;
+        events_.push_back(TimelineEvent{r, reductions[r].front(), reduce_began[r], next});
+        reductions[r].pop_front();
+        if (reductions[r].empty()) continue;
+        reduce_left[r] = duration(reductions[r].front());
+        reduce_began[r] = next;
+      }
       for (int r = 0; r < P; ++r) {
         if (!running[r]) continue;
         left[r] -= (next - now) * rate;

@@ -31,7 +31,9 @@
 // Shared cores (CostModel::cores > 0, e.g. 4 worker processes on a 2-core host): the run follows
 // one clock from event to event, and while k ranks compute they each progress at
 // min(1, cores / k) of their speed (processor sharing, as the operating system shares the cores
-// out); with at least as many cores as ranks that gives the times above.
+// out). A REDUCE_GRAD on its rank's channel counts as one more task while it runs (on one host
+// the all-reduce's copies and sums take a core); a replicated schedule's reductions do not. With
+// a core per task that gives the times above.
 //
 // Figures come from timeline_stats() (pptrain/sim/metrics.h), the same definitions used for
 // measured runs: busy = sum of compute durations on a rank, idle = makespan - busy,

@@ -1030,5 +1030,24 @@ TEST(SharedCores, ComputeIsSharedOut) {
   EXPECT_LT(between, 24);
 }
 
+TEST(SharedCores, ReductionsTakeACoreToo) {
+  // 1f1b, P = 2, M = 4, F = I = W = 1, reduce = 3 at D = 2 (OneFOneBReducesUnderTheCoolDown).
+  CostModel c = costs(1, 1, 1);
+  c.reduce = 3;
+  c.replicas = 2;
+  const ValidatedSchedule s = validate(add_grad_reductions(make_schedule({"1f1b", 2, 4})));
+  // Two cores: rank 1's reduction (13 to 16) overlaps rank 0's last B, a core each, as in run().
+  c.cores = 2;
+  const SimResult two = simulate(s, c);
+  EXPECT_NEAR(two.makespan, 18, 1e-9);
+  const auto reductions = reductions_by_rank(two);
+  EXPECT_NEAR(reductions[1][0].start, 13, 1e-9);
+  EXPECT_NEAR(reductions[1][0].end, 16, 1e-9);
+  // One core: something runs at every moment, so the makespan is all the work, the 24 of
+  // compute and the two reductions' 6 (were a reduction free, 24 + rank 0's 3 = 27).
+  c.cores = 1;
+  EXPECT_NEAR(simulate(s, c).makespan, 30, 1e-9);
+}
+
 }  // namespace
 }  // namespace pptrain
