@@ -115,7 +115,22 @@ INSTANTIATE_TEST_SUITE_P(
                       {1, 1, 1, 1},
                       2,
                       2,
-                      2})),
+                      2},
+            // A step after every backward, each pass on the newest weights: microbatch 1
+            // already runs on W^(1).
+            AsyncCase{"ampnet", "ampnet", {1, 1, 1, 1}, 1, 1},
+            // A step every 4 backwards (one per step of 4 microbatches): step 1 is synchronous,
+            // step 2's first forwards on stage 0 still run on W^(0).
+            AsyncCase{"ampnet_interval", "ampnet --update-interval 4", {1, 1, 1, 1}, 2, 2},
+            // A step after every microbatch, on weights predicted along the momentum.
+            AsyncCase{"spectrain", "spectrain", {2, 2, 2, 2}, 1, 1},
+            // A step per mini-batch; step 1 predicts from W^(0), which has no direction yet, so
+            // it is synchronous; stage 0 of 4 then runs step 2's first forwards on W^(0).
+            AsyncCase{"xpipe", "xpipe", {3, 3, 3, 3}, 2, 2},
+            // XPipe's own optimizer. The synchronous run it is compared with is sgd's, so it
+            // differs from the first step after an update; the case is here for the equality
+            // with its rule.
+            AsyncCase{"xpipe_adamw", "xpipe --optimizer adamw", {3, 3, 3, 3}, 2, 2})),
     [](const ::testing::TestParamInfo<Case>& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
     });

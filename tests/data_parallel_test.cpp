@@ -188,6 +188,42 @@ TEST(Zero, OneShardsTheStateAndChangesNothing) {
   expect_same_parameters(model, dir / "resumed", dir / "zero", 1e-6);
 }
 
+// avgpipe: D pipelines that combine no gradients and pull their weights together every K steps
+// (elastic averaging). Each pipeline is synchronous, so --pp S equals the same copies in one
+// process each (--pp 1), and the copies' independent steps make it differ from --dp with
+// averaged gradients from the second step on (the first loss is the initial weights').
+TEST(AvgPipe, PipelinedEqualsOneProcessCopiesAndDiffersFromAveragedGradients) {
+  for (const std::string kind : {"gpt", "mlp"}) {
+    const ModelOptions model = small_model(kind);
+    TempDir dir;
+    const std::string common = model_args(model) +
+                               " --batch-size 16 --microbatches 4 --steps 5 --quiet --dp 2 "
+                               "--avg-interval 2";
+    const auto ref =
+        run_train(common + " --schedule avgpipe --pp 1 --metrics " + (dir / "ref.jsonl").string() +
+                      " --save " + (dir / "ref").string(),
+                  dir);
+    ASSERT_EQ(ref.exit_code, 0) << ref.err;
+    for (int pp : {2, 4}) {
+      SCOPED_TRACE(kind + " --pp " + std::to_string(pp));
+      expect_run_matches_reference(model, common + " --schedule avgpipe --pp " + std::to_string(pp),
+                                   "pp" + std::to_string(pp), dir);
+    }
+    const auto sync = run_train(common.substr(0, common.find(" --avg-interval")) +
+                                    " --pp 1 --metrics " + (dir / "sync.jsonl").string(),
+                                dir);
+    ASSERT_EQ(sync.exit_code, 0) << sync.err;
+    const auto averaged = read_losses(dir / "sync.jsonl");
+    const auto losses = read_losses(dir / "ref.jsonl");
+    ASSERT_EQ(losses.size(), averaged.size());
+    EXPECT_NEAR(losses[0], averaged[0], 1e-6 * std::abs(averaged[0]));
+    for (size_t step = 1; step < losses.size(); ++step) {
+      EXPECT_GT(std::abs(losses[step] - averaged[step]), 1e-5 * std::abs(averaged[step]))
+          << "step " << step + 1 << " equals the run with averaged gradients";
+    }
+  }
+}
+
 TEST(DataParallel, BadFlagsAreOneLineErrors) {
   TempDir dir;
   const std::string common = model_args(small_model("mlp")) + " --steps 1 --quiet";
@@ -202,6 +238,16 @@ TEST(DataParallel, BadFlagsAreOneLineErrors) {
   expect_one_line_error(
       run_train(common + " --pp 2 --zero 1 --batch-size 16 --microbatches 4", dir),
       "--zero 1 shards the optimizer state over the copies of the pipeline; it needs --dp 2");
+  expect_one_line_error(
+      run_train(common + " --pp 2 --batch-size 16 --microbatches 4 --schedule avgpipe", dir),
+      "--schedule avgpipe averages the weights of --dp D >= 2 pipelines, got --dp 1");
+  expect_one_line_error(
+      run_train(common + " --pp 2 --dp 2 --batch-size 16 --microbatches 4 --avg-interval 2", dir),
+      "--avg-interval applies to --schedule avgpipe only, not '1f1b'");
+  expect_one_line_error(run_train(common + " --pp 2 --dp 2 --batch-size 16 --microbatches 4 "
+                                           "--schedule avgpipe --avg-alpha 1",
+                                  dir),
+                        "--avg-alpha must be in (0, 2 / D) = (0, 1), got 1");
 }
 
 }  // namespace

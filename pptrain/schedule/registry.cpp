@@ -108,6 +108,27 @@ const std::vector<ScheduleEntry>& schedule_registry() {
                  "the forward on the newest weights, corrected by the recent updates; per-stage "
                  "learning rate",
                  WeightUpdate::kPipeMare),
+      {"avgpipe", 1, 1, 1,
+       "AvgPipe (async across copies): --dp D pipelines, each 1F1B with a flush, that combine "
+       "no gradients; every --avg-interval steps elastic averaging pulls their weights together",
+       [](const ScheduleOptions& o) {
+         Schedule schedule = make_1f1b(o.ranks, o.microbatches);
+         schedule.name = "avgpipe";
+         return schedule;
+       },
+       WeightUpdate::kFlush, /*averages_copies=*/true},
+      async_1f1b("ampnet",
+                 "AMPNet (async): 1F1B without flush, no stash (1 version), a step after every "
+                 "--update-interval backwards; forward and backward each on the newest weights",
+                 WeightUpdate::kAmpNet),
+      async_1f1b("spectrain",
+                 "SpecTrain (async): 1F1B without flush, a step after every microbatch; forward "
+                 "and backward on weights predicted along the optimizer's smoothed direction",
+                 WeightUpdate::kSpecTrain),
+      async_1f1b("xpipe",
+                 "XPipe (async): 1F1B without flush, a step per mini-batch; forward and backward "
+                 "on weights predicted once per mini-batch along the optimizer's direction",
+                 WeightUpdate::kXPipe),
   };
   return entries;
 }

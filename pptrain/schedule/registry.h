@@ -49,6 +49,10 @@ struct ScheduleEntry {
   // How the weights are updated: kFlush for a synchronous schedule; otherwise the rule of an
   // asynchronous one (no flush), which `make` marks with flushes = false.
   WeightUpdate update = WeightUpdate::kFlush;
+  // True for avgpipe: the --dp copies of the pipeline combine no gradients; each trains on its
+  // own share of the batch and they pull their weights together every --avg-interval steps
+  // (elastic averaging, train/stage_copies.h). Each pipeline itself flushes (kFlush).
+  bool averages_copies = false;
 };
 
 // Every schedule, in a stable order (the order of --help and the README).

@@ -1,6 +1,7 @@
 #include "pptrain/schedule/weight_versions.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "pptrain/common/check.h"
 
@@ -18,8 +19,61 @@ const char* update_name(WeightUpdate update) {
       return "2bw";
     case WeightUpdate::kPipeMare:
       return "pipemare";
+    case WeightUpdate::kAmpNet:
+      return "ampnet";
+    case WeightUpdate::kSpecTrain:
+      return "spectrain";
+    case WeightUpdate::kXPipe:
+      return "xpipe";
   }
   return "?";
+}
+
+int VersionRule::period() const {
+  switch (update) {
+    case WeightUpdate::kPipeDream:
+    case WeightUpdate::kVerticalSync:
+    case WeightUpdate::kSpecTrain:
+      return 1;
+    case WeightUpdate::kAmpNet:
+      return update_interval;
+    case WeightUpdate::kFlush:
+    case WeightUpdate::kTwoBW:
+    case WeightUpdate::kPipeMare:
+    case WeightUpdate::kXPipe:
+      return microbatches_per_step;
+  }
+  return 1;
+}
+
+namespace {
+
+// round(x) with ties to the even neighbour, as the papers' Python round() does.
+int round_half_even(double x) {
+  const double down = std::floor(x);
+  const double rest = x - down;
+  if (rest > 0.5) return static_cast<int>(down) + 1;
+  if (rest < 0.5) return static_cast<int>(down);
+  const int even = static_cast<int>(down);
+  return even % 2 == 0 ? even : even + 1;
+}
+
+}  // namespace
+
+int VersionRule::prediction_lag(int stage, bool backward) const {
+  PPTRAIN_ASSERT(stage >= 0 && stage < stages);
+  const int half = stage / 2;
+  switch (update) {
+    case WeightUpdate::kSpecTrain:
+      return backward ? half : half + stages - 1 - stage;
+    case WeightUpdate::kXPipe: {
+      const double m = microbatches_per_step;
+      return backward ? round_half_even((m - 1 + half) / m)
+                      : round_half_even((stages + m - stage / 2.0 - 2) / m);
+    }
+    default:
+      return 0;
+  }
 }
 
 int VersionRule::forward_version(int i, int stage) const {
@@ -34,22 +88,35 @@ int VersionRule::forward_version(int i, int stage) const {
     case WeightUpdate::kTwoBW:
       return std::max(0, i / microbatches_per_step - 1);
     case WeightUpdate::kPipeMare:
+    case WeightUpdate::kAmpNet:
+    case WeightUpdate::kSpecTrain:
+    case WeightUpdate::kXPipe: {
       // Stage s runs S-1-s forwards ahead, so i's forward comes after the backwards of
-      // microbatches 0 .. i-(S-s)-1, and a step follows every M-th backward.
-      return std::max(0, i - (stages - 1 - stage)) / microbatches_per_step;
+      // microbatches 0 .. i-(S-s)-1, and a step follows every period()-th backward. A
+      // prediction group starts from the version of its first microbatch.
+      const int first = i - i % prediction_group();
+      return std::max(0, first - (stages - 1 - stage)) / period();
+    }
   }
   return 0;
 }
 
 int VersionRule::backward_version(int i, int stage) const {
-  if (update != WeightUpdate::kPipeMare) return forward_version(i, stage);
-  PPTRAIN_ASSERT(i >= 0 && stage >= 0 && stage < stages && microbatches_per_step >= 1);
-  return i / microbatches_per_step;  // after the backwards of 0 .. i-1
+  switch (update) {
+    case WeightUpdate::kPipeMare:
+    case WeightUpdate::kAmpNet:
+    case WeightUpdate::kSpecTrain:
+    case WeightUpdate::kXPipe:
+      PPTRAIN_ASSERT(i >= 0 && stage >= 0 && stage < stages && period() >= 1);
+      return (i - i % prediction_group()) / period();  // after the backwards of 0 .. i-1
+    default:
+      return forward_version(i, stage);
+  }
 }
 
 int VersionRule::delay(int stage) const {
-  if (update != WeightUpdate::kPipeMare) return 0;
-  return (stages - 1 - stage + microbatches_per_step - 1) / microbatches_per_step;
+  if (update != WeightUpdate::kPipeMare && update != WeightUpdate::kAmpNet) return 0;
+  return (stages - 1 - stage + period() - 1) / period();
 }
 
 bool VersionRule::steps_after(int i) const {
@@ -60,7 +127,10 @@ bool VersionRule::steps_after(int i) const {
     case WeightUpdate::kFlush:
     case WeightUpdate::kTwoBW:
     case WeightUpdate::kPipeMare:
-      return (i + 1) % microbatches_per_step == 0;
+    case WeightUpdate::kAmpNet:
+    case WeightUpdate::kSpecTrain:
+    case WeightUpdate::kXPipe:
+      return (i + 1) % period() == 0;
   }
   return false;
 }
@@ -75,7 +145,13 @@ int VersionRule::versions_kept(int stage) const {
   switch (update) {
     case WeightUpdate::kFlush:
     case WeightUpdate::kPipeMare:
+    case WeightUpdate::kAmpNet:
       return 1;
+    case WeightUpdate::kSpecTrain:  // one predicted copy serves both passes, one at a time
+      return prediction_lag(stage, false) > 0 || prediction_lag(stage, true) > 0 ? 2 : 1;
+    case WeightUpdate::kXPipe:  // the mini-batch's forward and backward predictions, side by side
+      return 1 + (prediction_lag(stage, false) > 0 ? 1 : 0) +
+             (prediction_lag(stage, true) > 0 ? 1 : 0);
     case WeightUpdate::kPipeDream:
       return stages - stage;
     case WeightUpdate::kVerticalSync:

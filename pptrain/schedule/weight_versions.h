@@ -29,27 +29,58 @@ enum class WeightUpdate {
   kPipeMare,      // PipeMare: no stash, a step after each mini-batch; the forward of i uses the
                   // newest weights at its time, W_s^((i-(S-1-s))/M), its backward the newest at
                   // its own, W_s^(i/M) (docs/ASYNC.md)
+  kAmpNet,        // AMPNet: no stash, a step after every U backwards (update_interval); forward
+                  // and backward on the newest weights at their time, as pipemare with U for M
+  kSpecTrain,     // SpecTrain: a step after every backward; forward and backward on weights
+                  // predicted from the newest ones along the optimizer's smoothed direction
+  kXPipe,         // XPipe: a step after each mini-batch; forward and backward on weights
+                  // predicted once per mini-batch (its first microbatch) along that direction
 };
 
-// "flush", "pipedream", "vertical-sync", "2bw", "pipemare": the name in logs and messages.
+// "flush", "pipedream", "vertical-sync", "2bw", "pipemare", "ampnet", "spectrain", "xpipe": the
+// name in logs and messages.
 const char* update_name(WeightUpdate update);
 
 struct VersionRule {
   WeightUpdate update = WeightUpdate::kFlush;
   int stages = 1;                 // S
   int microbatches_per_step = 1;  // M: a "step" of the log is M consecutive microbatches
+  int update_interval = 1;        // U of kAmpNet: a stage steps after every U backwards
 
   bool asynchronous() const { return update != WeightUpdate::kFlush; }
+  // How many backwards of a stage each of its optimizer steps follows: 1 (pipedream, vertical
+  // sync, spectrain), U (ampnet), M (the others).
+  int period() const;
   // Version (optimizer steps of `stage`) whose weights the forward / backward of global
   // microbatch `i` uses. For kFlush: i / M, the step the microbatch belongs to.
   int forward_version(int i, int stage) const;
   int backward_version(int i, int stage) const;
   // True when a backward may use other weights than its forward (pipemare): it then reruns the
   // forward on its own weights (recomputation) and takes the gradient there.
-  bool backward_reruns_forward() const { return update == WeightUpdate::kPipeMare; }
+  bool backward_reruns_forward() const {
+    return update == WeightUpdate::kPipeMare || update == WeightUpdate::kAmpNet || predicts();
+  }
+  // Weight prediction (spectrain, xpipe): an action does not run on a version itself but on
+  // W_s^(v) - lag x lr x d_s^(v), v = forward_version / backward_version, d the stage's
+  // optimizer direction after its v-th step (train/weight_prediction.h) and lr that step's rate.
+  bool predicts() const {
+    return update == WeightUpdate::kSpecTrain || update == WeightUpdate::kXPipe;
+  }
+  // The lag of that prediction, in optimizer steps of the stage: the steps expected between
+  // the version the action starts from and the one the microbatch's gradient is applied to.
+  // SpecTrain: forward floor(s/2) + S-1-s, backward floor(s/2); XPipe: forward
+  // round((S + M - s/2 - 2) / M), backward round((M - 1 + floor(s/2)) / M), ties to even (the
+  // papers' formulas, docs/ASYNC.md). 0 for the rules without prediction.
+  int prediction_lag(int stage, bool backward) const;
+  // The microbatches that share one prediction: 1 for spectrain, M for xpipe (the mini-batch,
+  // predicted at its first microbatch, "the bellwether"); the forward and backward versions of
+  // every microbatch of a group are those of its first.
+  int prediction_group() const {
+    return update == WeightUpdate::kXPipe ? microbatches_per_step : 1;
+  }
   // The most optimizer steps stage `stage` takes between a microbatch's forward and its
-  // backward in the pipelined order: ceil((S-1-stage) / M) for pipemare, 0 for every rule whose
-  // backward uses its forward's version. PipeMare's delay tau of the stage.
+  // backward in the pipelined order: ceil((S-1-stage) / M) for pipemare, ceil((S-1-stage) / U)
+  // for ampnet, 0 for every other rule. PipeMare's delay tau of the stage.
   int delay(int stage) const;
   // True when every stage steps its optimizer right after the backward of microbatch i (the
   // gradients of the microbatches since its previous step, summed in microbatch order).
@@ -62,8 +93,10 @@ struct VersionRule {
   int oldest_needed_after(int i, int stage) const;
   // The most versions stage `stage` holds at once in the pipelined 1F1B order, where its
   // forward of microbatch i runs after max(0, i - (S-1-stage)) backwards: pipedream S - stage,
-  // vertical sync S, 2bw 2, flush and pipemare 1. With 1 the stage computes on its live weights
-  // directly.
+  // vertical sync S, 2bw 2, flush, pipemare and ampnet 1; spectrain 2 (the live weights and one
+  // predicted copy), xpipe 3 (the live weights, the mini-batch's forward prediction and its
+  // backward prediction), less a copy for each pass whose lag is 0. With 1 the stage computes
+  // on its live weights directly.
   int versions_kept(int stage) const;
   // False when the pipelined 1F1B order would ask for a version before it exists: 2BW with
   // fewer than S - 1 microbatches per step (its stage 0 would run two steps ahead).

@@ -85,8 +85,9 @@ TEST(VersionRule, PipeMareUsesTheNewestWeightsForwardAndBackward) {
 // The counts the documents give (PipeDream: stage s keeps S-s; vertical sync S; 2BW 2) are what
 // the 1F1B order without flush really needs, and no action asks for a version already dropped.
 TEST(VersionRule, VersionsKeptAreWhatThePipelinedOrderNeeds) {
-  for (WeightUpdate update : {WeightUpdate::kPipeDream, WeightUpdate::kVerticalSync,
-                              WeightUpdate::kTwoBW, WeightUpdate::kPipeMare}) {
+  for (WeightUpdate update :
+       {WeightUpdate::kPipeDream, WeightUpdate::kVerticalSync, WeightUpdate::kTwoBW,
+        WeightUpdate::kPipeMare, WeightUpdate::kAmpNet}) {
     for (int stages : {1, 2, 4, 5}) {
       for (int m : {1, 2, 3, 4, 8}) {
         const VersionRule rule{update, stages, m};
@@ -96,6 +97,99 @@ TEST(VersionRule, VersionsKeptAreWhatThePipelinedOrderNeeds) {
           SCOPED_TRACE(std::string(update_name(update)) + " S=" + std::to_string(stages) +
                        " M=" + std::to_string(m) + " stage " + std::to_string(s));
           EXPECT_EQ(replay_most_versions(rule, order, s), rule.versions_kept(s));
+        }
+      }
+    }
+  }
+}
+
+TEST(VersionRule, AmpNetStepsEveryUpdateIntervalOnTheNewestWeights) {
+  VersionRule rule{WeightUpdate::kAmpNet, 4, 8};
+  EXPECT_EQ(rule.period(), 1);  // --update-interval 1 by default
+  rule.update_interval = 3;
+  EXPECT_EQ(rule.period(), 3);
+  EXPECT_FALSE(rule.steps_after(1));
+  EXPECT_TRUE(rule.steps_after(2));
+  EXPECT_TRUE(rule.steps_after(5));
+  // Stage 0's forward of microbatch 10 follows 7 backwards (2 steps), its backward 10 (3).
+  EXPECT_EQ(rule.forward_version(10, 0), 2);
+  EXPECT_EQ(rule.backward_version(10, 0), 3);
+  EXPECT_EQ(rule.delay(0), 1);  // ceil(3 / 3)
+  EXPECT_EQ(rule.delay(3), 0);
+  EXPECT_TRUE(rule.backward_reruns_forward());
+  EXPECT_FALSE(rule.predicts());
+  EXPECT_EQ(rule.versions_kept(0), 1);
+}
+
+TEST(VersionRule, SpecTrainPredictsWithThePapersLags) {
+  const VersionRule rule{WeightUpdate::kSpecTrain, 4, 8};
+  EXPECT_TRUE(rule.predicts());
+  EXPECT_EQ(rule.period(), 1);
+  EXPECT_EQ(rule.prediction_group(), 1);
+  // forward floor(s/2) + S-1-s, backward floor(s/2)
+  const int forward[] = {3, 2, 2, 1};
+  const int backward[] = {0, 0, 1, 1};
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(rule.prediction_lag(s, false), forward[s]) << "stage " << s;
+    EXPECT_EQ(rule.prediction_lag(s, true), backward[s]) << "stage " << s;
+    EXPECT_EQ(rule.versions_kept(s), 2);
+    // Both passes aim at version i + floor(s/2) once the pipeline is full.
+    for (int i = 3; i < 20; ++i) {
+      EXPECT_EQ(rule.forward_version(i, s) + forward[s], i + s / 2);
+      EXPECT_EQ(rule.backward_version(i, s) + backward[s], i + s / 2);
+    }
+  }
+  // Two stages: the last has nothing to predict, so no copy.
+  const VersionRule two{WeightUpdate::kSpecTrain, 2, 4};
+  EXPECT_EQ(two.prediction_lag(1, false), 0);
+  EXPECT_EQ(two.prediction_lag(1, true), 0);
+  EXPECT_EQ(two.versions_kept(1), 1);
+  EXPECT_EQ(two.versions_kept(0), 2);
+}
+
+TEST(VersionRule, XPipePredictsOncePerMiniBatchWithRoundedLags) {
+  const VersionRule rule{WeightUpdate::kXPipe, 4, 2};
+  EXPECT_EQ(rule.period(), 2);
+  EXPECT_EQ(rule.prediction_group(), 2);
+  // forward round((S + M - s/2 - 2) / M) = round((4 - s/2) / 2): 2, 1.75, 1.5, 1.25; a tie
+  // goes to the even neighbour, as Python's round.
+  const int forward[] = {2, 2, 2, 1};
+  // backward round((M - 1 + floor(s/2)) / M) = round((1 + floor(s/2)) / 2): 0.5, 0.5, 1, 1
+  const int backward[] = {0, 0, 1, 1};
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(rule.prediction_lag(s, false), forward[s]) << "stage " << s;
+    EXPECT_EQ(rule.prediction_lag(s, true), backward[s]) << "stage " << s;
+    EXPECT_EQ(rule.versions_kept(s), 1 + (forward[s] > 0) + (backward[s] > 0));
+  }
+  // Every microbatch of a mini-batch starts from the versions of its first one.
+  EXPECT_EQ(rule.forward_version(9, 0), rule.forward_version(8, 0));
+  EXPECT_EQ(rule.forward_version(8, 0), 2);  // 8 - 3 = 5 backwards before it: 2 steps
+  EXPECT_EQ(rule.backward_version(9, 0), 4);
+}
+
+// A predicting rule's first microbatch of each group predicts from its versions; in the
+// pipelined 1F1B order those versions are the live ones at that moment, so the pipeline needs
+// no stored version.
+TEST(VersionRule, PredictionsStartFromTheLiveVersionInThePipelinedOrder) {
+  for (WeightUpdate update : {WeightUpdate::kSpecTrain, WeightUpdate::kXPipe}) {
+    for (int stages : {1, 2, 4, 5}) {
+      for (int m : {1, 2, 3, 4, 8}) {
+        const VersionRule rule{update, stages, m};
+        const Schedule order = make_1f1b(stages, 4 * m);
+        for (int s = 0; s < stages; ++s) {
+          SCOPED_TRACE(std::string(update_name(update)) + " S=" + std::to_string(stages) +
+                       " M=" + std::to_string(m) + " stage " + std::to_string(s));
+          int live = 0;
+          for (const Action& a : order.actions[s]) {
+            if (a.op != Op::F && a.op != Op::B) continue;
+            const bool backward = a.op == Op::B;
+            const int i = a.microbatch;
+            if (i % rule.prediction_group() == 0) {
+              EXPECT_EQ(backward ? rule.backward_version(i, s) : rule.forward_version(i, s), live)
+                  << to_string(a);
+            }
+            if (backward && rule.steps_after(i)) ++live;
+          }
         }
       }
     }

@@ -127,6 +127,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"pipemare's fixes (--no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup, "
        "--pipemare-decay)",
        pipemare_text(plan)},
+      {"--update-interval", std::to_string(plan.weights.update_interval)},
       {"--skip-nonfinite", plan.skip_nonfinite ? "on" : "off"},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
       {"--resume", plan.resume_dir.empty() ? "(none)" : plan.resume_dir},

@@ -1,6 +1,9 @@
 #include "pptrain/train/optimizer.h"
 
+#include <cmath>
 #include <filesystem>
+#include <string>
+#include <type_traits>
 
 #include "pptrain/common/check.h"
 
@@ -16,6 +19,18 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainingPlan& plan
   }
   return std::make_unique<torch::optim::SGD>(
       params, torch::optim::SGDOptions(plan.lr).momentum(plan.momentum));
+}
+
+// The key under which a torch optimizer keeps a parameter's state: its TensorImpl's address,
+// as a string in LibTorch 1.13 and 2.x's releases so far, as the pointer should a release change
+// the map's key type.
+template <typename StateMap>
+typename StateMap::key_type state_key(const torch::Tensor& p) {
+  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  } else {
+    return static_cast<typename StateMap::key_type>(p.unsafeGetTensorImpl());
+  }
 }
 
 }  // namespace
@@ -51,6 +66,37 @@ int64_t StageOptimizer::state_bytes() const {
     }
   }
   return bytes;
+}
+
+std::vector<torch::Tensor> StageOptimizer::direction(const Stage& stage) const {
+  PPTRAIN_ASSERT(stage.first_layer() == first_layer_ &&
+                 stage.num_layers() == static_cast<int>(layers_.size()));
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    for (const auto& p : stage.layer_parameters(static_cast<int>(i))) {
+      out.push_back(torch::zeros_like(p));
+      if (!layers_[i]) continue;
+      const auto& state = layers_[i]->state();
+      const auto found = state.find(state_key<std::decay_t<decltype(state)>>(p));
+      if (found == state.end()) continue;
+      const auto& group = layers_[i]->param_groups().front();
+      if (const auto* adamw =
+              dynamic_cast<const torch::optim::AdamWParamState*>(found->second.get())) {
+        const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+        const double steps = static_cast<double>(adamw->step());
+        const double m_scale = 1 / (1 - std::pow(std::get<0>(o.betas()), steps));
+        const double v_scale = 1 / (1 - std::pow(std::get<1>(o.betas()), steps));
+        out.back() =
+            (adamw->exp_avg() * m_scale) / ((adamw->exp_avg_sq() * v_scale).sqrt() + o.eps());
+        out.back().add_(p, o.weight_decay());
+      } else if (const auto* sgd =
+                     dynamic_cast<const torch::optim::SGDParamState*>(found->second.get())) {
+        if (sgd->momentum_buffer().defined()) out.back() = sgd->momentum_buffer().clone();
+      }
+    }
+  }
+  return out;
 }
 
 void StageOptimizer::set_lr(double lr) {

@@ -34,6 +34,12 @@ class StageOptimizer {
 
   void set_lr(double lr);
   void step();
+  // The direction of the next step, per parameter of `stage` (the stage it was made for), in
+  // its parameters' order: a step with rate lr moves each parameter by about -lr x direction.
+  // SGD: the momentum buffer; AdamW: m_hat / (sqrt(v_hat) + eps) + weight_decay x p, from the
+  // moments after its last step. Zeros before the first step, and for a layer this rank does
+  // not keep (--zero 1). Weight prediction (train/weight_prediction.h) extrapolates along it.
+  std::vector<torch::Tensor> direction(const Stage& stage) const;
   // Bytes of the optimizer state held now (momentum buffers, AdamW's two moments); 0 before
   // the first step.
   int64_t state_bytes() const;

@@ -17,7 +17,7 @@ double pipemare_lr_scale(int delay, int step, int warmup_steps) {
 
 PipeMareStage::PipeMareStage(Stage* live, std::function<Stage()> make_copy, int delay,
                              const PipeMareOptions& options)
-    : live_(live), make_copy_(std::move(make_copy)), delay_(delay), options_(options) {
+    : live_(live), delay_(delay), options_(options), corrected_(std::move(make_copy)) {
   if (!corrects()) return;
   keep_ = std::pow(options_.decay, 1.0 / delay_);
   for (const auto& p : live_->parameters()) delta_.push_back(torch::zeros_like(p));
@@ -31,32 +31,14 @@ Stage& PipeMareStage::backward_weights(Stage& newest, int lag) {
   PPTRAIN_ASSERT(!corrected_pending_, "stage ", live_->index(),
                  ": a corrected backward's gradients were not collected");
   if (!corrects() || lag == 0) return newest;
-  if (!corrected_) corrected_.emplace(make_copy_());
-  torch::NoGradGuard no_grad;
-  const auto from = newest.parameters();
-  auto to = corrected_->parameters();
-  for (size_t p = 0; p < from.size(); ++p) {
-    torch::sub_out(to[p], from[p], delta_[p], static_cast<double>(lag));
-  }
   corrected_pending_ = true;
-  return *corrected_;
+  return corrected_.shift(newest, delta_, static_cast<double>(lag));
 }
 
 void PipeMareStage::gradients_to(Stage& newest) {
   if (!corrected_pending_) return;
   corrected_pending_ = false;
-  torch::NoGradGuard no_grad;
-  const auto from = corrected_->parameters();
-  const auto to = newest.parameters();
-  for (size_t p = 0; p < from.size(); ++p) {
-    if (!from[p].grad().defined()) continue;
-    if (to[p].grad().defined()) {
-      to[p].mutable_grad().add_(from[p].grad());
-    } else {
-      to[p].mutable_grad() = from[p].grad().clone();
-    }
-    from[p].mutable_grad().zero_();
-  }
+  corrected_.gradients_to(newest);
 }
 
 // delta <- g * delta + (1 - g) * (w_new - w_old), in two halves so no copy of w_old is kept.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
+#include "pptrain/train/weight_prediction.h"
 
 namespace pptrain {
 
@@ -62,12 +63,11 @@ class PipeMareStage {
   bool corrects() const { return options_.correction && delay_ > 0; }
 
   Stage* live_;
-  std::function<Stage()> make_copy_;
   int delay_;
   PipeMareOptions options_;
   double keep_ = 0;                   // g = D^(1 / delay)
   std::vector<torch::Tensor> delta_;  // per parameter of the stage
-  std::optional<Stage> corrected_;    // the weights the last corrected backward ran on
+  ShiftedWeights corrected_;          // the weights the last corrected backward ran on
   bool corrected_pending_ = false;    // its gradients are not yet added to the newest weights
 };
 

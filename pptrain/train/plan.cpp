@@ -251,6 +251,51 @@ void check_checkpoint_flags(const TrainOptions& options, const VersionRule& rule
   PPTRAIN_CHECK(!rule.asynchronous() || options.resume_dir.empty(), "--resume: '", name,
                 "' is asynchronous and would need the weight versions in flight at the saved "
                 "step; --load starts it from the checkpoint's parameters");
+  // avgpipe's copies differ between pulls, and the centre is not saved.
+  const bool averages = options.schedule_file.empty() && find_schedule(name).averages_copies;
+  PPTRAIN_CHECK(!averages || (options.save_every == 0 && options.resume_dir.empty()),
+                options.save_every ? "--save-every" : "--resume", ": avgpipe's copies and their ",
+                "centre are not all in a checkpoint (--save writes the first copy's weights)");
+}
+
+// ampnet's --update-interval into the rule, and the conditions of the predicting rules;
+// UserError naming the flag.
+void plan_update_rule(const TrainOptions& options, VersionRule& rule) {
+  const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
+  if (options.update_interval != TrainOptions::kNotGiven) {
+    PPTRAIN_CHECK(rule.update == WeightUpdate::kAmpNet,
+                  "--update-interval applies to --schedule ampnet only, not '", name, "'");
+    PPTRAIN_CHECK(options.update_interval >= 1, "--update-interval must be >= 1, got ",
+                  options.update_interval);
+    rule.update_interval = options.update_interval;
+  }
+  PPTRAIN_CHECK(!rule.predicts() || options.optimizer == "adamw" || options.momentum > 0,
+                "--schedule ", name, " predicts weights along the optimizer's smoothed direction, ",
+                "which sgd with --momentum 0 does not have (use --momentum > 0 or --optimizer "
+                "adamw)");
+}
+
+// avgpipe's --avg-interval and --avg-alpha into the plan; UserError naming the flag when given
+// for another schedule, out of range, or when avgpipe has no copies to average.
+void plan_averaging(const TrainOptions& options, const ScheduleEntry* entry, TrainingPlan& plan) {
+  const bool averages = entry && entry->averages_copies;
+  const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
+  PPTRAIN_CHECK(averages || options.avg_interval == TrainOptions::kNotGiven,
+                "--avg-interval applies to --schedule avgpipe only, not '", name, "'");
+  PPTRAIN_CHECK(averages || std::isnan(options.avg_alpha),
+                "--avg-alpha applies to --schedule avgpipe only, not '", name, "'");
+  if (!averages) return;
+  PPTRAIN_CHECK(options.dp >= 2, "--schedule avgpipe averages the weights of --dp D >= 2 ",
+                "pipelines, got --dp ", options.dp);
+  PPTRAIN_CHECK(options.zero == 0, "--zero 1 shards an optimizer the copies share; avgpipe's ",
+                "copies each keep their own");
+  plan.average_every = options.avg_interval == TrainOptions::kNotGiven ? 4 : options.avg_interval;
+  PPTRAIN_CHECK(plan.average_every >= 1, "--avg-interval must be >= 1, got ", plan.average_every);
+  // EASGD's moving rate beta = D x alpha = 0.9 by default; the centre is stable for beta < 2.
+  plan.average_alpha = std::isnan(options.avg_alpha) ? 0.9 / options.dp : options.avg_alpha;
+  PPTRAIN_CHECK(plan.average_alpha > 0 && plan.average_alpha * options.dp < 2,
+                "--avg-alpha must be in (0, 2 / D) = (0, ", 2.0 / options.dp, "), got ",
+                plan.average_alpha);
 }
 
 }  // namespace
@@ -260,9 +305,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   std::string what;
   const CostModel cost = planning_cost(options, may_profile);
   Schedule schedule = requested_schedule(options, cost, what);
-  const VersionRule rule =
+  VersionRule rule =
       version_rule_of(options.schedule_file.empty() ? options.schedule : "", options.vertical_sync,
                       schedule.num_stages, options.data.microbatches);
+  plan_update_rule(options, rule);
   const PipeMareOptions pipemare = plan_pipemare(options, rule);
   PPTRAIN_CHECK(options.dp == 1 || !rule.asynchronous(), "--dp ", options.dp, ": '",
                 options.schedule, "' is asynchronous; copies of a pipeline average their ",
@@ -271,7 +317,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 schedule.name, "' replicates its stages itself; copies of it are not supported");
   // Copies of the pipeline, or the replicas of a stage, combine its gradients as soon as its
   // last W is done.
-  if (options.dp > 1 || (schedule.replicated() && !has_grad_reductions(schedule))) {
+  const ScheduleEntry* entry =
+      options.schedule_file.empty() ? &find_schedule(options.schedule) : nullptr;
+  const bool averages = entry && entry->averages_copies;
+  if ((options.dp > 1 && !averages) || (schedule.replicated() && !has_grad_reductions(schedule))) {
     schedule = add_grad_reductions(schedule);
   }
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
@@ -291,6 +340,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
 
   plan.weights = rule;
   plan.pipemare = pipemare;
+  plan_averaging(options, entry, plan);
   plan.model = options.model;
   plan.data = options.data;
   plan.replicas = options.dp;

@@ -65,6 +65,9 @@ struct TrainOptions {
   bool no_discrepancy_correction = false;
   int pipemare_warmup = kNotGiven;
   double pipemare_decay = std::numeric_limits<double>::quiet_NaN();
+  int update_interval = kNotGiven;  // ampnet: a step after every U backwards; default 1
+  int avg_interval = kNotGiven;     // avgpipe: steps between two pulls of the copies; default 4
+  double avg_alpha = std::numeric_limits<double>::quiet_NaN();  // avgpipe: alpha; default 0.9/D
   int steps = 10;
   std::string optimizer = "sgd";  // "sgd" (with momentum) or "adamw" (weight decay 0.01)
   double lr = 0;                  // 0: 0.05 for sgd, 1e-3 for adamw
@@ -110,7 +113,12 @@ struct TrainingPlan {
   ValidatedSchedule schedule;
   // Which weights each action uses and when the optimizers step (kFlush: synchronous).
   VersionRule weights;
-  PipeMareOptions pipemare;              // used by a pipemare rule only
+  PipeMareOptions pipemare;  // used by a pipemare rule only
+  // avgpipe: the --dp copies combine no gradients and pull their weights together after every
+  // average_every-th step with this alpha (StageCopies::pull_to_centre); 0: they combine
+  // gradients as usual.
+  int average_every = 0;
+  double average_alpha = 0;
   std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
   std::string partition;                 // how stage_layers was chosen, for the log
   // [num_stages - 1]: shape of the float tensor crossing the cut after stage b, for one

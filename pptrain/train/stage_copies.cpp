@@ -75,6 +75,43 @@ std::map<int, std::chrono::steady_clock::time_point> StageCopies::finish_average
   return done;
 }
 
+namespace {
+
+// The parameters laid end to end in `flat`, and back.
+void flatten_into(const std::vector<torch::Tensor>& params, torch::Tensor& flat) {
+  int64_t offset = 0;
+  for (const auto& p : params) {
+    flat.narrow(0, offset, p.numel()).copy_(p.reshape(-1));
+    offset += p.numel();
+  }
+}
+
+}  // namespace
+
+void StageCopies::keep_centre() {
+  torch::NoGradGuard no_grad;
+  for (auto& [stage, b] : buckets_) {
+    b.centre = torch::empty_like(b.flat);
+    flatten_into(b.params, b.centre);
+  }
+}
+
+void StageCopies::pull_to_centre(double alpha) {
+  torch::NoGradGuard no_grad;
+  for (int stage : order_) {
+    Bucket& b = buckets_.at(stage);
+    PPTRAIN_ASSERT(b.centre.defined(), "stage ", stage, ": pull_to_centre before keep_centre");
+    flatten_into(b.params, b.flat);
+    b.where.group->allreduce_sum(b.flat);  // sum_j x_j
+    int64_t offset = 0;
+    for (auto& p : b.params) {
+      p.mul_(1 - alpha).add_(b.centre.narrow(0, offset, p.numel()).view_as(p), alpha);
+      offset += p.numel();
+    }
+    b.centre.mul_(1 - alpha * b.where.divide_by).add_(b.flat, alpha);
+  }
+}
+
 void StageCopies::share_weights(const std::map<int, int>& owner, int replica) {
   torch::NoGradGuard no_grad;
   for (int stage : order_) {

@@ -15,6 +15,9 @@
 //   ...clip; step the optimizers of the layers this copy owns (zero_owners)...
 //   copies.share_weights(owner, plan.replica(rank));   // --zero 1 only
 //
+// avgpipe's copies combine no gradients but pull their weights together every few steps
+// (keep_centre once, then pull_to_centre).
+//
 // A stage's gradients travel as one flat bucket, kept from step to step (so a step allocates
 // nothing for it), summed by one all-reduce that runs on the transport's threads while the
 // rank goes on computing, and divided by D when it is back. Every copy gets the same bits, so
@@ -64,12 +67,22 @@ class StageCopies {
   // twice the bytes, but exact, as x + 0 = x).
   void share_weights(const std::map<int, int>& owner, int replica);
 
+  // Elastic averaging (avgpipe): the copies do not combine gradients; every few steps each
+  // copy's weights x_j are pulled towards a centre c and the centre towards the copies,
+  //   x_j <- x_j - alpha (x_j - c),   c <- c + alpha (sum_j x_j - D c),   D = divide_by,
+  // both from the values before the pull, the sum by one all-reduce per stage. The centre is
+  // the same bits on every copy. keep_centre() starts it at the stages' weights now (the
+  // copies' common start); pull_to_centre() needs it.
+  void keep_centre();
+  void pull_to_centre(double alpha);
+
  private:
   struct Bucket {
     StageGroup where;
     std::vector<torch::Tensor> params;  // in layer order
     std::vector<int> layer_of;          // [param] -> model layer index
     torch::Tensor flat;                 // [sum of numel], float32
+    torch::Tensor centre;               // the same shape: elastic averaging's centre, if kept
     PendingComm sum;
     bool started = false;
   };

@@ -22,6 +22,7 @@
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/pipemare.h"
 #include "pptrain/train/stage_copies.h"
+#include "pptrain/train/weight_prediction.h"
 
 namespace pptrain {
 namespace {
@@ -35,10 +36,11 @@ using Clock = std::chrono::steady_clock;
 struct RankModel {
   std::vector<Stage> stages;
   std::vector<torch::Tensor> params;
-  std::vector<StageOptimizer> optimizers;  // [local stage]
-  std::vector<StageVersions> versions;     // [local stage]
-  std::vector<PipeMareStage> pipemare;     // [local stage], for a pipemare rule only
-  std::map<int, int> local;                // global stage index -> local stage
+  std::vector<StageOptimizer> optimizers;     // [local stage]
+  std::vector<StageVersions> versions;        // [local stage]
+  std::vector<PipeMareStage> pipemare;        // [local stage], for a pipemare rule only
+  std::vector<WeightPrediction> predictions;  // [local stage], for a predicting rule only
+  std::map<int, int> local;                   // global stage index -> local stage
   std::map<int, int> owner;  // --zero 1: model layer -> the copy that keeps its optimizer state
 
   // `world_rank` runs pipeline rank plan.pipeline_rank(world_rank) of copy plan.replica(...).
@@ -77,11 +79,14 @@ struct RankModel {
       // forwards than the pipeline before the same backwards, so it may need versions the
       // pipeline never holds at once: it always keeps them as snapshots.
       const bool serial = plan.ranks() == 1 && plan.asynchronous();
-      versions.emplace_back(&stage, make_copy,
-                            /*snapshots=*/serial || plan.weights.versions_kept(s) > 1);
+      // A predicting rule's extra copies are predictions (WeightPrediction), not stashed
+      // versions: its pipeline computes on the live weights.
+      const bool stashes = !plan.weights.predicts() && plan.weights.versions_kept(s) > 1;
+      versions.emplace_back(&stage, make_copy, /*snapshots=*/serial || stashes);
       if (plan.weights.update == WeightUpdate::kPipeMare) {
         pipemare.emplace_back(&stage, make_copy, plan.weights.delay(s), plan.pipemare);
       }
+      if (plan.weights.predicts()) predictions.emplace_back(plan.weights, s, make_copy);
     }
   }
 
@@ -214,6 +219,11 @@ class AsyncUpdates {
         backward ? rule.backward_version(mb, stage) : rule.forward_version(mb, stage);
     const int l = model_.local.at(stage);
     StageVersions& versions = model_.versions[l];
+    if (!model_.predictions.empty()) {
+      Stage& predicted = model_.predictions[l].weights(mb, backward, versions);
+      most_held_ = std::max(most_held_, versions.held() + model_.predictions[l].held());
+      return predicted;
+    }
     Stage& weights = versions.weights(version);
     most_held_ = std::max(most_held_, versions.held());
     if (!backward || model_.pipemare.empty()) return weights;
@@ -226,6 +236,9 @@ class AsyncUpdates {
     StageVersions& versions = model_.versions[l];
     const int version = rule.backward_version(mb, stage);
     if (!model_.pipemare.empty()) model_.pipemare[l].gradients_to(versions.weights(version));
+    if (!model_.predictions.empty()) {
+      model_.predictions[l].gradients_to(versions.weights(version));
+    }
     auto [pending, fresh] = pending_version_.emplace(stage, version);
     PPTRAIN_ASSERT(fresh || pending->second == version, "stage ", stage,
                    " summed gradients of versions ", pending->second, " and ", version);
@@ -251,6 +264,12 @@ class AsyncUpdates {
     for (auto& p : params) p.mutable_grad().zero_();
     versions.stepped();
     most_held_ = std::max(most_held_, versions.held());
+    if (!model_.predictions.empty()) {
+      WeightPrediction& prediction = model_.predictions[l];
+      prediction.record(versions.live_version(), model_.optimizers[l].direction(model_.stages[l]),
+                        plan_.lr_at(mb / rule.microbatches_per_step));
+      prediction.release_older_than(oldest);
+    }
   }
 
   // The optimizer step of local stage l in step `step` (0-based); pipemare's fixes around it
@@ -349,6 +368,7 @@ void train(const TrainingPlan& plan, Transport& transport,
     }
   }
   StageCopies stage_copies(combined);
+  if (plan.average_every > 0) stage_copies.keep_centre();  // avgpipe: the copies' common start
   const RankCheckpoint to_save{saved, saved_state};
   const ModelOptions model_options = plan.model;
   ExecutorOptions executor_options;
@@ -402,15 +422,20 @@ void train(const TrainingPlan& plan, Transport& transport,
     double grad_norm = 0;
     if (!plan.asynchronous()) {
       // A reduction's event ends when its sum is known to be back (it only started it).
-      const auto reduced = stage_copies.finish_average();
+      // avgpipe's copies keep their own gradients.
+      const auto reduced = plan.average_every > 0
+                               ? std::map<int, std::chrono::steady_clock::time_point>{}
+                               : stage_copies.finish_average();
       for (TimelineEvent& e : record.events) {
         if (e.action.op == Op::REDUCE_GRAD && reduced.count(e.action.stage)) {
           e.end = std::chrono::duration<double>(reduced.at(e.action.stage) - start).count();
         }
       }
-      // The copies now hold the same gradients: the norm is the one pipeline's.
+      // The copies now hold the same gradients: the norm is the one pipeline's (avgpipe: each
+      // copy's own).
       grad_norm = clip_grad_norm(model.params, plan.clip, pipeline.view, &counted);
-      // Every rank has the same global norm, so every rank takes the same branch.
+      // Every rank of a pipeline has the same norm (and with averaged gradients every copy), so
+      // they take the same branch.
       if (std::isfinite(grad_norm)) {
         for (auto& optimizer : model.optimizers) {
           optimizer.set_lr(plan.lr_at(step));
@@ -420,6 +445,10 @@ void train(const TrainingPlan& plan, Transport& transport,
         if (plan.zero == 1) stage_copies.share_weights(model.owner, plan.replica(rank));
       } else if (!plan.skip_nonfinite) {
         throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
+      }
+      // avgpipe: every copy, whichever branch its own norm took, joins the pull.
+      if (plan.average_every > 0 && (step + 1) % plan.average_every == 0) {
+        stage_copies.pull_to_centre(plan.average_alpha);
       }
     } else {
       mine.grad_norm_squared = async.grad_norm_squared();

@@ -292,7 +292,10 @@ void run_schedule_command(const ScheduleArgs& args) {
                   schedule.name,
                   " does not flush (its stages step inside the run, with no step end at which to "
                   "all-reduce the gradients)");
-    schedule = add_grad_reductions(schedule);
+    // avgpipe's copies combine no gradients (they average weights every few steps).
+    const bool averages =
+        !imported && args.schedule != kRoundRobin && find_schedule(args.schedule).averages_copies;
+    if (!averages) schedule = add_grad_reductions(schedule);
   }
   // Validation lowers a compute-only schedule itself, and reports problems at the positions of
   // the schedule as given (the user's file, for --import).

@@ -152,6 +152,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--pipemare-decay", o.pipemare_decay,
                   "pipemare: D in [0, 1) of the correction's running average, which keeps "
                   "D^(1/delay) of its old value per step (default 0.1)");
+  cmd->add_option("--update-interval", o.update_interval,
+                  "ampnet: each stage steps its optimizer after every U backwards (default 1)");
+  cmd->add_option("--avg-interval", o.avg_interval,
+                  "avgpipe: steps between two elastic averagings of the --dp copies (default 4)");
+  cmd->add_option("--avg-alpha", o.avg_alpha,
+                  "avgpipe: how far each copy and the centre move towards each other, in "
+                  "(0, 2/D) (default 0.9/D)");
   cmd->add_option("--seed", o.model.seed, "Seed of the weights and the data")
       ->capture_default_str();
   cmd->add_option("--threads", o.threads, "Compute threads per process")->capture_default_str();
