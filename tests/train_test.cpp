@@ -193,6 +193,44 @@ TEST(Outputs, MetricsTraceSvgAndLoad) {
   EXPECT_LT(again[0], first[0]);
 }
 
+// The cost columns of the metrics: bytes sent, weight bytes, compute seconds, per rank.
+TEST(Outputs, MetricsCountBytesSentWeightsAndCompute) {
+  TempDir dir;
+  const std::string common = model_args(small_model("mlp")) +
+                             " --pp 2 --batch-size 16 --microbatches 4 --steps 2 --quiet";
+  const auto run = [&](const std::string& flags, const std::string& tag) {
+    const auto result =
+        run_train(common + " " + flags + " --metrics " + (dir / (tag + ".jsonl")).string(), dir);
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return last_metrics_line(dir / (tag + ".jsonl"));
+  };
+  const auto plain = run("--schedule 1f1b", "plain");
+  const auto sent = plain.at("bytes_sent").get<std::vector<int64_t>>();
+  const auto weights = plain.at("weight_bytes").get<std::vector<int64_t>>();
+  ASSERT_EQ(sent.size(), 2u);
+  // An mlp's activation and its gradient have one shape: as many bytes go down as come back.
+  EXPECT_GT(sent[0], 0);
+  EXPECT_EQ(sent[0], sent[1]);
+  for (double seconds : plain.at("compute_s").get<std::vector<double>>()) {
+    EXPECT_GT(seconds, 0);
+    EXPECT_LE(seconds, plain.at("step_time_s").get<double>());
+  }
+  // PipeDream stashes 2 versions on stage 0 of 2, 1 on stage 1.
+  const auto stashed = run("--schedule pipedream", "stashed").at("weight_bytes");
+  EXPECT_EQ(stashed.at(0).get<int64_t>(), 2 * weights[0]);
+  EXPECT_EQ(stashed.at(1).get<int64_t>(), weights[1]);
+  // Two copies: half the microbatch each, and a ring all-reduce of every stage's gradients,
+  // 2 (D-1) / D x its bytes = its bytes at D = 2.
+  const auto copies = run("--schedule 1f1b --dp 2", "copies");
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(copies.at("bytes_sent").at(r).get<int64_t>(), sent[r % 2] / 2 + weights[r % 2])
+        << "rank " << r;
+  }
+  // avgpipe keeps a centre beside each copy's weights.
+  const auto averaged = run("--schedule avgpipe --dp 2", "averaged");
+  EXPECT_EQ(averaged.at("weight_bytes").at(0).get<int64_t>(), 2 * weights[0]);
+}
+
 TEST(Supervision, CrashedWorkerStopsTheRun) {
   TempDir dir;
   const auto run =

@@ -130,8 +130,9 @@ int Executor::peer_rank(const Action& comm) const {
   return rank_of_peer(*schedule_, comm);
 }
 
-PendingComm Executor::send(size_t position, const torch::Tensor& tensor) {
+PendingComm Executor::send(size_t position, const torch::Tensor& tensor, StepState& state) {
   const Action& action = schedule_->actions[options_.rank][position];
+  state.record.bytes_sent += tensor.numel() * static_cast<int64_t>(tensor.element_size());
   return options_.transport->send(tensor, peer_rank(action), tags_[position]);
 }
 
@@ -235,7 +236,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       Slot& sl = slot(state, s, mb);
       PPTRAIN_ASSERT(sl.output.defined(), to_string(action), " on rank ", options_.rank,
                      " sends an output that F has not produced");
-      state.sent[position] = send(position, sl.output.contiguous());
+      state.sent[position] = send(position, sl.output.contiguous(), state);
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = torch::Tensor();
       break;
@@ -244,7 +245,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       Slot& sl = slot(state, s, mb);
       PPTRAIN_ASSERT(sl.input_grad.defined(), to_string(action), " on rank ", options_.rank,
                      " sends an input gradient that no backward produced");
-      state.sent[position] = send(position, sl.input_grad.contiguous());
+      state.sent[position] = send(position, sl.input_grad.contiguous(), state);
       sl.input_grad = torch::Tensor();
       break;
     }

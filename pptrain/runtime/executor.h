@@ -42,6 +42,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -108,6 +109,7 @@ struct StepRecord {
   bool has_loss = false;  // true on the rank that holds the last stage
   double loss = 0;        // mean loss over the mini-batch (sum over microbatches of loss_m / M)
   std::vector<TimelineEvent> events;  // every action run, seconds since the step start
+  int64_t bytes_sent = 0;             // of the tensors its SEND actions sent
 };
 
 class Executor {
@@ -137,8 +139,8 @@ class Executor {
   void plan_segments();
   void backward(int stage, int mb, bool defer_weight_grads, const StepData& data, StepState& state);
   void post_receives_through(size_t position, StepState& state);
-  // Sends `tensor` as the message of our SEND at `position`.
-  PendingComm send(size_t position, const torch::Tensor& tensor);
+  // Sends `tensor` as the message of our SEND at `position`, counting its bytes in the record.
+  PendingComm send(size_t position, const torch::Tensor& tensor, StepState& state);
   Slot& slot(StepState& state, int stage, int mb);
   // Whether this rank runs `stage` for microbatch `mb` (a replicated stage runs on several).
   bool is_local(int stage, int mb) const { return schedule_->rank_of(stage, mb) == options_.rank; }

@@ -89,7 +89,10 @@ void MetricsWriter::on_step(const StepReport& r) {
                                  {"grad_norm", r.grad_norm},
                                  {"peak_activation_bytes", r.peak_activation_bytes},
                                  {"weight_versions", r.weight_versions},
-                                 {"optimizer_state_bytes", r.optimizer_state_bytes}};
+                                 {"optimizer_state_bytes", r.optimizer_state_bytes},
+                                 {"compute_s", r.stats.busy},
+                                 {"bytes_sent", r.bytes_sent},
+                                 {"weight_bytes", r.weight_bytes}};
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
   }

@@ -58,6 +58,8 @@ class PipeMareStage {
   // Around each optimizer step of the live weights: the running average of the steps.
   void before_step();
   void after_step();
+  // Weight-sized buffers it holds beside the stage's versions: delta and the corrected copy.
+  int buffers() const { return (delta_.empty() ? 0 : 1) + (corrected_.made() ? 1 : 0); }
 
  private:
   bool corrects() const { return options_.correction && delay_ > 0; }

@@ -32,6 +32,12 @@ struct RankStep {
   double grad_norm_squared = 0;
   int weight_versions = 1;
   int64_t optimizer_state_bytes = 0;  // held by this rank's optimizers after the step
+  // Pipeline messages and its share of collectives (a ring all-reduce of N bytes over D ranks
+  // sends 2 (D-1) / D x N from each) sent in the step.
+  int64_t bytes_sent = 0;
+  // The most bytes of weights held at once in the step: the live weights, and every version,
+  // prediction, correction buffer or averaging centre beside them.
+  int64_t weight_bytes = 0;
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -47,6 +53,8 @@ struct StepReport {
   std::vector<int64_t> peak_activation_bytes;  // [rank]
   std::vector<int> weight_versions;            // [rank]: most versions held at once
   std::vector<int64_t> optimizer_state_bytes;  // [rank]: after the step
+  std::vector<int64_t> bytes_sent;             // [rank]: RankStep::bytes_sent
+  std::vector<int64_t> weight_bytes;           // [rank]: RankStep::weight_bytes
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 

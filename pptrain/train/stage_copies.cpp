@@ -38,6 +38,12 @@ StageCopies::StageCopies(const std::vector<StageGroup>& stages) {
   }
 }
 
+void StageCopies::count_all_reduce(const Bucket& b) {
+  const int64_t d = b.where.group->world_size();
+  const int64_t bytes = b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  bytes_sent_ += 2 * (d - 1) * bytes / d;
+}
+
 void StageCopies::start_average(int stage) {
   if (buckets_.empty()) return;
   Bucket& b = buckets_.at(stage);
@@ -49,6 +55,7 @@ void StageCopies::start_average(int stage) {
     offset += p.numel();
   }
   b.sum = b.where.group->allreduce_sum_async(b.flat);
+  count_all_reduce(b);
   b.started = true;
   started_.push_back(stage);
 }
@@ -103,6 +110,7 @@ void StageCopies::pull_to_centre(double alpha) {
     PPTRAIN_ASSERT(b.centre.defined(), "stage ", stage, ": pull_to_centre before keep_centre");
     flatten_into(b.params, b.flat);
     b.where.group->allreduce_sum(b.flat);  // sum_j x_j
+    count_all_reduce(b);
     int64_t offset = 0;
     for (auto& p : b.params) {
       p.mul_(1 - alpha).add_(b.centre.narrow(0, offset, p.numel()).view_as(p), alpha);
@@ -127,6 +135,7 @@ void StageCopies::share_weights(const std::map<int, int>& owner, int replica) {
       offset += b.params[i].numel();
     }
     b.where.group->allreduce_sum(b.flat);
+    count_all_reduce(b);
     offset = 0;
     for (auto& p : b.params) {
       p.copy_(b.flat.narrow(0, offset, p.numel()).view_as(p));

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
@@ -76,6 +77,10 @@ class StageCopies {
   void keep_centre();
   void pull_to_centre(double alpha);
 
+  // Bytes this rank sent in all-reduces since the last call: a ring all-reduce of N bytes over
+  // D ranks sends 2 (D-1) / D x N from each.
+  int64_t take_bytes_sent() { return std::exchange(bytes_sent_, 0); }
+
  private:
   struct Bucket {
     StageGroup where;
@@ -90,6 +95,9 @@ class StageCopies {
   std::vector<int> order_;         // stage indices in the constructor's order
   std::vector<int> started_;       // stage indices in the order their sums started this step
   std::map<int, Bucket> buckets_;  // stage index -> its bucket
+  int64_t bytes_sent_ = 0;
+
+  void count_all_reduce(const Bucket& b);
 };
 
 }  // namespace pptrain

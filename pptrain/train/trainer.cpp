@@ -204,6 +204,14 @@ std::string nonfinite_message(const TrainingPlan& plan, int step, double grad_no
          "--skip-nonfinite skips such steps instead)";
 }
 
+// Bytes of a stage's parameters: one copy of its weights.
+int64_t parameter_bytes(const Stage& stage) {
+  int64_t bytes = 0;
+  for (const auto& p : stage.parameters())
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return bytes;
+}
+
 // The optimizer steps of an asynchronous schedule, run by the executor after each backward.
 // When the rule says the stage steps, the gradients summed on the version the backwards since
 // its last step used (one version: every rule has a step's backwards on one) go to the live
@@ -221,11 +229,11 @@ class AsyncUpdates {
     StageVersions& versions = model_.versions[l];
     if (!model_.predictions.empty()) {
       Stage& predicted = model_.predictions[l].weights(mb, backward, versions);
-      most_held_ = std::max(most_held_, versions.held() + model_.predictions[l].held());
+      note_held(l);
       return predicted;
     }
     Stage& weights = versions.weights(version);
-    most_held_ = std::max(most_held_, versions.held());
+    note_held(l);
     if (!backward || model_.pipemare.empty()) return weights;
     return model_.pipemare[l].backward_weights(weights, version - rule.forward_version(mb, stage));
   }
@@ -247,7 +255,7 @@ class AsyncUpdates {
     versions.gradients_to_live(version);
     const int oldest = rule.oldest_needed_after(mb, stage);
     if (versions.live_version() >= oldest) versions.weights(versions.live_version());
-    most_held_ = std::max(most_held_, versions.held());
+    note_held(l);
     versions.release_older_than(oldest);
     const auto params = model_.stages[l].parameters();
     const double norm = clip_grad_norm(params, plan_.clip, nullptr);
@@ -263,7 +271,7 @@ class AsyncUpdates {
     }
     for (auto& p : params) p.mutable_grad().zero_();
     versions.stepped();
-    most_held_ = std::max(most_held_, versions.held());
+    note_held(l);
     if (!model_.predictions.empty()) {
       WeightPrediction& prediction = model_.predictions[l];
       prediction.record(versions.live_version(), model_.optimizers[l].direction(model_.stages[l]),
@@ -296,6 +304,18 @@ class AsyncUpdates {
   }
   // The most versions one stage held since the last call.
   int take_most_held() { return std::exchange(most_held_, 1); }
+  // The most bytes of weights this rank's stages held since the last call: each stage's most
+  // copies (versions, predictions, pipemare's delta and corrected copy) times its bytes.
+  int64_t take_weight_bytes() {
+    int64_t bytes = 0;
+    for (size_t l = 0; l < model_.stages.size(); ++l) {
+      const int copies = most_copies_.count(l) ? most_copies_.at(l) : 1;
+      bytes += copies * parameter_bytes(model_.stages[l]);
+    }
+    most_copies_.clear();
+    for (size_t l = 0; l < model_.stages.size(); ++l) note_held(l);  // what carries over
+    return bytes;
+  }
 
  private:
   const TrainingPlan& plan_;
@@ -303,6 +323,18 @@ class AsyncUpdates {
   std::map<int, double> latest_squared_;
   std::map<int, int> pending_version_;  // stage -> version of its backwards since its last step
   int most_held_ = 1;
+  std::map<size_t, int> most_copies_;  // [local stage] -> most weight copies since the last take
+
+  // Records local stage l's copies now: versions and predictions (weight_versions), and beside
+  // them pipemare's buffers (weight bytes).
+  void note_held(size_t l) {
+    const int versions =
+        model_.versions[l].held() + (model_.predictions.empty() ? 0 : model_.predictions[l].held());
+    most_held_ = std::max(most_held_, versions);
+    const int copies = versions + (model_.pipemare.empty() ? 0 : model_.pipemare[l].buffers());
+    int& most = most_copies_[l];
+    most = std::max(most, copies);
+  }
 };
 
 double seconds_since(Clock::time_point start) {
@@ -453,7 +485,15 @@ void train(const TrainingPlan& plan, Transport& transport,
     } else {
       mine.grad_norm_squared = async.grad_norm_squared();
       mine.weight_versions = async.take_most_held();
+      mine.weight_bytes = async.take_weight_bytes();
     }
+    if (!plan.asynchronous()) {
+      // The live weights, and avgpipe's centre beside them.
+      for (const Stage& stage : model.stages) {
+        mine.weight_bytes += (plan.average_every > 0 ? 2 : 1) * parameter_bytes(stage);
+      }
+    }
+    mine.bytes_sent = record.bytes_sent + stage_copies.take_bytes_sent();
     mine.seconds = seconds_since(start);
     for (const auto& optimizer : model.optimizers) {
       mine.optimizer_state_bytes += optimizer.state_bytes();
