@@ -122,6 +122,9 @@ INSTANTIATE_TEST_SUITE_P(
             // A step every 4 backwards (one per step of 4 microbatches): step 1 is synchronous,
             // step 2's first forwards on stage 0 still run on W^(0).
             AsyncCase{"ampnet_interval", "ampnet --update-interval 4", {1, 1, 1, 1}, 2, 2},
+            // Two groups on every rank: step 1 is synchronous, step 2's first group still
+            // runs on W^(0). Each rank holds a first-group stage, 2 versions.
+            AsyncCase{"wpipe", "wpipe", {2, 2, 2, 2}, 2, 2},
             // A step after every microbatch, on weights predicted along the momentum.
             AsyncCase{"spectrain", "spectrain", {2, 2, 2, 2}, 1, 1},
             // A step per mini-batch; step 1 predicts from W^(0), which has no direction yet, so

@@ -632,4 +632,80 @@ Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatch
   return s;
 }
 
+Schedule make_wpipe(int ranks, int microbatches, int period) {
+  check_sizes("wpipe", ranks, microbatches, 2);
+  PPTRAIN_CHECK(period >= 1 && period <= microbatches, "schedule 'wpipe': microbatches per step ",
+                "must be 1 .. ", microbatches, ", got ", period);
+  const int P = ranks, N = microbatches, S = 2 * ranks;
+  Schedule s = empty_schedule("wpipe", P, N, 2);
+  constexpr long kNotYet = -1;
+  FactTable<long> done_at(S, N, kNotYet);  // when each fact (semantics.h) came true
+  std::vector<int> next_f(S, 0), next_b(S, 0);
+  std::vector<std::vector<long>> b_ends(S);  // [stage] end of each of its backwards, in order
+  std::vector<int> stashes(P, 0);
+  std::vector<long> free_at(P, 0);
+  const int cap = 2 * P;
+  // Backwards of `stage` ended by `t`.
+  const auto backwards_by = [&](int stage, long t) {
+    const auto& ends = b_ends[stage];
+    return static_cast<int>(std::upper_bound(ends.begin(), ends.end(), t) - ends.begin());
+  };
+  const auto inputs_done = [&](const Action& a, long t) {
+    for (const Need& need : inputs_of(a, s.stage_to_rank, /*lowered=*/false)) {
+      if (done_at[need] == kNotYet || done_at[need] > t) return false;
+    }
+    return true;
+  };
+  const auto f_ready = [&](int stage, int r, long t) {
+    const int i = next_f[stage];
+    if (i >= N || !inputs_done(Action::make(Op::F, stage, i), t)) return false;
+    const int step = i / period;
+    // The version the rule gives step `step` on this stage must exist (steps x period backwards).
+    const int version = stage < P ? std::max(0, step - 1) : step;
+    if (backwards_by(stage, t) < version * period) return false;
+    // The oldest step still running on the stage goes on whatever the stashes.
+    return step == next_b[stage] / period || stashes[r] < cap;
+  };
+  const auto b_ready = [&](int stage, long t) {
+    return next_b[stage] < next_f[stage] &&
+           inputs_done(Action::make(Op::B, stage, next_b[stage]), t);
+  };
+  const long total = 2L * S * N;
+  long scheduled = 0;
+  for (long t = 0; scheduled < total; ++t) {
+    PPTRAIN_ASSERT(t <= 3L * total + 3L * S, "wpipe: no progress at step ", t);
+    for (int r = 0; r < P; ++r) {
+      if (free_at[r] > t) continue;
+      const int first = r, second = P + r;
+      Action chosen;
+      if (b_ready(second, t)) {
+        chosen = Action::make(Op::B, second, next_b[second]);
+      } else if (b_ready(first, t)) {
+        chosen = Action::make(Op::B, first, next_b[first]);
+      } else if (f_ready(second, r, t)) {
+        chosen = Action::make(Op::F, second, next_f[second]);
+      } else if (f_ready(first, r, t)) {
+        chosen = Action::make(Op::F, first, next_f[first]);
+      } else {
+        continue;
+      }
+      const long end = t + (chosen.op == Op::F ? 1 : 2);
+      done_at[produced_by(chosen)] = end;
+      if (chosen.op == Op::F) {
+        ++next_f[chosen.stage];
+        ++stashes[r];
+      } else {
+        ++next_b[chosen.stage];
+        --stashes[r];
+        b_ends[chosen.stage].push_back(end);
+      }
+      free_at[r] = end;
+      s.actions[r].push_back(chosen);
+      ++scheduled;
+    }
+  }
+  s.flushes = false;
+  return s;
+}
+
 }  // namespace pptrain

@@ -159,6 +159,21 @@ Schedule make_chimera(int ranks, int microbatches);
 // Needs P even and M even.
 Schedule make_gems(int ranks, int microbatches);
 
+// WPipe (group-based interleaved, ICLR 2022), an asynchronous run of `microbatches` in steps of
+// `period` (the weight rule kWPipe, schedule/weight_versions.h). V = 2, stage s on rank s mod P:
+// the first group (stages 0 .. P-1) and the second (P .. 2P-1) each span every rank. The forward
+// of step k's microbatches on a stage waits until the stage holds the version the rule gives it:
+// on the second group W^(k), after the stage's backwards of step k-1 (its order is kept, a flush
+// per group and step); on the first group W^(k-1), after its backwards of step k-2, so the
+// first group runs step k+1's forwards ahead of step k's backwards and fills the second group's
+// flush. The two groups step at alternating times. Built by a greedy list scheduler with F = 1,
+// B = 2 on every stage: a free rank runs a ready B (second group first), else a ready F (second
+// group first), each stage in microbatch order; forwards of a later step than the oldest one
+// still running on the stage wait while the rank holds 2P stashes (so the oldest step never
+// waits for memory and the run cannot deadlock). Peak activations at most 2P chunk stashes (P
+// microbatches of the rank's share) beyond the oldest step's.
+Schedule make_wpipe(int ranks, int microbatches, int period);
+
 // 1F1B-RR (PipeDream's round robin): stage s has replicas_per_stage[s] = r_s replicas on
 // consecutive ranks, the stages in order ([3, 1]: stage 0 on ranks 0..2, stage 1 on rank 3), and
 // microbatch i runs stage s on its replica i mod r_s (forward and backward alike). Every replica

@@ -55,11 +55,12 @@ std::string describe(const Case& c) {
 }
 
 TEST(Generators, NamesAreTheDocumentedOnes) {
-  EXPECT_EQ(schedule_names(),
-            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
-                                      "zb-auto", "v-half", "v-min", "dualpipev", "chimera", "gems",
-                                      "pipedream", "2bw", "pipemare", "avgpipe", "ampnet",
-                                      "spectrain", "xpipe"}));
+  EXPECT_EQ(
+      schedule_names(),
+      (std::vector<std::string>{"gpipe",   "1f1b",    "interleaved-1f1b", "zb-h1",     "zb-h2",
+                                "zb-v",    "zb-auto", "v-half",           "v-min",     "dualpipev",
+                                "chimera", "gems",    "pipedream",        "2bw",       "pipemare",
+                                "avgpipe", "wpipe",   "ampnet",           "spectrain", "xpipe"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {

@@ -117,6 +117,14 @@ const std::vector<ScheduleEntry>& schedule_registry() {
          return schedule;
        },
        WeightUpdate::kFlush, /*averages_copies=*/true},
+      {"wpipe", 2, 2, 2,
+       "WPipe (async): two groups of stages interleaved on every rank (stage s on rank s mod "
+       "P); the first as 2bw (2 versions), running the next step's forwards early, the second "
+       "on fresh weights (1 version); the groups step alternately",
+       [](const ScheduleOptions& o) {
+         return make_wpipe(o.ranks, o.microbatches, o.period > 0 ? o.period : o.microbatches);
+       },
+       WeightUpdate::kWPipe},
       async_1f1b("ampnet",
                  "AMPNet (async): 1F1B without flush, no stash (1 version), a step after every "
                  "--update-interval backwards; forward and backward each on the newest weights",

@@ -25,6 +25,8 @@ const char* update_name(WeightUpdate update) {
       return "spectrain";
     case WeightUpdate::kXPipe:
       return "xpipe";
+    case WeightUpdate::kWPipe:
+      return "wpipe";
   }
   return "?";
 }
@@ -41,6 +43,7 @@ int VersionRule::period() const {
     case WeightUpdate::kTwoBW:
     case WeightUpdate::kPipeMare:
     case WeightUpdate::kXPipe:
+    case WeightUpdate::kWPipe:
       return microbatches_per_step;
   }
   return 1;
@@ -87,6 +90,9 @@ int VersionRule::forward_version(int i, int stage) const {
       return std::max(0, i - (stages - 1));
     case WeightUpdate::kTwoBW:
       return std::max(0, i / microbatches_per_step - 1);
+    case WeightUpdate::kWPipe:
+      return in_first_group(stage) ? std::max(0, i / microbatches_per_step - 1)
+                                   : i / microbatches_per_step;
     case WeightUpdate::kPipeMare:
     case WeightUpdate::kAmpNet:
     case WeightUpdate::kSpecTrain:
@@ -130,6 +136,7 @@ bool VersionRule::steps_after(int i) const {
     case WeightUpdate::kAmpNet:
     case WeightUpdate::kSpecTrain:
     case WeightUpdate::kXPipe:
+    case WeightUpdate::kWPipe:
       return (i + 1) % period() == 0;
   }
   return false;
@@ -158,6 +165,8 @@ int VersionRule::versions_kept(int stage) const {
       return stages;
     case WeightUpdate::kTwoBW:
       return 2;
+    case WeightUpdate::kWPipe:
+      return in_first_group(stage) ? 2 : 1;
   }
   return 1;
 }

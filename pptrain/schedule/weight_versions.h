@@ -35,10 +35,12 @@ enum class WeightUpdate {
                   // predicted from the newest ones along the optimizer's smoothed direction
   kXPipe,         // XPipe: a step after each mini-batch; forward and backward on weights
                   // predicted once per mini-batch (its first microbatch) along that direction
+  kWPipe,         // WPipe: a step after each mini-batch; the first half of the stages (group
+                  // 1) as 2bw, W^(k-1) for step k, the second half (group 2) on W^(k), fresh
 };
 
-// "flush", "pipedream", "vertical-sync", "2bw", "pipemare", "ampnet", "spectrain", "xpipe": the
-// name in logs and messages.
+// "flush", "pipedream", "vertical-sync", "2bw", "pipemare", "ampnet", "spectrain", "xpipe",
+// "wpipe": the name in logs and messages.
 const char* update_name(WeightUpdate update);
 
 struct VersionRule {
@@ -95,12 +97,15 @@ struct VersionRule {
   // forward of microbatch i runs after max(0, i - (S-1-stage)) backwards: pipedream S - stage,
   // vertical sync S, 2bw 2, flush, pipemare and ampnet 1; spectrain 2 (the live weights and one
   // predicted copy), xpipe 3 (the live weights, the mini-batch's forward prediction and its
-  // backward prediction), less a copy for each pass whose lag is 0. With 1 the stage computes
-  // on its live weights directly.
+  // backward prediction), less a copy for each pass whose lag is 0; wpipe 2 on its first group,
+  // 1 on its second. With 1 the stage computes on its live weights directly.
   int versions_kept(int stage) const;
   // False when the pipelined 1F1B order would ask for a version before it exists: 2BW with
-  // fewer than S - 1 microbatches per step (its stage 0 would run two steps ahead).
+  // fewer than S - 1 microbatches per step (its stage 0 would run two steps ahead). (wpipe has
+  // its own order, make_wpipe, which waits for the versions.)
   bool fits_1f1b() const;
+  // wpipe: stage `stage` is in the first group (the first half of the stages, S / 2 of them).
+  bool in_first_group(int stage) const { return stage < stages / 2; }
 };
 
 // Per rank of `placement` (stage -> rank), the most versions one of its stages keeps in the

@@ -21,8 +21,8 @@ int replay_most_versions(const VersionRule& rule, const Schedule& schedule, int 
   int live = 0;
   std::set<int> held;  // versions taken by a forward and still needed
   size_t most = 1;
-  for (const Action& a : schedule.actions[stage]) {
-    if (a.op != Op::F && a.op != Op::B) continue;
+  for (const Action& a : schedule.actions[schedule.stage_to_rank[stage]]) {
+    if ((a.op != Op::F && a.op != Op::B) || a.stage != stage) continue;
     const int v = a.op == Op::F ? rule.forward_version(a.microbatch, stage)
                                 : rule.backward_version(a.microbatch, stage);
     EXPECT_TRUE(v == live || held.count(v))
@@ -194,6 +194,28 @@ TEST(VersionRule, PredictionsStartFromTheLiveVersionInThePipelinedOrder) {
       }
     }
   }
+}
+
+// WPipe's own order: the first group keeps 2 versions (as 2bw), the second 1, and every action
+// finds its version; its generator waits for the versions instead of needing enough microbatches.
+TEST(VersionRule, WPipeOrderNeedsTwoVersionsOnTheFirstGroupAndOneOnTheSecond) {
+  for (int ranks : {1, 2, 4}) {
+    for (int m : {1, 2, 3, 8}) {
+      const VersionRule rule{WeightUpdate::kWPipe, 2 * ranks, m};
+      const Schedule order = make_wpipe(ranks, 4 * m, m);
+      for (int s = 0; s < 2 * ranks; ++s) {
+        SCOPED_TRACE("P=" + std::to_string(ranks) + " M=" + std::to_string(m) + " stage " +
+                     std::to_string(s));
+        EXPECT_EQ(rule.versions_kept(s), s < ranks ? 2 : 1);
+        EXPECT_LE(replay_most_versions(rule, order, s), rule.versions_kept(s));
+      }
+    }
+  }
+  const VersionRule rule{WeightUpdate::kWPipe, 4, 8};
+  EXPECT_EQ(rule.forward_version(8, 1), 0);   // step 1 on the first group: W^(0)
+  EXPECT_EQ(rule.forward_version(8, 2), 1);   // on the second: W^(1)
+  EXPECT_EQ(rule.forward_version(23, 0), 1);  // step 2: W^(1) and W^(2)
+  EXPECT_EQ(rule.forward_version(23, 3), 2);
 }
 
 // 2BW with fewer microbatches per step than S - 1: stage 0's forwards run two steps ahead and

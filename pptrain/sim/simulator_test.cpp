@@ -591,8 +591,11 @@ TEST(Simulator, OverlapTakesTheSumOfItsParts) {
 // An asynchronous schedule as `pptrain schedule` runs it: `steps` mini-batches of M in one list.
 SimResult run_async(const std::string& name, int p, int m, const CostModel& c,
                     bool vertical_sync = false, int steps = 3) {
-  return simulate(validate(make_schedule({name, p, steps * m})), c,
-                  version_rule_of(name, vertical_sync, p, m));
+  ScheduleOptions options{name, p, steps * m};
+  options.period = m;
+  const Schedule schedule = make_schedule(options);
+  return simulate(validate(schedule), c,
+                  version_rule_of(name, vertical_sync, schedule.num_stages, m));
 }
 
 TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
@@ -617,17 +620,26 @@ TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
   }
   // The versions the simulator reports are the rule's, for every asynchronous schedule.
   for (const auto& name : schedule_names()) {
-    const VersionRule rule = version_rule_of(name, false, 4, 8);
-    if (!rule.asynchronous()) continue;
+    const ScheduleEntry& entry = find_schedule(name);
+    if (entry.update == WeightUpdate::kFlush) continue;
     SCOPED_TRACE(name);
-    const std::vector<int> expected = weight_versions_per_rank(rule, {0, 1, 2, 3}, 4);
+    const int stages = 4 * entry.default_chunks;
+    const VersionRule rule = version_rule_of(name, false, stages, 8);
+    const Schedule placed = make_schedule({name, 4, 8});
+    const std::vector<int> expected = weight_versions_per_rank(rule, placed.stage_to_rank, 4);
     const SimResult a = run_async(name, 4, 8, c);
     for (int rank = 0; rank < 4; ++rank) {
       EXPECT_EQ(a.ranks[rank].weight_versions, expected[rank]);
-      EXPECT_NEAR(a.ranks[rank].peak_memory, a.ranks[rank].peak_activations + expected[rank] * 2,
-                  kEps);
+      // Every version of each of the rank's stages, a chunk's weights 1/V of the rank's 2.
+      double weights = 0;
+      for (int st : placed.stages_of(rank)) {
+        weights += rule.versions_kept(st) * 2.0 / entry.default_chunks;
+      }
+      EXPECT_NEAR(a.ranks[rank].peak_memory, a.ranks[rank].peak_activations + weights, kEps);
     }
   }
+  // wpipe: each rank a first-group stage (2 versions) and a second-group one (1).
+  EXPECT_EQ(run_async("wpipe", 4, 8, c).ranks[0].weight_versions, 2);
 }
 
 // pipemare's backward reruns the forward on its own weights: each B lasts B + F.

@@ -192,6 +192,7 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
   request.chunks = chunks;
   request.costs = cost.stage_costs(options.pp * chunks, options.pp);  // zb-auto plans for them
   request.memory_limit = options.memory_limit;
+  request.period = M;
   return entry.make(request);
 }
 

@@ -163,6 +163,7 @@ Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost) {
   const int stages = args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
   options.costs = cost.stage_costs(stages, args.pp);
   options.memory_limit = args.memory_limit;
+  options.period = args.microbatches;
   return make_schedule(options);
 }
 
