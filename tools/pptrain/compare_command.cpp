@@ -775,9 +775,15 @@ std::string loss_svg(const std::vector<Curve>& curves, int steps) {
     low -= 0.5;
     high += 0.5;
   }
-  const std::vector<double> y_ticks = nice_ticks(low, high, 6);
-  low = std::min(low, y_ticks.front());
-  high = std::max(high, y_ticks.back());
+  // The axis runs from a tick below the lowest loss to a tick above the highest.
+  std::vector<double> y_ticks = nice_ticks(low, high, 6);
+  const double y_step = y_ticks.size() > 1 ? y_ticks[1] - y_ticks[0] : high - low;
+  if (y_ticks.empty() || y_ticks.front() > low + 1e-9 * y_step) {
+    y_ticks.insert(y_ticks.begin(), (y_ticks.empty() ? high : y_ticks.front()) - y_step);
+  }
+  if (y_ticks.back() < high - 1e-9 * y_step) y_ticks.push_back(y_ticks.back() + y_step);
+  low = y_ticks.front();
+  high = y_ticks.back();
   const double x_max = std::max(steps, 2);
   const auto x = [&](double step) { return kLeft + (step - 1) / (x_max - 1) * (kRight - kLeft); };
   const auto y = [&](double loss) {
