@@ -233,6 +233,8 @@ fi
 expect_error "compare without --out" "--out" "$pptrain" compare --pptrain "$work/fake_pptrain"
 expect_error "compare bad --only" "--only: unknown approach 'nosuch'" \
   "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --only 1f1b,nosuch
+expect_error "compare empty --only" "--only: no approach named" \
+  "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --only ""
 expect_error "compare bad --steps" "--steps must be >= 1" \
   "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --steps 0
 expect_error "compare bad --loss-at" "--loss-at must be 1 .. --steps" \

@@ -116,7 +116,8 @@ struct CompareArgs {
   std::string pptrain;  // the binary that trains; empty: this program
   std::string out;
   std::string only;  // comma list of approach or schedule names; empty: all
-  int loss_at = 0;   // step of the second convergence column; 0: steps / 2
+  bool only_given = false;
+  int loss_at = 0;  // step of the second convergence column; 0: steps / 2
 };
 
 // What a run's metrics file says, per step. Optional fields stay empty when absent.
@@ -251,7 +252,7 @@ std::vector<const Approach*> selected_approaches(const std::string& only) {
                     join(names, ", "), ")");
     }
   }
-  PPTRAIN_CHECK(!only.empty() && only.back() != ',', "--only: empty name in '", only, "'");
+  PPTRAIN_CHECK(only.back() != ',', "--only: empty name in '", only, "'");
   for (size_t i = 0; i < std::size(kApproaches); ++i) {
     if (wanted[i]) selected.push_back(&kApproaches[i]);
   }
@@ -291,6 +292,8 @@ void check_args(CompareArgs& args) {
   PPTRAIN_CHECK(
       std::filesystem::is_regular_file(args.pptrain) && access(args.pptrain.c_str(), X_OK) == 0,
       "--pptrain: '", args.pptrain, "' is not an executable file");
+  PPTRAIN_CHECK(!args.only_given || !args.only.empty(),
+                "--only: no approach named (give a comma list, e.g. 1f1b,pipedream)");
   selected_approaches(args.only);
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(args.out) / "runs", error);
@@ -939,9 +942,9 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--out", a.out,
                   "Folder for compare.md, compare.json, losses.svg and runs/<schedule>.jsonl")
       ->required();
-  cmd->add_option("--only", a.only,
-                  "Comma list of approaches to run (survey names or schedules, e.g. "
-                  "1f1b,pipedream); default: all 14");
+  auto* only = cmd->add_option("--only", a.only,
+                               "Comma list of approaches to run (survey names or schedules, e.g. "
+                               "1f1b,pipedream); default: all 14");
   cmd->add_option("--pptrain", a.pptrain,
                   "The pptrain binary that trains (with its pptrain-runtime); default: this one");
   cmd->add_option("--model", a.model, "Model: gpt or mlp")->capture_default_str();
@@ -960,7 +963,10 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--seed", a.seed, "Seed of the weights and the data")->capture_default_str();
   cmd->add_option("--loss-at", a.loss_at,
                   "Step of the second convergence column; default: --steps / 2");
-  cmd->callback([args] { run_compare_command(*args); });
+  cmd->callback([args, only] {
+    args->only_given = only->count() > 0;
+    run_compare_command(*args);
+  });
 }
 
 }  // namespace pptrain::cli
