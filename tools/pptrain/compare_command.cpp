@@ -605,6 +605,14 @@ std::string markdown(const CompareArgs& args, const std::vector<std::string>& co
     out << " (**failed: " << cell(reference.failure) << "**)";
   }
   out << ".\n\n";
+  const bool has_baseline = std::any_of(rows.begin(), rows.end(), [](const Row& row) {
+    return std::string(row.approach->schedule) == kBaselineSchedule &&
+           row.run.status == RunOutcome::Status::kOk;
+  });
+  if (!has_baseline) {
+    out << "**DAPPLE (`1f1b`) did not run here, so the memory, activation, compute and "
+           "communication ratios are n/a.**\n\n";
+  }
   out << "Ratios are to DAPPLE's run (`1f1b`, same pipeline) unless said. Schedule: sync when "
          "every step's loss equals the `--pp 1` run's to 1e-5 relative. Bubble: simulated "
          "(F = I = W = 1; asynchronous schedules over "
