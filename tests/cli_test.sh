@@ -188,6 +188,62 @@ expect_error "bad mem-w-ratio" "--mem-w-ratio must be in .0, 1. (the share" \
   "$pptrain" schedule --schedule zb-h2 --pp 4 --microbatches 8 --mem-w-ratio 1.5
 expect_error "unknown flag" "--bogus" "$pptrain" schedule --bogus
 
+# pptrain compare with a stand-in trainer: a script that writes metrics as `pptrain train
+# --metrics` does (1f1b's losses equal the --pp 1 run's, pipedream's do not; pipedream lacks
+# weight_bytes and bytes_sent and spends 1.5x the compute; gpipe fails), and cannot list its
+# schedules, so compare falls back to its own registry, where wpipe is not built.
+cat >"$work/fake_pptrain" <<'FAKE'
+#!/usr/bin/env bash
+[ "$1" = train ] || exit 1
+while [ $# -gt 0 ]; do
+  case $1 in --metrics) metrics=$2; shift ;; --schedule) schedule=$2; shift ;; esac
+  shift
+done
+if [ "$schedule" = gpipe ]; then echo "pptrain: error: gpipe broke" >&2; echo "more" >&2; exit 1; fi
+: >"$metrics"
+for step in 1 2 3 4; do
+  if [ "$schedule" = pipedream ]; then
+    echo "{\"step\":$step,\"loss\":$((10 - step)).5,\"bubble_ratio\":0.1,\"peak_activation_bytes\":[20,10],\"optimizer_state_bytes\":[5,5],\"compute_s\":[1,2]}" >>"$metrics"
+  else
+    echo "{\"step\":$step,\"loss\":$((10 - step)),\"bubble_ratio\":0.2,\"peak_activation_bytes\":[10,10],\"optimizer_state_bytes\":[5,5],\"compute_s\":[1,1],\"bytes_sent\":[8,8],\"weight_bytes\":[5,5]}" >>"$metrics"
+  fi
+done
+FAKE
+chmod +x "$work/fake_pptrain"
+compare_out="$work/compare"
+"$pptrain" compare --pptrain "$work/fake_pptrain" --out "$compare_out" --steps 4 \
+  --only 1f1b,PipeDream,gpipe,wpipe >"$work/compare.log" 2>&1 || fail "compare exited $?: $(cat "$work/compare.log")"
+for file in compare.md compare.json losses.svg runs/1f1b.jsonl runs/pipedream.jsonl runs/reference-pp1.jsonl; do
+  [ -s "$compare_out/$file" ] || fail "compare did not write $file"
+done
+[ "$(grep -c '^compare: \[' "$work/compare.log")" -eq 5 ] || fail "compare: not one progress line per run: $(cat "$work/compare.log")"
+md="$compare_out/compare.md"
+grep -q '^| DAPPLE | `1f1b` | sync \[Sync\] | 0.273 / 0.200 | 1.000 | 1.000 |' "$md" || fail "compare: DAPPLE's row: $(grep DAPPLE "$md")"
+grep -q '^| PipeDream | `pipedream` | async \[Async\] | 0.111 / 0.100 | 1.083 | 1.06[23] | \[Good\] | n/a \[X\] | 2.00 | 1.50 \[ \] | n/a \[ \] |' "$md" \
+  || fail "compare: PipeDream's row: $(grep PipeDream "$md")"
+grep -q '^| GPipe | `gpipe` | failed: pptrain: error: gpipe broke \[Sync\] |' "$md" || fail "compare: GPipe's row: $(grep GPipe "$md")"
+grep -q '^| WPipe | `wpipe` | not built \[Async\] |' "$md" || fail "compare: WPipe's row: $(grep WPipe "$md")"
+grep -q '^- PipeDream: survey has no extra compute, measured 1.50x' "$md" || fail "compare: the compute disagreement is missing"
+[ "$(grep -c '^- ' "$md")" -eq 1 ] || fail "compare: other disagreements than PipeDream's compute: $(grep '^- ' "$md")"
+grep -q '"memory_ratio": null' "$compare_out/compare.json" || fail "compare.json: an absent field is not null"
+grep -q '"status": "failed: pptrain: error: gpipe broke"' "$compare_out/compare.json" || fail "compare.json: GPipe's status"
+if [ -n "$rsvg" ]; then
+  "$rsvg" -o "$work/losses.png" "$compare_out/losses.svg" || fail "rsvg-convert could not render losses.svg"
+fi
+expect_error "compare without --out" "--out" "$pptrain" compare --pptrain "$work/fake_pptrain"
+expect_error "compare bad --only" "--only: unknown approach 'nosuch'" \
+  "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --only 1f1b,nosuch
+expect_error "compare empty --only" "--only: no approach named" \
+  "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --only ""
+expect_error "compare bad --steps" "--steps must be >= 1" \
+  "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --steps 0
+expect_error "compare bad --loss-at" "--loss-at must be 1 .. --steps" \
+  "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --steps 4 --loss-at 5
+expect_error "compare bad --pptrain" "--pptrain: '/nonexistent' is not an executable" \
+  "$pptrain" compare --pptrain /nonexistent --out "$work/c2"
+expect_error "compare bad --batch-size" "--batch-size must be a positive multiple" \
+  "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --batch-size 20
+
 # The planner is one program without LibTorch; train and profile are pptrain-runtime's, run by
 # pptrain in its place (docs/ARCHITECTURE.md, "Two programs").
 if ldd "$pptrain" | grep -q libtorch; then fail "pptrain links LibTorch"; fi
