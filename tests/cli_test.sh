@@ -190,10 +190,14 @@ expect_error "unknown flag" "--bogus" "$pptrain" schedule --bogus
 
 # pptrain compare with a stand-in trainer: a script that writes metrics as `pptrain train
 # --metrics` does (1f1b's losses equal the --pp 1 run's, pipedream's do not; pipedream lacks
-# weight_bytes and bytes_sent and spends 1.5x the compute; gpipe fails), and cannot list its
-# schedules, so compare falls back to its own registry, where wpipe is not built.
+# weight_bytes and bytes_sent and spends 1.5x the compute; gpipe fails), and whose schedule list
+# lacks wpipe, which compare then reports as not built.
 cat >"$work/fake_pptrain" <<'FAKE'
 #!/usr/bin/env bash
+if [ "$1" = schedule ]; then
+  printf '| schedule | chunks per rank | what it is |\n| `1f1b` | 1 | - |\n| `pipedream` | 1 | - |\n| `gpipe` | 1 | - |\n'
+  exit 0
+fi
 [ "$1" = train ] || exit 1
 while [ $# -gt 0 ]; do
   case $1 in --metrics) metrics=$2; shift ;; --schedule) schedule=$2; shift ;; esac

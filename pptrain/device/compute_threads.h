@@ -14,4 +14,9 @@ namespace pptrain {
 // looked up at run time, so no particular BLAS is linked.
 void set_compute_threads(int threads);
 
+// CPU time of the calling thread, in ms. With one compute thread (autograd runs a CPU backward
+// on the calling thread too) the difference around a computation is its compute time, and
+// unlike wall time it does not grow when other processes share the cores.
+double thread_cpu_ms();
+
 }  // namespace pptrain

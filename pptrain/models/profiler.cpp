@@ -15,15 +15,6 @@
 namespace pptrain {
 namespace {
 
-// CPU time of this thread, in ms. With one compute thread (autograd runs a CPU backward on the
-// calling thread too) this is the layer's compute time, and unlike wall time it does not grow
-// when other processes share the cores, so profiles taken on a busy machine stay usable.
-double thread_cpu_ms() {
-  timespec now{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) * 1e-6;
-}
-
 double median(std::vector<double> values) {
   PPTRAIN_ASSERT(!values.empty());
   std::sort(values.begin(), values.end());

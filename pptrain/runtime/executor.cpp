@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/compute_threads.h"
 #include "pptrain/models/weight_grad_store.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -218,6 +219,7 @@ void Executor::post_receives_through(size_t position, StepState& state) {
 void Executor::run_action(const Action& action, size_t position, const StepData& data,
                           StepState& state) {
   const double begin = std::chrono::duration<double>(Clock::now() - state.start).count();
+  const double cpu_begin = thread_cpu_ms();
   const int s = action.stage, mb = action.microbatch;
   switch (action.op) {
     case Op::F:
@@ -259,6 +261,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       PPTRAIN_ASSERT(false, "cannot run ", to_string(action));
   }
   const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
+  if (is_compute(action.op)) state.record.compute_cpu_s += (thread_cpu_ms() - cpu_begin) / 1e3;
   state.record.events.push_back({options_.rank, action, begin, end});
 }
 

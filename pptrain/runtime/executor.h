@@ -110,6 +110,7 @@ struct StepRecord {
   double loss = 0;        // mean loss over the mini-batch (sum over microbatches of loss_m / M)
   std::vector<TimelineEvent> events;  // every action run, seconds since the step start
   int64_t bytes_sent = 0;             // of the tensors its SEND actions sent
+  double compute_cpu_s = 0;           // thread CPU seconds of its F, I, W and B actions
 };
 
 class Executor {

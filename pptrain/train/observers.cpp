@@ -90,7 +90,7 @@ void MetricsWriter::on_step(const StepReport& r) {
                                  {"peak_activation_bytes", r.peak_activation_bytes},
                                  {"weight_versions", r.weight_versions},
                                  {"optimizer_state_bytes", r.optimizer_state_bytes},
-                                 {"compute_s", r.stats.busy},
+                                 {"compute_s", r.compute_s},
                                  {"bytes_sent", r.bytes_sent},
                                  {"weight_bytes", r.weight_bytes}};
   if (r.last() && comparison_ && comparison_->result()) {

@@ -38,6 +38,9 @@ struct RankStep {
   // The most bytes of weights held at once in the step: the live weights, and every version,
   // prediction, correction buffer or averaging centre beside them.
   int64_t weight_bytes = 0;
+  // CPU seconds of its F, I, W and B actions (thread CPU time: what sharing a core with other
+  // processes does not stretch, unlike their wall times in `events`).
+  double compute_s = 0;
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -55,6 +58,7 @@ struct StepReport {
   std::vector<int64_t> optimizer_state_bytes;  // [rank]: after the step
   std::vector<int64_t> bytes_sent;             // [rank]: RankStep::bytes_sent
   std::vector<int64_t> weight_bytes;           // [rank]: RankStep::weight_bytes
+  std::vector<double> compute_s;               // [rank]: RankStep::compute_s
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 

@@ -494,6 +494,7 @@ void train(const TrainingPlan& plan, Transport& transport,
       }
     }
     mine.bytes_sent = record.bytes_sent + stage_copies.take_bytes_sent();
+    mine.compute_s = record.compute_cpu_s;
     mine.seconds = seconds_since(start);
     for (const auto& optimizer : model.optimizers) {
       mine.optimizer_state_bytes += optimizer.state_bytes();

@@ -20,8 +20,8 @@
 //   convergence  final loss and the loss at --loss-at, each / the --pp 1 run's
 //   memory       max over steps and ranks of weight_bytes + optimizer_state_bytes; peak
 //                activation bytes (max over ranks and steps) in a column of its own
-//   compute      median over steps of the sum over ranks of compute_s
-//   comm         median over steps of the sum over ranks of bytes_sent
+//   compute      mean over the steps after the first of the sum over ranks of compute_s
+//   comm         mean over the steps after the first of the sum over ranks of bytes_sent
 // A metrics field the runtime does not write (compute_s, bytes_sent, weight_bytes are recent)
 // gives "n/a".
 #include <fcntl.h>
@@ -174,6 +174,15 @@ std::optional<double> median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Their mean: a cost per step, which counts what happens every few steps only (avgpipe's
+// averaging) at its share.
+std::optional<double> mean(const std::vector<double>& values) {
+  if (values.empty()) return std::nullopt;
+  double sum = 0;
+  for (double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
 }
 
 // The values of every step after the first (the first step carries the start-up), or all of
@@ -515,8 +524,8 @@ void fill_measured(Row& row, const RunOutcome& reference, const RunOutcome* base
     const RunMetrics& b = baseline->metrics;
     row.memory_ratio = ratio(m.weights_optimizer_bytes, b.weights_optimizer_bytes);
     row.activation_ratio = ratio(m.peak_activation_bytes, b.peak_activation_bytes);
-    row.compute_ratio = ratio(median(m.compute_s), median(b.compute_s));
-    row.comm_ratio = ratio(median(m.bytes_sent), median(b.bytes_sent));
+    row.compute_ratio = ratio(mean(after_first(m.compute_s)), mean(after_first(b.compute_s)));
+    row.comm_ratio = ratio(mean(after_first(m.bytes_sent)), mean(after_first(b.bytes_sent)));
   }
 }
 
@@ -619,8 +628,9 @@ std::string markdown(const CompareArgs& args, const std::vector<std::string>& co
       << kSimulatedSteps
       << " steps without a flush) / measured (median of the steps after the first). Loss ratios "
          "are to the `--pp 1` run's. Memory: max over ranks of weight + optimizer-state bytes; "
-         "activations: peak activation bytes, max over ranks. Compute and communication: median "
-         "over steps of the sum over ranks of compute_s and bytes_sent. In brackets: the "
+         "activations: peak activation bytes, max over ranks. Compute and communication: mean "
+         "over the steps after the first of the sum over ranks of compute_s and bytes_sent. In "
+         "brackets: the "
          "survey's marks.\n\n";
   out << "| Approach | `--schedule` | Schedule [survey] | Bubble sim / measured | Final loss / "
          "pp1 | Loss@"
