@@ -101,7 +101,7 @@ Settings plan_settings(const TrainingPlan& plan) {
   const ModelOptions& m = plan.model;
   return {
       {"--pp", std::to_string(plan.ranks())},
-      {"--dp", std::to_string(plan.replicas)},
+      {"--dp", std::to_string(plan.copies)},
       {"--zero", std::to_string(plan.zero)},
       {"--model", m.kind},
       {"--layers", std::to_string(m.layers)},

@@ -28,9 +28,9 @@ void LogPrinter::on_start(const TrainingPlan& plan) {
       plan.schedule->name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s", plan.microbatches(),
       static_cast<long long>(plan.microbatch_size));
   std::printf("%s\n", describe_stage_layers(plan.model, plan.partition, plan.stage_layers).c_str());
-  if (plan.replicas > 1) {
+  if (plan.copies > 1) {
     std::printf("%d copies of the pipeline (--dp), %d ranks: each trains on 1/%d of the batch\n",
-                plan.replicas, plan.world_size(), plan.replicas);
+                plan.copies, plan.world_size(), plan.copies);
   }
   if (!plan.resume_dir.empty()) {
     std::printf("resuming %s after step %d\n", plan.resume_dir.c_str(), plan.first_step);

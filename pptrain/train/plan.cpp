@@ -344,7 +344,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan_averaging(options, entry, plan);
   plan.model = options.model;
   plan.data = options.data;
-  plan.replicas = options.dp;
+  plan.copies = options.dp;
   plan.zero = options.zero;
   plan.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
   plan.tokens_per_sample = options.model.kind == "gpt" ? options.model.seq_len : 1;

@@ -105,7 +105,7 @@ struct TrainingPlan {
   ModelOptions model;
   DataOptions data;
   // D: copies of the pipeline (--dp). World rank w runs pipeline rank w % P of copy w / P.
-  int replicas = 1;
+  int copies = 1;
   int zero = 0;  // --zero: 1 shards the optimizer state over the D copies (train/stage_copies.h)
   // The schedule every rank runs, with its SEND/RECV actions. With --pp 1 every schedule name
   // means the same single-stage run: all microbatches' forwards, then all their backwards.
@@ -149,13 +149,13 @@ struct TrainingPlan {
     return warmup_steps > 0 && step < warmup_steps ? lr * (step + 1) / warmup_steps : lr;
   }
   int ranks() const { return schedule->num_ranks; }  // P: ranks of one pipeline
-  int world_size() const { return replicas * ranks(); }
+  int world_size() const { return copies * ranks(); }
   int pipeline_rank(int world_rank) const { return world_rank % ranks(); }
-  int replica(int world_rank) const { return world_rank / ranks(); }
+  int copy_of(int world_rank) const { return world_rank / ranks(); }
   // World ranks of the D copies of pipeline rank `p` (p, P + p, ...): they average gradients.
   std::vector<int> copies_of(int p) const {
     std::vector<int> out;
-    for (int d = 0; d < replicas; ++d) out.push_back(d * ranks() + p);
+    for (int d = 0; d < copies; ++d) out.push_back(d * ranks() + p);
     return out;
   }
   // World ranks of copy d's pipeline: d x P .. d x P + P - 1.

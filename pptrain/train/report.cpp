@@ -92,7 +92,7 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
   report.grad_norm = grad_norm;
   Timeline& timeline = report.timeline;
   timeline.title = plan.schedule->name + ", P=" + std::to_string(plan.ranks()) +
-                   (plan.replicas > 1 ? ", D=" + std::to_string(plan.replicas) : "") +
+                   (plan.copies > 1 ? ", D=" + std::to_string(plan.copies) : "") +
                    ", M=" + std::to_string(plan.microbatches()) + " (measured, step " +
                    std::to_string(report.step) + ")";
   // One row per world rank: with --dp, copy d's pipeline ranks are rows d x P .. d x P + P - 1.
@@ -126,7 +126,7 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
       timeline.events.push_back(e);
     }
   }
-  report.loss /= plan.replicas;
+  report.loss /= plan.copies;
   if (plan.asynchronous()) report.grad_norm = std::sqrt(squared_norm);
   report.stats = timeline_stats(timeline);
   char bubble[32];

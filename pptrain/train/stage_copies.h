@@ -8,12 +8,12 @@
 //     some of the step's microbatches, their losses divided by the step's M; they sum
 //     (divide_by = 1).
 //
-//   StageCopies copies({{&stage, group, plan.replicas}, ...});   // group: the stage's copies
+//   StageCopies copies({{&stage, group, plan.copies}, ...});   // group: the stage's copies
 //   ...run the step's backwards...
 //   copies.start_average(stage);   // REDUCE_GRAD: as soon as the stage's last W is done
 //   auto done = copies.finish_average();   // every .grad is now the copies' mean
 //   ...clip; step the optimizers of the layers this copy owns (zero_owners)...
-//   copies.share_weights(owner, plan.replica(rank));   // --zero 1 only
+//   copies.share_weights(owner, plan.copy_of(rank));   // --zero 1 only
 //
 // avgpipe's copies combine no gradients but pull their weights together every few steps
 // (keep_centre once, then pull_to_centre).

@@ -43,7 +43,7 @@ struct RankModel {
   std::map<int, int> local;                   // global stage index -> local stage
   std::map<int, int> owner;  // --zero 1: model layer -> the copy that keeps its optimizer state
 
-  // `world_rank` runs pipeline rank plan.pipeline_rank(world_rank) of copy plan.replica(...).
+  // `world_rank` runs pipeline rank plan.pipeline_rank(world_rank) of copy plan.copy_of(...).
   RankModel(const TrainingPlan& plan, int world_rank) {
     for (int s : plan.stages_of(plan.pipeline_rank(world_rank))) {
       local[s] = static_cast<int>(stages.size());
@@ -60,10 +60,10 @@ struct RankModel {
           for (const auto& p : stage.layer_parameters(i)) numel.back() += p.numel();
         }
       }
-      const std::vector<int> owners = zero_owners(numel, plan.replicas);
+      const std::vector<int> owners = zero_owners(numel, plan.copies);
       for (size_t i = 0; i < layers.size(); ++i) owner[layers[i]] = owners[i];
     }
-    const int replica = plan.replica(world_rank);
+    const int replica = plan.copy_of(world_rank);
     const auto keeps = [this, replica](int layer) {
       return owner.empty() || owner.at(layer) == replica;
     };
@@ -105,8 +105,8 @@ class RankData {
   RankData(const TrainingPlan& plan, int world_rank)
       : first_(plan.holds_first_stage(plan.pipeline_rank(world_rank))),
         last_(plan.holds_last_stage(plan.pipeline_rank(world_rank))),
-        replica_(plan.replica(world_rank)),
-        replicas_(plan.replicas),
+        replica_(plan.copy_of(world_rank)),
+        copies_(plan.copies),
         microbatches_(plan.microbatches()),
         // An asynchronous pipeline's first stage runs S-1 forwards ahead, into later steps.
         ahead_(plan.asynchronous() ? (plan.num_stages() - 1 + microbatches_ - 1) / microbatches_
@@ -137,12 +137,12 @@ class RankData {
  private:
   // This copy's rows of the global batch [N, ...]: [N/D, ...].
   torch::Tensor share(const torch::Tensor& batch) const {
-    const int64_t rows = batch.size(0) / replicas_;
+    const int64_t rows = batch.size(0) / copies_;
     return batch.narrow(0, replica_ * rows, rows);
   }
 
   bool first_, last_;
-  int replica_, replicas_;
+  int replica_, copies_;
   int microbatches_;
   int ahead_;  // later steps whose microbatches a step's segment may use
   std::optional<Dataset> dataset_;
@@ -355,12 +355,12 @@ void train(const TrainingPlan& plan, Transport& transport,
   set_compute_threads(plan.threads);
   const int rank = transport.rank();  // in the world: D copies of the P-rank pipeline
   PPTRAIN_CHECK(transport.world_size() == plan.world_size(), "WORLD_SIZE=", transport.world_size(),
-                " but the run is for --pp ", plan.ranks(), " x --dp ", plan.replicas);
+                " but the run is for --pp ", plan.ranks(), " x --dp ", plan.copies);
   check_ranks_agree(plan, transport);  // before any message whose shape the plan decides
   const int pipeline_rank = plan.pipeline_rank(rank);
   // Every rank makes the pipelines' groups, then the copies' groups: the groups each family
   // makes are disjoint, so no rank waits for one that is forming another group.
-  const Group pipeline = make_group(transport, plan.pipeline_of(plan.replica(rank)));
+  const Group pipeline = make_group(transport, plan.pipeline_of(plan.copy_of(rank)));
   const Group copies = make_group(transport, plan.copies_of(pipeline_rank));
   RankModel model(plan, rank);
   const RankData data(plan, rank);
@@ -369,7 +369,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   // Each group of replicas is made once, every rank going through the stages in order.
   const Schedule& schedule = *plan.schedule;
   std::map<std::vector<int>, Group> replica_groups;
-  for (int s = 0; s < schedule.num_stages && plan.replicas == 1; ++s) {
+  for (int s = 0; s < schedule.num_stages && plan.copies == 1; ++s) {
     const std::vector<int> members = schedule.replicas_of(s);
     if (members.size() > 1 && model.local.count(s) && !replica_groups.count(members)) {
       replica_groups.emplace(members, make_group(*pipeline, members));
@@ -383,8 +383,8 @@ void train(const TrainingPlan& plan, Transport& transport,
     const Stage& stage = model.stages[l];
     const std::vector<int> members = schedule.replicas_of(stage.index());
     const bool first_replica = members.front() == pipeline_rank;  // of a replicated stage
-    if (plan.replicas > 1) {
-      combined.push_back({&stage, copies.view, plan.replicas});
+    if (plan.copies > 1) {
+      combined.push_back({&stage, copies.view, plan.copies});
     } else if (members.size() > 1) {
       combined.push_back({&stage, replica_groups.at(members).view, 1});
     }
@@ -394,8 +394,8 @@ void train(const TrainingPlan& plan, Transport& transport,
     }
     // The first copy of the pipeline writes the checkpoints (the others hold the same weights,
     // and unless --zero 1 gave each copy its own layers' state, the same optimizer state).
-    if (first_replica && plan.replica(rank) == 0) saved.push_back(&stage);
-    if (first_replica && (plan.replica(rank) == 0 || plan.zero == 1)) {
+    if (first_replica && plan.copy_of(rank) == 0) saved.push_back(&stage);
+    if (first_replica && (plan.copy_of(rank) == 0 || plan.zero == 1)) {
       saved_state.push_back(&model.optimizers[l]);
     }
   }
@@ -474,7 +474,7 @@ void train(const TrainingPlan& plan, Transport& transport,
           optimizer.step();
         }
         // --zero 1: each copy stepped its own layers; the others get their new weights.
-        if (plan.zero == 1) stage_copies.share_weights(model.owner, plan.replica(rank));
+        if (plan.zero == 1) stage_copies.share_weights(model.owner, plan.copy_of(rank));
       } else if (!plan.skip_nonfinite) {
         throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
       }
