@@ -17,6 +17,8 @@
 // tests) therefore share one count; only a one-rank-per-process run measures a rank's own peak.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 
 namespace pptrain {
@@ -27,5 +29,10 @@ bool counting_allocator_installed();
 int64_t allocated_bytes();  // bytes currently held through the counting allocator
 int64_t peak_bytes();       // highest allocated_bytes() since the last reset_peak()
 void reset_peak();          // peak := current
+
+// Bytes of a tensor's elements; 0 for an undefined tensor.
+inline int64_t tensor_bytes(const torch::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
 
 }  // namespace pptrain

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/memory.h"
 #include "pptrain/models/weight_grad_store.h"
 
 namespace pptrain {
@@ -38,10 +39,6 @@ void accumulate_grad(const torch::Tensor& parameter, torch::Tensor value) {
   } else {
     grad = std::move(value);
   }
-}
-
-int64_t tensor_bytes(const torch::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
 
 // y = x W^T + b whose backward can leave dW and db to a WeightGradStore.

@@ -22,10 +22,6 @@ double median(std::vector<double> values) {
   return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
-int64_t tensor_bytes(const torch::Tensor& t) {
-  return t.numel() * static_cast<int64_t>(t.element_size());
-}
-
 std::string hostname() {
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) return "unknown";

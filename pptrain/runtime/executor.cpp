@@ -7,6 +7,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/compute_threads.h"
+#include "pptrain/device/memory.h"
 #include "pptrain/models/weight_grad_store.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -133,7 +134,7 @@ int Executor::peer_rank(const Action& comm) const {
 
 PendingComm Executor::send(size_t position, const torch::Tensor& tensor, StepState& state) {
   const Action& action = schedule_->actions[options_.rank][position];
-  state.record.bytes_sent += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  state.record.bytes_sent += tensor_bytes(tensor);
   return options_.transport->send(tensor, peer_rank(action), tags_[position]);
 }
 

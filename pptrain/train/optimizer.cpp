@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/memory.h"
 
 namespace pptrain {
 namespace {
@@ -50,9 +51,7 @@ StageOptimizer::StageOptimizer(const TrainingPlan& plan, const Stage& stage,
 
 int64_t StageOptimizer::state_bytes() const {
   int64_t bytes = 0;
-  const auto add = [&bytes](const torch::Tensor& t) {
-    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-  };
+  const auto add = [&bytes](const torch::Tensor& t) { bytes += tensor_bytes(t); };
   for (const auto& optimizer : layers_) {
     if (!optimizer) continue;
     for (const auto& [key, state] : optimizer->state()) {

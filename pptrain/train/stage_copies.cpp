@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/memory.h"
 
 namespace pptrain {
 
@@ -40,8 +41,7 @@ StageCopies::StageCopies(const std::vector<StageGroup>& stages) {
 
 void StageCopies::count_all_reduce(const Bucket& b) {
   const int64_t d = b.where.group->world_size();
-  const int64_t bytes = b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
-  bytes_sent_ += 2 * (d - 1) * bytes / d;
+  bytes_sent_ += 2 * (d - 1) * tensor_bytes(b.flat) / d;
 }
 
 void StageCopies::start_average(int stage) {

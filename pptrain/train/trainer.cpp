@@ -207,8 +207,7 @@ std::string nonfinite_message(const TrainingPlan& plan, int step, double grad_no
 // Bytes of a stage's parameters: one copy of its weights.
 int64_t parameter_bytes(const Stage& stage) {
   int64_t bytes = 0;
-  for (const auto& p : stage.parameters())
-    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  for (const auto& p : stage.parameters()) bytes += tensor_bytes(p);
   return bytes;
 }
 
@@ -419,6 +418,11 @@ void train(const TrainingPlan& plan, Transport& transport,
     stage_copies.start_average(stage);
   };
   AsyncUpdates async(plan, model);
+  // A synchronous rank holds its live weights, and avgpipe's centre beside them, all run long.
+  int64_t synchronous_weight_bytes = 0;
+  for (const Stage& stage : model.stages) {
+    synchronous_weight_bytes += (plan.average_every > 0 ? 2 : 1) * parameter_bytes(stage);
+  }
   if (plan.asynchronous()) {
     executor_options.weights = [&async](int stage, int mb, bool backward) -> Stage& {
       return async.weights(stage, mb, backward);
@@ -487,12 +491,7 @@ void train(const TrainingPlan& plan, Transport& transport,
       mine.weight_versions = async.take_most_held();
       mine.weight_bytes = async.take_weight_bytes();
     }
-    if (!plan.asynchronous()) {
-      // The live weights, and avgpipe's centre beside them.
-      for (const Stage& stage : model.stages) {
-        mine.weight_bytes += (plan.average_every > 0 ? 2 : 1) * parameter_bytes(stage);
-      }
-    }
+    if (!plan.asynchronous()) mine.weight_bytes = synchronous_weight_bytes;
     mine.bytes_sent = record.bytes_sent + stage_copies.take_bytes_sent();
     mine.compute_s = record.compute_cpu_s;
     mine.seconds = seconds_since(start);
