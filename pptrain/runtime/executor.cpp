@@ -22,6 +22,9 @@ struct Executor::Slot {
   torch::Tensor input_grad;      // gradient of `input`, waiting for SEND_B
   bool forwarded = false;        // F ran and no backward yet
   WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
+  // WeightSplit::kAutograd: the output and its gradient that I kept for W's pass over the graph.
+  torch::Tensor weight_root;
+  std::vector<torch::Tensor> weight_root_grad;
 };
 
 struct Executor::StepState {
@@ -49,6 +52,9 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
   PPTRAIN_ASSERT(held == sched.stages_of(rank), "rank ", rank, " was given the wrong stages");
   PPTRAIN_ASSERT(options_.loss || !stages_.count(sched.num_stages - 1),
                  "the rank of the last stage needs a loss function");
+  PPTRAIN_ASSERT(
+      options_.weight_split == ExecutorOptions::WeightSplit::kDeferredLayers || !options_.weights,
+      "the autograd weight split runs on the stages' own weights, not on versions");
   const auto& mine = sched.actions[rank];
   tags_.assign(mine.size(), -1);
   for (size_t p = 0; p < mine.size(); ++p) {
@@ -233,7 +239,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       backward(s, mb, /*defer_weight_grads=*/true, data, state);
       break;
     case Op::W:
-      slot(state, s, mb).weight_grads.run();
+      weight_backward(s, mb, state);
       break;
     case Op::SEND_F: {
       Slot& sl = slot(state, s, mb);
@@ -329,7 +335,17 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
   }
   // Same input, same layers, same thread count: the rerun reproduces F's output bit for bit.
   if (options_.recompute) sl.output = stage_output(s, mb, sl.input, data, /*backward=*/true);
-  {
+  const bool autograd_split =
+      defer_weight_grads && options_.weight_split == ExecutorOptions::WeightSplit::kAutograd;
+  if (autograd_split) {
+    // I: the input gradient alone, the graph kept for W.
+    if (s > 0) {
+      sl.input.mutable_grad() = torch::autograd::grad({sl.output}, {sl.input}, grads,
+                                                      /*retain_graph=*/true)[0];
+    }
+    sl.weight_root = sl.output;
+    sl.weight_root_grad = grads;
+  } else {
     std::optional<DeferWeightGrads> defer;
     if (defer_weight_grads) defer.emplace(&sl.weight_grads);
     torch::autograd::backward({sl.output}, grads);
@@ -351,6 +367,24 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
     PPTRAIN_ASSERT(!defer_weight_grads, "after_backward needs whole backwards (B), not I and W");
     options_.after_backward(s, mb);
   }
+}
+
+void Executor::weight_backward(int s, int mb, StepState& state) {
+  Slot& sl = slot(state, s, mb);
+  if (!sl.weight_root.defined()) {
+    sl.weight_grads.run();  // the deferred layers' closures (none if the stage has no PipeLinear)
+    return;
+  }
+  std::vector<torch::Tensor> params;
+  for (const auto& p : stages_.at(s)->parameters()) {
+    if (p.requires_grad()) params.push_back(p);
+  }
+  if (!params.empty()) {
+    torch::autograd::backward({sl.weight_root}, sl.weight_root_grad, /*retain_graph=*/false,
+                              /*create_graph=*/false, params);
+  }
+  sl.weight_root = torch::Tensor();
+  sl.weight_root_grad.clear();
 }
 
 }  // namespace pptrain

@@ -11,7 +11,9 @@
 //   B s m        full backward of the stage: input gradient and weight gradients.
 //   I s m        the same backward under DeferWeightGrads: only the input gradient; the weight
 //                gradients wait as closures in the (stage, microbatch) store...
-//   W s m        ... until W runs them, which frees what they hold.
+//   W s m        ... until W runs them, which frees what they hold. (With
+//                ExecutorOptions::weight_split kAutograd, any module: I takes the input gradient
+//                alone from autograd, W the weight gradients from the graph I kept.)
 //   SEND_* s m   non-blocking send; waited on (letting its tensor go) once a message from the
 //                peer shows that it posted the receive, at the latest at the step end.
 //   RECV_* s m   waits for a receive that was posted ahead into a preallocated buffer.
@@ -92,6 +94,16 @@ struct ExecutorOptions {
   // Called after each backward (B) of (stage, microbatch), its gradients left on the weights it
   // ran on. Only for schedules without I/W split.
   std::function<void(int stage, int microbatch)> after_backward;
+  // How I and W divide a backward.
+  //   kDeferredLayers: I runs the backward once while the PipeLinear layers (models/pipe_linear.h)
+  //     leave their weight gradients as closures for W; other layers compute theirs in I. The
+  //     fast path, for pptrain's own models.
+  //   kAutograd: for any module. I asks autograd for the input gradient only and keeps the
+  //     graph; W then runs the backward from the same output to the stage's parameters. Two
+  //     passes over the graph, as torch.distributed.pipelining splits them. On the first stage,
+  //     which has no input gradient to send, I does nothing and W the whole backward.
+  enum class WeightSplit { kDeferredLayers, kAutograd };
+  WeightSplit weight_split = WeightSplit::kDeferredLayers;
   // Starts the all-reduce of `stage`'s gradients (REDUCE_GRAD) and returns without waiting.
   // Needed when the schedule has reductions (schedule/reductions.h).
   std::function<void(int stage)> reduce_gradients;
@@ -139,6 +151,8 @@ class Executor {
                              bool backward);
   void plan_segments();
   void backward(int stage, int mb, bool defer_weight_grads, const StepData& data, StepState& state);
+  // W: the deferred closures, or (WeightSplit::kAutograd) the pass to the stage's parameters.
+  void weight_backward(int stage, int mb, StepState& state);
   void post_receives_through(size_t position, StepState& state);
   // Sends `tensor` as the message of our SEND at `position`, counting its bytes in the record.
   PendingComm send(size_t position, const torch::Tensor& tensor, StepState& state);

@@ -17,6 +17,12 @@ torch::Tensor Stage::forward(const torch::Tensor& input) {
   return x;
 }
 
+std::vector<std::shared_ptr<torch::nn::Module>> Stage::modules() const {
+  std::vector<std::shared_ptr<torch::nn::Module>> out;
+  for (const auto& layer : layers_) out.push_back(layer.ptr());
+  return out;
+}
+
 std::vector<torch::Tensor> Stage::parameters() const {
   std::vector<torch::Tensor> params;
   for (int i = 0; i < num_layers(); ++i) {

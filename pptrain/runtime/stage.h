@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,9 @@ class Stage {
   int num_layers() const { return static_cast<int>(layers_.size()); }
   // The parameters of layer first_layer() + i; parameters() is all of them in layer order.
   std::vector<torch::Tensor> layer_parameters(int i) const;
+
+  // The layers' modules, in order (to switch them between training and eval mode).
+  std::vector<std::shared_ptr<torch::nn::Module>> modules() const;
 
   // One file per layer: DIR/layer_<model layer index>.pt. UserError if a file cannot be written
   // or read, or does not match the layer.

@@ -19,44 +19,31 @@ std::string mib(int64_t bytes) {
 
 }  // namespace
 
-void LogPrinter::on_start(const TrainingPlan& plan) {
-  const int P = plan.ranks(), S = plan.num_stages();
-  std::printf(
-      "training %s (%d layers, d_model %d) with %s: %d rank%s, %d stage%s, %d microbatches of "
-      "%lld\n",
-      plan.model.kind.c_str(), num_layers(plan.model), plan.model.d_model,
-      plan.schedule->name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s", plan.microbatches(),
-      static_cast<long long>(plan.microbatch_size));
-  std::printf("%s\n", describe_stage_layers(plan.model, plan.partition, plan.stage_layers).c_str());
-  if (plan.copies > 1) {
-    std::printf("%d copies of the pipeline (--dp), %d ranks: each trains on 1/%d of the batch\n",
-                plan.copies, plan.world_size(), plan.copies);
-  }
-  if (!plan.resume_dir.empty()) {
-    std::printf("resuming %s after step %d\n", plan.resume_dir.c_str(), plan.first_step);
-  }
+void LogPrinter::on_start(const RunInfo& run) {
+  std::printf("%s\n", run.header.c_str());
   std::fflush(stdout);
 }
 
 void LogPrinter::on_step(const StepReport& r) {
   std::string peaks;
   for (auto bytes : r.peak_activation_bytes) peaks += (peaks.empty() ? "" : "/") + mib(bytes);
-  std::printf("step %d/%d  loss %.6f  time %.4f s  %.0f tokens/s  bubble %.3f  peak act %s MiB\n",
-              r.step, r.steps, r.loss, r.step_seconds, r.tokens_per_s, r.stats.bubble_ratio,
+  const std::string of = r.steps > 0 ? "/" + std::to_string(r.steps) : "";
+  std::printf("step %d%s  loss %.6f  time %.4f s  %.0f tokens/s  bubble %.3f  peak act %s MiB\n",
+              r.step, of.c_str(), r.loss, r.step_seconds, r.tokens_per_s, r.stats.bubble_ratio,
               peaks.c_str());
   std::fflush(stdout);
 }
 
-void LogPrinter::on_end(const TrainingPlan& plan) {
-  if (plan.save_dir.empty()) return;
+void LogPrinter::on_end(const RunInfo& run) {
+  if (run.save_dir.empty()) return;
   std::printf("saved a checkpoint of step %d to %s (parameters and optimizer state per layer)\n",
-              plan.steps, plan.save_dir.c_str());
+              run.steps, run.save_dir.c_str());
   std::fflush(stdout);
 }
 
-void SimComparison::on_start(const TrainingPlan& plan) {
-  schedule_ = plan.schedule;
-  first_step_ = plan.first_step + 1;
+void SimComparison::on_start(const RunInfo& run) {
+  schedule_ = run.schedule;
+  first_step_ = run.first_step + 1;
 }
 
 void SimComparison::on_step(const StepReport& report) {
@@ -74,7 +61,7 @@ void SimComparison::on_step(const StepReport& report) {
 MetricsWriter::MetricsWriter(std::string path, const SimComparison* comparison)
     : path_(std::move(path)), comparison_(comparison) {}
 
-void MetricsWriter::on_start(const TrainingPlan&) {
+void MetricsWriter::on_start(const RunInfo&) {
   out_.open(path_);
   PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
 }
@@ -101,20 +88,27 @@ void MetricsWriter::on_step(const StepReport& r) {
 }
 
 void TraceWriter::on_step(const StepReport& report) {
-  if (!report.last()) return;
-  write_text_file(path_, render_chrome_trace(report.timeline), "--trace file");
+  latest_ = report.timeline;
+}
+
+void TraceWriter::on_end(const RunInfo&) {
+  if (latest_) write_text_file(path_, render_chrome_trace(*latest_), "--trace file");
 }
 
 SvgWriter::SvgWriter(std::string path, const SimComparison* comparison)
     : path_(std::move(path)), comparison_(comparison) {}
 
-void SvgWriter::on_start(const TrainingPlan& plan) {
-  run_ = plan.schedule->name + ", P=" + std::to_string(plan.ranks()) +
-         ", M=" + std::to_string(plan.microbatches());
+void SvgWriter::on_start(const RunInfo& run) {
+  run_ = run.title();
 }
 
 void SvgWriter::on_step(const StepReport& report) {
-  if (!report.last()) return;
+  latest_ = report;
+}
+
+void SvgWriter::on_end(const RunInfo&) {
+  if (!latest_) return;
+  const StepReport& report = *latest_;
   SvgOptions svg;
   svg.show_comms = true;
   if (!comparison_ || !comparison_->result()) {

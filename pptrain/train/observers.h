@@ -28,21 +28,21 @@ namespace pptrain {
 class StepObserver {
  public:
   virtual ~StepObserver() = default;
-  virtual void on_start(const TrainingPlan& /*plan*/) {}  // before the first step
+  virtual void on_start(const RunInfo& /*run*/) {}  // before the first step
   virtual void on_step(const StepReport& report) = 0;
-  virtual void on_end(const TrainingPlan& /*plan*/) {}  // after the last step and the save
+  virtual void on_end(const RunInfo& /*run*/) {}  // after the last step and the save
 };
 
 class LogPrinter : public StepObserver {
  public:
-  void on_start(const TrainingPlan& plan) override;
+  void on_start(const RunInfo& run) override;
   void on_step(const StepReport& report) override;
-  void on_end(const TrainingPlan& plan) override;
+  void on_end(const RunInfo& run) override;
 };
 
 class SimComparison : public StepObserver {
  public:
-  void on_start(const TrainingPlan& plan) override;
+  void on_start(const RunInfo& run) override;
   void on_step(const StepReport& report) override;
   // The comparison, once the last step has been seen.
   const std::optional<Comparison>& result() const { return result_; }
@@ -58,7 +58,7 @@ class MetricsWriter : public StepObserver {
  public:
   // `comparison`, when given, must come before this writer in the observer list.
   MetricsWriter(std::string path, const SimComparison* comparison = nullptr);
-  void on_start(const TrainingPlan& plan) override;
+  void on_start(const RunInfo& run) override;
   void on_step(const StepReport& report) override;
 
  private:
@@ -71,22 +71,26 @@ class TraceWriter : public StepObserver {
  public:
   explicit TraceWriter(std::string path) : path_(std::move(path)) {}
   void on_step(const StepReport& report) override;
+  void on_end(const RunInfo& run) override;
 
  private:
   std::string path_;
+  std::optional<Timeline> latest_;  // the run's latest step, written at its end
 };
 
 class SvgWriter : public StepObserver {
  public:
   // `comparison`, when given, must come before this writer in the observer list.
   SvgWriter(std::string path, const SimComparison* comparison = nullptr);
-  void on_start(const TrainingPlan& plan) override;
+  void on_start(const RunInfo& run) override;
   void on_step(const StepReport& report) override;
+  void on_end(const RunInfo& run) override;
 
  private:
   std::string path_;
   const SimComparison* comparison_;
-  std::string run_;  // "1f1b, P=2, M=8", for the title
+  std::string run_;                   // "1f1b, P=2, M=8", for the title
+  std::optional<StepReport> latest_;  // the run's latest step, drawn at its end
 };
 
 // The observers `pptrain train` runs for its flags, in the order they must run.

@@ -81,22 +81,58 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
 
 }  // namespace
 
-std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step, double grad_norm,
+std::string RunInfo::title() const {
+  return schedule->name + ", P=" + std::to_string(ranks()) +
+         (copies > 1 ? ", D=" + std::to_string(copies) : "") +
+         ", M=" + std::to_string(microbatches);
+}
+
+RunInfo run_info(const TrainingPlan& plan) {
+  RunInfo run(plan.schedule);
+  run.copies = plan.copies;
+  run.microbatches = plan.microbatches();
+  run.steps = plan.steps;
+  run.first_step = plan.first_step;
+  run.batch_size = plan.data.batch_size;
+  run.tokens_per_sample = plan.tokens_per_sample;
+  run.asynchronous = plan.asynchronous();
+  const int P = plan.ranks(), S = plan.num_stages();
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "training %s (%d layers, d_model %d) with %s: %d rank%s, %d stage%s, %d "
+                "microbatches of %lld",
+                plan.model.kind.c_str(), num_layers(plan.model), plan.model.d_model,
+                plan.schedule->name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s",
+                plan.microbatches(), static_cast<long long>(plan.microbatch_size));
+  run.header = line;
+  run.header += "\n" + describe_stage_layers(plan.model, plan.partition, plan.stage_layers);
+  if (plan.copies > 1) {
+    std::snprintf(line, sizeof line,
+                  "%d copies of the pipeline (--dp), %d ranks: each trains on 1/%d of the batch",
+                  plan.copies, plan.world_size(), plan.copies);
+    run.header += std::string("\n") + line;
+  }
+  if (!plan.resume_dir.empty()) {
+    run.header +=
+        "\nresuming " + plan.resume_dir + " after step " + std::to_string(plan.first_step);
+  }
+  run.save_dir = plan.save_dir;
+  return run;
+}
+
+std::optional<StepReport> gather_step_report(const RunInfo& run, int step, double grad_norm,
                                              const RankStep& mine, Transport& transport,
                                              std::vector<PendingComm>* unsent) {
   const std::vector<RankStep> ranks = gather(mine, transport, unsent);
   if (transport.rank() != 0) return std::nullopt;
   StepReport report;
   report.step = step + 1;
-  report.steps = plan.steps;
+  report.steps = run.steps;
   report.grad_norm = grad_norm;
   Timeline& timeline = report.timeline;
-  timeline.title = plan.schedule->name + ", P=" + std::to_string(plan.ranks()) +
-                   (plan.copies > 1 ? ", D=" + std::to_string(plan.copies) : "") +
-                   ", M=" + std::to_string(plan.microbatches()) + " (measured, step " +
-                   std::to_string(report.step) + ")";
+  timeline.title = run.title() + " (measured, step " + std::to_string(report.step) + ")";
   // One row per world rank: with --dp, copy d's pipeline ranks are rows d x P .. d x P + P - 1.
-  timeline.num_ranks = plan.world_size();
+  timeline.num_ranks = run.world_size();
   timeline.unit = TimeUnit::kSeconds;
   double squared_norm = 0;
   // Each copy of the pipeline (--dp) divided its losses by its own M: their mean. The replicas
@@ -112,7 +148,7 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
     report.bytes_sent.push_back(r.bytes_sent);
     report.weight_bytes.push_back(r.weight_bytes);
     report.compute_s.push_back(r.compute_s);
-    if (plan.asynchronous()) squared_norm += r.grad_norm_squared;
+    if (run.asynchronous) squared_norm += r.grad_norm_squared;
     // Each rank timed its events from its own start after the barrier; on rank 0's clock they
     // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady
     // clock; a gap of a second or more means they do not (other hosts), and the ranks' starts
@@ -126,14 +162,14 @@ std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step,
       timeline.events.push_back(e);
     }
   }
-  report.loss /= plan.copies;
-  if (plan.asynchronous()) report.grad_norm = std::sqrt(squared_norm);
+  report.loss /= run.copies;
+  if (run.asynchronous) report.grad_norm = std::sqrt(squared_norm);
   report.stats = timeline_stats(timeline);
   char bubble[32];
   std::snprintf(bubble, sizeof bubble, ", bubble %.1f%%", 100 * report.stats.bubble_ratio);
   timeline.title += bubble;
-  report.samples_per_s = plan.data.batch_size / report.step_seconds;
-  report.tokens_per_s = report.samples_per_s * plan.tokens_per_sample;
+  report.samples_per_s = static_cast<double>(run.batch_size) / report.step_seconds;
+  report.tokens_per_s = report.samples_per_s * run.tokens_per_sample;
   return report;
 }
 

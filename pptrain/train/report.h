@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "pptrain/runtime/transport.h"
@@ -62,14 +63,40 @@ struct StepReport {
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 
-  bool last() const { return step == steps; }
+  // The run's last step; never when the run's length is not known (a program's own loop).
+  bool last() const { return steps > 0 && step == steps; }
 };
+
+// What the step reports and their observers know of a run, whoever runs it: `pptrain train`
+// (run_info() of its TrainingPlan) or a program's own loop (api/pipeline.h).
+struct RunInfo {
+  explicit RunInfo(ValidatedSchedule lowered) : schedule(std::move(lowered)) {}
+
+  ValidatedSchedule schedule;  // what every rank of one pipeline runs
+  int copies = 1;              // D: copies of the pipeline (--dp)
+  int microbatches = 1;        // M, per step
+  int steps = 0;               // of the run; 0 when not known in advance
+  int first_step = 0;          // 0-based; a resumed run's first
+  int64_t batch_size = 0;      // samples per step over all copies
+  double tokens_per_sample = 1;
+  bool asynchronous = false;
+  std::string header;    // what the log prints before the first step (lines, no final newline)
+  std::string save_dir;  // where the run saves at its end; empty: it does not
+
+  int ranks() const { return schedule->num_ranks; }
+  int world_size() const { return copies * ranks(); }
+  // "1f1b, P=2, M=8" (with ", D=2" for copies): what a picture of the run is titled.
+  std::string title() const;
+};
+
+// What `pptrain train`'s observers know of its plan.
+RunInfo run_info(const TrainingPlan& plan);
 
 // Collective over all ranks: every rank sends `mine` to rank 0, which returns the step's report;
 // the other ranks return nothing. `step` is 0-based. With `unsent` given, the other ranks do not
 // wait for their sends but append them there (an asynchronous pipeline must not wait for rank 0
 // at every step); the caller waits on them later.
-std::optional<StepReport> gather_step_report(const TrainingPlan& plan, int step, double grad_norm,
+std::optional<StepReport> gather_step_report(const RunInfo& run, int step, double grad_norm,
                                              const RankStep& mine, Transport& transport,
                                              std::vector<PendingComm>* unsent = nullptr);
 

@@ -433,8 +433,9 @@ void train(const TrainingPlan& plan, Transport& transport,
   }
   Executor executor(plan.schedule, executor_options);
   const bool reports = rank == 0;  // rank 0 gets the step reports
+  const RunInfo run = run_info(plan);
   if (reports) {
-    for (StepObserver* o : observers) o->on_start(plan);
+    for (StepObserver* o : observers) o->on_start(run);
   }
 
   // An asynchronous pipeline never waits for the other ranks between steps: no barrier after
@@ -502,7 +503,7 @@ void train(const TrainingPlan& plan, Transport& transport,
     mine.has_loss = record.has_loss;
     mine.loss = record.loss;
     mine.events = std::move(record.events);
-    const auto report = gather_step_report(plan, step, grad_norm, mine, transport,
+    const auto report = gather_step_report(run, step, grad_norm, mine, transport,
                                            plan.asynchronous() ? &unsent_reports : nullptr);
     if (report) {
       for (StepObserver* o : observers) o->on_step(*report);
@@ -520,7 +521,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   if (!plan.save_dir.empty()) save_checkpoint(plan, to_save, plan.steps, transport);
   transport.barrier();
   if (reports) {
-    for (StepObserver* o : observers) o->on_end(plan);
+    for (StepObserver* o : observers) o->on_end(run);
   }
 }
 

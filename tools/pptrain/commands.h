@@ -2,7 +2,7 @@
 // on the app; its callback does the work and throws pptrain::UserError on bad input.
 //
 // Two programs share them: `pptrain` (main.cpp: schedule, partition, compare; no LibTorch) and
-// `pptrain-runtime` (runtime_main.cpp: train, profile), which `pptrain` runs for those two.
+// `pptrain-runtime` (runtime_main.cpp: train, profile, run), which `pptrain` runs for those two.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -14,6 +14,7 @@ void add_partition_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
+void add_run_command(CLI::App& app);
 
 // Parses the command line and runs the chosen subcommand; turns every error into one line on
 // stderr and the exit status: 0 (also for --help), 2 for a user's mistake, 1 otherwise.

@@ -1,8 +1,8 @@
 // pptrain: pipeline-parallel training. `pptrain --help` lists the subcommands.
 //
 // This program is the planner and links no LibTorch, so `--help`, `--version`, `schedule` and
-// `partition` start at once. For `train` and `profile` it replaces itself (execv, same arguments)
-// with `pptrain-runtime` from its own folder, so their exit status and signals are that
+// `partition` start at once. For `train`, `profile` and `run` it replaces itself (execv, same
+// arguments) with `pptrain-runtime` from its own folder, so their exit status and signals are that
 // program's, unchanged.
 #include <unistd.h>
 
@@ -30,6 +30,7 @@ struct RuntimeCommand {
 constexpr RuntimeCommand kRuntimeCommands[] = {
     {"train", "Train a model split into a pipeline across worker processes"},
     {"profile", "Time each layer of a model alone (one thread) and write a profile JSON"},
+    {"run", "Start N local ranks of any program with torchrun's environment, supervised"},
 };
 
 bool is_runtime_command(const char* arg) {

@@ -1,0 +1,192 @@
+#include "pptrain/api/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pptrain/common/check.h"
+#include "pptrain/runtime/loopback_transport.h"
+
+namespace pptrain {
+namespace {
+
+// A model of the program's own, in plain torch::nn modules (no PipeLinear): LayerNorm and
+// Linear layers, so every stage has weights for W and inputs for I.
+torch::nn::Sequential own_model(int blocks) {
+  static std::mutex seeding;  // ranks are threads here; the global generator is shared
+  std::lock_guard<std::mutex> lock(seeding);
+  torch::manual_seed(7);
+  torch::nn::Sequential model;
+  for (int b = 0; b < blocks; ++b) {
+    model->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({12})));
+    model->push_back(torch::nn::Linear(12, 12));
+    model->push_back(torch::nn::Tanh());
+  }
+  return model;
+}
+
+torch::Tensor mse(const torch::Tensor& output, const torch::Tensor& target) {
+  return torch::mse_loss(output, target);
+}
+
+struct Result {
+  std::vector<double> losses;
+  std::vector<torch::Tensor> weights;  // after the steps, in the model's order
+};
+
+constexpr int kSteps = 3;
+constexpr int kBatch = 8;
+
+torch::Tensor random_batch(uint64_t seed) {
+  return torch::randn({kBatch, 12}, at::detail::createCPUGenerator(seed));
+}
+torch::Tensor batch_inputs(int step) {
+  return random_batch(100 + step);
+}
+torch::Tensor batch_targets(int step) {
+  return random_batch(200 + step);
+}
+
+// One process, no pipeline: the whole mini-batch through the whole model, plain SGD.
+Result plain_training(int blocks, int microbatches) {
+  auto model = own_model(blocks);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  Result result;
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    // The mean of the microbatches' means, as a pipeline computes it.
+    auto inputs = batch_inputs(step).split(kBatch / microbatches);
+    auto targets = batch_targets(step).split(kBatch / microbatches);
+    double loss = 0;
+    for (int m = 0; m < microbatches; ++m) {
+      auto l = mse(model->forward(inputs[m]), targets[m]) / microbatches;
+      loss += l.item<double>();
+      l.backward();
+    }
+    optimizer.step();
+    result.losses.push_back(loss);
+  }
+  for (const auto& p : model->parameters()) result.weights.push_back(p.detach().clone());
+  return result;
+}
+
+// The same model cut into stages and trained through the library, ranks as threads of this
+// process. Every rank builds the whole model from the same seed and keeps its parts.
+Result pipelined_training(int ranks, int blocks, PipelineOptions options) {
+  auto transports = make_loopback_transports(ranks);
+  std::vector<Result> results(ranks);
+  std::vector<std::vector<std::vector<torch::Tensor>>> stage_weights(ranks);  // [rank][stage]
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      World world{r, ranks, std::move(transports[r])};
+      const StagePlacement placement = place_stages(world, options);
+      auto model = own_model(blocks);
+      const int per_stage = static_cast<int>(model->size()) / placement.num_stages;
+      std::vector<int> cuts;
+      for (int s = 1; s < placement.num_stages; ++s) cuts.push_back(s * per_stage);
+      auto parts = split_sequential(model, cuts);
+      std::vector<PipelineStage> stages;
+      stages.reserve(placement.local.size());
+      for (int s : placement.local) stages.emplace_back(parts[s], s, placement.num_stages);
+      std::vector<PipelineStage*> pointers;
+      std::vector<torch::Tensor> params;
+      for (auto& stage : stages) {
+        pointers.push_back(&stage);
+        for (auto& p : stage.parameters()) params.push_back(p);
+      }
+      PipelineSchedule schedule(world, pointers, options, mse);
+      torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.1));
+      for (int step = 0; step < kSteps; ++step) {
+        optimizer.zero_grad();
+        auto loss = schedule.step(batch_inputs(step), batch_targets(step));
+        optimizer.step();
+        if (loss.defined()) results[r].losses.push_back(loss.item<double>());
+      }
+      stage_weights[r].resize(placement.num_stages);
+      for (auto& stage : stages) {
+        for (auto& p : stage.parameters()) {
+          stage_weights[r][stage.index()].push_back(p.detach().clone());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  Result merged;
+  for (const auto& r : results) {
+    if (!r.losses.empty()) merged.losses = r.losses;
+  }
+  const int num_stages = static_cast<int>(stage_weights[0].size());
+  for (int s = 0; s < num_stages; ++s) {
+    for (int r = 0; r < ranks; ++r) {
+      for (auto& w : stage_weights[r][s]) merged.weights.push_back(w);
+    }
+  }
+  return merged;
+}
+
+void expect_equal(const Result& got, const Result& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::abs(want.losses[i])) << what;
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  for (size_t i = 0; i < want.weights.size(); ++i) {
+    const double diff = (got.weights[i] - want.weights[i]).abs().max().item<double>();
+    EXPECT_LE(diff, 1e-5 * (1 + want.weights[i].abs().max().item<double>())) << what << " w" << i;
+  }
+}
+
+TEST(Pipeline, OwnModelEqualsPlainTrainingOnEverySynchronousSchedule) {
+  for (int ranks : {2, 4}) {
+    for (std::string name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v"}) {
+      for (auto split : {ExecutorOptions::WeightSplit::kAutograd,
+                         ExecutorOptions::WeightSplit::kDeferredLayers}) {
+        PipelineOptions options;
+        options.schedule = name;
+        options.microbatches = 4;
+        options.weight_split = split;
+        const std::string what =
+            name + " on " + std::to_string(ranks) + " ranks, " +
+            (split == ExecutorOptions::WeightSplit::kAutograd ? "autograd" : "fused");
+        expect_equal(pipelined_training(ranks, 8, options), plain_training(8, 4), what);
+      }
+    }
+  }
+}
+
+TEST(Pipeline, AutogradSplitWithRecomputationEqualsPlainTraining) {
+  // I reruns the forward, keeps that graph for W: the weights' gradients come from the rerun.
+  PipelineOptions options;
+  options.schedule = "zb-h1";
+  options.microbatches = 2;
+  options.recompute = true;
+  expect_equal(pipelined_training(2, 4, options), plain_training(4, 2), "zb-h1 recompute");
+}
+
+TEST(Pipeline, RefusesWhatItCannotRun) {
+  auto transports = make_loopback_transports(1);
+  World world{0, 1, std::move(transports[0])};
+  auto parts = split_sequential(own_model(2), {3});
+  PipelineStage first(parts[0], 0, 2);
+  PipelineOptions options;
+  options.schedule = "pipedream";
+  EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
+  options.schedule = "no-such-schedule";
+  EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
+  options.schedule = "1f1b";  // one rank, one stage: stage 0 of 1, not of 2
+  EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
+  EXPECT_THROW(split_sequential(own_model(2), {4, 2}), UserError);
+  EXPECT_THROW((PipelineStage{parts[1], 2, 2}), UserError);
+  // A batch that does not split into the microbatches.
+  PipelineStage whole(own_model(1), 0, 1);
+  options.microbatches = 3;
+  PipelineSchedule schedule(world, {&whole}, options, mse);
+  EXPECT_THROW(schedule.step(torch::zeros({8, 12}), torch::zeros({8, 12})), UserError);
+}
+
+}  // namespace
+}  // namespace pptrain
