@@ -196,8 +196,8 @@ TEST(Outputs, MetricsTraceSvgAndLoad) {
 // The cost columns of the metrics: bytes sent, weight bytes, compute seconds, per rank.
 TEST(Outputs, MetricsCountBytesSentWeightsAndCompute) {
   TempDir dir;
-  const std::string common = model_args(small_model("mlp")) +
-                             " --pp 2 --batch-size 16 --microbatches 4 --steps 2 --quiet";
+  const std::string common =
+      model_args(small_model("mlp")) + " --pp 2 --batch-size 16 --microbatches 4 --steps 2 --quiet";
   const auto run = [&](const std::string& flags, const std::string& tag) {
     const auto result =
         run_train(common + " " + flags + " --metrics " + (dir / (tag + ".jsonl")).string(), dir);
@@ -432,6 +432,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"UnknownOptimizer",
                  "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --optimizer lion",
                  "--optimizer must be sgd or adamw, got 'lion'"},
+        BadInput{"UnknownWeightSplit",
+                 "--pp 2 --schedule zb-h1 --microbatches 4 --batch-size 8 --weight-split half",
+                 "--weight-split must be deferred or autograd, got 'half'"},
+        BadInput{"AutogradWeightSplitWithAnAsynchronousSchedule",
+                 "--pp 2 --schedule pipedream --microbatches 4 --batch-size 8 --weight-split "
+                 "autograd",
+                 "--weight-split autograd is for synchronous schedules"},
         BadInput{"VerticalSyncWithASyncSchedule",
                  "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --vertical-sync",
                  "--vertical-sync applies to --schedule pipedream only, not '1f1b'"},

@@ -59,6 +59,30 @@ INSTANTIATE_TEST_SUITE_P(Models, RecomputeMatchesReference, ::testing::Values("g
                            return info.param;
                          });
 
+// The I/W split any module gets (two passes of autograd) trains like --pp 1 too, on pptrain's
+// own models, whose PipeLinear layers would otherwise defer their own weight gradients.
+TEST(AutogradWeightSplit, MatchesReference) {
+  for (const std::string kind : {"gpt", "mlp"}) {
+    const ModelOptions model = small_model(kind);
+    TempDir dir;
+    const std::string common = model_args(model) +
+                               " --batch-size 8 --microbatches 4 --steps 4 --quiet"
+                               " --weight-split autograd";
+    ASSERT_EQ(run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() + " --save " +
+                            (dir / "ref").string(),
+                        dir)
+                  .exit_code,
+              0);
+    for (const auto& [schedule, pp] :
+         {std::pair<std::string, int>{"zb-h1", 2}, {"zb-v", 2}, {"zb-h2", 4}, {"zb-v", 4}}) {
+      SCOPED_TRACE(kind + " --pp " + std::to_string(pp) + " --schedule " + schedule);
+      expect_run_matches_reference(
+          model, common + " --pp " + std::to_string(pp) + " --schedule " + schedule,
+          schedule + "_pp" + std::to_string(pp), dir);
+    }
+  }
+}
+
 // zb-auto planned for unequal costs under ZB-1p's limit (P) and a tighter one orders its W's
 // differently from the default run in train_test.cpp; every order must train like --pp 1.
 TEST(ZbAuto, UnderAMemoryLimitMatchesReference) {

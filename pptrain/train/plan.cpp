@@ -362,6 +362,12 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.warmup_steps = options.warmup_steps;
   plan.clip = options.clip;
   plan.recompute = options.recompute;
+  PPTRAIN_CHECK(options.weight_split == "deferred" || options.weight_split == "autograd",
+                "--weight-split must be deferred or autograd, got '", options.weight_split, "'");
+  plan.autograd_weight_split = options.weight_split == "autograd";
+  PPTRAIN_CHECK(!plan.autograd_weight_split || !plan.asynchronous(),
+                "--weight-split autograd is for synchronous schedules; ", plan.schedule->name,
+                " runs whole backwards on weight versions");
   plan.skip_nonfinite = options.skip_nonfinite;
   plan.threads = options.threads;
   plan.load_dir = options.load_dir;

@@ -90,6 +90,10 @@ struct TrainOptions {
   bool quiet = false;  // no per-step lines on stdout
   // Keep only each stage's input between F and its backward, and rerun F before I or B.
   bool recompute = false;
+  // How I and W divide a backward (runtime/executor.h, ExecutorOptions::WeightSplit):
+  // "deferred" (PipeLinear's own closures, the fast path) or "autograd" (any module's way: two
+  // passes over the graph). Synchronous schedules only.
+  std::string weight_split = "deferred";
   // After the last step, simulate the schedule with this run's own measured costs and print
   // predicted against measured (sim/compare.h); with svg_path, draw both timelines.
   bool compare_sim = false;
@@ -133,14 +137,15 @@ struct TrainingPlan {
   int warmup_steps = 0;   // see TrainOptions
   double clip = 0;        // max global gradient norm; 0 = no clipping
   bool recompute = false;
-  bool skip_nonfinite = false;  // see TrainOptions
-  int threads = 1;              // compute threads per process
-  std::string load_dir;         // empty: start from the seeded initialisation
-  std::string resume_dir;       // empty: no resume; else also the optimizer state and the step
-  int first_step = 0;           // the step the run starts at: the resumed checkpoint's step
-  std::string save_dir;         // empty: do not save
-  int save_every = 0;           // see TrainOptions
-  int keep = 1;                 // see TrainOptions
+  bool autograd_weight_split = false;  // TrainOptions::weight_split == "autograd"
+  bool skip_nonfinite = false;         // see TrainOptions
+  int threads = 1;                     // compute threads per process
+  std::string load_dir;                // empty: start from the seeded initialisation
+  std::string resume_dir;  // empty: no resume; else also the optimizer state and the step
+  int first_step = 0;      // the step the run starts at: the resumed checkpoint's step
+  std::string save_dir;    // empty: do not save
+  int save_every = 0;      // see TrainOptions
+  int keep = 1;            // see TrainOptions
   // The checkpoint whose parameters the run starts from; empty: the seeded initialisation.
   const std::string& start_dir() const { return resume_dir.empty() ? load_dir : resume_dir; }
 

@@ -414,6 +414,9 @@ void train(const TrainingPlan& plan, Transport& transport,
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = plan.recompute || plan.weights.backward_reruns_forward();
   executor_options.microbatches_per_step = plan.microbatches();
+  if (plan.autograd_weight_split) {
+    executor_options.weight_split = ExecutorOptions::WeightSplit::kAutograd;
+  }
   executor_options.reduce_gradients = [&stage_copies](int stage) {
     stage_copies.start_average(stage);
   };

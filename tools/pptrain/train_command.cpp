@@ -189,6 +189,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--recompute", o.recompute,
                 "Keep only each stage's input between forward and backward; rerun the forward "
                 "before the backward (less activation memory, one more forward)");
+  cmd->add_option("--weight-split", o.weight_split,
+                  "How zero-bubble schedules split a backward into I and W: deferred (the "
+                  "layers' own deferred weight gradients) or autograd (any module's way: input "
+                  "gradient first, then the weights' from the kept graph)")
+      ->capture_default_str();
   cmd->add_flag("--skip-nonfinite", o.skip_nonfinite,
                 "Skip the optimizer step of a step whose loss or gradients are not finite "
                 "(default: stop the run, exit status 1, naming the step)");
