@@ -1,8 +1,8 @@
 // The CLI's subcommands. Each lives in its own file (`<name>_command.cpp`) and registers itself
 // on the app; its callback does the work and throws pptrain::UserError on bad input.
 //
-// Two programs share them: `pptrain` (main.cpp: schedule, partition, compare; no LibTorch) and
-// `pptrain-runtime` (runtime_main.cpp: train, profile), which `pptrain` runs for those two.
+// Two programs share them: `pptrain` (main.cpp: schedule, partition, plan, compare; no LibTorch)
+// and `pptrain-runtime` (runtime_main.cpp: train, profile), which `pptrain` runs for those two.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,6 +11,7 @@ namespace pptrain::cli {
 
 void add_schedule_command(CLI::App& app);
 void add_partition_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
