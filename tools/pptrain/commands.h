@@ -6,6 +6,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace pptrain::cli {
 
@@ -15,6 +18,14 @@ void add_plan_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
+
+// Flag values of the planner commands (flag_values.cpp). The whole of `text` as an integer >= 1,
+// or nothing (empty, not a number, other characters after it, below 1).
+std::optional<int> positive_int(const std::string& text);
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {}.
+std::vector<std::string> split_commas(const std::string& text);
+// The required `--profile FILE` of partition and plan.
+CLI::Option* add_profile_option(CLI::App* command, std::string& path);
 
 // Parses the command line and runs the chosen subcommand; turns every error into one line on
 // stderr and the exit status: 0 (also for --help), 2 for a user's mistake, 1 otherwise.

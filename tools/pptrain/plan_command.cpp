@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,26 +44,12 @@ struct PlanArgs {
   bool json = false;
 };
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream items(text);
-  std::string item;
-  while (std::getline(items, item, ',')) out.push_back(item);
-  return out;
-}
-
 int parse_count(const std::string& text, const std::string& flag_value) {
-  size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  PPTRAIN_CHECK(!text.empty() && used == text.size() && value >= 1,
+  const std::optional<int> value = positive_int(text);
+  PPTRAIN_CHECK(value.has_value(),
                 "--microbatches must be a list (4,8,16) or a range (4-32) of counts >= 1, got '",
                 flag_value, "'");
-  return value;
+  return *value;
 }
 
 // "4,8,16" is a list; "4-32" every divisor of the batch from 4 to 32.
@@ -75,7 +61,7 @@ void parse_microbatches(const std::string& text, PlannerOptions& options) {
     options.max_microbatches = parse_count(text.substr(dash + 1), text);
     return;
   }
-  for (const std::string& item : split_list(text)) {
+  for (const std::string& item : split_commas(text)) {
     options.microbatches.push_back(parse_count(item, text));
   }
 }
@@ -97,8 +83,8 @@ PlannerOptions options_from(const PlanArgs& args) {
   options.batch_size = args.batch;
   options.profile_microbatch_size = args.profile_microbatch_size;
   parse_microbatches(args.microbatches, options);
-  options.partitions = split_list(args.partitions);
-  options.schedules = split_list(args.schedules);
+  options.partitions = split_commas(args.partitions);
+  options.schedules = split_commas(args.schedules);
   if (args.recompute != "both") options.recompute = {args.recompute == "on"};
   options.optimizer_state_factor = args.optimizer == "adamw" ? 2 : 1;
   options.mem_w_ratio = args.mem_w_ratio;
@@ -180,10 +166,7 @@ void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   CLI::App* command = app.add_subcommand(
       "plan", "Search partition x schedule x microbatches x recomputation for a memory limit");
-  command
-      ->add_option("--profile", args->profile,
-                   "Profile: pptrain JSON (pptrain profile) or PipeDream graph.txt")
-      ->required();
+  add_profile_option(command, args->profile);
   command->add_option("--workers", args->workers, "Pipeline workers (P)")->required();
   command
       ->add_option("--memory-limit", args->memory_limit,
