@@ -312,6 +312,32 @@ if [ -x "$runtime" ]; then
   train_help=$("$pptrain" train --help)
   grep -q -- "--microbatches" <<<"$train_help" || fail "pptrain train --help lacks the train flags"
   expect_error "runtime flag error" "--model is required" "$pptrain" train
+  expect_error "train without --pp" "--pp is required (or --plan FILE)" \
+    "$pptrain" train --model gpt --microbatches 2 --batch-size 4 --steps 1
+  # train --plan runs the planner's winner: a profile of gpt --layers 4 (embedding, 4 blocks,
+  # head), planned for 2 workers.
+  {
+    printf '{"format": "pptrain-profile-1", "settings": {"microbatch_size": 1}, "layers": ['
+    for l in 0 1 2 3 4 5; do
+      [ "$l" -gt 0 ] && printf ','
+      printf '{"name": "l%d", "forward_ms": %d, "backward_input_ms": 1, "backward_weight_ms": 1, ' "$l" $((1 + l % 2))
+      printf '"activation_bytes": 1000, "stash_bytes": 5000, "parameter_bytes": 20000}'
+    done
+    printf ']}\n'
+  } >"$work/gpt4.json"
+  "$pptrain" plan --profile "$work/gpt4.json" --workers 2 --memory-limit 0 --batch 4 \
+    --schedules 1f1b,zb-h1 --out "$work/gptplan" >/dev/null || fail "plan for gpt4 exited $?"
+  train_args=(--model gpt --layers 4 --d-model 32 --heads 2 --seq-len 16 --steps 1)
+  "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" >"$work/train_plan.txt" 2>&1 \
+    || fail "train --plan exited $?: $(tail -3 "$work/train_plan.txt")"
+  expect_error "train --plan with another --pp" "--pp 3 contradicts --plan" \
+    "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --pp 3
+  expect_error "train --plan with another --microbatches" "--microbatches 3 contradicts --plan" \
+    "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --microbatches 3
+  expect_error "train --plan with --dp" "is for one pipeline" \
+    "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --dp 2
+  expect_error "train --plan of a missing file" "cannot read plan file" \
+    "$pptrain" train --plan "$work/none/plan.json" "${train_args[@]}"
   grep -q '^LibTorch none$' <<<"$version" && fail "--version says no LibTorch, but the runtime is built"
 else
   expect_error "train without a runtime" "PPTRAIN_BUILD_RUNTIME=OFF" "$pptrain" train --pp 2
