@@ -110,11 +110,11 @@ void print_table(const Profile& profile, const PlannerOptions& options, const Pl
               search.batch_size, search.profile_microbatch_size);
   std::printf("%d candidates simulated in %.2f s, %d fit\n\n", search.evaluated, seconds,
               search.fitting);
-  std::printf("%3s  %-22s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition", "schedule",
+  std::printf("%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition", "schedule",
               "V", "M", "recompute", "step ms", "bubble", "peak MB/rank");
   for (size_t i = 0; i < search.ranked.size(); ++i) {
     const Candidate& c = search.ranked[i];
-    std::printf("%3zu  %-22s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s\n", i + 1,
+    std::printf("%3zu  %-29s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s\n", i + 1,
                 c.partition.c_str(), c.schedule.c_str(), c.chunks, c.microbatches,
                 c.recompute ? "yes" : "no", c.step_ms, c.bubble_ratio,
                 megabytes(c.max_peak_bytes()).c_str());
