@@ -75,7 +75,10 @@ std::string plan_json(const Profile& profile, const PlannerOptions& options,
 }
 
 PlanFile read_plan_file(const std::string& path) {
-  const std::string body = read_text_file(path, "plan file");
+  return parse_plan_json(read_text_file(path, "plan file"), path);
+}
+
+PlanFile parse_plan_json(const std::string& body, const std::string& path) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(body);

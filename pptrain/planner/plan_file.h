@@ -47,6 +47,8 @@ std::string plan_json(const Profile& profile, const PlannerOptions& options,
 
 // Reads plan.json. UserError naming the file and the field for anything malformed.
 PlanFile read_plan_file(const std::string& path);
+// The same from the file's text; `path` names it and locates the files beside it.
+PlanFile parse_plan_json(const std::string& text, const std::string& path);
 
 // The winner's cut as `pptrain partition --json` writes it (method "plan: <partition>").
 Partition winner_partition(const Profile& profile, const Candidate& winner);
