@@ -61,7 +61,8 @@ struct PlannerOptions {
   std::vector<int> microbatches;    // M to try; empty: every divisor of batch_size in
   int min_microbatches = 1;         // min_microbatches .. max_microbatches
   int max_microbatches = 1024;
-  // Partition methods (partition.h) and schedules (registry names) to try; empty: all.
+  // Partition methods (partition.h) and schedules (registry names) to try; empty: every method
+  // and every synchronous schedule (synchronous_schedules()).
   std::vector<std::string> partitions;
   std::vector<std::string> schedules;
   std::vector<bool> recompute = {false, true};
