@@ -248,6 +248,53 @@ expect_error "compare bad --pptrain" "--pptrain: '/nonexistent' is not an execut
 expect_error "compare bad --batch-size" "--batch-size must be a positive multiple" \
   "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$work/c2" --batch-size 20
 
+# The joint planner: a ranked table, the winner's files (plan.json, a partition train reads, a
+# schedule CSV schedule --import reads, an SVG), one-line errors, and the smallest peak when
+# nothing fits.
+vgg="$(dirname "$0")/../data/pipedream/vgg16/graph.txt"
+plan_out="$work/plan"
+"$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --microbatches 4-16 \
+  --out "$plan_out" >"$work/plan.txt" || fail "plan exited $?"
+grep -q '^  #  partition .* schedule .* step ms .* bubble .* peak MB/rank$' "$work/plan.txt" \
+  || fail "plan: no ranked table header: $(cat "$work/plan.txt")"
+[ "$(grep -cE '^ +[0-9]+  ' "$work/plan.txt")" -eq 10 ] || fail "plan: the table has not 10 rows: $(cat "$work/plan.txt")"
+grep -q 'candidates simulated in' "$work/plan.txt" || fail "plan: no count of candidates"
+for file in plan.json partition.json schedule.csv timeline.svg; do
+  [ -s "$plan_out/$file" ] || fail "plan did not write $file"
+done
+for field in '"format": "pptrain-plan-1"' '"winner"' '"schedule"' '"chunks"' '"microbatches"' \
+  '"recompute"' '"stage_layers"' '"step_ms"' '"bubble_ratio"' '"peak_bytes"' '"ranked"'; do
+  grep -q -- "$field" "$plan_out/plan.json" || fail "plan.json lacks $field"
+done
+winner_ms=$(grep -m1 '"step_ms"' "$plan_out/plan.json" | tr -dc '0-9.')
+grep -qE "^ +1  .* ${winner_ms:0:6}" "$work/plan.txt" || fail "plan: row 1 is not plan.json's winner ($winner_ms)"
+"$pptrain" schedule --import "$plan_out/schedule.csv" --json >/dev/null || fail "plan's schedule.csv does not import"
+grep -q '"first_layer"' "$plan_out/partition.json" || fail "plan's partition.json is not a partition"
+if [ -n "$rsvg" ]; then
+  "$rsvg" -o "$work/plan.png" "$plan_out/timeline.svg" || fail "rsvg-convert could not render plan's timeline.svg"
+fi
+"$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --schedules 1f1b \
+  --json --out "$work/plan2" | grep -q '"schedule": "1f1b"' || fail "plan --json does not print the plan"
+expect_error "plan: limit too small" "no plan fits the memory limit of 1000.0 MB (1e+09 bytes) per rank; the smallest peak of the" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
+expect_error "plan: zero workers" "--workers must be >= 1" \
+  "$pptrain" plan --profile "$vgg" --workers 0 --memory-limit 1e9 --out "$work/plan3"
+expect_error "plan: negative limit" "--memory-limit must be >= 0 bytes" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit -1 --out "$work/plan3"
+expect_error "plan: M not dividing the batch" "microbatches 3 does not divide the batch of 16" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --batch 16 --microbatches 4,3 --out "$work/plan3"
+expect_error "plan: bad microbatches" "--microbatches must be a list" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --microbatches 4-x --out "$work/plan3"
+expect_error "plan: asynchronous schedule" "schedule 'pipedream' is asynchronous" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --schedules 1f1b,pipedream --out "$work/plan3"
+expect_error "plan: unknown partition" "nope" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --partitions time,nope --out "$work/plan3"
+expect_error "plan: bad recompute" "--recompute must be both, on or off" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --recompute maybe --out "$work/plan3"
+expect_error "plan: no limit given" "memory-limit" "$pptrain" plan --profile "$vgg" --workers 4 --out "$work/plan3"
+expect_error "plan: missing profile" "$work/none.json" \
+  "$pptrain" plan --profile "$work/none.json" --workers 4 --memory-limit 1e9 --out "$work/plan3"
+
 # The planner is one program without LibTorch; train and profile are pptrain-runtime's, run by
 # pptrain in its place (docs/ARCHITECTURE.md, "Two programs").
 if ldd "$pptrain" | grep -q libtorch; then fail "pptrain links LibTorch"; fi
@@ -265,6 +312,32 @@ if [ -x "$runtime" ]; then
   train_help=$("$pptrain" train --help)
   grep -q -- "--microbatches" <<<"$train_help" || fail "pptrain train --help lacks the train flags"
   expect_error "runtime flag error" "--model is required" "$pptrain" train
+  expect_error "train without --pp" "--pp is required (or --plan FILE)" \
+    "$pptrain" train --model gpt --microbatches 2 --batch-size 4 --steps 1
+  # train --plan runs the planner's winner: a profile of gpt --layers 4 (embedding, 4 blocks,
+  # head), planned for 2 workers.
+  {
+    printf '{"format": "pptrain-profile-1", "settings": {"microbatch_size": 1}, "layers": ['
+    for l in 0 1 2 3 4 5; do
+      [ "$l" -gt 0 ] && printf ','
+      printf '{"name": "l%d", "forward_ms": %d, "backward_input_ms": 1, "backward_weight_ms": 1, ' "$l" $((1 + l % 2))
+      printf '"activation_bytes": 1000, "stash_bytes": 5000, "parameter_bytes": 20000}'
+    done
+    printf ']}\n'
+  } >"$work/gpt4.json"
+  "$pptrain" plan --profile "$work/gpt4.json" --workers 2 --memory-limit 0 --batch 4 \
+    --schedules 1f1b,zb-h1 --out "$work/gptplan" >/dev/null || fail "plan for gpt4 exited $?"
+  train_args=(--model gpt --layers 4 --d-model 32 --heads 2 --seq-len 16 --steps 1)
+  "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" >"$work/train_plan.txt" 2>&1 \
+    || fail "train --plan exited $?: $(tail -3 "$work/train_plan.txt")"
+  expect_error "train --plan with another --pp" "--pp 3 contradicts --plan" \
+    "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --pp 3
+  expect_error "train --plan with another --microbatches" "--microbatches 3 contradicts --plan" \
+    "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --microbatches 3
+  expect_error "train --plan with --dp" "is for one pipeline" \
+    "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --dp 2
+  expect_error "train --plan of a missing file" "cannot read plan file" \
+    "$pptrain" train --plan "$work/none/plan.json" "${train_args[@]}"
   grep -q '^LibTorch none$' <<<"$version" && fail "--version says no LibTorch, but the runtime is built"
 else
   expect_error "train without a runtime" "PPTRAIN_BUILD_RUNTIME=OFF" "$pptrain" train --pp 2

@@ -1,11 +1,11 @@
 // Fixed-seed random-input tests of every parser of a file a user hands pptrain: the schedule CSV,
-// PipeDream's graph.txt, the profile JSON and the partition JSON. Each starts from a valid input
-// and feeds thousands of damaged copies (bytes flipped, inserted or deleted, lines cut,
-// duplicated or swapped, cells emptied, numbers made huge or negative, control and non-ASCII
-// bytes) to the parser. What it checks: a parser either returns or throws UserError, whose
-// message is one line of printable ASCII of bounded length (untrusted bytes escaped and cut);
-// never another exception, a crash or a hang (CTest's TIMEOUT bounds the run). Run under
-// -DPPTRAIN_SANITIZE=address,undefined it also catches out-of-bounds reads.
+// PipeDream's graph.txt, the profile JSON, the partition JSON and the planner's plan.json. Each
+// starts from a valid input and feeds thousands of damaged copies (bytes flipped, inserted or
+// deleted, lines cut, duplicated or swapped, cells emptied, numbers made huge or negative,
+// control and non-ASCII bytes) to the parser. What it checks: a parser either returns or throws
+// UserError, whose message is one line of printable ASCII of bounded length (untrusted bytes
+// escaped and cut); never another exception, a crash or a hang (CTest's TIMEOUT bounds the run).
+// Run under -DPPTRAIN_SANITIZE=address,undefined it also catches out-of-bounds reads.
 //
 // PPTRAIN_FUZZ_ITERATIONS (default 20000 per parser) sets how many damaged copies each parser
 // gets; the seed is fixed, so a failure repeats.
@@ -21,6 +21,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
+#include "pptrain/planner/plan_file.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
@@ -165,7 +166,7 @@ TEST(ParsersFuzz, PipeDreamGraph) {
 
 TEST(ParsersFuzz, ProfileJson) {
   const std::string seed = R"({"format": "pptrain-profile-1", "model": {"name": "mlp"},
-  "layers": [
+  "settings": {"microbatch_size": 2}, "layers": [
     {"name": "fc1", "forward_ms": 1.5, "backward_input_ms": 2, "backward_weight_ms": 0.5,
      "activation_bytes": 4096, "stash_bytes": 8192, "parameter_bytes": 1000},
     {"name": "fc2", "forward_ms": 0.5, "backward_input_ms": 1, "backward_weight_ms": 0.25,
@@ -180,6 +181,15 @@ TEST(ParsersFuzz, PartitionJson) {
   {"first_layer": 2, "last_layer": 4, "replicas": 1}]})";
   fuzz(
       seed, [](const std::string& text) { check_partition(parse_partition_json(text), 5); }, 4);
+}
+
+TEST(ParsersFuzz, PlanJson) {
+  const std::string seed = R"({"format": "pptrain-plan-1", "workers": 2, "batch_size": 8,
+  "winner": {"schedule": "zb-v", "chunks": 2, "microbatches": 4, "recompute": true,
+             "stage_layers": "0-1,2-3,4-5,6-7"},
+  "files": {"partition": "partition.json", "schedule": "schedule.csv", "svg": "timeline.svg"}})";
+  fuzz(
+      seed, [](const std::string& text) { parse_plan_json(text, "out/plan.json"); }, 5);
 }
 
 }  // namespace

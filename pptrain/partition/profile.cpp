@@ -169,6 +169,13 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     layer.parameter_bytes = layer_number(l, "parameter_bytes", where);
     profile.layers.push_back(std::move(layer));
   }
+  if (doc.contains("settings") && doc["settings"].is_object() &&
+      doc["settings"].contains("microbatch_size")) {
+    const double size = layer_number(doc["settings"], "microbatch_size", source + ": settings");
+    PPTRAIN_CHECK(size >= 1 && size <= 1 << 30 && size == static_cast<int>(size), source,
+                  ": settings: microbatch_size must be a whole number >= 1, got ", size);
+    profile.microbatch_size = static_cast<int>(size);
+  }
   if (doc.contains("network")) {
     const nlohmann::json& n = doc["network"];
     const std::string where = source + ": network";

@@ -49,7 +49,10 @@ struct NetworkProfile {
 struct Profile {
   std::vector<LayerProfile> layers;
   NetworkProfile network;  // optional "network" object of our JSON
-  std::string source;      // where it came from (a path, or "<string>"), for messages
+  // Samples in the microbatch the figures were measured on ("settings": {"microbatch_size"} of
+  // our JSON); 0: not recorded (PipeDream's graph.txt).
+  int microbatch_size = 0;
+  std::string source;  // where it came from (a path, or "<string>"), for messages
 };
 
 // Reads a file, choosing the format by its content: JSON if the first non-blank character is

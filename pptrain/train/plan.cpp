@@ -388,4 +388,35 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   return plan;
 }
 
+void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOptions& options) {
+  const std::string source = "--plan " + plan.path;
+  const auto agree = [&](bool flag_given, const char* flag, const auto& value,
+                         const auto& planned) {
+    PPTRAIN_CHECK(!flag_given || value == planned, flag, " ", value, " contradicts ", source,
+                  ", which plans ", planned, "; leave ", flag, " out");
+  };
+  agree(given.pp, "--pp", options.pp, plan.workers);
+  agree(given.microbatches, "--microbatches", options.data.microbatches, plan.microbatches);
+  agree(given.batch_size, "--batch-size", options.data.batch_size, plan.batch_size);
+  agree(given.schedule, "--schedule", options.schedule, plan.schedule);
+  agree(given.schedule_file, "--schedule-file", options.schedule_file, plan.schedule_file);
+  agree(given.chunks && options.chunks != 0, "--chunks", options.chunks, plan.chunks);
+  agree(given.partition, "--partition", options.partition, plan.partition_file);
+  const std::string layers = format_stage_layers(plan.stage_layers);
+  agree(given.stage_layers, "--stage-layers", options.stage_layers, layers);
+  PPTRAIN_CHECK(!options.recompute || plan.recompute, "--recompute contradicts ", source,
+                ", which plans without recomputation; leave --recompute out");
+  PPTRAIN_CHECK(options.dp == 1, "--dp ", options.dp, ": ", source,
+                " is for one pipeline; plan each copy's share of the batch instead");
+  options.pp = plan.workers;
+  options.data.microbatches = plan.microbatches;
+  options.data.batch_size = plan.batch_size;
+  options.schedule = plan.schedule;
+  options.schedule_file = plan.schedule_file;
+  options.chunks = plan.chunks;
+  options.partition = plan.partition_file;
+  options.stage_layers = layers;
+  options.recompute = plan.recompute;
+}
+
 }  // namespace pptrain

@@ -21,6 +21,7 @@
 
 #include "pptrain/data/data.h"
 #include "pptrain/models/model.h"
+#include "pptrain/planner/plan_file.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/partition_plan.h"
@@ -183,6 +184,19 @@ struct TrainingPlan {
     return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
   }
 };
+
+// `--plan FILE` (the plan.json of `pptrain plan`, planner/plan_file.h): which of the flags it
+// sets the user gave as well, so that one contradicting it is an error, not silently replaced.
+struct PlanFlagsGiven {
+  bool pp = false, microbatches = false, batch_size = false, schedule = false,
+       schedule_file = false, chunks = false, partition = false, stage_layers = false;
+};
+
+// Sets --pp, --microbatches, --batch-size, the schedule (the plan's CSV as --schedule-file),
+// --chunks, the stage layers and --recompute from the plan. UserError (one line naming the flag,
+// its value and the plan's) when a given flag contradicts the plan, and for --dp > 1 (the plan
+// is for one pipeline: D copies would cut each microbatch D times smaller).
+void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOptions& options);
 
 // Checks the options and resolves the plan. UserError (one line) for anything a user can get
 // wrong. With may_profile false, `--partition time` without a file is refused (a rank started

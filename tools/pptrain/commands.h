@@ -1,20 +1,32 @@
 // The CLI's subcommands. Each lives in its own file (`<name>_command.cpp`) and registers itself
 // on the app; its callback does the work and throws pptrain::UserError on bad input.
 //
-// Two programs share them: `pptrain` (main.cpp: schedule, partition, compare; no LibTorch) and
-// `pptrain-runtime` (runtime_main.cpp: train, profile, run), which `pptrain` runs for those two.
+// Two programs share them: `pptrain` (main.cpp: schedule, partition, plan, compare; no LibTorch)
+// and `pptrain-runtime` (runtime_main.cpp: train, profile, run), which `pptrain` runs for those.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace pptrain::cli {
 
 void add_schedule_command(CLI::App& app);
 void add_partition_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+
+// Flag values of the planner commands (flag_values.cpp). The whole of `text` as an integer >= 1,
+// or nothing (empty, not a number, other characters after it, below 1).
+std::optional<int> positive_int(const std::string& text);
+// "a,b,,c" -> {"a", "b", "", "c"}; "" -> {}.
+std::vector<std::string> split_commas(const std::string& text);
+// The required `--profile FILE` of partition and plan.
+CLI::Option* add_profile_option(CLI::App* command, std::string& path);
 
 // Parses the command line and runs the chosen subcommand; turns every error into one line on
 // stderr and the exit status: 0 (also for --help), 2 for a user's mistake, 1 otherwise.

@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", kVersion);
   pptrain::cli::add_schedule_command(app);
   pptrain::cli::add_partition_command(app);
+  pptrain::cli::add_plan_command(app);
   pptrain::cli::add_compare_command(app);
   // Listed in --help only: they never get here (see above).
   for (const RuntimeCommand& command : kRuntimeCommands) {

@@ -129,10 +129,7 @@ void add_partition_command(CLI::App& app) {
   auto args = std::make_shared<PartitionArgs>();
   CLI::App* command = app.add_subcommand(
       "partition", "Cut a profiled model into pipeline stages (docs/PARTITIONING.md)");
-  command
-      ->add_option("--profile", args->profile_path,
-                   "Profile: pptrain JSON (pptrain profile) or PipeDream graph.txt")
-      ->required();
+  add_profile_option(command, args->profile_path);
   command->add_option("--method", args->method, "uniform, params, time or pipedream")->required();
   command->add_option("--pp", args->pp, "Stages, for uniform/params/time");
   command->add_option("--workers", args->workers,

@@ -96,26 +96,17 @@ constexpr const char* kRoundRobin = "1f1b-rr";
 // "3,1" -> {3, 1}; a one-line UserError naming the flag for anything else.
 std::vector<int> parse_replicas(const std::string& text) {
   std::vector<int> replicas;
-  size_t begin = 0;
-  while (true) {
-    const size_t comma = text.find(',', begin);
-    const std::string piece =
-        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(piece, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    PPTRAIN_CHECK(!piece.empty() && used == piece.size() && value >= 1,
+  // "" is one empty piece, refused like any other.
+  for (const std::string& piece :
+       text.empty() ? std::vector<std::string>{""} : split_commas(text)) {
+    const std::optional<int> value = positive_int(piece);
+    PPTRAIN_CHECK(value.has_value(),
                   "--replicas must list each stage's replicas as positive integers separated by "
                   "commas (e.g. 3,1), got '",
                   text, "'");
-    replicas.push_back(value);
-    if (comma == std::string::npos) return replicas;
-    begin = comma + 1;
+    replicas.push_back(*value);
   }
+  return replicas;
 }
 
 Schedule round_robin_schedule(const ScheduleArgs& args) {

@@ -83,17 +83,18 @@ void add_train_command(CLI::App& app) {
          "--data", o.data.source,
          "Training text file, 'synthetic', or 'default' (a text under /usr/share/common-licenses)")
       ->capture_default_str();
-  cmd->add_option("--pp", o.pp, "Pipeline ranks (worker processes per copy of the pipeline)")
-      ->required();
+  auto* pp =
+      cmd->add_option("--pp", o.pp, "Pipeline ranks (worker processes per copy of the pipeline)");
   cmd->add_option("--dp", o.dp,
                   "Copies of the pipeline (data parallelism): D x P workers, each copy trains on "
                   "1/D of --batch-size and the copies of a stage average their gradients");
   cmd->add_option("--zero", o.zero,
                   "1: shard the optimizer state over the --dp copies (each keeps and steps about "
                   "1/D of the layers' state, then shares the new weights); 0: no sharding");
-  cmd->add_option("--chunks", o.chunks,
-                  "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
-      ->capture_default_str();
+  auto* chunks =
+      cmd->add_option("--chunks", o.chunks,
+                      "Stages per rank (interleaved-1f1b, zb-v); 0 = the schedule's default")
+          ->capture_default_str();
   auto* name = cmd->add_option("--schedule", o.schedule, "Schedule (see the list below)")
                    ->capture_default_str();
   auto* file =
@@ -111,17 +112,26 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--mem-w-ratio", o.mem_w_ratio,
                   "Share r of a microbatch's activations that W still needs after I")
       ->capture_default_str();
-  cmd->add_option("--partition", o.partition,
-                  "Layers per stage: uniform, params (balanced parameter bytes), time (profiles "
-                  "this machine first; under torchrun give a profile instead), or FILE.json (from "
-                  "`pptrain partition --json`, or a profile from `pptrain profile`, cut with time)")
-      ->capture_default_str();
+  auto* partition =
+      cmd->add_option(
+             "--partition", o.partition,
+             "Layers per stage: uniform, params (balanced parameter bytes), time (profiles "
+             "this machine first; under torchrun give a profile instead), or FILE.json (from "
+             "`pptrain partition --json`, or a profile from `pptrain profile`, cut with time)")
+          ->capture_default_str();
   // What the launcher passes its workers: the ranges it resolved from --partition.
-  cmd->add_option("--stage-layers", o.stage_layers, "Resolved stage layer ranges, e.g. 0-2,3-5")
-      ->group("");
-  cmd->add_option("--microbatches", o.data.microbatches, "Microbatches per step (M)")->required();
-  cmd->add_option("--batch-size", o.data.batch_size, "Samples per step, over all microbatches")
-      ->required();
+  auto* stage_layers =
+      cmd->add_option("--stage-layers", o.stage_layers, "Resolved stage layer ranges, e.g. 0-2,3-5")
+          ->group("");
+  auto* microbatches =
+      cmd->add_option("--microbatches", o.data.microbatches, "Microbatches per step (M)");
+  auto* batch_size =
+      cmd->add_option("--batch-size", o.data.batch_size, "Samples per step, over all microbatches");
+  auto plan_path = std::make_shared<std::string>();
+  cmd->add_option("--plan", *plan_path,
+                  "plan.json of `pptrain plan`: sets --pp, --microbatches, --batch-size, the "
+                  "schedule, the stage layers and --recompute (a flag contradicting it is an "
+                  "error)");
   cmd->add_option("--steps", o.steps, "Optimizer steps")->required();
   cmd->add_option("--lr", o.lr, "Learning rate; 0 = 0.05 for sgd, 1e-3 for adamw")
       ->capture_default_str();
@@ -201,8 +211,24 @@ void add_train_command(CLI::App& app) {
                 "After training, simulate the schedule with this run's measured per-stage times "
                 "and print predicted vs measured (with --svg: both timelines)");
   cmd->footer("Schedules (P ranks, M microbatches, V chunks per rank):\n" + schedule_help_text());
-  cmd->callback([options] {
+  cmd->callback([=] {
     TrainOptions o = *options;
+    if (!plan_path->empty()) {
+      PlanFlagsGiven given;
+      given.pp = pp->count() > 0;
+      given.microbatches = microbatches->count() > 0;
+      given.batch_size = batch_size->count() > 0;
+      given.schedule = name->count() > 0;
+      given.schedule_file = file->count() > 0;
+      given.chunks = chunks->count() > 0;
+      given.partition = partition->count() > 0;
+      given.stage_layers = stage_layers->count() > 0;
+      apply_plan_file(read_plan_file(*plan_path), given, o);
+    } else {
+      for (const CLI::Option* flag : {pp, microbatches, batch_size}) {
+        PPTRAIN_CHECK(flag->count() > 0, flag->get_name(), " is required (or --plan FILE)");
+      }
+    }
     o.data.seed = o.model.seed;
     run_train(o);
   });

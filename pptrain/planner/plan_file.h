@@ -1,0 +1,56 @@
+// plan.json: what `pptrain plan` chose, read back by `pptrain train --plan FILE`.
+//
+//   write_text_file("out/plan.json", plan_json(profile, options, search, files), "plan file");
+//   PlanFile plan = read_plan_file("out/plan.json");
+//   plan.schedule_file;   // "out/schedule.csv": paths are resolved against the plan's folder
+//
+// The file ("format": "pptrain-plan-1") holds the settings of the search, the winner (schedule,
+// chunks, microbatches, batch, recompute, stage layers, predicted step time, bubble and peak
+// bytes per rank), the files written beside it (partition JSON, schedule CSV, SVG) and the
+// ranked candidates. Only the winner and the files are read back.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
+#include "pptrain/planner/planner.h"
+
+namespace pptrain {
+
+// The names of the files written beside plan.json, relative to its folder.
+struct PlanFiles {
+  std::string partition = "partition.json";  // `pptrain train --partition FILE` reads it
+  std::string schedule = "schedule.csv";     // `pptrain train --schedule-file FILE` reads it
+  std::string svg = "timeline.svg";          // the winner's simulated step
+};
+
+// The winner, as `pptrain train --plan` needs it.
+struct PlanFile {
+  std::string path;  // where it was read from, for messages
+  std::string schedule;
+  int workers = 0;       // P
+  int chunks = 1;        // V
+  int microbatches = 0;  // M
+  int batch_size = 0;    // samples per step
+  bool recompute = false;
+  std::vector<LayerRange> stage_layers;  // [P x V]
+  std::string partition_file;            // resolved against the plan's folder
+  std::string schedule_file;
+  std::string svg_file;
+};
+
+// The JSON text of a finished search (its ranked list is not empty).
+std::string plan_json(const Profile& profile, const PlannerOptions& options,
+                      const PlanSearch& search, const PlanFiles& files = {});
+
+// Reads plan.json. UserError naming the file and the field for anything malformed.
+PlanFile read_plan_file(const std::string& path);
+// The same from the file's text; `path` names it and locates the files beside it.
+PlanFile parse_plan_json(const std::string& text, const std::string& path);
+
+// The winner's cut as `pptrain partition --json` writes it (method "plan: <partition>").
+Partition winner_partition(const Profile& profile, const Candidate& winner);
+
+}  // namespace pptrain

@@ -1,0 +1,122 @@
+// The joint planner (`pptrain plan`): for a profiled model, P workers and a memory limit in
+// bytes, it searches partition x schedule x microbatch count x recomputation with the simulator
+// and ranks the candidates that fit by predicted step time.
+//
+//   Profile profile = read_profile("gpt.json");
+//   PlannerOptions options;
+//   options.workers = 4;
+//   options.memory_limit_bytes = 2e9;
+//   options.batch_size = 32;                       // M runs over the divisors of 32
+//   PlanSearch search = search_plans(profile, options);
+//   const Candidate& best = search.ranked.front();  // UserError from search_plans if none fits
+//   Evaluation e = evaluate(profile, options, best); // its schedule and simulated timeline
+//
+// What is searched:
+//   - partitions: uniform, params and time into P x V stages, and pipedream (memory-aware, its
+//     own cost model) when it gives P unreplicated stages; equal cuts are simulated once;
+//   - schedules: every synchronous registry entry (schedule/registry.h) at each chunk count it
+//     accepts up to max_chunks, zb-auto planned under the limit; asynchronous ones are left out
+//     (their weights are stale, so their step time buys a different training);
+//   - microbatch counts M (each microbatch of batch_size / M samples);
+//   - recomputation off and on.
+// A candidate a generator refuses (interleaved-1f1b with M not a multiple of P, dualpipev with
+// M < 2P, more stages than layers) is skipped.
+//
+// Cost model of a candidate. The profile's figures are for one microbatch of
+// profile_microbatch_size samples; a microbatch of b samples scales every time and activation
+// byte count by b / profile_microbatch_size (linear: a small microbatch that leaves cores idle
+// is predicted too fast). A stage's F, I, W are its layers' sums (sim/cost_model.h:
+// cost_from_profile, with the profile's network measurement for transfers, else free transfers
+// and 1 GB/s for a replicated stage's all-reduce). With recomputation a stage keeps only its
+// input between F and its backward, and its I (or B) runs the forward again first.
+//
+// Peak memory of a rank, in bytes:
+//   weights + gradients + optimizer state = (2 + optimizer_state_factor) x the parameter bytes
+//     of the rank's stages (optimizer_state_factor 2: AdamW's two moments; 1: SGD momentum);
+//   + peak activations: the simulator's peak_activations with a microbatch's activation on stage
+//     s = the stash bytes of its layers (the weight gradients' share after I: mem_w_ratio of it);
+//     with recomputation the stage input from F to I, and from I to W the weight gradients'
+//     share (which recomputation does not spare), plus one microbatch's whole stash of the
+//     largest stage on the rank while its forward reruns.
+// Candidates above memory_limit_bytes are dropped. The rank is by step time (the simulated
+// makespan, ms), then by peak memory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
+#include "pptrain/schedule/schedule.h"
+#include "pptrain/sim/simulator.h"
+
+namespace pptrain {
+
+struct PlannerOptions {
+  int workers = 0;                  // P >= 1: pipeline ranks
+  double memory_limit_bytes = 0;    // per rank; 0: no limit
+  int batch_size = 0;               // samples per step; 0: 4P microbatches of the profile's size
+  int profile_microbatch_size = 0;  // samples the profile's figures are for; 0: the profile's
+                                    // own (settings.microbatch_size), else 1
+  std::vector<int> microbatches;    // M to try; empty: every divisor of batch_size in
+  int min_microbatches = 1;         // min_microbatches .. max_microbatches
+  int max_microbatches = 1024;
+  // Partition methods (partition.h) and schedules (registry names) to try; empty: every method
+  // and every synchronous schedule (synchronous_schedules()).
+  std::vector<std::string> partitions;
+  std::vector<std::string> schedules;
+  std::vector<bool> recompute = {false, true};
+  int max_chunks = 4;                 // V tried for a schedule that accepts more than one
+  double optimizer_state_factor = 2;  // optimizer state per parameter byte (AdamW 2, SGD 1)
+  double mem_w_ratio = 0.5;           // r: share of a stage's activations W keeps after I
+  int keep = 10;                      // candidates kept in PlanSearch::ranked
+};
+
+// One point of the search and, once evaluated, its predicted figures.
+struct Candidate {
+  std::string partition;                 // method(s) that gave the cut, "uniform/time"
+  std::vector<LayerRange> stage_layers;  // [P x V] layers of each stage
+  std::string schedule;                  // registry name
+  int chunks = 1;                        // V
+  int microbatches = 1;                  // M
+  double microbatch_size = 0;            // samples per microbatch: batch_size / M
+  bool recompute = false;
+  double step_ms = 0;  // simulated makespan
+  double bubble_ratio = 0;
+  std::vector<double> peak_bytes;  // [P] peak memory of each rank
+  double max_peak_bytes() const;
+};
+
+struct PlanSearch {
+  std::vector<Candidate> ranked;  // the fitting candidates, best first, at most options.keep
+  int evaluated = 0;              // candidates simulated
+  int fitting = 0;                // of those, within the limit
+  Candidate smallest;             // the candidate with the smallest peak (fitting or not)
+  int batch_size = 0;             // resolved
+  int profile_microbatch_size = 0;
+};
+
+// A candidate's schedule (compute only, as `--schedule-file` reads it) and its simulation.
+struct Evaluation {
+  Schedule schedule;
+  SimResult sim;
+  std::vector<double> peak_bytes;  // [P]
+};
+
+// Checks the options (UserError naming the option for P < 1, a negative limit, an M that does
+// not divide the batch, an unknown partition method or schedule, an asynchronous schedule).
+void check_planner_options(const PlannerOptions& options);
+
+// The whole search. UserError if no candidate applies, or none fits the limit (the message
+// names the smallest peak any candidate needs).
+PlanSearch search_plans(const Profile& profile, const PlannerOptions& options);
+
+// Evaluates one candidate (schedule, partition, chunks, M, recompute set): its schedule,
+// simulation and per-rank peaks; fills the candidate's predicted figures. UserError if the
+// generator refuses it (the search skips those).
+Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate);
+
+// The registry's synchronous schedules (the planner's default list), in registry order.
+std::vector<std::string> synchronous_schedules();
+
+}  // namespace pptrain

@@ -1,0 +1,235 @@
+#include "pptrain/planner/planner.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
+#include "pptrain/planner/plan_file.h"
+#include "pptrain/schedule/registry.h"
+#include "pptrain/sim/cost_model.h"
+
+namespace pptrain {
+namespace {
+
+// 8 layers of uneven cost: a heavy middle, a large first-layer parameter block.
+Profile small_profile() {
+  Profile p;
+  p.source = "<test>";
+  for (int l = 0; l < 8; ++l) {
+    LayerProfile layer;
+    layer.name = "layer" + std::to_string(l);
+    layer.forward_ms = 1 + (l % 3);
+    layer.backward_input_ms = 1 + (l % 2);
+    layer.backward_weight_ms = 1;
+    layer.activation_bytes = 1000;
+    layer.stash_bytes = 4000 + 1000 * l;
+    layer.parameter_bytes = l == 0 ? 20000 : 5000;
+    p.layers.push_back(layer);
+  }
+  return p;
+}
+
+PlannerOptions small_options() {
+  PlannerOptions o;
+  o.workers = 2;
+  o.batch_size = 8;
+  o.microbatches = {2, 4, 8};
+  o.max_chunks = 2;
+  o.keep = 1000;
+  return o;
+}
+
+// Every candidate of the search, evaluated one by one without the search's shared schedules.
+std::vector<Candidate> brute_force(const Profile& profile, const PlannerOptions& o) {
+  std::vector<Candidate> out;
+  for (int M : o.microbatches) {
+    for (const std::string& name : synchronous_schedules()) {
+      const ScheduleEntry& entry = find_schedule(name);
+      const int most =
+          entry.max_chunks == 0 ? o.max_chunks : std::min(entry.max_chunks, o.max_chunks);
+      for (int V = entry.min_chunks; V <= std::max(most, entry.min_chunks); ++V) {
+        std::vector<std::vector<LayerRange>> seen;
+        for (const char* method : {"uniform", "params", "time"}) {
+          PartitionOptions request;
+          request.method = method;
+          request.stages = o.workers * V;
+          std::vector<LayerRange> ranges;
+          for (const StagePlan& s : make_partition(profile, request).stages) {
+            ranges.emplace_back(s.first_layer, s.last_layer);
+          }
+          if (std::find(seen.begin(), seen.end(), ranges) != seen.end()) continue;
+          seen.push_back(ranges);
+          for (bool recompute : {false, true}) {
+            Candidate c;
+            c.schedule = name;
+            c.chunks = V;
+            c.microbatches = M;
+            c.recompute = recompute;
+            c.stage_layers = ranges;
+            try {
+              evaluate(profile, o, c);
+            } catch (const UserError&) {
+              continue;
+            }
+            out.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Planner, SearchMatchesBruteForce) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.partitions = {"uniform", "params", "time"};
+  const std::vector<Candidate> unlimited = brute_force(profile, o);
+  ASSERT_FALSE(unlimited.empty());
+  // A limit halfway between the smallest and the largest peak drops some candidates.
+  double low = unlimited[0].max_peak_bytes(), high = low;
+  for (const Candidate& c : unlimited) {
+    low = std::min(low, c.max_peak_bytes());
+    high = std::max(high, c.max_peak_bytes());
+  }
+  ASSERT_LT(low, high);
+  o.memory_limit_bytes = (low + high) / 2;
+  // zb-auto plans under the limit: evaluate again with it.
+  const std::vector<Candidate> all = brute_force(profile, o);
+  std::vector<double> fitting_times;
+  for (const Candidate& c : all) {
+    if (c.max_peak_bytes() <= o.memory_limit_bytes) fitting_times.push_back(c.step_ms);
+  }
+  std::sort(fitting_times.begin(), fitting_times.end());
+
+  const PlanSearch search = search_plans(profile, o);
+  EXPECT_EQ(search.evaluated, static_cast<int>(all.size()));
+  ASSERT_EQ(search.ranked.size(), fitting_times.size());
+  for (size_t i = 0; i < fitting_times.size(); ++i) {
+    EXPECT_DOUBLE_EQ(search.ranked[i].step_ms, fitting_times[i]) << "rank " << i;
+    EXPECT_LE(search.ranked[i].max_peak_bytes(), o.memory_limit_bytes);
+  }
+  double smallest = all[0].max_peak_bytes();
+  for (const Candidate& c : all) smallest = std::min(smallest, c.max_peak_bytes());
+  EXPECT_DOUBLE_EQ(search.smallest.max_peak_bytes(), smallest);
+}
+
+TEST(Planner, TighterLimitNeverPicksAboveIt) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.keep = 1;
+  o.memory_limit_bytes = 0;
+  PlanSearch unlimited = search_plans(profile, o);
+  double previous_ms = unlimited.ranked.front().step_ms;
+  double limit = unlimited.ranked.front().max_peak_bytes();
+  for (int i = 0; i < 12; ++i) {
+    o.memory_limit_bytes = limit;
+    PlanSearch s;
+    try {
+      s = search_plans(profile, o);
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("smallest peak"), std::string::npos) << e.what();
+      break;
+    }
+    const Candidate& best = s.ranked.front();
+    EXPECT_LE(best.max_peak_bytes(), limit);
+    EXPECT_GE(best.step_ms, previous_ms);  // less memory never buys a faster step
+    previous_ms = best.step_ms;
+    limit = best.max_peak_bytes() * 0.9;
+  }
+}
+
+TEST(Planner, PeakIsStaticPlusSimulatedActivations) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  Candidate c;
+  c.schedule = "1f1b";
+  c.microbatches = 4;  // microbatches of 2 samples: twice the profiled one
+  c.stage_layers = {{0, 3}, {4, 7}};
+  evaluate(profile, o, c);
+
+  Profile doubled = profile;
+  for (LayerProfile& l : doubled.layers) {
+    l.forward_ms *= 2, l.backward_input_ms *= 2, l.backward_weight_ms *= 2;
+    l.activation_bytes *= 2, l.stash_bytes *= 2;
+  }
+  CostModel cost = cost_from_profile(doubled, c.stage_layers, 1);
+  cost.stage_activation = {2 * (4000 + 5000 + 6000 + 7000), 2 * (8000 + 9000 + 10000 + 11000)};
+  const SimResult sim = simulate(validate(make_schedule({"1f1b", 2, 4})), cost);
+  EXPECT_DOUBLE_EQ(c.step_ms, sim.makespan);
+  // AdamW: weights, gradients and two moments.
+  EXPECT_DOUBLE_EQ(c.peak_bytes[0], 4 * 35000 + sim.ranks[0].peak_activations);
+  EXPECT_DOUBLE_EQ(c.peak_bytes[1], 4 * 20000 + sim.ranks[1].peak_activations);
+}
+
+TEST(Planner, RecomputationTradesTimeForMemory) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  Candidate keep, rerun;
+  keep.schedule = rerun.schedule = "gpipe";
+  keep.microbatches = rerun.microbatches = 8;
+  keep.stage_layers = rerun.stage_layers = {{0, 3}, {4, 7}};
+  rerun.recompute = true;
+  evaluate(profile, o, keep);
+  evaluate(profile, o, rerun);
+  EXPECT_GT(rerun.step_ms, keep.step_ms);
+  EXPECT_LT(rerun.max_peak_bytes(), keep.max_peak_bytes());
+}
+
+TEST(Planner, BadOptionsAreUserErrors) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.microbatches = {3};
+  EXPECT_THROW(search_plans(profile, o), UserError);  // 3 does not divide 8
+  o = small_options();
+  o.schedules = {"pipedream"};
+  EXPECT_THROW(search_plans(profile, o), UserError);  // asynchronous
+  o = small_options();
+  o.workers = 0;
+  EXPECT_THROW(search_plans(profile, o), UserError);
+  o = small_options();
+  o.memory_limit_bytes = 1;
+  try {
+    search_plans(profile, o);
+    FAIL() << "a 1-byte limit fits nothing";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("smallest peak"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PlanFile, RoundTrip) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.keep = 3;
+  const PlanSearch search = search_plans(profile, o);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pptrain_plan_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "plan.json").string();
+  write_text_file(path, plan_json(profile, o, search), "plan file");
+  const PlanFile plan = read_plan_file(path);
+  const Candidate& best = search.ranked.front();
+  EXPECT_EQ(plan.schedule, best.schedule);
+  EXPECT_EQ(plan.workers, 2);
+  EXPECT_EQ(plan.chunks, best.chunks);
+  EXPECT_EQ(plan.microbatches, best.microbatches);
+  EXPECT_EQ(plan.batch_size, 8);
+  EXPECT_EQ(plan.recompute, best.recompute);
+  EXPECT_EQ(plan.stage_layers, best.stage_layers);
+  EXPECT_EQ(plan.schedule_file, (dir / "schedule.csv").string());
+  const Partition partition = winner_partition(profile, best);
+  EXPECT_NO_THROW(check_partition(parse_partition_json(to_json(partition)), 8));
+
+  write_text_file(path, "{\"format\": \"pptrain-plan-1\", \"workers\": 2}", "plan file");
+  EXPECT_THROW(read_plan_file(path), UserError);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pptrain

@@ -1,0 +1,217 @@
+// `pptrain plan`: the joint planner. Searches partition x schedule x microbatch count x
+// recomputation for a profiled model on P workers under a memory limit (pptrain/planner/),
+// prints the ranked candidates and writes the winner's plan.json, partition, schedule CSV and
+// simulated timeline into --out.
+//
+//   pptrain plan --profile gpt.json --workers 4 --memory-limit 2e9 --batch 32 --out plan
+//   pptrain train --plan plan/plan.json --model gpt ...
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
+#include "pptrain/planner/plan_file.h"
+#include "pptrain/planner/planner.h"
+#include "pptrain/render/svg.h"
+#include "pptrain/schedule/schedule.h"
+#include "tools/pptrain/commands.h"
+
+namespace pptrain::cli {
+namespace {
+
+struct PlanArgs {
+  std::string profile;
+  int workers = 0;
+  double memory_limit = -1;  // required
+  int batch = 0;
+  int profile_microbatch_size = 0;
+  std::string microbatches;
+  std::string partitions;
+  std::string schedules;
+  std::string recompute = "both";
+  std::string optimizer = "adamw";
+  double mem_w_ratio = 0.5;
+  int max_chunks = 4;
+  int top = 10;
+  std::string out;
+  bool json = false;
+};
+
+int parse_count(const std::string& text, const std::string& flag_value) {
+  const std::optional<int> value = positive_int(text);
+  PPTRAIN_CHECK(value.has_value(),
+                "--microbatches must be a list (4,8,16) or a range (4-32) of counts >= 1, got '",
+                flag_value, "'");
+  return *value;
+}
+
+// "4,8,16" is a list; "4-32" every divisor of the batch from 4 to 32.
+void parse_microbatches(const std::string& text, PlannerOptions& options) {
+  if (text.empty()) return;
+  const size_t dash = text.find('-');
+  if (dash != std::string::npos) {
+    options.min_microbatches = parse_count(text.substr(0, dash), text);
+    options.max_microbatches = parse_count(text.substr(dash + 1), text);
+    return;
+  }
+  for (const std::string& item : split_commas(text)) {
+    options.microbatches.push_back(parse_count(item, text));
+  }
+}
+
+PlannerOptions options_from(const PlanArgs& args) {
+  PPTRAIN_CHECK(args.memory_limit >= 0,
+                "--memory-limit must be >= 0 bytes per rank (0: none), got ", args.memory_limit);
+  PPTRAIN_CHECK(args.workers >= 1, "--workers must be >= 1, got ", args.workers);
+  PPTRAIN_CHECK(args.batch >= 0, "--batch must be >= 1 samples, got ", args.batch);
+  PPTRAIN_CHECK(args.top >= 1, "--top must be >= 1, got ", args.top);
+  PPTRAIN_CHECK(args.optimizer == "adamw" || args.optimizer == "sgd",
+                "--optimizer must be adamw (2 bytes of state per parameter byte) or sgd (1), got '",
+                args.optimizer, "'");
+  PPTRAIN_CHECK(args.recompute == "both" || args.recompute == "on" || args.recompute == "off",
+                "--recompute must be both, on or off, got '", args.recompute, "'");
+  PlannerOptions options;
+  options.workers = args.workers;
+  options.memory_limit_bytes = args.memory_limit;
+  options.batch_size = args.batch;
+  options.profile_microbatch_size = args.profile_microbatch_size;
+  parse_microbatches(args.microbatches, options);
+  options.partitions = split_commas(args.partitions);
+  options.schedules = split_commas(args.schedules);
+  if (args.recompute != "both") options.recompute = {args.recompute == "on"};
+  options.optimizer_state_factor = args.optimizer == "adamw" ? 2 : 1;
+  options.mem_w_ratio = args.mem_w_ratio;
+  options.max_chunks = args.max_chunks;
+  options.keep = args.top;
+  check_planner_options(options);
+  return options;
+}
+
+std::string megabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", bytes / 1e6);
+  return text;
+}
+
+void print_table(const Profile& profile, const PlannerOptions& options, const PlanSearch& search,
+                 double seconds) {
+  const std::string limit = options.memory_limit_bytes > 0
+                                ? "limit " + megabytes(options.memory_limit_bytes) + " MB per rank"
+                                : "no memory limit";
+  std::printf("plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
+              profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
+              search.batch_size, search.profile_microbatch_size);
+  std::printf("%d candidates simulated in %.2f s, %d fit\n\n", search.evaluated, seconds,
+              search.fitting);
+  std::printf("%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition", "schedule",
+              "V", "M", "recompute", "step ms", "bubble", "peak MB/rank");
+  for (size_t i = 0; i < search.ranked.size(); ++i) {
+    const Candidate& c = search.ranked[i];
+    std::printf("%3zu  %-29s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s\n", i + 1,
+                c.partition.c_str(), c.schedule.c_str(), c.chunks, c.microbatches,
+                c.recompute ? "yes" : "no", c.step_ms, c.bubble_ratio,
+                megabytes(c.max_peak_bytes()).c_str());
+  }
+}
+
+void run_plan_command(const PlanArgs& args) {
+  const PlannerOptions options = options_from(args);
+  const Profile profile = read_profile(args.profile);
+  std::error_code error;
+  std::filesystem::create_directories(args.out, error);
+  PPTRAIN_CHECK(!error && std::filesystem::is_directory(args.out), "--out: cannot make folder '",
+                args.out, "'", error ? ": " + error.message() : std::string());
+
+  const auto start = std::chrono::steady_clock::now();
+  const PlanSearch search = search_plans(profile, options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  Candidate winner = search.ranked.front();
+  Evaluation evaluation = evaluate(profile, options, winner);
+  const PlanFiles files;
+  const std::filesystem::path out(args.out);
+  write_text_file((out / files.partition).string(), to_json(winner_partition(profile, winner)),
+                  "partition file");
+  write_text_file((out / files.schedule).string(), to_csv(evaluation.schedule), "schedule file");
+  Timeline& timeline = evaluation.sim.timeline;
+  char title[160];
+  std::snprintf(title, sizeof title, "plan: %s, P=%d, V=%d, M=%d%s, %s partition, %.3f ms",
+                winner.schedule.c_str(), options.workers, winner.chunks, winner.microbatches,
+                winner.recompute ? ", recompute" : "", winner.partition.c_str(), winner.step_ms);
+  timeline.title = title;
+  write_text_file((out / files.svg).string(), render_svg(timeline), "SVG file");
+  const std::string json = plan_json(profile, options, search, files);
+  write_text_file((out / "plan.json").string(), json, "plan file");
+
+  if (args.json) {
+    std::fputs(json.c_str(), stdout);
+    return;
+  }
+  print_table(profile, options, search, seconds);
+  std::printf("\nwrote %s: plan.json, %s, %s, %s\n", args.out.c_str(), files.partition.c_str(),
+              files.schedule.c_str(), files.svg.c_str());
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* command = app.add_subcommand(
+      "plan", "Search partition x schedule x microbatches x recomputation for a memory limit");
+  add_profile_option(command, args->profile);
+  command->add_option("--workers", args->workers, "Pipeline workers (P)")->required();
+  command
+      ->add_option("--memory-limit", args->memory_limit,
+                   "Bytes per worker: weights, gradients, optimizer state and peak activations "
+                   "(0: none)")
+      ->required();
+  command
+      ->add_option("--out", args->out,
+                   "Folder for plan.json, partition.json, schedule.csv and timeline.svg")
+      ->required();
+  command->add_option("--batch", args->batch,
+                      "Samples per step (default: 4P microbatches of the profiled size)");
+  command->add_option("--profile-microbatch-size", args->profile_microbatch_size,
+                      "Samples the profile's figures are for (default: the profile's own "
+                      "settings.microbatch_size, else 1); times and activations scale with the "
+                      "microbatch size");
+  command->add_option("--microbatches", args->microbatches,
+                      "Microbatch counts M: a list (4,8,16) or a range (4-32) of divisors of the "
+                      "batch (default: every divisor up to 1024)");
+  command->add_option("--partitions", args->partitions,
+                      "Partition methods to try, e.g. uniform,time (default: uniform, params, "
+                      "time, pipedream)");
+  command->add_option("--schedules", args->schedules,
+                      "Schedules to try, e.g. 1f1b,zb-v (default: every synchronous one)");
+  command->add_option("--recompute", args->recompute, "both, on or off")->capture_default_str();
+  command
+      ->add_option("--optimizer", args->optimizer,
+                   "Optimizer state counted per parameter byte: adamw (2), sgd (1)")
+      ->capture_default_str();
+  command
+      ->add_option("--mem-w-ratio", args->mem_w_ratio,
+                   "Share r of a stage's activations W keeps after I")
+      ->capture_default_str();
+  command
+      ->add_option("--max-chunks", args->max_chunks,
+                   "Stages per worker tried for schedules that take several")
+      ->capture_default_str();
+  command->add_option("--top", args->top, "Candidates shown and kept in plan.json")
+      ->capture_default_str();
+  command->add_flag("--json", args->json, "Print plan.json instead of the table");
+  command->footer(
+      "Asynchronous schedules (pipedream, 2bw, pipemare, ...) are not searched: they train with "
+      "stale weights, so their step time is not comparable with synchronous training. "
+      "pptrain train --plan DIR/plan.json runs the winner.");
+  command->callback([args] { run_plan_command(*args); });
+}
+
+}  // namespace pptrain::cli
