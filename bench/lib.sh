@@ -2,6 +2,20 @@
 # The caller sets PPTRAIN, MODEL, ROUNDS, STEPS, work (a scratch folder) and
 # configs=("name:flags" ...).
 
+# The common start of the gpt benchmarks: `bench_start NAME [PPTRAIN]` sets PPTRAIN (default the
+# build's), ROUNDS, STEPS and MODEL (from the environment, else the defaults of zb_bench.sh),
+# checks them, and makes the scratch folder `work`, removed on exit.
+bench_start() {
+  PPTRAIN=${2:-build/tools/pptrain/pptrain}
+  ROUNDS=${ROUNDS:-3}
+  STEPS=${STEPS:-6}
+  MODEL=${MODEL:-"--model gpt --layers 8 --d-model 256 --heads 4 --seq-len 128 --batch-size 8 --microbatches 8"}
+  [[ -x "$PPTRAIN" ]] || { echo "$1: no pptrain binary at '$PPTRAIN'" >&2; exit 2; }
+  (( STEPS >= 2 )) || { echo "$1: STEPS must be >= 2 (the first step is a warm-up), got $STEPS" >&2; exit 2; }
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+}
+
 # The values of one numeric field of a metrics file, skipping the first (warm-up) step.
 field() { sed -n "s/.*\"$2\":\([0-9.eE+-]*\).*/\1/p" "$1" | tail -n +2; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }

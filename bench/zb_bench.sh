@@ -14,14 +14,8 @@
 #     ROUNDS=1 STEPS=3 bench/zb_bench.sh build/tools/pptrain/pptrain    # a quick smoke run
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PPTRAIN=${1:-build/tools/pptrain/pptrain}
-ROUNDS=${ROUNDS:-3}
-STEPS=${STEPS:-6}
-MODEL=${MODEL:-"--model gpt --layers 8 --d-model 256 --heads 4 --seq-len 128 --batch-size 8 --microbatches 8"}
-[[ -x "$PPTRAIN" ]] || { echo "zb_bench: no pptrain binary at '$PPTRAIN'" >&2; exit 2; }
-(( STEPS >= 2 )) || { echo "zb_bench: STEPS must be >= 2 (the first step is a warm-up), got $STEPS" >&2; exit 2; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source bench/lib.sh
+bench_start zb_bench "${1:-}"
 
 configs=("pp1:--pp 1 --schedule 1f1b"
          "pp2-1f1b:--pp 2 --schedule 1f1b --compare-sim"
@@ -29,7 +23,6 @@ configs=("pp1:--pp 1 --schedule 1f1b"
          "pp2-zb-h2:--pp 2 --schedule zb-h2 --compare-sim"
          "pp2-zb-v:--pp 2 --schedule zb-v --compare-sim")
 
-source bench/lib.sh
 
 # One field of the compare_sim object on the last line; for an array, entry $3 (0-based).
 compare() {

@@ -88,14 +88,19 @@ inline RunResult run_train(const std::string& args, const TempDir& dir,
 }
 
 // The "loss" of every line of a --metrics file.
-inline std::vector<double> read_losses(const fs::path& metrics) {
-  std::vector<double> losses;
+// One numeric field of every line of a --metrics file.
+inline std::vector<double> read_field(const fs::path& metrics, const std::string& field) {
+  std::vector<double> values;
   std::ifstream in(metrics);
   std::string line;
   while (std::getline(in, line)) {
-    losses.push_back(nlohmann::json::parse(line).at("loss").get<double>());
+    values.push_back(nlohmann::json::parse(line).at(field).get<double>());
   }
-  return losses;
+  return values;
+}
+
+inline std::vector<double> read_losses(const fs::path& metrics) {
+  return read_field(metrics, "loss");
 }
 
 // The last line of a --metrics file.

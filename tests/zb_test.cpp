@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,6 +81,45 @@ TEST(AutogradWeightSplit, MatchesReference) {
           model, common + " --pp " + std::to_string(pp) + " --schedule " + schedule,
           schedule + "_pp" + std::to_string(pp), dir);
     }
+  }
+}
+
+// Post-validation: the ranks step on the partial gradient norm and take the step back when the
+// full norm calls for clipping. Each --clip lies below the full norm at some steps of its run but
+// above what the first ranks see alone, so they step, then roll back and step again, clipped;
+// losses and weights must equal the run that all-reduces the norm first (--pp 1).
+struct PostValidationCase {
+  std::string kind, clip, optimizer, run;
+};
+
+TEST(PostValidation, EqualsClippingAfterTheAllReduceAndRollsBack) {
+  const std::vector<PostValidationCase> cases = {
+      // AdamW undone by its inverse (Algorithm 1 of the zero-bubble paper).
+      {"mlp", "2.3", "adamw", "--pp 4 --schedule zb-h1"},
+      // AdamW undone from saved copies.
+      {"gpt", "2.7", "adamw", "--pp 2 --schedule zb-v --exact-rollback"},
+      {"gpt", "2.7", "adamw", "--pp 4 --schedule zb-h1 --exact-rollback"},
+      // SGD with momentum undone by its inverse.
+      {"gpt", "2.7", "sgd", "--pp 2 --schedule 1f1b"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.kind + " " + c.optimizer + " --clip " + c.clip + " " + c.run);
+    const ModelOptions model = small_model(c.kind);
+    TempDir dir;
+    const std::string common = model_args(model) +
+                               " --batch-size 8 --microbatches 4 --steps 5 --quiet --optimizer " +
+                               c.optimizer + " --clip " + c.clip;
+    ASSERT_EQ(run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() + " --save " +
+                            (dir / "ref").string(),
+                        dir)
+                  .exit_code,
+              0);
+    const auto norms = read_field(dir / "ref.jsonl", "grad_norm");
+    const double clip = std::stod(c.clip);
+    ASSERT_GE(std::count_if(norms.begin(), norms.end(), [clip](double n) { return n > clip; }), 1);
+    expect_run_matches_reference(model, common + " --post-validation " + c.run, "pv", dir);
+    const auto rollbacks = read_field(dir / "pv.jsonl", "rollbacks");
+    EXPECT_GE(std::accumulate(rollbacks.begin(), rollbacks.end(), 0.0), 1);
   }
 }
 

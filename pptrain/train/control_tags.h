@@ -14,6 +14,8 @@ enum class ControlTag : int {
   kSettings,
   kVerdictLength,
   kVerdict,
+  kPartialNorm,  // trainer.cpp, --post-validation: the partial sum of squared gradient norms
+  kFullNorm,     // ... and the full one, from the last rank back to the others
 };
 
 inline int tag_of(ControlTag tag) {

@@ -79,7 +79,8 @@ void MetricsWriter::on_step(const StepReport& r) {
                                  {"optimizer_state_bytes", r.optimizer_state_bytes},
                                  {"compute_s", r.compute_s},
                                  {"bytes_sent", r.bytes_sent},
-                                 {"weight_bytes", r.weight_bytes}};
+                                 {"weight_bytes", r.weight_bytes},
+                                 {"rollbacks", r.rollbacks}};
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
   }

@@ -111,6 +111,122 @@ void StageOptimizer::step() {
   }
 }
 
+namespace {
+
+// The state tensors of one parameter (AdamW: the two moments; SGD: the momentum buffer).
+std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& state) {
+  if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
+    return {adamw->exp_avg(), adamw->exp_avg_sq()};
+  }
+  if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
+    return {sgd->momentum_buffer()};
+  }
+  PPTRAIN_ASSERT(false, "an optimizer state of an unknown kind");
+  return {};
+}
+
+// Calls `visit(optimizer, parameter, index)` for every parameter of every kept layer, in order.
+template <typename Visit>
+void for_each_parameter(std::vector<std::unique_ptr<torch::optim::Optimizer>>& layers,
+                        Visit visit) {
+  size_t index = 0;
+  for (auto& optimizer : layers) {
+    if (!optimizer) continue;
+    for (auto& p : optimizer->param_groups().front().params()) visit(*optimizer, p, index++);
+  }
+}
+
+// Undoes the last AdamW step of `p` from its gradient and state (Algorithm 1 of the
+// zero-bubble paper): the update with the moments after the step, the decay, then the moments.
+void undo_adamw(torch::optim::AdamWParamState& state, const torch::optim::AdamWOptions& o,
+                torch::Tensor& p) {
+  const auto [beta1, beta2] = o.betas();
+  const double t = static_cast<double>(state.step());
+  const double bias1 = 1 - std::pow(beta1, t), bias2 = 1 - std::pow(beta2, t);
+  const torch::Tensor& g = p.grad();
+  auto denom = (state.exp_avg_sq().sqrt() / std::sqrt(bias2)).add_(o.eps());
+  p.addcdiv_(state.exp_avg(), denom, o.lr() / bias1);
+  if (o.weight_decay() != 0) p.div_(1 - o.lr() * o.weight_decay());
+  state.exp_avg().sub_(g, 1 - beta1).div_(beta1);
+  state.exp_avg_sq().addcmul_(g, g, -(1 - beta2)).div_(beta2);
+  state.step(state.step() - 1);
+}
+
+// Undoes the last SGD step (no dampening, Nesterov or weight decay, as make_optimizer makes it).
+void undo_sgd(torch::optim::SGDParamState* state, const torch::optim::SGDOptions& o,
+              torch::Tensor& p) {
+  if (!state) {  // no momentum: p -= lr g
+    p.add_(p.grad(), o.lr());
+    return;
+  }
+  p.add_(state->momentum_buffer(), o.lr());
+  state->momentum_buffer().sub_(p.grad()).div_(o.momentum());
+}
+
+}  // namespace
+
+void StageOptimizer::step_undoably(bool exact) {
+  torch::NoGradGuard no_grad;
+  Undo undo;
+  undo.exact = exact;
+  for_each_parameter(layers_, [&](torch::optim::Optimizer& optimizer, torch::Tensor& p, size_t) {
+    auto& state = optimizer.state();
+    const auto found = state.find(state_key<std::decay_t<decltype(state)>>(p));
+    undo.had_state.push_back(found != state.end());
+    if (!exact) return;
+    undo.params.push_back(p.detach().clone());
+    undo.states.emplace_back();
+    undo.steps.push_back(0);
+    if (found == state.end()) return;
+    for (const auto& t : state_tensors(*found->second)) {
+      undo.states.back().push_back(t.defined() ? t.clone() : t);
+    }
+    if (const auto* adamw =
+            dynamic_cast<const torch::optim::AdamWParamState*>(found->second.get())) {
+      undo.steps.back() = adamw->step();
+    }
+  });
+  step();
+  undo_ = std::move(undo);
+}
+
+void StageOptimizer::undo_step() {
+  PPTRAIN_ASSERT(undo_, "undo_step() without a step_undoably() before it");
+  torch::NoGradGuard no_grad;
+  const Undo& undo = *undo_;
+  for_each_parameter(layers_, [&](torch::optim::Optimizer& optimizer, torch::Tensor& p, size_t i) {
+    auto& state = optimizer.state();
+    const auto key = state_key<std::decay_t<decltype(state)>>(p);
+    const auto found = state.find(key);
+    auto& group = optimizer.param_groups().front();
+    if (undo.exact) {
+      p.copy_(undo.params[i]);
+    } else if (auto* adamw = found == state.end() ? nullptr
+                                                  : dynamic_cast<torch::optim::AdamWParamState*>(
+                                                        found->second.get())) {
+      undo_adamw(*adamw, static_cast<const torch::optim::AdamWOptions&>(group.options()), p);
+    } else {
+      undo_sgd(found == state.end()
+                   ? nullptr
+                   : dynamic_cast<torch::optim::SGDParamState*>(found->second.get()),
+               static_cast<const torch::optim::SGDOptions&>(group.options()), p);
+    }
+    if (!undo.had_state[i]) {  // the step made the state: the undone step has none
+      if (found != state.end()) state.erase(found);
+      return;
+    }
+    if (!undo.exact) return;
+    auto tensors = state_tensors(*found->second);
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      if (tensors[k].defined()) tensors[k].copy_(undo.states[i][k]);
+    }
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(found->second.get())) {
+      adamw->step(undo.steps[i]);
+    }
+  });
+  undo_.reset();
+}
+
 void StageOptimizer::save(const std::string& dir) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]) continue;

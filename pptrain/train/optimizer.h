@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ class StageOptimizer {
 
   void set_lr(double lr);
   void step();
+  // Post-validation (--post-validation): a step that may be taken back. step_undoably() steps
+  // as step() does and remembers what undo_step() needs to return the parameters and the state
+  // to where they were: with `exact`, copies of both (bit for bit); otherwise only which
+  // parameters had no state yet, and undo_step() inverts the update algebraically from the
+  // gradients (still in .grad()) and the state (AdamW: the zero-bubble paper's Algorithm 1;
+  // SGD: p += lr x buf, buf = (buf - g) / momentum), which is exact up to rounding.
+  void step_undoably(bool exact);
+  void undo_step();
   // The direction of the next step, per parameter of `stage` (the stage it was made for), in
   // its parameters' order: a step with rate lr moves each parameter by about -lr x direction.
   // SGD: the momentum buffer; AdamW: m_hat / (sqrt(v_hat) + eps) + weight_decay x p, from the
@@ -53,6 +62,15 @@ class StageOptimizer {
   int first_layer_;
   // [layer of the stage]; null for a layer without parameters.
   std::vector<std::unique_ptr<torch::optim::Optimizer>> layers_;
+  // What undo_step() needs of the last step_undoably(), per parameter of every kept layer.
+  struct Undo {
+    bool exact = false;
+    std::vector<bool> had_state;
+    std::vector<torch::Tensor> params;               // exact: the parameters before the step
+    std::vector<std::vector<torch::Tensor>> states;  // exact: their state tensors before it
+    std::vector<int64_t> steps;                      // exact: AdamW's step counts before it
+  };
+  std::optional<Undo> undo_;
 };
 
 // Path of one layer's optimizer-state file in a checkpoint folder.

@@ -368,6 +368,15 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(!plan.autograd_weight_split || !plan.asynchronous(),
                 "--weight-split autograd is for synchronous schedules; ", plan.schedule->name,
                 " runs whole backwards on weight versions");
+  PPTRAIN_CHECK(!options.post_validation || !plan.asynchronous(),
+                "--post-validation: ", plan.schedule->name,
+                " is asynchronous and steps each stage on its own norm");
+  PPTRAIN_CHECK(!options.post_validation || options.dp == 1,
+                "--post-validation needs --dp 1 (the copies all-reduce their gradients anyway)");
+  PPTRAIN_CHECK(!options.exact_rollback || options.post_validation,
+                "--exact-rollback applies to --post-validation only");
+  plan.post_validation = options.post_validation;
+  plan.exact_rollback = options.exact_rollback;
   plan.skip_nonfinite = options.skip_nonfinite;
   plan.threads = options.threads;
   plan.load_dir = options.load_dir;

@@ -95,6 +95,13 @@ struct TrainOptions {
   // "deferred" (PipeLinear's own closures, the fast path) or "autograd" (any module's way: two
   // passes over the graph). Synchronous schedules only.
   std::string weight_split = "deferred";
+  // Optimizer post-validation (the zero-bubble paper's section 4): no all-reduce of the gradient
+  // norm before the optimizer step. The ranks pass the partial sum of squared norms along the
+  // pipeline, each steps at once unless its partial sum already calls for clipping (or is not
+  // finite), and takes the step back and redoes it when the full sum, sent back by the last
+  // rank, says it should have clipped (or skipped). The same result as without it.
+  bool post_validation = false;
+  bool exact_rollback = false;  // undo from saved copies instead of AdamW's/SGD's inverse
   // After the last step, simulate the schedule with this run's own measured costs and print
   // predicted against measured (sim/compare.h); with svg_path, draw both timelines.
   bool compare_sim = false;
@@ -139,14 +146,16 @@ struct TrainingPlan {
   double clip = 0;        // max global gradient norm; 0 = no clipping
   bool recompute = false;
   bool autograd_weight_split = false;  // TrainOptions::weight_split == "autograd"
-  bool skip_nonfinite = false;         // see TrainOptions
-  int threads = 1;                     // compute threads per process
-  std::string load_dir;                // empty: start from the seeded initialisation
-  std::string resume_dir;  // empty: no resume; else also the optimizer state and the step
-  int first_step = 0;      // the step the run starts at: the resumed checkpoint's step
-  std::string save_dir;    // empty: do not save
-  int save_every = 0;      // see TrainOptions
-  int keep = 1;            // see TrainOptions
+  bool post_validation = false;        // see TrainOptions
+  bool exact_rollback = false;
+  bool skip_nonfinite = false;  // see TrainOptions
+  int threads = 1;              // compute threads per process
+  std::string load_dir;         // empty: start from the seeded initialisation
+  std::string resume_dir;       // empty: no resume; else also the optimizer state and the step
+  int first_step = 0;           // the step the run starts at: the resumed checkpoint's step
+  std::string save_dir;         // empty: do not save
+  int save_every = 0;           // see TrainOptions
+  int keep = 1;                 // see TrainOptions
   // The checkpoint whose parameters the run starts from; empty: the seeded initialisation.
   const std::string& start_dir() const { return resume_dir.empty() ? load_dir : resume_dir; }
 

@@ -10,8 +10,8 @@ namespace pptrain {
 namespace {
 
 // has_loss, loss, peak bytes, seconds, event count, start_s, grad_norm_squared, weight_versions,
-// optimizer state bytes, bytes sent, weight bytes, compute CPU seconds
-constexpr int kHeaderFields = 12;
+// optimizer state bytes, bytes sent, weight bytes, compute CPU seconds, rollbacks
+constexpr int kHeaderFields = 13;
 constexpr int kEventFields = 5;  // op, stage, microbatch, start, end
 
 // Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
@@ -23,8 +23,8 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
       {mine.has_loss ? 1.0 : 0.0, mine.loss, static_cast<double>(mine.peak_activation_bytes),
        mine.seconds, static_cast<double>(mine.events.size()), mine.start_s, mine.grad_norm_squared,
        static_cast<double>(mine.weight_versions), static_cast<double>(mine.optimizer_state_bytes),
-       static_cast<double>(mine.bytes_sent), static_cast<double>(mine.weight_bytes),
-       mine.compute_s},
+       static_cast<double>(mine.bytes_sent), static_cast<double>(mine.weight_bytes), mine.compute_s,
+       static_cast<double>(mine.rollbacks)},
       torch::kFloat64);
   if (rank != 0) {
     auto events =
@@ -66,6 +66,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
     r.bytes_sent = static_cast<int64_t>(h[9].item<double>());
     r.weight_bytes = static_cast<int64_t>(h[10].item<double>());
     r.compute_s = h[11].item<double>();
+    r.rollbacks = static_cast<int>(h[12].item<double>());
     auto events =
         torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
     transport.recv(events, peer, tag_of(ControlTag::kReportEvents)).wait();
@@ -148,6 +149,7 @@ std::optional<StepReport> gather_step_report(const RunInfo& run, int step, doubl
     report.bytes_sent.push_back(r.bytes_sent);
     report.weight_bytes.push_back(r.weight_bytes);
     report.compute_s.push_back(r.compute_s);
+    report.rollbacks += r.rollbacks;
     if (run.asynchronous) squared_norm += r.grad_norm_squared;
     // Each rank timed its events from its own start after the barrier; on rank 0's clock they
     // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady

@@ -42,6 +42,8 @@ struct RankStep {
   // CPU seconds of its F, I, W and B actions (thread CPU time: what sharing a core with other
   // processes does not stretch, unlike their wall times in `events`).
   double compute_s = 0;
+  // --post-validation: 1 when this rank took its optimizer step back (and redid it clipped).
+  int rollbacks = 0;
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -60,6 +62,7 @@ struct StepReport {
   std::vector<int64_t> bytes_sent;             // [rank]: RankStep::bytes_sent
   std::vector<int64_t> weight_bytes;           // [rank]: RankStep::weight_bytes
   std::vector<double> compute_s;               // [rank]: RankStep::compute_s
+  int rollbacks = 0;                           // ranks that took their optimizer step back
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 

@@ -19,6 +19,7 @@
 #include "pptrain/runtime/stage_versions.h"
 #include "pptrain/train/agreement.h"
 #include "pptrain/train/checkpoint.h"
+#include "pptrain/train/control_tags.h"
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/pipemare.h"
 #include "pptrain/train/stage_copies.h"
@@ -148,33 +149,47 @@ class RankData {
   std::optional<Dataset> dataset_;
 };
 
-// Gradient norm over every stage's parameters (with a transport, one all-reduce of the squared
-// norm, summed in float64, makes it global), then scaling to max_norm as
-// torch.nn.utils.clip_grad_norm_ does. Returns the norm before clipping. `counted`: the
-// parameters whose norm this rank adds, when not all of `params` (a replicated stage's
-// gradients are counted by one of its replicas only).
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
-                      Transport* transport, const std::vector<torch::Tensor>* counted = nullptr) {
+// The sum of the squared norms of the parameters' gradients, in float64, without a temporary
+// copy of any gradient (an asynchronous schedule takes this after every microbatch).
+double squared_grad_norm(const std::vector<torch::Tensor>& params) {
   torch::NoGradGuard no_grad;
-  // Each tensor's norm without a temporary copy of its gradient (an asynchronous schedule takes
-  // this after every microbatch), their squares summed in float64.
-  double local = 0;
-  for (const auto& p : counted ? *counted : params) {
+  double sum = 0;
+  for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     const double norm = p.grad().norm().item<double>();
-    local += norm * norm;
+    sum += norm * norm;
   }
-  auto squared = torch::full({1}, local, torch::kFloat64);
+  return sum;
+}
+
+// Whether a global gradient norm calls for clipping to max_norm (as
+// torch.nn.utils.clip_grad_norm_ decides it) or is not finite: what post-validation checks.
+bool clips_or_skips(double norm, double max_norm) {
+  return !std::isfinite(norm) || (max_norm > 0 && max_norm / (norm + 1e-6) < 1);
+}
+
+// Scales the gradients to max_norm when their global norm is above it, as
+// torch.nn.utils.clip_grad_norm_ does.
+void scale_to_max_norm(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
+  if (max_norm <= 0) return;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.grad().mul_(coef);
+  }
+}
+
+// Gradient norm over every stage's parameters (with a transport, one all-reduce of the squared
+// norm, summed in float64, makes it global), then scaling to max_norm. Returns the norm before
+// clipping. `counted`: the parameters whose norm this rank adds, when not all of `params` (a
+// replicated stage's gradients are counted by one of its replicas only).
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                      Transport* transport, const std::vector<torch::Tensor>* counted = nullptr) {
+  auto squared = torch::full({1}, squared_grad_norm(counted ? *counted : params), torch::kFloat64);
   if (transport) transport->allreduce_sum(squared);
   const double norm = std::sqrt(squared.item<double>());
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1) {
-      for (const auto& p : params) {
-        if (p.grad().defined()) p.grad().mul_(coef);
-      }
-    }
-  }
+  scale_to_max_norm(params, norm, max_norm);
   return norm;
 }
 
@@ -257,7 +272,7 @@ class AsyncUpdates {
     note_held(l);
     versions.release_older_than(oldest);
     const auto params = model_.stages[l].parameters();
-    const double norm = clip_grad_norm(params, plan_.clip, nullptr);
+    const double norm = clip_grad_norm(params, plan_.clip, nullptr);  // this stage's own
     latest_squared_[stage] = norm * norm;
     if (std::isfinite(norm)) {
       step(l, mb / rule.microbatches_per_step);
@@ -335,6 +350,56 @@ class AsyncUpdates {
     most = std::max(most, copies);
   }
 };
+
+// A synchronous optimizer step with post-validation (the zero-bubble paper's section 4): no
+// all-reduce before it. Pipeline rank r receives the sum of the squared gradient norms of ranks
+// 0 .. r-1, adds its own and passes it on; it steps at once unless that partial sum already
+// calls for clipping or is not finite (the sums only grow along the chain, so a partial sum that
+// triggers means the full one does). The last rank sends the full sum back to every rank, which
+// then takes its step back when the full norm calls for clipping (and steps again on the
+// clipped gradients) or is not finite (and leaves the step to the caller). Returns the global
+// norm; `rollbacks` is 1 when this rank took its step back.
+double post_validated_step(const TrainingPlan& plan, int step, RankModel& model,
+                           const std::vector<torch::Tensor>& counted, Transport& pipeline,
+                           int& rollbacks) {
+  const int rank = pipeline.rank(), last = pipeline.world_size() - 1;
+  auto partial = torch::full({1}, squared_grad_norm(counted), torch::kFloat64);
+  if (rank > 0) {
+    auto before = torch::empty({1}, torch::kFloat64);
+    pipeline.recv(before, rank - 1, tag_of(ControlTag::kPartialNorm)).wait();
+    partial += before;
+  }
+  PendingComm passed;
+  if (rank < last) passed = pipeline.send(partial, rank + 1, tag_of(ControlTag::kPartialNorm));
+  const bool speculative = !clips_or_skips(std::sqrt(partial.item<double>()), plan.clip);
+  for (auto& optimizer : model.optimizers) {
+    optimizer.set_lr(plan.lr_at(step));
+    if (speculative) optimizer.step_undoably(plan.exact_rollback);
+  }
+  auto full = partial;
+  if (rank == last) {
+    std::vector<PendingComm> sent;
+    for (int r = 0; r < last; ++r) {
+      sent.push_back(pipeline.send(full, r, tag_of(ControlTag::kFullNorm)));
+    }
+    for (auto& s : sent) s.wait();
+  } else {
+    full = torch::empty({1}, torch::kFloat64);
+    pipeline.recv(full, last, tag_of(ControlTag::kFullNorm)).wait();
+  }
+  passed.wait();
+  const double norm = std::sqrt(full.item<double>());
+  rollbacks = 0;
+  if (!clips_or_skips(norm, plan.clip)) return norm;
+  if (speculative) {
+    for (auto& optimizer : model.optimizers) optimizer.undo_step();
+    rollbacks = 1;
+  }
+  if (!std::isfinite(norm)) return norm;
+  scale_to_max_norm(model.params, norm, plan.clip);
+  for (auto& optimizer : model.optimizers) optimizer.step();
+  return norm;
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -473,18 +538,26 @@ void train(const TrainingPlan& plan, Transport& transport,
       }
       // The copies now hold the same gradients: the norm is the one pipeline's (avgpipe: each
       // copy's own).
-      grad_norm = clip_grad_norm(model.params, plan.clip, pipeline.view, &counted);
+      if (plan.post_validation) {
+        grad_norm = post_validated_step(plan, step, model, counted, *pipeline, mine.rollbacks);
+      } else {
+        grad_norm = clip_grad_norm(model.params, plan.clip, pipeline.view, &counted);
+      }
       // Every rank of a pipeline has the same norm (and with averaged gradients every copy), so
       // they take the same branch.
-      if (std::isfinite(grad_norm)) {
+      // (post_validated_step() has stepped already, or taken the step back when the norm is not
+      // finite.)
+      if (!std::isfinite(grad_norm)) {
+        if (!plan.skip_nonfinite) {
+          throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
+        }
+      } else if (!plan.post_validation) {
         for (auto& optimizer : model.optimizers) {
           optimizer.set_lr(plan.lr_at(step));
           optimizer.step();
         }
         // --zero 1: each copy stepped its own layers; the others get their new weights.
         if (plan.zero == 1) stage_copies.share_weights(model.owner, plan.copy_of(rank));
-      } else if (!plan.skip_nonfinite) {
-        throw std::runtime_error(nonfinite_message(plan, step, grad_norm, record));
       }
       // avgpipe: every copy, whichever branch its own norm took, joins the pull.
       if (plan.average_every > 0 && (step + 1) % plan.average_every == 0) {

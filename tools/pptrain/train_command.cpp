@@ -204,6 +204,13 @@ void add_train_command(CLI::App& app) {
                   "layers' own deferred weight gradients) or autograd (any module's way: input "
                   "gradient first, then the weights' from the kept graph)")
       ->capture_default_str();
+  cmd->add_flag("--post-validation", o.post_validation,
+                "No all-reduce before the optimizer step: ranks step on the partial gradient "
+                "norm passed along the pipeline and take the step back when the full norm says "
+                "clip or skip (the zero-bubble paper's post-validation; same results)");
+  cmd->add_flag("--exact-rollback", o.exact_rollback,
+                "With --post-validation: undo a step from saved copies (bit for bit) instead of "
+                "inverting the optimizer's update");
   cmd->add_flag("--skip-nonfinite", o.skip_nonfinite,
                 "Skip the optimizer step of a step whose loss or gradients are not finite "
                 "(default: stop the run, exit status 1, naming the step)");
