@@ -2,7 +2,8 @@
 # Zero-bubble training throughput and the simulator's prediction of it. The same gpt as
 # bench/train_bench.sh (8 layers, d-model 256, seq-len 128, batch 8, M 8), one compute thread per
 # process, runs alternated ROUNDS times so a noisy neighbour hurts every configuration alike:
-#   --pp 1, and --pp 2 with 1f1b, zb-h1, zb-h2 and zb-v, each --pp 2 run with --compare-sim.
+#   --pp 1, and --pp 2 with 1f1b, zb-h1, zb-h2 and zb-v, and zb-v and zb-auto with
+#   --post-validation and the time-balanced partition, each --pp 2 run with --compare-sim.
 # Prints, per configuration, the median tokens/s (over the steps after the first of every run)
 # and its ratio to --pp 1, and the schedule's makespan as predicted from the run's own per-stage
 # times against as measured (both medians over the rounds). Then the split-backward check from
@@ -21,7 +22,9 @@ configs=("pp1:--pp 1 --schedule 1f1b"
          "pp2-1f1b:--pp 2 --schedule 1f1b --compare-sim"
          "pp2-zb-h1:--pp 2 --schedule zb-h1 --compare-sim"
          "pp2-zb-h2:--pp 2 --schedule zb-h2 --compare-sim"
-         "pp2-zb-v:--pp 2 --schedule zb-v --compare-sim")
+         "pp2-zb-v:--pp 2 --schedule zb-v --compare-sim"
+         "pp2-zb-v-pv:--pp 2 --schedule zb-v --post-validation --partition time --compare-sim"
+         "pp2-zb-auto-pv:--pp 2 --schedule zb-auto --post-validation --partition time --compare-sim")
 
 
 # One field of the compare_sim object on the last line; for an array, entry $3 (0-based).

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -165,6 +168,63 @@ TEST(Pipeline, AutogradSplitWithRecomputationEqualsPlainTraining) {
   options.microbatches = 2;
   options.recompute = true;
   expect_equal(pipelined_training(2, 4, options), plain_training(4, 2), "zb-h1 recompute");
+}
+
+// The step reports reach a program's observers: one per step on rank 0, with the loss the last
+// rank returned and every rank's events; finish() makes the trace writer write.
+TEST(Pipeline, ObserversGetEveryStepsReport) {
+  struct Counter : StepObserver {
+    int started = 0, ended = 0;
+    std::vector<StepReport> reports;
+    void on_start(const RunInfo&) override { ++started; }
+    void on_step(const StepReport& report) override { reports.push_back(report); }
+    void on_end(const RunInfo&) override { ++ended; }
+  };
+  const std::string trace = testing::TempDir() + "pipeline_test_trace.json";
+  std::remove(trace.c_str());
+  Counter counter;
+  TraceWriter writer(trace);
+  auto transports = make_loopback_transports(2);
+  std::vector<double> losses;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      World world{r, 2, std::move(transports[r])};
+      auto parts = split_sequential(own_model(2), {3});
+      PipelineStage stage(parts[r], r, 2);
+      PipelineOptions options;
+      options.schedule = "zb-h1";
+      options.microbatches = 2;
+      options.steps = kSteps;
+      if (r == 0) options.observers = {&counter, &writer};
+      PipelineSchedule schedule(world, {&stage}, options, mse);
+      for (int step = 0; step < kSteps; ++step) {
+        auto loss = schedule.step(batch_inputs(step), batch_targets(step));
+        if (loss.defined()) losses.push_back(loss.item<double>());
+      }
+      schedule.finish();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(counter.started, 1);
+  EXPECT_EQ(counter.ended, 1);
+  ASSERT_EQ(counter.reports.size(), static_cast<size_t>(kSteps));
+  for (int k = 0; k < kSteps; ++k) {
+    const StepReport& report = counter.reports[k];
+    EXPECT_EQ(report.step, k + 1);
+    EXPECT_EQ(report.steps, kSteps);
+    EXPECT_DOUBLE_EQ(report.loss, losses[k]);
+    EXPECT_EQ(report.timeline.num_ranks, 2);
+    // zb-h1 on 2 ranks, M = 2: each rank runs F, I and W twice, and the sends and receives.
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto compute = std::count_if(
+          report.timeline.events.begin(), report.timeline.events.end(),
+          [rank](const auto& e) { return e.rank == rank && is_compute(e.action.op); });
+      EXPECT_EQ(compute, 6) << "rank " << rank << ", step " << k + 1;
+    }
+  }
+  std::ifstream written(trace);
+  EXPECT_TRUE(written.good()) << trace;
 }
 
 TEST(Pipeline, RefusesWhatItCannotRun) {
