@@ -30,7 +30,7 @@ double duration(const StageCosts& c, Op op, int s) {
   return op == Op::I ? c.backward_input[s] : c.backward_weight[s];
 }
 
-// Memory an action adds to its rank (negative: frees), memory-model units.
+// Memory an action adds to its rank (negative: frees), memory-model units (peak_in_order()).
 double memory_delta(const StageCosts& c, Op op, int s) {
   if (op == Op::F) return c.activation[s];
   return op == Op::I ? -(c.activation[s] - c.weight_stash[s]) : -c.weight_stash[s];
@@ -53,7 +53,8 @@ std::optional<double> timed_span(const Schedule& s, const StageCosts& c, double 
   std::vector<std::vector<std::vector<double>>> end(
       3, std::vector<std::vector<double>>(P, std::vector<double>(M, kNotYet)));
   std::vector<size_t> next(P, 0);
-  std::vector<double> free_at(P, 0.0), held(P, 0.0);
+  if (peak_in_order(s, c) > limit + kEps) return std::nullopt;
+  std::vector<double> free_at(P, 0.0);
   // When `a`'s inputs have all arrived; nothing while one has not run yet.
   const auto ready = [&](const Action& a) -> std::optional<double> {
     double at = 0;
@@ -81,8 +82,6 @@ std::optional<double> timed_span(const Schedule& s, const StageCosts& c, double 
         const double start = next[r] == 0 ? *at : std::max(*at, free_at[r]);
         free_at[r] = start + duration(c, a.op, a.stage);
         end[op_index(a.op)][a.stage][a.microbatch] = free_at[r];
-        held[r] += memory_delta(c, a.op, a.stage);
-        if (held[r] > limit + kEps) return std::nullopt;
         ++next[r];
         progress = true;
       }

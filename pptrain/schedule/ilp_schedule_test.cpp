@@ -123,21 +123,6 @@ StageCosts costs_of(std::vector<double> f, std::vector<double> i, std::vector<do
   return c;
 }
 
-// The most memory a rank holds, its actions counted in order.
-double ordered_peak(const Schedule& s, const StageCosts& c) {
-  double peak = 0;
-  for (const auto& list : s.actions) {
-    double held = 0;
-    for (const Action& a : list) {
-      if (a.op == Op::F) held += c.activation[a.stage];
-      if (a.op == Op::I) held -= c.activation[a.stage] - c.weight_stash[a.stage];
-      if (a.op == Op::W) held -= c.weight_stash[a.stage];
-      peak = std::max(peak, held);
-    }
-  }
-  return peak;
-}
-
 struct SmallCase {
   const char* what;
   int p, m;
@@ -179,7 +164,7 @@ TEST(ZbIlp, MatchesBruteForceOnSmallPipelines) {
     for (const auto& list : s.actions) lists.push_back(&list);
     EXPECT_NEAR(span_of(lists, k.costs, k.m), report.objective, 1e-9);
     EXPECT_NO_THROW(validate(s));
-    EXPECT_LE(ordered_peak(s, k.costs), k.limit > 0 ? k.limit + 1e-9 : kInf);
+    EXPECT_LE(peak_in_order(s, k.costs), k.limit > 0 ? k.limit + 1e-9 : kInf);
   }
   EXPECT_EQ(greedy_beaten, 3);
 }
@@ -209,7 +194,7 @@ TEST(ZbIlp, NeverWorseThanTheGreedyAndWithinTheLimit) {
     EXPECT_LE(report.best_bound, report.objective + 1e-9);
     EXPECT_GE(report.gap, 0);
     EXPECT_NO_THROW(validate(s));
-    EXPECT_LE(ordered_peak(s, c), limit > 0 ? limit + 1e-9 : kInf);
+    EXPECT_LE(peak_in_order(s, c), limit > 0 ? limit + 1e-9 : kInf);
   }
 }
 
