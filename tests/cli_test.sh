@@ -197,6 +197,8 @@ for name in 1f1b zb-h1; do
 done
 expect_error "unknown solver" "--solver must be heuristic or ilp, got 'cplex'" \
   "$pptrain" schedule --schedule zb-auto --pp 4 --microbatches 8 --solver cplex
+expect_error "time limit without the ILP" "--time-limit applies to --solver ilp only" \
+  "$pptrain" schedule --schedule zb-auto --pp 4 --microbatches 8 --time-limit 5
 expect_error "bad time limit" "--time-limit must be a number of seconds > 0, got 0" \
   "$pptrain" schedule --schedule zb-auto --pp 4 --microbatches 8 --solver ilp --time-limit 0
 expect_error "bad mem-w-ratio" "--mem-w-ratio must be in .0, 1. (the share" \

@@ -62,6 +62,7 @@ struct ScheduleArgs {
   double time_limit_s = 60;          // --solver ilp: CBC's wall-time limit, seconds
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
+  bool time_limit_given = false;
 };
 
 // "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
@@ -295,6 +296,8 @@ void run_schedule_command(const ScheduleArgs& args) {
   // An imported file or 1f1b-rr never reaches make_schedule(), which checks the same.
   const ScheduleSolver solver = parse_solver(args.solver);
   check_solver_applies(solver, args.import_path.empty() ? args.schedule : std::string());
+  PPTRAIN_CHECK(!args.time_limit_given || solver == ScheduleSolver::kIlp,
+                "--time-limit applies to --solver ilp only (the heuristic takes milliseconds)");
   CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
   std::optional<Schedule> imported;
   if (!args.import_path.empty()) imported = import_schedule(args);
@@ -406,9 +409,10 @@ void add_schedule_command(CLI::App& app) {
                   "ilp (its integer program solved by CBC, warm-started from the greedy, never "
                   "worse; reports whether it proved optimality and the gap)")
       ->capture_default_str();
-  cmd->add_option("--time-limit", args->time_limit_s,
-                  "--solver ilp: seconds CBC may search (wall time); then the best order found")
-      ->capture_default_str();
+  auto* time_limit =
+      cmd->add_option("--time-limit", args->time_limit_s,
+                      "--solver ilp: seconds CBC may search (wall time); then the best order found")
+          ->capture_default_str();
   cmd->add_option("--mem-w-ratio", args->mem_w_ratio,
                   "Share r of a microbatch's activations that W still needs after I (I frees "
                   "1 - r, W frees r)")
@@ -445,8 +449,9 @@ void add_schedule_command(CLI::App& app) {
                   "on ranks 0-2, stage 1 on rank 3; microbatch i on replica i mod r)");
   cmd->add_flag("--vertical-sync", args->vertical_sync,
                 "pipedream: every stage uses the version a microbatch entered with");
-  cmd->callback([args, pp, microbatches, chunks] {
+  cmd->callback([args, pp, microbatches, chunks, time_limit] {
     args->pp_given = pp->count() > 0;
+    args->time_limit_given = time_limit->count() > 0;
     args->microbatches_given = microbatches->count() > 0;
     args->chunks_given = chunks->count() > 0 && args->chunks != 0;
     run_schedule_command(*args);
