@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,13 +46,13 @@ std::vector<double> stage_starts(const StageCosts& c) {
 // rules (a rank runs its list in order, each action once its inputs have arrived), or nothing
 // when the lists deadlock or a rank's memory goes above `limit`.
 std::optional<double> timed_span(const Schedule& s, const StageCosts& c, double limit) {
+  if (peak_in_order(s, c) > limit + kEps) return std::nullopt;
   const int P = s.num_ranks, M = s.num_microbatches;
   constexpr double kNotYet = -1;
   // end[op][stage][microbatch]
   std::vector<std::vector<std::vector<double>>> end(
       3, std::vector<std::vector<double>>(P, std::vector<double>(M, kNotYet)));
   std::vector<size_t> next(P, 0);
-  if (peak_in_order(s, c) > limit + kEps) return std::nullopt;
   std::vector<double> free_at(P, 0.0);
   // When `a`'s inputs have all arrived; nothing while one has not run yet.
   const auto ready = [&](const Action& a) -> std::optional<double> {
@@ -126,8 +125,6 @@ class Program {
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
-  int binaries() const { return static_cast<int>(pairs_.size()); }
-
   // Gives CBC the order of `warm` (its binaries; CBC finds the times).
   void warm_start(const Schedule& warm) {
     std::vector<std::vector<int>> position(3 * P_, std::vector<int>(M_, 0));
@@ -151,7 +148,7 @@ class Program {
 
   // Solves; the order CBC found, or nothing when it has no integer solution.
   std::optional<Schedule> solve(double time_limit_s, IlpReport& report) {
-    Cbc_setLogLevel(model_, getenv("PPTRAIN_CBC_LOG") ? 1 : 0);
+    Cbc_setLogLevel(model_, std::getenv("PPTRAIN_CBC_LOG") ? 1 : 0);
     // Wall time: on a shared host the CPU time runs slower than the clock the user waits on.
     Cbc_setParameter(model_, "timeMode", "elapsed");
     Cbc_setParameter(model_, "seconds", std::to_string(time_limit_s).c_str());

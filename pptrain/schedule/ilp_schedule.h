@@ -26,6 +26,7 @@
 //
 // The result is never worse than the greedy: the ILP's order is re-timed with the simulator's
 // rules, and the greedy's schedule is returned unless that order is shorter.
+// PPTRAIN_CBC_LOG=1 in the environment prints CBC's own log on stdout (for debugging a slow solve).
 #pragma once
 
 #include "pptrain/schedule/auto_schedule.h"
