@@ -20,9 +20,11 @@
 // Two choices make it the simulator's objective and speed it up. A stage's first F starts when
 // its input arrives, as the simulator runs it (appendix G lets a stage start late to shorten its
 // span, which no runtime does); so the optimum is the best `cost` simulate() can report over all
-// valid orders. And no action may end after its stage's start plus the greedy's span: that cuts
-// nothing better than the warm start, and it makes that span the big-M (any two actions of a
-// stage end within it of each other).
+// valid orders. And no action may end after its stage's start plus the greedy's span less the
+// work the chains put after it: that cuts nothing better than the warm start, and with each
+// action's earliest end it gives every big-M row its own small M (the most the row can be off
+// by within those bounds). The span also gets a floor: its stage's work, and the wait for its
+// first gradient plus all its I's and W's.
 //
 // The result is never worse than the greedy: the ILP's order is re-timed with the simulator's
 // rules, and the greedy's schedule is returned unless that order is shorter.
