@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages pptrain needs, if any is missing.
 set -euo pipefail
 packages=(build-essential cmake ccache libtorch-dev libgloo-dev libopenblas0-pthread libgtest-dev
-          libcli11-dev nlohmann-json3-dev librsvg2-bin)
+          libcli11-dev nlohmann-json3-dev librsvg2-bin coinor-libcbc-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

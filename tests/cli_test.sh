@@ -184,6 +184,23 @@ for name in zb-auto 1f1b; do
   expect_error "$name under an impossible limit" "--memory-limit 0.5 is below what any schedule needs: the smallest limit that works is 1" \
     "$pptrain" schedule --schedule "$name" --pp 4 --microbatches 8 --memory-limit 0.5
 done
+# --solver ilp: zb-auto only; it reports what CBC proved, and is never longer than the greedy.
+json=$("$pptrain" schedule --schedule zb-auto --pp 3 --microbatches 4 --cost F=1,I=2,W=1,comm=0.5 \
+  --memory-limit 2 --solver ilp --time-limit 20 --json) || fail "zb-auto --solver ilp exited $?"
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); i=d['ilp']; sys.exit(not (d['solver'] == 'ilp' and i['proven_optimal'] and i['gap'] == 0 and i['objective'] <= i['heuristic'] and max(r['peak_activations'] for r in d['ranks']) <= 2))" "$json" \
+  || fail "zb-auto --solver ilp on P=3 M=4 is not proven optimal within the limit: $json"
+"$pptrain" schedule --schedule zb-auto --pp 2 --microbatches 3 --solver ilp | grep -q '^solver *ilp: .*proven optimal' \
+  || fail "zb-auto --solver ilp prints no solver line"
+for name in 1f1b zb-h1; do
+  expect_error "--solver ilp with $name" "--solver ilp applies to --schedule zb-auto only, not '$name'" \
+    "$pptrain" schedule --schedule "$name" --pp 4 --microbatches 8 --solver ilp
+done
+expect_error "unknown solver" "--solver must be heuristic or ilp, got 'cplex'" \
+  "$pptrain" schedule --schedule zb-auto --pp 4 --microbatches 8 --solver cplex
+expect_error "time limit without the ILP" "--time-limit applies to --solver ilp only" \
+  "$pptrain" schedule --schedule zb-auto --pp 4 --microbatches 8 --time-limit 5
+expect_error "bad time limit" "--time-limit must be a number of seconds > 0, got 0" \
+  "$pptrain" schedule --schedule zb-auto --pp 4 --microbatches 8 --solver ilp --time-limit 0
 expect_error "bad mem-w-ratio" "--mem-w-ratio must be in .0, 1. (the share" \
   "$pptrain" schedule --schedule zb-h2 --pp 4 --microbatches 8 --mem-w-ratio 1.5
 expect_error "unknown flag" "--bogus" "$pptrain" schedule --bogus

@@ -156,6 +156,15 @@ inline void expect_same_parameters(const ModelOptions& model, const fs::path& di
   }
 }
 
+// Runs `pptrain train <args>` (the --pp 1 reference) writing DIR/ref.jsonl and DIR/ref, which
+// expect_run_matches_reference() compares with.
+inline void run_reference(const std::string& args, const TempDir& dir) {
+  const auto run = run_train(
+      args + " --metrics " + (dir / "ref.jsonl").string() + " --save " + (dir / "ref").string(),
+      dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+}
+
 // Runs `pptrain train <args>` writing DIR/<tag>.jsonl and the checkpoint DIR/<tag>, and expects
 // its losses and final parameters to equal the reference run's, DIR/ref.jsonl and DIR/ref.
 inline void expect_run_matches_reference(const ModelOptions& model, const std::string& args,

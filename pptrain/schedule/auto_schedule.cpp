@@ -269,6 +269,20 @@ void check_feasible_memory_limit(const StageCosts& costs, double limit) {
                 " (one microbatch's forward activations on a stage)");
 }
 
+double peak_in_order(const Schedule& schedule, const StageCosts& c) {
+  double peak = 0;
+  for (const auto& list : schedule.actions) {
+    double held = 0;
+    for (const Action& a : list) {
+      if (a.op == Op::F) held += c.activation[a.stage];
+      if (a.op == Op::I) held -= c.activation[a.stage] - c.weight_stash[a.stage];
+      if (a.op == Op::W) held -= c.weight_stash[a.stage];
+      peak = std::max(peak, held);
+    }
+  }
+  return peak;
+}
+
 Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
   PPTRAIN_CHECK(o.ranks >= 1, "schedule 'zb-auto': ranks must be >= 1, got ", o.ranks);
   PPTRAIN_CHECK(o.microbatches >= 1, "schedule 'zb-auto': microbatches must be >= 1, got ",

@@ -75,6 +75,11 @@ double smallest_memory_limit(const StageCosts& costs);
 // finite, or above 0 and below smallest_memory_limit(); 0 means no limit.
 void check_feasible_memory_limit(const StageCosts& costs, double limit);
 
+// The most memory any rank of a compute-only schedule of these stages holds, counting its actions
+// in order (F +activation, I -(activation - stash), W -stash). A rank runs one action at a time,
+// so this is the simulator's timed peak_activations too.
+double peak_in_order(const Schedule& schedule, const StageCosts& costs);
+
 // The best of the greedy's candidates. UserError naming the value for P < 1, M < 1, costs for
 // another number of stages, a negative or non-finite cost, or a limit below
 // smallest_memory_limit() (the message gives that smallest limit).

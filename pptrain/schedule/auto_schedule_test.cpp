@@ -16,22 +16,6 @@
 namespace pptrain {
 namespace {
 
-// The most memory any rank holds, counting its actions in order (F +activation, I -(activation
-// - stash), W -stash): on one rank actions never overlap, so this is the timed peak too.
-double ordered_peak(const Schedule& s, const StageCosts& c) {
-  double peak = 0;
-  for (const auto& list : s.actions) {
-    double held = 0;
-    for (const Action& a : list) {
-      if (a.op == Op::F) held += c.activation[a.stage];
-      if (a.op == Op::I) held -= c.activation[a.stage] - c.weight_stash[a.stage];
-      if (a.op == Op::W) held -= c.weight_stash[a.stage];
-      peak = std::max(peak, held);
-    }
-  }
-  return peak;
-}
-
 StageCosts random_costs(int stages, std::mt19937& rng) {
   std::uniform_real_distribution<double> time(0.2, 3), stash(0, 1), activation(0.5, 2);
   StageCosts c;
@@ -62,7 +46,7 @@ TEST(ZbAuto, ValidAndWithinTheLimitForManyShapesCostsAndLimits) {
           EXPECT_EQ(s.name, "zb-auto");
           EXPECT_TRUE(s.has_split_backward());
           if (limit > 0) {
-            EXPECT_LE(ordered_peak(s, c), limit + 1e-9);
+            EXPECT_LE(peak_in_order(s, c), limit + 1e-9);
           }
         }
       }
@@ -75,7 +59,7 @@ TEST(ZbAuto, ByNameThroughTheRegistry) {
   o.memory_limit = 4;
   const Schedule s = make_schedule(o);
   EXPECT_NO_THROW(validate(s));
-  EXPECT_LE(ordered_peak(s, StageCosts::uniform(4)), 4 + 1e-9);
+  EXPECT_LE(peak_in_order(s, StageCosts::uniform(4)), 4 + 1e-9);
   // Without costs it plans for F = I = W = 1; the same as giving them.
   o.costs = StageCosts::uniform(4);
   EXPECT_EQ(make_schedule(o), s);

@@ -19,7 +19,9 @@ Schedule with_chunks(const ScheduleOptions& o) {
 }
 
 Schedule zb_auto(const ScheduleOptions& o) {
-  return make_zb_auto({o.ranks, o.microbatches, o.costs, o.memory_limit});
+  const AutoScheduleOptions options{o.ranks, o.microbatches, o.costs, o.memory_limit};
+  if (o.solver == ScheduleSolver::kIlp) return make_zb_ilp(options, o.time_limit_s, o.ilp_report);
+  return make_zb_auto(options);
 }
 
 // An asynchronous schedule: the 1F1B order without a flush; they differ only in their rule.
@@ -223,8 +225,25 @@ VersionRule version_rule_of(const std::string& name, bool vertical_sync, int sta
   return rule;
 }
 
+ScheduleSolver parse_solver(const std::string& name) {
+  if (name == "heuristic") return ScheduleSolver::kHeuristic;
+  PPTRAIN_CHECK(name == "ilp", "--solver must be heuristic or ilp, got '", name, "'");
+  return ScheduleSolver::kIlp;
+}
+
+const char* solver_name(ScheduleSolver solver) {
+  return solver == ScheduleSolver::kIlp ? "ilp" : "heuristic";
+}
+
+void check_solver_applies(ScheduleSolver solver, const std::string& schedule) {
+  PPTRAIN_CHECK(solver == ScheduleSolver::kHeuristic || schedule == "zb-auto",
+                "--solver ilp applies to --schedule zb-auto only, not ",
+                schedule.empty() ? std::string("an imported schedule") : "'" + schedule + "'");
+}
+
 Schedule make_schedule(const ScheduleOptions& o) {
   const ScheduleEntry& entry = find_schedule(o.name);
+  check_solver_applies(o.solver, entry.name);
   const int chunks = resolve_chunks(entry, o.chunks);
   check_schedule_size(o.ranks, chunks, o.microbatches);
   ScheduleOptions resolved = o;

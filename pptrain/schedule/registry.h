@@ -19,10 +19,22 @@
 #include <vector>
 
 #include "pptrain/schedule/auto_schedule.h"
+#include "pptrain/schedule/ilp_schedule.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/weight_versions.h"
 
 namespace pptrain {
+
+// How zb-auto orders the actions: the paper's greedy (auto_schedule.h), or its integer program
+// solved by CBC and warm-started from the greedy (ilp_schedule.h). `--solver heuristic|ilp`.
+enum class ScheduleSolver { kHeuristic, kIlp };
+
+// "heuristic" -> kHeuristic, "ilp" -> kIlp; UserError naming the value and both names otherwise.
+ScheduleSolver parse_solver(const std::string& name);
+const char* solver_name(ScheduleSolver solver);
+// UserError (one line) when `solver` is the ILP and `schedule` (a registry name, "" for an
+// imported file) is not zb-auto: only zb-auto is solved.
+void check_solver_applies(ScheduleSolver solver, const std::string& schedule);
 
 struct ScheduleOptions {
   std::string name;      // a registry name: "gpipe", "1f1b", "interleaved-1f1b", ...
@@ -39,6 +51,11 @@ struct ScheduleOptions {
   // An asynchronous run's list covers several steps: the microbatches of one step (its
   // optimizer period). 0: all of them. Read by the generators whose order depends on it (wpipe).
   int period = 0;
+  // zb-auto only (any other schedule refuses kIlp): the solver, and the ILP's time limit, seconds.
+  ScheduleSolver solver = ScheduleSolver::kHeuristic;
+  double time_limit_s = 60;
+  // Optional: receives what the ILP did (kIlp only); not owned.
+  IlpReport* ilp_report = nullptr;
 };
 
 struct ScheduleEntry {

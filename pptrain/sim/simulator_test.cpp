@@ -516,6 +516,39 @@ TEST(ZbAuto, SimulatedPeakKeepsTheLimitWithPerStageCosts) {
   }
 }
 
+// --solver ilp: the span it reports is what the simulator measures, never above the greedy's,
+// and its schedule keeps the limit when timed.
+TEST(ZbIlp, SimulatedCostIsTheReportedSpanAndKeepsTheLimit) {
+  std::mt19937 rng(4202);
+  std::uniform_real_distribution<double> time(0.3, 3), share(0, 1);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int p = 2 + trial % 3, m = 3 + trial % 3;
+    CostModel c = costs(1, 1, 1, 0.5 * share(rng));
+    c.mem_w_ratio = share(rng);
+    for (int s = 0; s < p; ++s) {
+      c.stage_forward.push_back(time(rng));
+      c.stage_backward_input.push_back(time(rng));
+      c.stage_backward_weight.push_back(time(rng));
+    }
+    const double limit = trial % 2 ? 0 : 1.5 + share(rng) * p;
+    SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " limit " +
+                 std::to_string(limit));
+    ScheduleOptions o{"zb-auto", p, m};
+    o.costs = c.stage_costs(p, p);
+    o.memory_limit = limit;
+    const SimResult greedy = simulate(validate(make_schedule(o)), c);
+    IlpReport report;
+    o.solver = ScheduleSolver::kIlp;
+    o.time_limit_s = 10;
+    o.ilp_report = &report;
+    const SimResult ilp = simulate(validate(make_schedule(o)), c);
+    EXPECT_NEAR(ilp.cost, report.objective, 1e-9 * std::max(1.0, ilp.cost));
+    EXPECT_NEAR(greedy.cost, report.heuristic, 1e-9 * std::max(1.0, greedy.cost));
+    EXPECT_LE(ilp.cost, greedy.cost + 1e-9);
+    EXPECT_NO_THROW(check_peak_within_limit(ilp, limit, "zb-auto"));
+  }
+}
+
 TEST(Simulator, CommLatencyDelaysGpipeByHand) {
   // P=2, M=2, F=1, B=I+W=2, comm=c:
   //   rank 1: F0 [1+c, 2+c], F1 [2+c, 3+c], B0 [3+c, 5+c], B1 [5+c, 7+c]

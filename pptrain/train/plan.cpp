@@ -140,6 +140,8 @@ CostModel planning_cost(const TrainOptions& options, bool may_profile) {
 // The schedule the flags ask for, before validation; `what` names it in messages.
 Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, std::string& what) {
   const int M = options.data.microbatches;
+  const ScheduleSolver solver = parse_solver(options.solver);
+  check_solver_applies(solver, options.schedule_file.empty() ? options.schedule : "");
   if (!options.schedule_file.empty()) {
     what = "schedule file '" + options.schedule_file + "'";
     Schedule schedule = read_schedule_csv(options.schedule_file);
@@ -185,6 +187,11 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
     return serial_schedule(options.schedule, std::max(options.stages, 1),
                            static_cast<int>(run_microbatches), !asynchronous);
   }
+  if (!options.solved_schedule.empty()) {
+    Schedule solved = read_schedule_csv(options.solved_schedule);
+    solved.name = options.schedule;
+    return solved;
+  }
   ScheduleOptions request;
   request.name = options.schedule;
   request.ranks = options.pp;
@@ -193,6 +200,8 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
   request.costs = cost.stage_costs(options.pp * chunks, options.pp);  // zb-auto plans for them
   request.memory_limit = options.memory_limit;
   request.period = M;
+  request.solver = solver;
+  request.time_limit_s = options.time_limit_s;
   return entry.make(request);
 }
 

@@ -8,9 +8,10 @@
 //
 // plan_training() runs every check that does not need the workers (model, data file, schedule,
 // partition, output paths) in whichever process calls it, so bad input never starts a worker.
-// Every rank of a run computes the same plan from the same flags: the one part that could
-// differ between processes (`--partition time` measures this machine) is resolved by the
-// launching process and handed to its workers as `--stage-layers`.
+// Every rank of a run computes the same plan from the same flags: the parts that could differ
+// between processes are resolved by the launching process and handed to its workers:
+// `--partition time` (it measures this machine) as `--stage-layers`, and `--solver ilp` (its time
+// limit could end differently) as `--solved-schedule`, a CSV file of the order.
 #pragma once
 
 #include <algorithm>
@@ -55,6 +56,13 @@ struct TrainOptions {
   // Cap on every rank's peak activations in memory-model units (schedule/auto_schedule.h):
   // zb-auto plans under it, another schedule whose simulated peak is above it is refused. 0: none.
   double memory_limit = 0;
+  // How zb-auto orders its actions: "heuristic" or "ilp" (schedule/registry.h), and the ILP's
+  // wall-time limit in seconds.
+  std::string solver = "heuristic";
+  double time_limit_s = 60;
+  // With --solver ilp, what the launcher passes its workers: the order it solved, as a CSV file
+  // (a time limit could end differently in each process). Empty: solve here.
+  std::string solved_schedule;
   double mem_w_ratio = 0.5;  // r: the share of a microbatch's activations W keeps after I
   // With --pp 1: the model in this many stages, run one after the other in this process (the
   // reference of an asynchronous schedule on that many stages). 0: one stage.

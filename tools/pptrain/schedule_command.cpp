@@ -58,8 +58,11 @@ struct ScheduleArgs {
   std::string stage_layers;    // with --profile: the stages' layers; empty: the time partition
   std::string replicas;        // 1f1b-rr: replicas of each stage, "3,1"
   double cores = 0;            // cores of the host, shared by all D x P ranks; 0: one each
+  std::string solver = "heuristic";  // zb-auto: heuristic or ilp
+  double time_limit_s = 60;          // --solver ilp: CBC's wall-time limit, seconds
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
+  bool time_limit_given = false;
 };
 
 // "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
@@ -127,7 +130,7 @@ Schedule round_robin_schedule(const ScheduleArgs& args) {
   return make_1f1b_rr(replicas, args.microbatches);
 }
 
-Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost) {
+Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost, IlpReport* ilp) {
   PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(), ", or ",
                 kRoundRobin, " with --replicas) or --import FILE.csv is required");
   if (args.schedule == kRoundRobin) return round_robin_schedule(args);
@@ -155,6 +158,9 @@ Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost) {
   options.costs = cost.stage_costs(stages, args.pp);
   options.memory_limit = args.memory_limit;
   options.period = args.microbatches;
+  options.solver = parse_solver(args.solver);
+  options.time_limit_s = args.time_limit_s;
+  options.ilp_report = ilp;
   return make_schedule(options);
 }
 
@@ -162,6 +168,26 @@ std::string percent(double ratio) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * ratio);
   return buffer;
+}
+
+// --solver ilp's line of the summary: what CBC proved.
+void print_ilp(const IlpReport& ilp) {
+  std::printf("solver        ilp: span %g (heuristic %g), %s, best bound %g, gap %s, %.2f s\n",
+              ilp.objective, ilp.heuristic, ilp.proven_optimal ? "proven optimal" : "not proven",
+              ilp.best_bound, percent(ilp.gap).c_str(), ilp.solve_s);
+}
+
+nlohmann::ordered_json ilp_json(const IlpReport& ilp) {
+  nlohmann::ordered_json out;
+  out["proven_optimal"] = ilp.proven_optimal;
+  out["objective"] = ilp.objective;
+  out["heuristic"] = ilp.heuristic;
+  out["best_bound"] = ilp.best_bound;
+  out["gap"] = ilp.gap;
+  out["improved"] = ilp.improved;
+  out["binaries"] = ilp.binaries;
+  out["solve_s"] = ilp.solve_s;
+  return out;
 }
 
 void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& cost,
@@ -258,6 +284,11 @@ void run_schedule_command(const ScheduleArgs& args) {
   }
   PPTRAIN_CHECK(args.dp >= 1, "--dp must be >= 1 (data-parallel copies of the pipeline), got ",
                 args.dp);
+  // An imported file or 1f1b-rr never reaches make_schedule(), which checks the same.
+  const ScheduleSolver solver = parse_solver(args.solver);
+  check_solver_applies(solver, args.import_path.empty() ? args.schedule : std::string());
+  PPTRAIN_CHECK(!args.time_limit_given || solver == ScheduleSolver::kIlp,
+                "--time-limit applies to --solver ilp only (the heuristic takes milliseconds)");
   CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
   std::optional<Schedule> imported;
   if (!args.import_path.empty()) imported = import_schedule(args);
@@ -272,7 +303,8 @@ void run_schedule_command(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.cores >= 0, "--cores must be >= 0 (0: a core per rank), got ", args.cores);
   // The D copies of the pipeline run alike, each on its share of the cores.
   cost.cores = args.cores / args.dp;
-  Schedule schedule = imported ? *imported : generate_schedule(args, cost);
+  IlpReport ilp;
+  Schedule schedule = imported ? *imported : generate_schedule(args, cost, &ilp);
   if (schedule.replicated()) {
     PPTRAIN_CHECK(args.dp == 1, "--dp ", args.dp, " does not apply to '", schedule.name,
                   "': its stages are replicated already, and its replicas sum their gradients");
@@ -328,9 +360,13 @@ void run_schedule_command(const ScheduleArgs& args) {
     write_text_file(args.trace_path, render_chrome_trace(result.timeline), "--trace file");
   }
   if (args.json) {
-    std::cout << summary_json(schedule, rule, cost, args.memory_limit, result).dump() << std::endl;
+    nlohmann::ordered_json out = summary_json(schedule, rule, cost, args.memory_limit, result);
+    out["solver"] = args.solver;
+    if (solver == ScheduleSolver::kIlp) out["ilp"] = ilp_json(ilp);
+    std::cout << out.dump() << std::endl;
   } else {
     print_summary(schedule, rule, cost, args.memory_limit, result);
+    if (solver == ScheduleSolver::kIlp) print_ilp(ilp);
   }
 }
 
@@ -359,6 +395,15 @@ void add_schedule_command(CLI::App& app) {
                   "activations on a stage (P: 1F1B's memory); zb-auto plans under it, another "
                   "schedule whose simulated peak is above it is refused; 0: none")
       ->capture_default_str();
+  cmd->add_option("--solver", args->solver,
+                  "How zb-auto orders the actions: heuristic (the zero-bubble paper's greedy) or "
+                  "ilp (its integer program solved by CBC, warm-started from the greedy, never "
+                  "worse; reports whether it proved optimality and the gap)")
+      ->capture_default_str();
+  auto* time_limit =
+      cmd->add_option("--time-limit", args->time_limit_s,
+                      "--solver ilp: seconds CBC may search (wall time); then the best order found")
+          ->capture_default_str();
   cmd->add_option("--mem-w-ratio", args->mem_w_ratio,
                   "Share r of a microbatch's activations that W still needs after I (I frees "
                   "1 - r, W frees r)")
@@ -395,8 +440,9 @@ void add_schedule_command(CLI::App& app) {
                   "on ranks 0-2, stage 1 on rank 3; microbatch i on replica i mod r)");
   cmd->add_flag("--vertical-sync", args->vertical_sync,
                 "pipedream: every stage uses the version a microbatch entered with");
-  cmd->callback([args, pp, microbatches, chunks] {
+  cmd->callback([args, pp, microbatches, chunks, time_limit] {
     args->pp_given = pp->count() > 0;
+    args->time_limit_given = time_limit->count() > 0;
     args->microbatches_given = microbatches->count() > 0;
     args->chunks_given = chunks->count() > 0 && args->chunks != 0;
     run_schedule_command(*args);

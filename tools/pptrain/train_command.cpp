@@ -7,15 +7,21 @@
 // starts P workers (itself again, one per rank) and supervises them; with RANK set (by us or by
 // torchrun) it runs as that rank. --pp 1 trains in this process: the reference every pipelined
 // run must match.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/transport.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/plan.h"
@@ -25,6 +31,19 @@
 namespace pptrain::cli {
 
 namespace {
+
+// The plan's compute order (no SEND/RECV, no REDUCE_GRAD: each worker adds them again) in a
+// new temporary CSV file; its path.
+std::string solved_schedule_file(const TrainingPlan& plan) {
+  std::string path = (std::filesystem::temp_directory_path() / "pptrain-solved-XXXXXX").string();
+  const int fd = mkstemp(path.data());
+  PPTRAIN_CHECK(fd >= 0, "cannot create a temporary file for the solved schedule in ",
+                std::filesystem::temp_directory_path().string());
+  close(fd);
+  write_text_file(path, to_csv(remove_grad_reductions(strip_comms(*plan.schedule))),
+                  "solved schedule file");
+  return path;
+}
 
 void run_train(const TrainOptions& options) {
   const bool worker = running_as_worker();
@@ -42,7 +61,16 @@ void run_train(const TrainOptions& options) {
       launch.args.insert(launch.args.end(),
                          {"--stage-layers", format_stage_layers(plan.stage_layers)});
     }
+    // --solver ilp: every worker runs the order solved here (a time limit could end differently
+    // in each process), which it reads from a file of ours.
+    std::string solved;
+    if (options.pp > 1 && options.solved_schedule.empty() &&
+        parse_solver(options.solver) == ScheduleSolver::kIlp) {
+      solved = solved_schedule_file(plan);
+      launch.args.insert(launch.args.end(), {"--solved-schedule", solved});
+    }
     const LaunchResult result = launch_workers(launch);
+    if (!solved.empty()) std::remove(solved.c_str());
     if (result.exit_code != 0) {
       std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
       std::fflush(stderr);
@@ -109,6 +137,16 @@ void add_train_command(CLI::App& app) {
                   "activations on a stage (P: 1F1B's memory); zb-auto plans under it, other "
                   "schedules are refused above it; 0: none")
       ->capture_default_str();
+  cmd->add_option("--solver", o.solver,
+                  "How zb-auto orders the actions: heuristic or ilp (CBC, warm-started from the "
+                  "heuristic, never worse; solved once by the launcher)")
+      ->capture_default_str();
+  cmd->add_option("--time-limit", o.time_limit_s,
+                  "--solver ilp: seconds CBC may search (wall time)")
+      ->capture_default_str();
+  // What the launcher passes its workers with --solver ilp.
+  cmd->add_option("--solved-schedule", o.solved_schedule,
+                  "The order the launcher solved (CSV; --solver ilp)");
   cmd->add_option("--mem-w-ratio", o.mem_w_ratio,
                   "Share r of a microbatch's activations that W still needs after I")
       ->capture_default_str();
