@@ -37,7 +37,10 @@ ValidatedSchedule make_validated(const PipelineOptions& options, int ranks) {
     PPTRAIN_CHECK(imported.num_microbatches == options.microbatches, "the schedule file ",
                   options.schedule_file, " has ", imported.num_microbatches,
                   " microbatches, the options say ", options.microbatches);
-    return validate(imported);
+    ValidatedSchedule schedule = validate(imported);
+    PPTRAIN_CHECK(!schedule->replicated(), "the schedule file ", options.schedule_file,
+                  " runs replicas of its stages, which the library does not offer yet");
+    return schedule;
   }
   const ScheduleEntry& entry = find_schedule(options.schedule);
   PPTRAIN_CHECK(entry.update == WeightUpdate::kFlush && !entry.averages_copies, "schedule '",
@@ -46,7 +49,12 @@ ValidatedSchedule make_validated(const PipelineOptions& options, int ranks) {
                 "library does not offer yet (use a synchronous schedule, or pptrain train)");
   check_schedule_size(ranks, resolve_chunks(entry, options.chunks), options.microbatches,
                       "microbatches");
-  return validate(make_schedule({options.schedule, ranks, options.microbatches, options.chunks}));
+  ValidatedSchedule schedule =
+      validate(make_schedule({options.schedule, ranks, options.microbatches, options.chunks}));
+  PPTRAIN_CHECK(!schedule->replicated(), "schedule '", options.schedule,
+                "' runs replicas of its stages, whose gradients must be summed between ranks, "
+                "which the library does not offer yet (use pptrain train for it)");
+  return schedule;
 }
 
 // The M microbatches of a batch, split along dimension 0; none for an undefined batch.

@@ -161,6 +161,19 @@ TEST(Pipeline, OwnModelEqualsPlainTrainingOnEverySynchronousSchedule) {
   }
 }
 
+TEST(Pipeline, OwnModelEqualsPlainTrainingOnTheScheduleGenerators) {
+  // The automatic and V-shaped schedules, with the microbatches they need (dualpipev: 2P).
+  for (int ranks : {2, 4}) {
+    for (std::string name : {"zb-auto", "v-half", "v-min", "dualpipev"}) {
+      PipelineOptions options;
+      options.schedule = name;
+      options.microbatches = 8;
+      expect_equal(pipelined_training(ranks, 8, options), plain_training(8, 8),
+                   name + " on " + std::to_string(ranks) + " ranks");
+    }
+  }
+}
+
 TEST(Pipeline, AutogradSplitWithRecomputationEqualsPlainTraining) {
   // I reruns the forward, keeps that graph for W: the weights' gradients come from the rerun.
   PipelineOptions options;
@@ -234,6 +247,8 @@ TEST(Pipeline, RefusesWhatItCannotRun) {
   PipelineStage first(parts[0], 0, 2);
   PipelineOptions options;
   options.schedule = "pipedream";
+  EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
+  options.schedule = "chimera";  // replicated stages: not yet
   EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
   options.schedule = "no-such-schedule";
   EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
