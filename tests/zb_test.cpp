@@ -69,11 +69,7 @@ TEST(AutogradWeightSplit, MatchesReference) {
     const std::string common = model_args(model) +
                                " --batch-size 8 --microbatches 4 --steps 4 --quiet"
                                " --weight-split autograd";
-    ASSERT_EQ(run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() + " --save " +
-                            (dir / "ref").string(),
-                        dir)
-                  .exit_code,
-              0);
+    ASSERT_NO_FATAL_FAILURE(run_reference(common + " --pp 1", dir));
     for (const auto& [schedule, pp] :
          {std::pair<std::string, int>{"zb-h1", 2}, {"zb-v", 2}, {"zb-h2", 4}, {"zb-v", 4}}) {
       SCOPED_TRACE(kind + " --pp " + std::to_string(pp) + " --schedule " + schedule);
@@ -109,11 +105,7 @@ TEST(PostValidation, EqualsClippingAfterTheAllReduceAndRollsBack) {
     const std::string common = model_args(model) +
                                " --batch-size 8 --microbatches 4 --steps 5 --quiet --optimizer " +
                                c.optimizer + " --clip " + c.clip;
-    ASSERT_EQ(run_train(common + " --pp 1 --metrics " + (dir / "ref.jsonl").string() + " --save " +
-                            (dir / "ref").string(),
-                        dir)
-                  .exit_code,
-              0);
+    ASSERT_NO_FATAL_FAILURE(run_reference(common + " --pp 1", dir));
     const auto norms = read_field(dir / "ref.jsonl", "grad_norm");
     const double clip = std::stod(c.clip);
     ASSERT_GE(std::count_if(norms.begin(), norms.end(), [clip](double n) { return n > clip; }), 1);

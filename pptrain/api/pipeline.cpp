@@ -137,6 +137,7 @@ struct PipelineSchedule::Impl {
   std::optional<Executor> executor;  // made at the first step, once the boundary shapes are known
   int steps_done = 0;
   bool finished = false;
+  int64_t weight_bytes = 0;  // of this rank's stages' parameters: the same every step
 
   const Schedule& schedule() const { return *run.schedule; }
 
@@ -207,6 +208,9 @@ struct PipelineSchedule::Impl {
     executor_options.recompute = options.recompute;
     executor_options.weight_split = options.weight_split;
     executor.emplace(run.schedule, std::move(executor_options));
+    for (PipelineStage* stage : stages) {
+      for (const auto& p : stage->parameters()) weight_bytes += tensor_bytes(p);
+    }
     run.microbatches = schedule().num_microbatches;
     run.steps = options.steps;
     run.tokens_per_sample = options.tokens_per_sample;
@@ -287,9 +291,7 @@ torch::Tensor PipelineSchedule::step(const torch::Tensor& inputs, const torch::T
   mine.loss = record.loss;
   mine.bytes_sent = record.bytes_sent;
   mine.compute_s = record.compute_cpu_s;
-  for (PipelineStage* stage : impl.stages) {
-    for (const auto& p : stage->parameters()) mine.weight_bytes += tensor_bytes(p);
-  }
+  mine.weight_bytes = impl.weight_bytes;
   mine.events = std::move(record.events);
   const auto report = gather_step_report(impl.run, impl.steps_done, 0, mine, transport);
   ++impl.steps_done;
