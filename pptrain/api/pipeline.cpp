@@ -2,17 +2,22 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
-#include <optional>
+#include <exception>
+#include <map>
+#include <stdexcept>
 #include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
 #include "pptrain/device/memory.h"
 #include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
-#include "pptrain/schedule/validate.h"
-#include "pptrain/train/report.h"
+#include "pptrain/train/stage_copies.h"
+#include "pptrain/train/updates.h"
 
 namespace pptrain {
 namespace {
@@ -28,33 +33,64 @@ std::vector<torch::nn::AnyModule> modules_of(const torch::nn::Sequential& part) 
   return out;
 }
 
-ValidatedSchedule make_validated(const PipelineOptions& options, int ranks) {
-  if (!options.schedule_file.empty()) {
-    Schedule imported =
-        parse_csv(read_text_file(options.schedule_file, "schedule file"), options.schedule_file);
-    PPTRAIN_CHECK(imported.num_ranks == ranks, "the schedule file ", options.schedule_file,
-                  " is for ", imported.num_ranks, " ranks, the world has ", ranks);
-    PPTRAIN_CHECK(imported.num_microbatches == options.microbatches, "the schedule file ",
-                  options.schedule_file, " has ", imported.num_microbatches,
-                  " microbatches, the options say ", options.microbatches);
-    ValidatedSchedule schedule = validate(imported);
-    PPTRAIN_CHECK(!schedule->replicated(), "the schedule file ", options.schedule_file,
-                  " runs replicas of its stages, which the library does not offer yet");
-    return schedule;
+// The weight rule of `name` ("" for a file: synchronous) on `stages` stages, with the options'
+// settings.
+VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
+  VersionRule rule = version_rule_of(name, options.vertical_sync, stages, options.microbatches);
+  if (options.update_interval > 0) {
+    PPTRAIN_CHECK(rule.update == WeightUpdate::kAmpNet,
+                  "update_interval applies to ampnet only, not '", name, "'");
+    rule.update_interval = options.update_interval;
   }
-  const ScheduleEntry& entry = find_schedule(options.schedule);
-  PPTRAIN_CHECK(entry.update == WeightUpdate::kFlush && !entry.averages_copies, "schedule '",
-                options.schedule,
-                "' is asynchronous: it steps the optimizer inside the schedule, which the "
-                "library does not offer yet (use a synchronous schedule, or pptrain train)");
-  check_schedule_size(ranks, resolve_chunks(entry, options.chunks), options.microbatches,
-                      "microbatches");
-  ValidatedSchedule schedule =
-      validate(make_schedule({options.schedule, ranks, options.microbatches, options.chunks}));
-  PPTRAIN_CHECK(!schedule->replicated(), "schedule '", options.schedule,
-                "' runs replicas of its stages, whose gradients must be summed between ranks, "
-                "which the library does not offer yet (use pptrain train for it)");
-  return schedule;
+  return rule;
+}
+
+// The schedule and weight rule `options` ask for, on P ranks.
+PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
+  if (options.planned) return *options.planned;
+  PPTRAIN_CHECK(options.data_parallel >= 1, "data_parallel must be >= 1, got ",
+                options.data_parallel);
+  PPTRAIN_CHECK(options.microbatches >= 1, "microbatches must be >= 1, got ", options.microbatches);
+  Schedule schedule;
+  std::string name;  // of a registry entry; empty for a file
+  bool averages = false;
+  if (!options.schedule_file.empty()) {
+    schedule =
+        parse_csv(read_text_file(options.schedule_file, "schedule file"), options.schedule_file);
+    PPTRAIN_CHECK(schedule.num_ranks == ranks, "the schedule file ", options.schedule_file,
+                  " is for ", schedule.num_ranks, " ranks, the pipeline has ", ranks);
+    PPTRAIN_CHECK(schedule.num_microbatches == options.microbatches, "the schedule file ",
+                  options.schedule_file, " has ", schedule.num_microbatches,
+                  " microbatches, the options say ", options.microbatches);
+  } else {
+    name = options.schedule;
+    const ScheduleEntry& entry = find_schedule(name);
+    averages = entry.averages_copies;
+    const bool asynchronous = entry.update != WeightUpdate::kFlush;
+    PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", name,
+                  "' is asynchronous: it is one schedule over the whole run, so give "
+                  "PipelineOptions::steps");
+    // No flush: one list over the whole run, its microbatches numbered across steps.
+    const long long run_microbatches =
+        asynchronous ? 1LL * options.steps * options.microbatches : options.microbatches;
+    check_schedule_size(ranks, resolve_chunks(entry, options.chunks), run_microbatches,
+                        "microbatches");
+    ScheduleOptions request;
+    request.name = name;
+    request.ranks = ranks;
+    request.microbatches = static_cast<int>(run_microbatches);
+    request.chunks = options.chunks;
+    request.period = options.microbatches;
+    schedule = make_schedule(request);
+  }
+  // Copies of the pipeline, or the replicas of a stage, combine its gradients as soon as its
+  // last W is done.
+  if ((options.data_parallel > 1 && !averages) ||
+      (schedule.replicated() && !has_grad_reductions(schedule))) {
+    schedule = add_grad_reductions(schedule);
+  }
+  const int stages = schedule.num_stages;
+  return {validate(schedule), weight_rule(options, name, stages), averages};
 }
 
 // The M microbatches of a batch, split along dimension 0; none for an undefined batch.
@@ -64,14 +100,45 @@ std::vector<torch::Tensor> split_batch(const torch::Tensor& batch, int microbatc
   PPTRAIN_CHECK(batch.dim() >= 1 && batch.size(0) % microbatches == 0, "the ", what, " batch has ",
                 batch.dim() >= 1 ? batch.size(0) : 0, " rows, which do not split into ",
                 microbatches, " equal microbatches");
-  return batch.split(batch.size(0) / microbatches);
+  std::vector<torch::Tensor> parts;
+  for (auto& part : batch.chunk(microbatches, 0)) parts.push_back(part.contiguous());
+  return parts;
+}
+
+std::string list_text(const std::vector<int>& v) {
+  std::string text;
+  for (int x : v) text += (text.empty() ? "" : ", ") + std::to_string(x);
+  return text.empty() ? std::string("none") : text;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 }  // namespace
 
+PlannedSchedule serial_reference(const PipelineOptions& options, int stages) {
+  PPTRAIN_CHECK(options.schedule_file.empty() && !options.planned,
+                "serial_reference() takes a schedule of the registry");
+  const ScheduleEntry& entry = find_schedule(options.schedule);
+  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", options.schedule,
+                "' is asynchronous: give PipelineOptions::steps");
+  const long long microbatches =
+      asynchronous ? 1LL * options.steps * options.microbatches : options.microbatches;
+  check_schedule_size(1, stages, microbatches, "microbatches");
+  Schedule serial = make_serial(stages, static_cast<int>(microbatches), !asynchronous);
+  serial.name = options.schedule;
+  return {validate(serial), weight_rule(options, options.schedule, stages), false};
+}
+
 StagePlacement place_stages(const World& world, const PipelineOptions& options) {
-  const ValidatedSchedule schedule = make_validated(options, world.size);
-  return {schedule->num_stages, schedule->stages_of(world.rank)};
+  const int copies = std::max(options.data_parallel, 1);
+  PPTRAIN_CHECK(world.size % copies == 0, "data_parallel ", copies, " does not divide the ",
+                world.size, " ranks");
+  const PlannedSchedule planned = plan_schedule(options, world.size / copies);
+  return {planned.schedule->num_stages,
+          planned.schedule->stages_of(world.rank % planned.schedule->num_ranks)};
 }
 
 World init_from_env() {
@@ -110,36 +177,78 @@ std::vector<torch::nn::Sequential> split_sequential(const torch::nn::Sequential&
 }
 
 PipelineStage::PipelineStage(torch::nn::Sequential module, int stage_index, int num_stages)
-    : stage_(stage_index, 0, modules_of(module)), num_stages_(num_stages) {
-  PPTRAIN_CHECK(stage_index >= 0 && stage_index < num_stages, "stage index ", stage_index,
+    : PipelineStage(Stage(stage_index, 0, modules_of(module)), num_stages,
+                    std::function<Stage()>()) {}
+
+PipelineStage::PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages)
+    : PipelineStage(Stage(stage_index, 0, {std::move(module)}), num_stages,
+                    std::function<Stage()>()) {}
+
+PipelineStage::PipelineStage(Stage stage, int num_stages, std::function<Stage()> make_copy)
+    : stage_(std::move(stage)), num_stages_(num_stages), make_copy_(std::move(make_copy)) {
+  PPTRAIN_CHECK(stage_.index() >= 0 && stage_.index() < num_stages, "stage index ", stage_.index(),
                 " is not in 0..", num_stages - 1);
 }
 
-PipelineStage::PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages)
-    : stage_(stage_index, 0, {std::move(module)}), num_stages_(num_stages) {
-  PPTRAIN_CHECK(stage_index >= 0 && stage_index < num_stages, "stage index ", stage_index,
-                " is not in 0..", num_stages - 1);
+Stage PipelineStage::copy() const {
+  if (make_copy_) return make_copy_();
+  std::vector<torch::nn::AnyModule> clones;
+  for (const auto& layer : stage_.layers()) {
+    try {
+      clones.push_back(layer.clone());
+    } catch (const std::exception&) {
+      throw UserError("stage " + std::to_string(index()) + ": module " + layer.ptr()->name() +
+                      " cannot be cloned, and an asynchronous schedule keeps copies of a "
+                      "stage's weights; derive it from torch::nn::Cloneable");
+    }
+  }
+  return Stage(stage_.index(), stage_.first_layer(), std::move(clones));
 }
 
 struct PipelineSchedule::Impl {
-  Impl(World w, std::vector<PipelineStage*> s, PipelineOptions o, LossFn l)
-      : world(std::move(w)),
-        stages(std::move(s)),
-        options(std::move(o)),
-        loss(std::move(l)),
-        run(make_validated(options, world.size)) {}
+  Impl(World w, std::vector<PipelineStage*> s, PipelineOptions o, LossFn l);
 
   World world;
   std::vector<PipelineStage*> stages;
   PipelineOptions options;
   LossFn loss;
+  int copies = 1;  // D
+  PlannedSchedule planned;
   RunInfo run;
-  std::optional<Executor> executor;  // made at the first step, once the boundary shapes are known
-  int steps_done = 0;
+  int pipeline_rank = 0;  // this rank in its copy of the pipeline
+  int copy = 0;           // which copy of the pipeline
+  Group pipeline;         // the ranks of this copy of the pipeline
+  Group stage_copies;     // the D ranks holding this rank's pipeline position
+  std::map<std::vector<int>, Group> replica_groups;
+  std::optional<RankWeights> weights;  // with options.optimizer
+  std::optional<StageCopies> combine;  // the stages whose gradients are combined with others'
+  std::optional<AsyncUpdates> async;
+  std::map<int, int> owner;            // zero 1: model layer -> the copy keeping its state
+  std::vector<torch::Tensor> counted;  // parameters whose gradient norm this rank adds
+  RankCheckpoint saved;                // what this rank writes to a checkpoint
+  std::optional<Executor> executor;    // made at the first step, once the boundary shapes are known
+  int next_step = 0;
+  int ahead = 0;                 // later steps whose microbatches a step's segment may use
+  std::map<int, Batch> fetched;  // batches asked of the source, by step, not yet all used
+  int64_t batch_rows = 0;        // of the latest step's batch on this rank (0: none read)
   bool finished = false;
-  int64_t weight_bytes = 0;  // of this rank's stages' parameters: the same every step
+  int64_t weight_bytes = 0;      // of a synchronous rank's stages (and avgpipe's centre)
+  Clock::time_point step_start;  // of the step, or of the asynchronous segment
+  // An asynchronous pipeline's step reports are sent without waiting, and waited on a step later.
+  std::vector<PendingComm> unsent_reports, older_reports;
 
-  const Schedule& schedule() const { return *run.schedule; }
+  const Schedule& schedule() const { return *planned.schedule; }
+  bool asynchronous() const { return planned.weights.asynchronous(); }
+  int ranks() const { return schedule().num_ranks; }
+
+  void check_stages() const;
+  void make_groups();
+  void make_weights();
+  StepData step_data(int step, const BatchSource& batches);
+  std::vector<std::vector<int64_t>> boundary_shapes(const std::vector<torch::Tensor>& inputs);
+  void start(const StepData& data, int64_t batch_size);
+  double update(int step, const StepRecord& record, RankStep& mine);
+  std::string nonfinite_message(int step, double grad_norm, const StepRecord& record) const;
 
   PipelineStage* local(int index) const {
     for (PipelineStage* stage : stages) {
@@ -147,91 +256,74 @@ struct PipelineSchedule::Impl {
     }
     return nullptr;
   }
-
-  // The shape of every cut, found by running each stage on the first microbatch, stage by stage:
-  // the rank that runs stage b on microbatch 0 computes cut b's shape, and one all-reduce hands it
-  // to every rank (each needs all of them, for the buffers of its receives).
-  std::vector<std::vector<int64_t>> boundary_shapes(const std::vector<torch::Tensor>& inputs) {
-    std::vector<std::vector<int64_t>> shapes;
-    std::vector<int64_t> input_shape;
-    for (int b = 0; b + 1 < schedule().num_stages; ++b) {
-      auto message = torch::zeros({kMaxDims + 1}, torch::kFloat64);
-      if (schedule().rank_of(b, 0) == world.rank) {
-        PipelineStage* stage = local(b);
-        PPTRAIN_ASSERT(stage, "rank ", world.rank, " runs stage ", b, " but does not hold it");
-        PPTRAIN_CHECK(b > 0 || !inputs.empty(), "rank ", world.rank,
-                      " holds the first stage but step() was given no inputs");
-        const torch::Tensor input = b == 0 ? inputs[0] : torch::zeros(input_shape);
-        const torch::Tensor output = probe(*stage, input);
-        PPTRAIN_CHECK(output.scalar_type() == torch::kFloat32, "stage ", b,
-                      " outputs a tensor of type ", c10::toString(output.scalar_type()),
-                      "; what crosses a cut between stages must be float32");
-        PPTRAIN_CHECK(output.dim() <= kMaxDims, "stage ", b, " outputs a tensor of ", output.dim(),
-                      " dimensions; at most ", kMaxDims, " cross a cut");
-        message[0] = static_cast<double>(output.dim());
-        for (int64_t d = 0; d < output.dim(); ++d) {
-          message[d + 1] = static_cast<double>(output.size(d));
-        }
-      }
-      if (world.size > 1) world.transport->allreduce_sum(message);
-      input_shape.assign(static_cast<size_t>(message[0].item<double>()), 0);
-      for (size_t d = 0; d < input_shape.size(); ++d) {
-        input_shape[d] = static_cast<int64_t>(message[d + 1].item<double>());
-      }
-      shapes.push_back(input_shape);
-    }
-    return shapes;
+  bool holds(int stage) const {
+    const auto holders = schedule().replicas_of(stage);
+    return std::count(holders.begin(), holders.end(), pipeline_rank) > 0;
   }
-
-  // The stage's output for `input`, in eval mode and without autograd, leaving its modules'
-  // training flags as they were.
-  static torch::Tensor probe(PipelineStage& stage, const torch::Tensor& input) {
-    torch::NoGradGuard no_grad;
-    std::vector<std::pair<torch::nn::Module*, bool>> flags;
-    for (const auto& module : stage.stage().modules()) {
-      flags.emplace_back(module.get(), module->is_training());
-      module->eval();
-    }
-    torch::Tensor output = stage.stage().forward(input);
-    for (auto& [module, training] : flags) module->train(training);
-    return output;
+  std::vector<int> pipeline_of(int d) const {
+    std::vector<int> out;
+    for (int p = 0; p < ranks(); ++p) out.push_back(d * ranks() + p);
+    return out;
   }
-
-  void start(const std::vector<torch::Tensor>& inputs, const torch::Tensor& batch) {
-    install_counting_allocator();
-    ExecutorOptions executor_options;
-    executor_options.rank = world.rank;
-    for (PipelineStage* stage : stages) executor_options.stages.push_back(&stage->stage());
-    executor_options.transport = world.transport.get();
-    executor_options.loss = loss;
-    executor_options.boundary_shapes = boundary_shapes(inputs);
-    executor_options.recompute = options.recompute;
-    executor_options.weight_split = options.weight_split;
-    executor.emplace(run.schedule, std::move(executor_options));
-    for (PipelineStage* stage : stages) {
-      for (const auto& p : stage->parameters()) weight_bytes += tensor_bytes(p);
-    }
-    run.microbatches = schedule().num_microbatches;
-    run.steps = options.steps;
-    run.tokens_per_sample = options.tokens_per_sample;
-    run.batch_size = batch.defined() ? batch.size(0) : 0;
-    run.header = "pipeline of " + std::to_string(schedule().num_stages) + " stages with " +
-                 schedule().name + ": " + std::to_string(world.size) + " rank" +
-                 (world.size == 1 ? "" : "s") + ", " + std::to_string(run.microbatches) +
-                 " microbatches";
-    if (world.rank == 0) {
-      for (StepObserver* o : options.observers) o->on_start(run);
-    }
+  std::vector<int> copies_of(int p) const {
+    std::vector<int> out;
+    for (int d = 0; d < copies; ++d) out.push_back(d * ranks() + p);
+    return out;
   }
 };
 
-PipelineSchedule::PipelineSchedule(World world, std::vector<PipelineStage*> stages,
-                                   PipelineOptions options, LossFn loss)
-    : impl_(std::make_unique<Impl>(std::move(world), std::move(stages), std::move(options),
-                                   std::move(loss))) {
-  const Schedule& s = impl_->schedule();
+PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOptions o, LossFn l)
+    : world(std::move(w)),
+      stages(std::move(s)),
+      options(std::move(o)),
+      loss(std::move(l)),
+      copies(std::max(options.data_parallel, 1)),
+      planned([&] {
+        PPTRAIN_CHECK(world.size % copies == 0, "data_parallel ", copies, " does not divide the ",
+                      world.size, " ranks");
+        return plan_schedule(options, world.size / copies);
+      }()),
+      run(planned.schedule) {
+  PPTRAIN_CHECK(world.size == copies * ranks(), schedule().name, " runs on ", ranks(),
+                " ranks per pipeline x ", copies, " copies, but the world has ", world.size);
+  pipeline_rank = world.rank % ranks();
+  copy = world.rank / ranks();
+  next_step = options.first_step;
+  const bool averages = planned.averages;
+  PPTRAIN_CHECK(!asynchronous() || options.optimizer, schedule().name,
+                " is asynchronous: it steps each stage between microbatches, so set "
+                "PipelineOptions::optimizer for pptrain to run the optimizer");
+  PPTRAIN_CHECK(!averages || (options.optimizer && copies >= 2), schedule().name,
+                " averages the weights of data_parallel >= 2 copies every few steps; it needs "
+                "data_parallel >= 2 and PipelineOptions::optimizer");
+  PPTRAIN_CHECK(options.zero == 0 || (options.zero == 1 && copies >= 2 && options.optimizer),
+                "zero 1 shards the optimizer state over data_parallel >= 2 copies and needs "
+                "PipelineOptions::optimizer");
+  const OptimizerOptions* optimizer = options.optimizer ? &*options.optimizer : nullptr;
+  PPTRAIN_CHECK(!optimizer || !optimizer->post_validation || (copies == 1 && !asynchronous()),
+                "post-validation needs a synchronous schedule and data_parallel 1");
+  check_stages();
+  PPTRAIN_CHECK(options.average_every >= 0, "average_every must be >= 1 (0: 4), got ",
+                options.average_every);
+  PPTRAIN_CHECK(options.average_alpha >= 0 && options.average_alpha * copies < 2,
+                "average_alpha must be in (0, 2 / D) (0: 0.9 / D), got ", options.average_alpha);
+  make_groups();
+  make_weights();
+  // avgpipe's copies combine no gradients: they pull their weights to a centre kept beside them.
+  if (averages) combine->keep_centre();
+  for (PipelineStage* stage : stages) {
+    weight_bytes += (averages ? 2 : 1) * parameter_bytes(stage->stage());
+  }
+  if (asynchronous()) {
+    const int S = schedule().num_stages, M = planned.weights.microbatches_per_step;
+    ahead = (S - 1 + M - 1) / M;  // the first stage runs S-1 forwards ahead, into later steps
+  }
+}
+
+void PipelineSchedule::Impl::check_stages() const {
+  const Schedule& s = schedule();
   std::vector<int> given;
-  for (PipelineStage* stage : impl_->stages) {
+  for (PipelineStage* stage : stages) {
     PPTRAIN_CHECK(stage != nullptr, "a null stage was given");
     PPTRAIN_CHECK(stage->num_stages() == s.num_stages, "stage ", stage->index(), " is one of ",
                   stage->num_stages(), " stages, but ", s.name, " on ", s.num_ranks, " ranks has ",
@@ -239,19 +331,291 @@ PipelineSchedule::PipelineSchedule(World world, std::vector<PipelineStage*> stag
     given.push_back(stage->index());
   }
   std::sort(given.begin(), given.end());
-  const std::vector<int> expected = s.stages_of(impl_->world.rank);
-  auto list = [](const std::vector<int>& v) {
-    std::string text;
-    for (int x : v) text += (text.empty() ? "" : ", ") + std::to_string(x);
-    return text.empty() ? std::string("none") : text;
-  };
-  PPTRAIN_CHECK(given == expected, s.name, " puts stages ", list(expected), " on rank ",
-                impl_->world.rank, ", but it was given stages ", list(given));
-  PPTRAIN_CHECK(impl_->loss || !std::count(given.begin(), given.end(), s.num_stages - 1),
+  const std::vector<int> expected = s.stages_of(pipeline_rank);
+  PPTRAIN_CHECK(given == expected, s.name, " puts stages ", list_text(expected), " on rank ",
+                world.rank, ", but it was given stages ", list_text(given));
+  PPTRAIN_CHECK(loss || !holds(s.num_stages - 1),
                 "the rank of the last stage needs a loss function");
 }
 
+// Every rank makes the pipelines' groups, then the copies' groups: the groups each family makes
+// are disjoint, so no rank waits for one that is forming another group. Then, in a replicated
+// schedule, each group of a stage's replicas, once, every rank going through the stages in
+// order. Which stages combine gradients with which ranks: with copies, all of this rank's with
+// their copies (a mean); in a replicated schedule each replicated stage with its replicas (a
+// sum).
+void PipelineSchedule::Impl::make_groups() {
+  Transport& transport = *world.transport;
+  pipeline = make_group(transport, pipeline_of(copy));
+  stage_copies = make_group(transport, copies_of(pipeline_rank));
+  const Schedule& s = schedule();
+  for (int stage = 0; stage < s.num_stages && copies == 1; ++stage) {
+    const std::vector<int> members = s.replicas_of(stage);
+    if (members.size() > 1 && local(stage) && !replica_groups.count(members)) {
+      replica_groups.emplace(members, make_group(*pipeline, members));
+    }
+  }
+  std::vector<StageGroup> combined;
+  for (PipelineStage* stage : stages) {
+    const std::vector<int> members = s.replicas_of(stage->index());
+    if (copies > 1) {
+      combined.push_back({&stage->stage(), stage_copies.view, copies});
+    } else if (members.size() > 1) {
+      combined.push_back({&stage->stage(), replica_groups.at(members).view, 1});
+    }
+  }
+  combine.emplace(combined);
+}
+
+// The gradients (allocated now, so a step's memory peak counts only what the step allocates),
+// and with options.optimizer the optimizers and weight versions; what this rank counts in the
+// gradient norm and writes to a checkpoint.
+void PipelineSchedule::Impl::make_weights() {
+  const Schedule& s = schedule();
+  std::vector<Stage*> runtime_stages;
+  std::vector<std::function<Stage()>> make_copy;
+  for (PipelineStage* stage : stages) {
+    runtime_stages.push_back(&stage->stage());
+    make_copy.push_back([stage] { return stage->copy(); });
+    for (auto& p : stage->parameters()) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    }
+  }
+  if (options.zero == 1) {
+    std::vector<int> layers;
+    std::vector<int64_t> numel;
+    for (Stage* stage : runtime_stages) {
+      for (int i = 0; i < stage->num_layers(); ++i) {
+        PPTRAIN_CHECK(
+            std::find(layers.begin(), layers.end(), stage->first_layer() + i) == layers.end(),
+            "zero 1 needs stages whose layer numbers do not overlap; layer ",
+            stage->first_layer() + i, " is in two");
+        layers.push_back(stage->first_layer() + i);
+        numel.push_back(0);
+        for (const auto& p : stage->layer_parameters(i)) numel.back() += p.numel();
+      }
+    }
+    const std::vector<int> owners = zero_owners(numel, copies);
+    for (size_t i = 0; i < layers.size(); ++i) owner[layers[i]] = owners[i];
+  }
+  if (options.optimizer) {
+    const auto keeps = [this](int layer) { return owner.empty() || owner.at(layer) == copy; };
+    // The one-process run of an asynchronous rule (one rank, stages in turn) runs later forwards
+    // than the pipeline before the same backwards, so it may need versions the pipeline never
+    // holds at once: it always keeps them as snapshots.
+    const bool serial = ranks() == 1 && asynchronous();
+    weights.emplace(runtime_stages, make_copy, planned.weights, *options.optimizer,
+                    options.pipemare, keeps, serial);
+    if (asynchronous()) async.emplace(planned.weights, *options.optimizer, *weights);
+  }
+  for (size_t l = 0; l < stages.size(); ++l) {
+    const Stage& stage = stages[l]->stage();
+    const bool first_replica = s.replicas_of(stage.index()).front() == pipeline_rank;
+    if (first_replica) {
+      const auto stage_params = stage.parameters();
+      counted.insert(counted.end(), stage_params.begin(), stage_params.end());
+    }
+    // The first copy of the pipeline writes the checkpoints (the others hold the same weights,
+    // and unless zero 1 gave each copy its own layers' state, the same optimizer state).
+    if (first_replica && copy == 0) saved.stages.push_back(&stage);
+    if (weights && first_replica && (copy == 0 || options.zero == 1)) {
+      saved.optimizers.push_back(&weights->optimizers[l]);
+    }
+  }
+}
+
+// Step `step`'s microbatches that this rank reads: inputs on the first stage's rank, targets on
+// the last's, nothing elsewhere. An asynchronous pipeline, which runs forwards of later steps
+// already, also gets theirs, numbered from step x M as the run-long schedule numbers them.
+StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches) {
+  StepData data;
+  const int M = planned.weights.microbatches_per_step;
+  data.first_microbatch = asynchronous() ? step * M : 0;
+  const bool first = holds(0), last = holds(schedule().num_stages - 1);
+  if (!first && !last) return data;
+  const int end = asynchronous() ? std::min(options.steps, step + 1 + ahead) : step + 1;
+  for (int k = step; k < end; ++k) {
+    auto it = fetched.find(k);
+    if (it == fetched.end()) it = fetched.emplace(k, batches(k)).first;
+    const auto& [inputs, targets] = it->second;
+    PPTRAIN_CHECK(!first || inputs.defined(), "rank ", world.rank,
+                  " holds the first stage but step() was given no inputs");
+    PPTRAIN_CHECK(!last || targets.defined(), "rank ", world.rank,
+                  " holds the last stage but step() was given no targets");
+    if (first) {
+      for (auto& x : split_batch(inputs, M, "input")) data.inputs.push_back(x);
+    }
+    if (last) {
+      for (auto& y : split_batch(targets, M, "target")) data.targets.push_back(y);
+    }
+  }
+  const Batch& batch = fetched.at(step);
+  const torch::Tensor& some = batch.first.defined() ? batch.first : batch.second;
+  batch_rows = some.defined() && some.dim() > 0 ? some.size(0) : 0;
+  fetched.erase(fetched.begin(), fetched.lower_bound(step + 1));
+  return data;
+}
+
+// The shape of every cut, found by running each stage on the first microbatch, stage by stage:
+// the rank that runs stage b on microbatch 0 computes cut b's shape, and one all-reduce hands it
+// to every rank (each needs all of them, for the buffers of its receives).
+std::vector<std::vector<int64_t>> PipelineSchedule::Impl::boundary_shapes(
+    const std::vector<torch::Tensor>& inputs) {
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int64_t> input_shape;
+  const int first_microbatch =
+      asynchronous() ? next_step * planned.weights.microbatches_per_step : 0;
+  for (int b = 0; b + 1 < schedule().num_stages; ++b) {
+    auto message = torch::zeros({kMaxDims + 1}, torch::kFloat64);
+    if (schedule().rank_of(b, first_microbatch) == pipeline_rank) {
+      PipelineStage* stage = local(b);
+      PPTRAIN_ASSERT(stage, "rank ", world.rank, " runs stage ", b, " but does not hold it");
+      PPTRAIN_CHECK(b > 0 || !inputs.empty(), "rank ", world.rank,
+                    " holds the first stage but step() was given no inputs");
+      const torch::Tensor input = b == 0 ? inputs[0] : torch::zeros(input_shape);
+      torch::Tensor output;
+      {  // in eval mode and without autograd, leaving the modules' training flags as they were
+        torch::NoGradGuard no_grad;
+        std::vector<std::pair<torch::nn::Module*, bool>> flags;
+        for (const auto& module : stage->stage().modules()) {
+          flags.emplace_back(module.get(), module->is_training());
+          module->eval();
+        }
+        output = stage->stage().forward(input);
+        for (auto& [module, training] : flags) module->train(training);
+      }
+      PPTRAIN_CHECK(output.scalar_type() == torch::kFloat32, "stage ", b,
+                    " outputs a tensor of type ", c10::toString(output.scalar_type()),
+                    "; what crosses a cut between stages must be float32");
+      PPTRAIN_CHECK(output.dim() <= kMaxDims, "stage ", b, " outputs a tensor of ", output.dim(),
+                    " dimensions; at most ", kMaxDims, " cross a cut");
+      message[0] = static_cast<double>(output.dim());
+      for (int64_t d = 0; d < output.dim(); ++d) {
+        message[d + 1] = static_cast<double>(output.size(d));
+      }
+    }
+    if (ranks() > 1) pipeline->allreduce_sum(message);
+    input_shape.assign(static_cast<size_t>(message[0].item<double>()), 0);
+    for (size_t d = 0; d < input_shape.size(); ++d) {
+      input_shape[d] = static_cast<int64_t>(message[d + 1].item<double>());
+    }
+    shapes.push_back(input_shape);
+  }
+  return shapes;
+}
+
+void PipelineSchedule::Impl::start(const StepData& data, int64_t batch_size) {
+  install_counting_allocator();
+  ExecutorOptions executor_options;
+  executor_options.rank = pipeline_rank;
+  for (PipelineStage* stage : stages) executor_options.stages.push_back(&stage->stage());
+  executor_options.transport = pipeline.view;
+  executor_options.loss = loss;
+  executor_options.boundary_shapes =
+      options.boundary_shapes.empty() ? boundary_shapes(data.inputs) : options.boundary_shapes;
+  // A backward on other weights than its forward's rebuilds the graph on them.
+  executor_options.recompute = options.recompute || planned.weights.backward_reruns_forward();
+  // An asynchronous schedule runs whole backwards (B), on weight versions: there is no split.
+  executor_options.weight_split =
+      async ? ExecutorOptions::WeightSplit::kDeferredLayers : options.weight_split;
+  executor_options.microbatches_per_step = planned.weights.microbatches_per_step;
+  executor_options.reduce_gradients = [this](int stage) { combine->start_average(stage); };
+  if (async) {
+    executor_options.weights = [this](int stage, int mb, bool backward) -> Stage& {
+      return async->weights(stage, mb, backward);
+    };
+    executor_options.after_backward = [this](int stage, int mb) {
+      async->after_backward(stage, mb);
+    };
+  }
+  executor.emplace(planned.schedule, std::move(executor_options));
+  if (options.run_info) {
+    run = *options.run_info;
+  } else {
+    run.copies = copies;
+    run.microbatches = planned.weights.microbatches_per_step;
+    run.steps = options.steps;
+    run.first_step = options.first_step;
+    run.tokens_per_sample = options.tokens_per_sample;
+    run.batch_size = batch_size * copies;
+    run.asynchronous = asynchronous();
+    run.header = "pipeline of " + std::to_string(schedule().num_stages) + " stages with " +
+                 schedule().name + ": " + std::to_string(world.size) + " rank" +
+                 (world.size == 1 ? "" : "s") + ", " + std::to_string(run.microbatches) +
+                 " microbatches";
+  }
+  if (world.rank == 0) {
+    for (StepObserver* o : options.observers) o->on_start(run);
+  }
+}
+
+// Why a run stops at a step whose gradients are not finite: the step, the norm, and the loss on
+// the rank that computed it.
+std::string PipelineSchedule::Impl::nonfinite_message(int step, double grad_norm,
+                                                      const StepRecord& record) const {
+  std::string text =
+      "step " + std::to_string(step + 1) + ": the gradient norm is " + std::to_string(grad_norm);
+  const int last = schedule().stage_to_rank.back();
+  if (record.has_loss) {
+    text += " and the loss is " + std::to_string(record.loss) + " on rank " + std::to_string(last);
+  } else {
+    text += " (the loss is on rank " + std::to_string(last) + ")";
+  }
+  return text + "; stopped before the optimizer step (a smaller --lr may help; " +
+         "--skip-nonfinite skips such steps instead)";
+}
+
+// After a synchronous step's flush: the combined gradients, and with an optimizer the clipped
+// step (or post-validated one), ZeRO's weights and avgpipe's pull. Returns the gradient norm
+// (0 without an optimizer).
+double PipelineSchedule::Impl::update(int step, const StepRecord& record, RankStep& mine) {
+  // avgpipe's copies keep their own gradients.
+  const bool averaged = planned.averages;
+  if (!averaged) {
+    // A reduction's event ends when its sum is known to be back (it only started it).
+    const auto reduced = combine->finish_average();
+    for (TimelineEvent& e : mine.events) {
+      if (e.action.op == Op::REDUCE_GRAD && reduced.count(e.action.stage)) {
+        e.end = std::chrono::duration<double>(reduced.at(e.action.stage) - step_start).count();
+      }
+    }
+  }
+  if (!weights) return 0;
+  const OptimizerOptions& optimizer = *options.optimizer;
+  // The copies now hold the same gradients: the norm is the one pipeline's (avgpipe: each
+  // copy's own). Every rank of a pipeline has the same norm (and with averaged gradients every
+  // copy), so they take the same branch.
+  const double norm =
+      optimizer.post_validation
+          ? post_validated_step(optimizer, step, *weights, counted, *pipeline, mine.rollbacks)
+          : clip_grad_norm(weights->params, optimizer.clip, pipeline.view, &counted);
+  // (post_validated_step() has stepped already, or taken the step back when the norm is not
+  // finite.)
+  if (!std::isfinite(norm)) {
+    if (!optimizer.skip_nonfinite) throw std::runtime_error(nonfinite_message(step, norm, record));
+  } else if (!optimizer.post_validation) {
+    for (auto& stage_optimizer : weights->optimizers) {
+      stage_optimizer.set_lr(optimizer.lr_at(step));
+      stage_optimizer.step();
+    }
+    // zero 1: each copy stepped its own layers; the others get their new weights.
+    if (options.zero == 1) combine->share_weights(owner, copy);
+  }
+  // avgpipe: every copy, whichever branch its own norm took, joins the pull.
+  const int every = options.average_every > 0 ? options.average_every : 4;
+  if (averaged && (step + 1) % every == 0) {
+    combine->pull_to_centre(options.average_alpha > 0 ? options.average_alpha : 0.9 / copies);
+  }
+  return norm;
+}
+
+PipelineSchedule::PipelineSchedule(World world, std::vector<PipelineStage*> stages,
+                                   PipelineOptions options, LossFn loss)
+    : impl_(std::make_unique<Impl>(std::move(world), std::move(stages), std::move(options),
+                                   std::move(loss))) {}
+
 PipelineSchedule::~PipelineSchedule() {
+  if (std::uncaught_exceptions() > 0) return;  // the ranks may not all get here
   try {
     finish();
   } catch (...) {  // a destructor must not throw; finish() explicitly to see the error
@@ -262,42 +626,79 @@ const Schedule& PipelineSchedule::schedule() const {
   return impl_->schedule();
 }
 
+RankCheckpoint PipelineSchedule::checkpoint() const {
+  PPTRAIN_CHECK(impl_->weights,
+                "a checkpoint holds optimizer state: set PipelineOptions::optimizer");
+  return impl_->saved;
+}
+
+void PipelineSchedule::load_optimizer_state(const std::string& dir) {
+  PPTRAIN_CHECK(impl_->weights, "optimizer state: set PipelineOptions::optimizer");
+  for (auto& optimizer : impl_->weights->optimizers) optimizer.load(dir);
+}
+
 torch::Tensor PipelineSchedule::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  PPTRAIN_CHECK(!impl_->asynchronous(), schedule().name,
+                " is asynchronous: its first stage reads ahead into later steps' batches, so "
+                "give step() a BatchSource");
+  return step([&inputs, &targets](int) { return Batch{inputs, targets}; });
+}
+
+torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
   Impl& impl = *impl_;
-  const int M = impl.schedule().num_microbatches;
-  StepData data;
-  data.inputs = split_batch(inputs, M, "input");
-  data.targets = split_batch(targets, M, "target");
-  const int rank = impl.world.rank;
-  for (int end : {0, impl.schedule().num_stages - 1}) {
-    const auto holders = impl.schedule().replicas_of(end);
-    const bool holds = std::count(holders.begin(), holders.end(), rank) > 0;
-    PPTRAIN_CHECK(!holds || !(end == 0 ? data.inputs : data.targets).empty(), "rank ", rank,
-                  " holds the ", end == 0 ? "first" : "last", " stage but step() was given no ",
-                  end == 0 ? "inputs" : "targets");
-  }
-  if (!impl.executor) impl.start(data.inputs, inputs.defined() ? inputs : targets);
+  PPTRAIN_CHECK(!impl.finished, "step() after finish()");
+  PPTRAIN_CHECK(impl.options.steps == 0 || impl.next_step < impl.options.steps, "step ",
+                impl.next_step + 1, " of a run of ", impl.options.steps, " steps");
+  const int step = impl.next_step;
+  const StepData data = impl.step_data(step, batches);
   Transport& transport = *impl.world.transport;
-  transport.barrier();  // a common start, so the ranks' timelines line up
-  const auto start = Clock::now();
+  const bool first_step = !impl.executor;
+  if (first_step) impl.start(data, impl.batch_rows);
+  // An asynchronous pipeline never waits for the other ranks between steps: only before the
+  // first.
+  if (!impl.asynchronous() || first_step) {
+    if (impl.weights && !impl.asynchronous()) {
+      for (auto& p : impl.weights->params) p.mutable_grad().zero_();
+    }
+    transport.barrier();  // a common start, so the ranks' timelines line up
+    impl.step_start = Clock::now();
+  }
   const int64_t base_bytes = allocated_bytes();
   reset_peak();
-  StepRecord record = impl.executor->run_step(data, start);
+  StepRecord record = impl.executor->run_step(data, impl.step_start);
   RankStep mine;
   mine.peak_activation_bytes = peak_bytes() - base_bytes;
-  mine.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  mine.start_s = std::chrono::duration<double>(start.time_since_epoch()).count();
+  mine.events = std::move(record.events);
+  double grad_norm = 0;
+  if (!impl.asynchronous()) {
+    grad_norm = impl.update(step, record, mine);
+    mine.weight_bytes = impl.weight_bytes;
+  } else {
+    mine.grad_norm_squared = impl.async->grad_norm_squared();
+    mine.weight_versions = impl.async->take_most_held();
+    mine.weight_bytes = impl.async->take_weight_bytes();
+  }
+  mine.bytes_sent = record.bytes_sent + impl.combine->take_bytes_sent();
+  mine.compute_s = record.compute_cpu_s;
+  mine.seconds = seconds_since(impl.step_start);
+  if (impl.weights) {
+    for (const auto& optimizer : impl.weights->optimizers) {
+      mine.optimizer_state_bytes += optimizer.state_bytes();
+    }
+  }
+  mine.start_s = std::chrono::duration<double>(impl.step_start.time_since_epoch()).count();
   mine.has_loss = record.has_loss;
   mine.loss = record.loss;
-  mine.bytes_sent = record.bytes_sent;
-  mine.compute_s = record.compute_cpu_s;
-  mine.weight_bytes = impl.weight_bytes;
-  mine.events = std::move(record.events);
-  const auto report = gather_step_report(impl.run, impl.steps_done, 0, mine, transport);
-  ++impl.steps_done;
+  const auto report = gather_step_report(impl.run, step, grad_norm, mine, transport,
+                                         impl.asynchronous() ? &impl.unsent_reports : nullptr);
   if (report) {
     for (StepObserver* o : impl.options.observers) o->on_step(*report);
   }
+  for (auto& sent : impl.older_reports) sent.wait();
+  impl.older_reports = std::move(impl.unsent_reports);
+  impl.unsent_reports.clear();
+  if (impl.asynchronous()) impl.step_start = Clock::now();  // the next segment starts here
+  ++impl.next_step;
   if (!record.has_loss) return torch::Tensor();
   return torch::tensor(record.loss, torch::kFloat64);
 }
@@ -306,7 +707,11 @@ void PipelineSchedule::finish() {
   Impl& impl = *impl_;
   if (impl.finished) return;
   impl.finished = true;
-  if (impl.world.rank != 0 || !impl.executor) return;
+  for (auto& sent : impl.older_reports) sent.wait();
+  impl.older_reports.clear();
+  if (!impl.executor) return;
+  impl.world.transport->barrier();
+  if (impl.world.rank != 0) return;
   for (StepObserver* o : impl.options.observers) o->on_end(impl.run);
 }
 

@@ -30,20 +30,41 @@
 // For any module the split is made through autograd (ExecutorOptions::WeightSplit::kAutograd);
 // pptrain's PipeLinear layers defer their W themselves (`weight_split`).
 //
-// Asynchronous schedules (pipedream, 2bw, ...) step the optimizer between microbatches, inside
-// the schedule: they are not offered here yet, and naming one is a UserError.
+// With `PipelineOptions::optimizer` set, pptrain steps the optimizer itself: step() clips the
+// global gradient norm and steps every stage (zeroing the gradients first), so the program
+// only calls step(). Asynchronous schedules (pipedream, 2bw, pipemare, ...) need it: they step
+// each stage between microbatches, on weight versions, and their first stage runs ahead into
+// later steps' microbatches, so step() takes a batch source instead of one batch:
+//
+//   options.optimizer = pptrain::OptimizerOptions{"sgd", /*lr=*/0.05};
+//   options.steps = 100;                                  // an asynchronous run's length
+//   schedule.step([&](int step) { return pptrain::Batch{x[step], y[step]}; });
+//
+// Data parallelism (`data_parallel` D) runs D copies of the pipeline on D x P ranks; each
+// copy's ranks pass step() their copy's share of the batch. Replicated schedules (chimera,
+// gems) sum their replicas' gradients. `pptrain train` is itself a program on this API
+// (api/trainer.h).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/transport.h"
+#include "pptrain/schedule/validate.h"
+#include "pptrain/schedule/weight_versions.h"
+#include "pptrain/train/checkpoint.h"
 #include "pptrain/train/observers.h"
+#include "pptrain/train/optimizer.h"
+#include "pptrain/train/pipemare.h"
+#include "pptrain/train/report.h"
 
 namespace pptrain {
 
@@ -77,16 +98,35 @@ class PipelineStage {
   // A Sequential's modules become the stage's layers, run in order.
   PipelineStage(torch::nn::Sequential module, int stage_index, int num_stages);
   PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages);
+  // A runtime Stage (pptrain's own layers: models/model.h's make_stage), and how to build
+  // another of the same layers.
+  PipelineStage(Stage stage, int num_stages, std::function<Stage()> make_copy);
 
   int index() const { return stage_.index(); }
   int num_stages() const { return num_stages_; }
   std::vector<torch::Tensor> parameters() const { return stage_.parameters(); }
   // The runtime's view of it (what the executor runs).
   Stage& stage() { return stage_; }
+  // Another Stage of the same layers (any values): what an asynchronous schedule keeps its
+  // weight versions in. A clone of the modules, so they must be torch::nn::Cloneable (every
+  // torch module is); UserError otherwise.
+  Stage copy() const;
 
  private:
   Stage stage_;
   int num_stages_;
+  std::function<Stage()> make_copy_;
+};
+
+// A schedule made and validated already, with the rule of its weight versions: what
+// `pptrain train` hands the library (its --pp 1 reference, PipeDream's round robin from a
+// partition, a solved zb-auto, ...).
+struct PlannedSchedule {
+  ValidatedSchedule schedule;
+  VersionRule weights;
+  // avgpipe: the data-parallel copies combine no gradients but pull their weights together
+  // every `average_every` steps.
+  bool averages = false;
 };
 
 struct PipelineOptions {
@@ -96,18 +136,56 @@ struct PipelineOptions {
   int microbatches = 1;       // M: the batch is split into this many along dimension 0
   int chunks = 0;             // stages per rank; 0: the schedule's default
   std::string schedule_file;  // a schedule CSV (docs/SCHEDULE_FORMAT.md); wins over `schedule`
+  std::optional<PlannedSchedule> planned;  // wins over both
   // I/W split for zero-bubble schedules: kAutograd works for any module; kDeferredLayers only
   // splits pptrain's PipeLinear layers (others compute their weight gradients in I).
   ExecutorOptions::WeightSplit weight_split = ExecutorOptions::WeightSplit::kAutograd;
   // Keep only each stage's input between F and its backward; rerun F first.
   bool recompute = false;
+  // D: copies of the pipeline. World rank w runs pipeline rank w % P of copy w / P; a stage's
+  // D copies average their gradients before the optimizer step.
+  int data_parallel = 1;
+  // 1: each copy keeps the optimizer state of about 1/D of the layers (ZeRO stage 1); needs
+  // `optimizer` and stages whose layer numbers do not overlap (pptrain's own layers).
+  int zero = 0;
+  // Set: pptrain steps the optimizer (see the top of this file). Unset: step() leaves the
+  // gradients to the program's optimizer.
+  std::optional<OptimizerOptions> optimizer;
+  // The asynchronous schedules' own settings (docs/ASYNC.md): pipedream's vertical sync,
+  // ampnet's update interval (0: its default, 1), pipemare's fixes, and how often avgpipe's
+  // copies pull their weights together (0: every 4 steps), with which alpha (0: 0.9 / D).
+  bool vertical_sync = false;
+  int update_interval = 0;
+  PipeMareOptions pipemare;
+  int average_every = 0;
+  double average_alpha = 0;
   // Observers of every step's report (loss, times, peak memory, the measured timeline), on
   // rank 0; not owned. finish() ends them (writes the trace, the SVG).
   std::vector<StepObserver*> observers;
-  // For the reports: the run's length (0: unknown) and the tokens in one sample.
+  // The run's length in steps (0: unknown; an asynchronous schedule needs it), the step it
+  // starts at (a resumed run's), and the tokens in one sample, for the reports.
   int steps = 0;
+  int first_step = 0;
   double tokens_per_sample = 1;
+  // What the observers are told of the run; unset: the library's own description.
+  std::optional<RunInfo> run_info;
+  // The shape of each cut's tensor for one microbatch, when known; empty: found at the first
+  // step.
+  std::vector<std::vector<int64_t>> boundary_shapes;
 };
+
+// The one-process run of `options`' schedule on `stages` stages, all on one rank, one
+// microbatch after the other, under the same weight rule: what an asynchronous schedule's
+// pipeline must reproduce (as `pptrain train --pp 1 --stages S` does for pptrain's models).
+// Give it as PipelineOptions::planned to a one-rank world holding every stage.
+PlannedSchedule serial_reference(const PipelineOptions& options, int stages);
+
+// One step's batch: the inputs (read by the first stage's rank) and the targets (by the last
+// stage's rank).
+using Batch = std::pair<torch::Tensor, torch::Tensor>;
+// The batch of step k (0-based). The schedule asks for each step's batch once, in order, and
+// only on the ranks that hold the first or last stage.
+using BatchSource = std::function<Batch(int step)>;
 
 // Which stages the schedule of `options` puts on this rank, and how many there are in all: the
 // parts of the model the rank builds. 1f1b on 2 ranks: stage r of 2 on rank r; zb-v on 2 ranks:
@@ -124,8 +202,10 @@ class PipelineSchedule {
  public:
   // `stages`: this rank's stages of the schedule (one, or several with interleaving or a V
   // placement); not owned, they must outlive the schedule. `loss`: of one microbatch, a mean over
-  // its elements, on the last stage's rank. UserError for an unknown or asynchronous schedule,
-  // or stages that are not those the schedule puts on this rank.
+  // its elements, on the last stage's rank. UserError for an unknown schedule, options that do
+  // not fit it, or stages that are not those the schedule puts on this rank. With
+  // `data_parallel` or a replicated schedule it makes the groups of the ranks that combine
+  // gradients: a collective over the world.
   PipelineSchedule(World world, std::vector<PipelineStage*> stages, PipelineOptions options,
                    LossFn loss);
   ~PipelineSchedule();
@@ -134,13 +214,22 @@ class PipelineSchedule {
 
   // One training step on a mini-batch; see the top of this file. Returns the mean loss over the
   // microbatches (a float64 scalar, without autograd) on the rank that holds the last stage, an
-  // undefined tensor elsewhere.
+  // undefined tensor elsewhere (a replicated last stage: each of its ranks returns its share,
+  // and the shares sum to the mean). Synchronous schedules only.
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& targets);
-  // Tells the observers the run is over. Called by the destructor if not before.
+  // The same, with the batches from a source: any schedule.
+  torch::Tensor step(const BatchSource& batches);
+  // Waits for the ranks, then tells the observers the run is over. Called by the destructor if
+  // not before (unless an exception is on its way out).
   void finish();
 
   // The lowered schedule every rank runs (with its SEND and RECV actions).
   const Schedule& schedule() const;
+  // What this rank writes to a checkpoint (train/checkpoint.h): the stages and optimizer state
+  // no other rank writes. Needs `optimizer`.
+  RankCheckpoint checkpoint() const;
+  // Loads this rank's optimizer state from a checkpoint folder (--resume). Needs `optimizer`.
+  void load_optimizer_state(const std::string& dir);
 
  private:
   struct Impl;

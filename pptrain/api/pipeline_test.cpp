@@ -77,56 +77,95 @@ Result plain_training(int blocks, int microbatches) {
 }
 
 // The same model cut into stages and trained through the library, ranks as threads of this
-// process. Every rank builds the whole model from the same seed and keeps its parts.
+// process. Every rank builds the whole model from the same seed and keeps its parts. With
+// options.optimizer pptrain steps the optimizer (and reads the batches from a source); without
+// it the program's SGD does. With data_parallel D each copy of the pipeline gets its 1/D of the
+// batch. The losses are each copy's summed over the ranks that return one (a replicated last
+// stage returns a share), averaged over the copies; the weights are each stage's on the first
+// rank holding it, and every other holder must hold the same.
 Result pipelined_training(int ranks, int blocks, PipelineOptions options) {
   auto transports = make_loopback_transports(ranks);
-  std::vector<Result> results(ranks);
+  const int copies = std::max(options.data_parallel, 1);
+  std::vector<std::vector<double>> losses(ranks);                             // [rank][step]
   std::vector<std::vector<std::vector<torch::Tensor>>> stage_weights(ranks);  // [rank][stage]
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      World world{r, ranks, std::move(transports[r])};
-      const StagePlacement placement = place_stages(world, options);
-      auto model = own_model(blocks);
-      const int per_stage = static_cast<int>(model->size()) / placement.num_stages;
-      std::vector<int> cuts;
-      for (int s = 1; s < placement.num_stages; ++s) cuts.push_back(s * per_stage);
-      auto parts = split_sequential(model, cuts);
-      std::vector<PipelineStage> stages;
-      stages.reserve(placement.local.size());
-      for (int s : placement.local) stages.emplace_back(parts[s], s, placement.num_stages);
-      std::vector<PipelineStage*> pointers;
-      std::vector<torch::Tensor> params;
-      for (auto& stage : stages) {
-        pointers.push_back(&stage);
-        for (auto& p : stage.parameters()) params.push_back(p);
-      }
-      PipelineSchedule schedule(world, pointers, options, mse);
-      torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.1));
-      for (int step = 0; step < kSteps; ++step) {
-        optimizer.zero_grad();
-        auto loss = schedule.step(batch_inputs(step), batch_targets(step));
-        optimizer.step();
-        if (loss.defined()) results[r].losses.push_back(loss.item<double>());
-      }
-      stage_weights[r].resize(placement.num_stages);
-      for (auto& stage : stages) {
-        for (auto& p : stage.parameters()) {
-          stage_weights[r][stage.index()].push_back(p.detach().clone());
+      try {
+        World world{r, ranks, std::move(transports[r])};
+        const StagePlacement placement = place_stages(world, options);
+        auto model = own_model(blocks);
+        const int per_stage = static_cast<int>(model->size()) / placement.num_stages;
+        std::vector<int> cuts;
+        for (int s = 1; s < placement.num_stages; ++s) cuts.push_back(s * per_stage);
+        auto parts = split_sequential(model, cuts);
+        std::vector<PipelineStage> stages;
+        stages.reserve(placement.local.size());
+        for (int s : placement.local) stages.emplace_back(parts[s], s, placement.num_stages);
+        std::vector<PipelineStage*> pointers;
+        std::vector<torch::Tensor> params;
+        for (auto& stage : stages) {
+          pointers.push_back(&stage);
+          for (auto& p : stage.parameters()) params.push_back(p);
         }
+        PipelineSchedule schedule(world, pointers, options, mse);
+        const int copy = r / (ranks / copies);
+        const auto share = [copy, copies](const torch::Tensor& t) {
+          return t.narrow(0, copy * (kBatch / copies), kBatch / copies);
+        };
+        const BatchSource batches = [&share](int step) {
+          return Batch{share(batch_inputs(step)), share(batch_targets(step))};
+        };
+        torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.1));
+        for (int step = 0; step < kSteps; ++step) {
+          torch::Tensor loss;
+          if (options.optimizer) {
+            loss = schedule.step(batches);
+          } else {
+            optimizer.zero_grad();
+            loss = schedule.step(share(batch_inputs(step)), share(batch_targets(step)));
+            optimizer.step();
+          }
+          if (loss.defined()) losses[r].push_back(loss.item<double>());
+        }
+        schedule.finish();
+        stage_weights[r].resize(placement.num_stages);
+        for (auto& stage : stages) {
+          for (auto& p : stage.parameters()) {
+            stage_weights[r][stage.index()].push_back(p.detach().clone());
+          }
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+        std::abort();
       }
     });
   }
   for (auto& t : threads) t.join();
   Result merged;
-  for (const auto& r : results) {
-    if (!r.losses.empty()) merged.losses = r.losses;
+  merged.losses.assign(kSteps, 0);
+  for (const auto& rank_losses : losses) {
+    if (rank_losses.empty()) continue;
+    EXPECT_EQ(rank_losses.size(), static_cast<size_t>(kSteps));
+    for (size_t k = 0; k < rank_losses.size() && k < kSteps; ++k) {
+      merged.losses[k] += rank_losses[k] / copies;
+    }
   }
   const int num_stages = static_cast<int>(stage_weights[0].size());
   for (int s = 0; s < num_stages; ++s) {
+    const std::vector<torch::Tensor>* first = nullptr;
     for (int r = 0; r < ranks; ++r) {
-      for (auto& w : stage_weights[r][s]) merged.weights.push_back(w);
+      const auto& held = stage_weights[r][s];
+      if (held.empty()) continue;
+      if (!first) {
+        first = &held;
+        continue;
+      }
+      for (size_t i = 0; i < held.size(); ++i) {
+        EXPECT_TRUE(torch::equal(held[i], (*first)[i])) << "stage " << s << " on rank " << r;
+      }
     }
+    if (first) merged.weights.insert(merged.weights.end(), first->begin(), first->end());
   }
   return merged;
 }
@@ -161,15 +200,72 @@ TEST(Pipeline, OwnModelEqualsPlainTrainingOnEverySynchronousSchedule) {
   }
 }
 
-TEST(Pipeline, OwnModelEqualsPlainTrainingOnTheScheduleGenerators) {
-  // The automatic and V-shaped schedules, with the microbatches they need (dualpipev: 2P).
+TEST(Pipeline, OwnModelEqualsPlainTrainingOnTheGeneratorsAndReplicatedSchedules) {
+  // The automatic and V-shaped schedules, with the microbatches they need (dualpipev: 2P), and
+  // the replicated ones: each replica of a stage runs some of the microbatches, and their
+  // gradients are summed.
   for (int ranks : {2, 4}) {
-    for (std::string name : {"zb-auto", "v-half", "v-min", "dualpipev"}) {
+    for (std::string name : {"zb-auto", "v-half", "v-min", "dualpipev", "chimera", "gems"}) {
       PipelineOptions options;
       options.schedule = name;
       options.microbatches = 8;
       expect_equal(pipelined_training(ranks, 8, options), plain_training(8, 8),
                    name + " on " + std::to_string(ranks) + " ranks");
+    }
+  }
+}
+
+// options.optimizer: pptrain zeroes the gradients, clips and steps, and the program only calls
+// step(). Plain SGD with clipping off is what plain_training() runs.
+TEST(Pipeline, PptrainStepsTheOptimizerAsTheProgramWould) {
+  OptimizerOptions sgd;
+  sgd.lr = 0.1;
+  sgd.momentum = 0;
+  for (int ranks : {2, 4}) {
+    for (std::string name : {"1f1b", "zb-v"}) {
+      PipelineOptions options;
+      options.schedule = name;
+      options.microbatches = 4;
+      options.optimizer = sgd;
+      expect_equal(pipelined_training(ranks, 8, options), plain_training(8, 4),
+                   name + " on " + std::to_string(ranks) + " ranks, pptrain's optimizer");
+    }
+  }
+  // Two copies of a 2-rank pipeline, each on half the batch in 2 microbatches: the same 4
+  // microbatches of the same batch.
+  PipelineOptions options;
+  options.schedule = "1f1b";
+  options.microbatches = 2;
+  options.data_parallel = 2;
+  options.optimizer = sgd;
+  expect_equal(pipelined_training(4, 8, options), plain_training(8, 4), "1f1b, 2 x 2 copies");
+}
+
+// An asynchronous schedule on a program's model: the pipeline equals its own one-process rule
+// (serial_reference) and not synchronous training.
+TEST(Pipeline, AsynchronousSchedulesEqualTheirOneProcessRule) {
+  OptimizerOptions sgd;
+  sgd.lr = 0.1;
+  sgd.momentum = 0;
+  for (int ranks : {2, 4}) {
+    for (std::string name : {"pipedream", "2bw", "pipemare"}) {
+      PipelineOptions options;
+      options.schedule = name;
+      options.microbatches = 4;
+      options.steps = kSteps;
+      options.optimizer = sgd;
+      const std::string what = name + " on " + std::to_string(ranks) + " ranks";
+      const Result pipelined = pipelined_training(ranks, 8, options);
+      PipelineOptions serial = options;
+      serial.planned = serial_reference(options, ranks);
+      expect_equal(pipelined, pipelined_training(1, 8, serial), what);
+      double most = 0;  // from synchronous training
+      const Result synchronous = plain_training(8, 4);
+      for (size_t i = 0; i < synchronous.weights.size(); ++i) {
+        most = std::max(most,
+                        (pipelined.weights[i] - synchronous.weights[i]).abs().max().item<double>());
+      }
+      EXPECT_GT(most, 1e-4) << what << " trained as synchronous training does";
     }
   }
 }
@@ -246,10 +342,13 @@ TEST(Pipeline, RefusesWhatItCannotRun) {
   auto parts = split_sequential(own_model(2), {3});
   PipelineStage first(parts[0], 0, 2);
   PipelineOptions options;
-  options.schedule = "pipedream";
+  options.schedule = "pipedream";  // asynchronous: needs options.optimizer (and steps)
+  options.steps = 2;
   EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
-  options.schedule = "chimera";  // replicated stages: not yet
+  options.optimizer = OptimizerOptions{};
+  options.steps = 0;
   EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
+  options.optimizer.reset();
   options.schedule = "no-such-schedule";
   EXPECT_THROW((PipelineSchedule{world, {&first}, options, mse}), UserError);
   options.schedule = "1f1b";  // one rank, one stage: stage 0 of 1, not of 2

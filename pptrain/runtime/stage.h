@@ -37,6 +37,8 @@ class Stage {
   // The parameters of layer first_layer() + i; parameters() is all of them in layer order.
   std::vector<torch::Tensor> layer_parameters(int i) const;
 
+  // The layers, in order.
+  const std::vector<torch::nn::AnyModule>& layers() const { return layers_; }
   // The layers' modules, in order (to switch them between training and eval mode).
   std::vector<std::shared_ptr<torch::nn::Module>> modules() const;
 

@@ -708,4 +708,24 @@ Schedule make_wpipe(int ranks, int microbatches, int period) {
   return s;
 }
 
+Schedule make_serial(int stages, int microbatches, bool flushes) {
+  PPTRAIN_CHECK(stages >= 1 && microbatches >= 1,
+                "a serial run needs stages >= 1 and "
+                "microbatches >= 1, got ",
+                stages, " and ", microbatches);
+  Schedule s;
+  s.name = "serial";
+  s.num_ranks = 1;
+  s.num_stages = stages;
+  s.num_microbatches = microbatches;
+  s.stage_to_rank.assign(stages, 0);
+  s.actions.resize(1);
+  s.flushes = flushes;
+  for (int m = 0; m < microbatches; ++m) {
+    for (int st = 0; st < stages; ++st) s.actions[0].push_back(Action::make(Op::F, st, m));
+    for (int st = stages - 1; st >= 0; --st) s.actions[0].push_back(Action::make(Op::B, st, m));
+  }
+  return s;
+}
+
 }  // namespace pptrain

@@ -183,4 +183,10 @@ Schedule make_wpipe(int ranks, int microbatches, int period);
 // --replicas 3,1` shows it. With one replica everywhere it is 1F1B's order with a placement.
 Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatches);
 
+// The one-process run of `stages` stages on one rank: each microbatch's forwards through every
+// stage, then its backwards, one microbatch after the other. It is the reference an
+// asynchronous schedule's pipeline must reproduce (`pptrain train --pp 1 --stages S`), and, with
+// `flushes`, a synchronous run split into stages. Not a registry entry.
+Schedule make_serial(int stages, int microbatches, bool flushes);
+
 }  // namespace pptrain

@@ -44,8 +44,8 @@ nlohmann::ordered_json model_json(const ModelOptions& m) {
 // state and data position mean nothing under others), as the manifest records them.
 nlohmann::ordered_json resume_json(const TrainingPlan& plan) {
   nlohmann::ordered_json out;
-  out["optimizer"] = plan.optimizer;
-  if (plan.optimizer == "sgd") out["momentum"] = plan.momentum;
+  out["optimizer"] = plan.optimizer.kind;
+  if (plan.optimizer.kind == "sgd") out["momentum"] = plan.optimizer.momentum;
   out["data"] = plan.data.source;
   out["seed"] = plan.data.seed;
   out["batch_size"] = plan.data.batch_size;

@@ -11,15 +11,15 @@
 namespace pptrain {
 namespace {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainingPlan& plan,
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
                                                         const std::vector<torch::Tensor>& params) {
   if (params.empty()) return nullptr;
-  if (plan.optimizer == "adamw") {
+  if (options.kind == "adamw") {
     return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(plan.lr).weight_decay(0.01));
+        params, torch::optim::AdamWOptions(options.lr).weight_decay(0.01));
   }
   return std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(plan.lr).momentum(plan.momentum));
+      params, torch::optim::SGDOptions(options.lr).momentum(options.momentum));
 }
 
 // The key under which a torch optimizer keeps a parameter's state: its TensorImpl's address,
@@ -40,12 +40,12 @@ std::string optimizer_file(const std::string& dir, int layer) {
   return (std::filesystem::path(dir) / ("optim_" + std::to_string(layer) + ".pt")).string();
 }
 
-StageOptimizer::StageOptimizer(const TrainingPlan& plan, const Stage& stage,
+StageOptimizer::StageOptimizer(const OptimizerOptions& options, const Stage& stage,
                                const std::function<bool(int layer)>& keeps)
     : first_layer_(stage.first_layer()) {
   for (int i = 0; i < stage.num_layers(); ++i) {
     const bool kept = !keeps || keeps(first_layer_ + i);
-    layers_.push_back(kept ? make_optimizer(plan, stage.layer_parameters(i)) : nullptr);
+    layers_.push_back(kept ? make_optimizer(options, stage.layer_parameters(i)) : nullptr);
   }
 }
 

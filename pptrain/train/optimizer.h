@@ -5,8 +5,8 @@
 // that a layer's momentum or moments live in DIR/optim_<layer>.pt, next to DIR/layer_<layer>.pt,
 // and a run split into other stages can resume from them.
 //
-//   StageOptimizer optimizer(plan, stage);   // plan.optimizer: "sgd" or "adamw"
-//   optimizer.set_lr(plan.lr_at(step));
+//   StageOptimizer optimizer(plan.optimizer, stage);   // OptimizerOptions: "sgd" or "adamw"
+//   optimizer.set_lr(plan.optimizer.lr_at(step));
 //   optimizer.step();                        // the gradients in the stage's parameters' .grad()
 //   optimizer.save("ckpt");                  // ckpt/optim_<i>.pt for each layer i of the stage
 #pragma once
@@ -21,16 +21,40 @@
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
-#include "pptrain/train/plan.h"
 
 namespace pptrain {
+
+// How pptrain steps the optimizers: `pptrain train`'s --optimizer, --lr, --momentum,
+// --warmup-steps, --clip, --post-validation, --exact-rollback and --skip-nonfinite, and a
+// program's PipelineOptions::optimizer (api/pipeline.h).
+struct OptimizerOptions {
+  std::string kind = "sgd";  // "sgd" (with momentum) or "adamw" (weight decay 0.01)
+  double lr = 0.05;
+  double momentum = 0.9;  // sgd's
+  int warmup_steps = 0;   // the rate grows linearly to lr over this many steps; 0: none
+  double clip = 0;        // max global gradient norm (torch's clip_grad_norm_); 0: no clipping
+  // The zero-bubble paper's post-validation (section 4): no all-reduce of the gradient norm
+  // before a synchronous step; a step that should have clipped is taken back and redone
+  // (api/pipeline.h). With exact_rollback the undo restores saved copies instead of inverting
+  // AdamW's or SGD's update.
+  bool post_validation = false;
+  bool exact_rollback = false;
+  // A step whose gradient norm is not finite skips its optimizer step instead of stopping the
+  // run.
+  bool skip_nonfinite = false;
+
+  // The learning rate of the optimizer steps of step `step` (0-based): the warm-up's share of lr.
+  double lr_at(int step) const {
+    return warmup_steps > 0 && step < warmup_steps ? lr * (step + 1) / warmup_steps : lr;
+  }
+};
 
 class StageOptimizer {
  public:
   // `keeps(layer)`: whether this rank keeps the optimizer (and its state) of that model layer;
   // unset: every layer. With --zero 1 a copy keeps only the layers it owns: it steps, saves and
   // loads only those.
-  StageOptimizer(const TrainingPlan& plan, const Stage& stage,
+  StageOptimizer(const OptimizerOptions& options, const Stage& stage,
                  const std::function<bool(int layer)>& keeps = {});
 
   void set_lr(double lr);

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/train/plan.h"
+
 namespace pptrain {
 namespace {
 
@@ -52,7 +54,7 @@ TEST(StageOptimizer, UndoneStepRestoresParametersAndState) {
                                  std::to_string(earlier_steps) + " steps";
         const TrainingPlan plan = plan_for(name);
         Stage stage = make_stage(plan.model, 0, {0, num_layers(plan.model) - 1});
-        StageOptimizer optimizer(plan, stage);
+        StageOptimizer optimizer(plan.optimizer, stage);
         for (int k = 0; k < earlier_steps; ++k) {
           random_gradients(stage, 10 + k);
           optimizer.step();

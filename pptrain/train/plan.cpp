@@ -31,25 +31,6 @@ Schedule single_stage_schedule(const std::string& name, int microbatches) {
   return s;
 }
 
-// The one-process run of `stages` stages: each microbatch's forwards through every stage, then
-// its backwards, one microbatch after the other (the reference of an asynchronous schedule, and
-// of a synchronous one split into stages).
-Schedule serial_schedule(const std::string& name, int stages, int microbatches, bool flushes) {
-  Schedule s;
-  s.name = name;
-  s.num_ranks = 1;
-  s.num_stages = stages;
-  s.num_microbatches = microbatches;
-  s.stage_to_rank.assign(stages, 0);
-  s.actions.resize(1);
-  s.flushes = flushes;
-  for (int m = 0; m < microbatches; ++m) {
-    for (int st = 0; st < stages; ++st) s.actions[0].push_back(Action::make(Op::F, st, m));
-    for (int st = stages - 1; st >= 0; --st) s.actions[0].push_back(Action::make(Op::B, st, m));
-  }
-  return s;
-}
-
 void check_output_path(const std::string& path, const char* flag) {
   if (path.empty()) return;
   PPTRAIN_CHECK(!std::filesystem::is_directory(path), flag, " '", path,
@@ -184,8 +165,10 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
       asynchronous ? "--steps x --microbatches (no flush: one schedule)" : "--microbatches");
   if (options.pp == 1) {
     if (!asynchronous && options.stages <= 1) return single_stage_schedule(options.schedule, M);
-    return serial_schedule(options.schedule, std::max(options.stages, 1),
-                           static_cast<int>(run_microbatches), !asynchronous);
+    Schedule serial =
+        make_serial(std::max(options.stages, 1), static_cast<int>(run_microbatches), !asynchronous);
+    serial.name = options.schedule;
+    return serial;
   }
   if (!options.solved_schedule.empty()) {
     Schedule solved = read_schedule_csv(options.solved_schedule);
@@ -365,11 +348,11 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
         layer_output_shape(options.model, plan.stage_layers[b].second, plan.microbatch_size));
   }
   plan.steps = options.steps;
-  plan.optimizer = options.optimizer;
-  plan.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;
-  plan.momentum = options.momentum;
-  plan.warmup_steps = options.warmup_steps;
-  plan.clip = options.clip;
+  plan.optimizer.kind = options.optimizer;
+  plan.optimizer.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;
+  plan.optimizer.momentum = options.momentum;
+  plan.optimizer.warmup_steps = options.warmup_steps;
+  plan.optimizer.clip = options.clip;
   plan.recompute = options.recompute;
   PPTRAIN_CHECK(options.weight_split == "deferred" || options.weight_split == "autograd",
                 "--weight-split must be deferred or autograd, got '", options.weight_split, "'");
@@ -384,9 +367,9 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 "--post-validation needs --dp 1 (the copies all-reduce their gradients anyway)");
   PPTRAIN_CHECK(!options.exact_rollback || options.post_validation,
                 "--exact-rollback applies to --post-validation only");
-  plan.post_validation = options.post_validation;
-  plan.exact_rollback = options.exact_rollback;
-  plan.skip_nonfinite = options.skip_nonfinite;
+  plan.optimizer.post_validation = options.post_validation;
+  plan.optimizer.exact_rollback = options.exact_rollback;
+  plan.optimizer.skip_nonfinite = options.skip_nonfinite;
   plan.threads = options.threads;
   plan.load_dir = options.load_dir;
   plan.resume_dir = options.resume_dir;

@@ -4,7 +4,7 @@
 //
 //   TrainOptions options;                      // from the command line
 //   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // every user error here
-//   train(plan, transport, observers);         // trainer.h: reads the plan, never changes it
+//   train(plan, transport, observers);         // api/trainer.h: reads the plan, never changes it
 //
 // plan_training() runs every check that does not need the workers (model, data file, schedule,
 // partition, output paths) in whichever process calls it, so bad input never starts a worker.
@@ -25,6 +25,7 @@
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
+#include "pptrain/train/optimizer.h"
 #include "pptrain/train/partition_plan.h"
 #include "pptrain/train/pipemare.h"
 
@@ -147,30 +148,21 @@ struct TrainingPlan {
   int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
   double tokens_per_sample = 1;  // gpt: seq_len; mlp: 1
   int steps = 0;
-  std::string optimizer;  // "sgd" or "adamw"
-  double lr = 0;          // resolved: never 0
-  double momentum = 0.9;  // sgd
-  int warmup_steps = 0;   // see TrainOptions
-  double clip = 0;        // max global gradient norm; 0 = no clipping
+  // --optimizer (its lr resolved: never 0), --momentum, --warmup-steps, --clip,
+  // --post-validation, --exact-rollback, --skip-nonfinite.
+  OptimizerOptions optimizer;
   bool recompute = false;
   bool autograd_weight_split = false;  // TrainOptions::weight_split == "autograd"
-  bool post_validation = false;        // see TrainOptions
-  bool exact_rollback = false;
-  bool skip_nonfinite = false;  // see TrainOptions
-  int threads = 1;              // compute threads per process
-  std::string load_dir;         // empty: start from the seeded initialisation
-  std::string resume_dir;       // empty: no resume; else also the optimizer state and the step
-  int first_step = 0;           // the step the run starts at: the resumed checkpoint's step
-  std::string save_dir;         // empty: do not save
-  int save_every = 0;           // see TrainOptions
-  int keep = 1;                 // see TrainOptions
+  int threads = 1;                     // compute threads per process
+  std::string load_dir;                // empty: start from the seeded initialisation
+  std::string resume_dir;  // empty: no resume; else also the optimizer state and the step
+  int first_step = 0;      // the step the run starts at: the resumed checkpoint's step
+  std::string save_dir;    // empty: do not save
+  int save_every = 0;      // see TrainOptions
+  int keep = 1;            // see TrainOptions
   // The checkpoint whose parameters the run starts from; empty: the seeded initialisation.
   const std::string& start_dir() const { return resume_dir.empty() ? load_dir : resume_dir; }
 
-  // The learning rate of the optimizer steps of step `step` (0-based): the warm-up's share of lr.
-  double lr_at(int step) const {
-    return warmup_steps > 0 && step < warmup_steps ? lr * (step + 1) / warmup_steps : lr;
-  }
   int ranks() const { return schedule->num_ranks; }  // P: ranks of one pipeline
   int world_size() const { return copies * ranks(); }
   int pipeline_rank(int world_rank) const { return world_rank % ranks(); }

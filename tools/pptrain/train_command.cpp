@@ -25,7 +25,7 @@
 #include "pptrain/schedule/registry.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/plan.h"
-#include "pptrain/train/trainer.h"
+#include "pptrain/api/trainer.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {

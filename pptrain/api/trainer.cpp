@@ -1,0 +1,122 @@
+#include "pptrain/api/trainer.h"
+
+#include <cstdlib>
+#include <optional>
+#include <utility>
+
+#include "pptrain/api/pipeline.h"
+#include "pptrain/common/check.h"
+#include "pptrain/data/data.h"
+#include "pptrain/device/compute_threads.h"
+#include "pptrain/runtime/stage.h"
+#include "pptrain/train/agreement.h"
+#include "pptrain/train/checkpoint.h"
+#include "pptrain/train/report.h"
+
+namespace pptrain {
+namespace {
+
+// A test hook: PPTRAIN_TEST_CRASH_RANK=r PPTRAIN_TEST_CRASH_STEP=k makes rank r abort at the start
+// of step k (0-based), to check that the launcher stops the whole run.
+void maybe_crash_for_test(int rank, int step) {
+  const char* crash_rank = std::getenv("PPTRAIN_TEST_CRASH_RANK");
+  const char* crash_step = std::getenv("PPTRAIN_TEST_CRASH_STEP");
+  if (crash_rank && crash_step && std::atoi(crash_rank) == rank && std::atoi(crash_step) == step) {
+    std::abort();
+  }
+}
+
+// The schedule's options that the plan decided.
+PipelineOptions pipeline_options(const TrainingPlan& plan,
+                                 const std::vector<StepObserver*>& observers) {
+  PipelineOptions options;
+  options.planned = PlannedSchedule{plan.schedule, plan.weights, plan.average_every > 0};
+  options.microbatches = plan.microbatches();
+  options.weight_split = plan.autograd_weight_split ? ExecutorOptions::WeightSplit::kAutograd
+                                                    : ExecutorOptions::WeightSplit::kDeferredLayers;
+  options.recompute = plan.recompute;
+  options.data_parallel = plan.copies;
+  options.zero = plan.zero;
+  options.optimizer = plan.optimizer;
+  options.pipemare = plan.pipemare;
+  options.average_every = plan.average_every;
+  options.average_alpha = plan.average_alpha;
+  options.observers = observers;
+  options.steps = plan.steps;
+  options.first_step = plan.first_step;
+  options.tokens_per_sample = plan.tokens_per_sample;
+  options.run_info = run_info(plan);
+  options.boundary_shapes = plan.boundary_shapes;
+  return options;
+}
+
+}  // namespace
+
+std::vector<StepObserver*> raw_pointers(const std::vector<std::unique_ptr<StepObserver>>& owned) {
+  std::vector<StepObserver*> out;
+  for (const auto& o : owned) out.push_back(o.get());
+  return out;
+}
+
+void train(const TrainingPlan& plan, Transport& transport,
+           const std::vector<StepObserver*>& observers) {
+  set_compute_threads(plan.threads);
+  const int rank = transport.rank();  // in the world: D copies of the P-rank pipeline
+  PPTRAIN_CHECK(transport.world_size() == plan.world_size(), "WORLD_SIZE=", transport.world_size(),
+                " but the run is for --pp ", plan.ranks(), " x --dp ", plan.copies);
+  check_ranks_agree(plan, transport);  // before any message whose shape the plan decides
+  const int pipeline_rank = plan.pipeline_rank(rank);
+
+  // This rank's stages, each built from the same per-layer seeds as in any other split.
+  std::vector<std::unique_ptr<PipelineStage>> stages;
+  std::vector<PipelineStage*> pointers;
+  for (int s : plan.stages_of(pipeline_rank)) {
+    const ModelOptions& model = plan.model;
+    const LayerRange layers = plan.stage_layers[s];
+    Stage stage = make_stage(model, s, layers);
+    if (!plan.start_dir().empty()) stage.load(plan.start_dir());
+    stages.push_back(std::make_unique<PipelineStage>(
+        std::move(stage), plan.num_stages(),
+        [model, s, layers] { return make_stage(model, s, layers); }));
+    pointers.push_back(stages.back().get());
+  }
+  const ModelOptions model = plan.model;
+  const LossFn loss = [model](const torch::Tensor& output, const torch::Tensor& target) {
+    return compute_loss(model, output, target);
+  };
+  // The schedule needs a World; the transport is the caller's.
+  World world{rank, transport.world_size(),
+              std::shared_ptr<Transport>(&transport, [](Transport*) {})};
+  PipelineSchedule schedule(world, pointers, pipeline_options(plan, observers), loss);
+  if (!plan.resume_dir.empty()) schedule.load_optimizer_state(plan.resume_dir);
+
+  // The batch of step k is the same on every rank (a function of the seed and k); copy d of D
+  // pipelines takes its d-th share of it. Only the ranks holding the first or the last stage
+  // read it.
+  std::optional<Dataset> dataset;
+  if (plan.holds_first_stage(pipeline_rank) || plan.holds_last_stage(pipeline_rank)) {
+    dataset.emplace(plan.model, plan.data);
+  }
+  const int copy = plan.copy_of(rank), copies = plan.copies;
+  const BatchSource batches = [&dataset, copy, copies](int step) {
+    const auto batch = dataset->batch(step);
+    const auto share = [copy, copies](const torch::Tensor& t) {
+      const int64_t rows = t.size(0) / copies;
+      return t.narrow(0, copy * rows, rows);
+    };
+    return Batch{share(batch.inputs), share(batch.targets)};
+  };
+
+  const RankCheckpoint to_save = schedule.checkpoint();
+  for (int step = plan.first_step; step < plan.steps; ++step) {
+    maybe_crash_for_test(rank, step);
+    schedule.step(batches);
+    if (plan.save_every > 0 && (step + 1) % plan.save_every == 0 && step + 1 < plan.steps) {
+      save_checkpoint(plan, to_save, step + 1, transport);
+    }
+  }
+  if (!plan.save_dir.empty()) save_checkpoint(plan, to_save, plan.steps, transport);
+  schedule.finish();
+}
+
+}  // namespace pptrain

@@ -1,0 +1,32 @@
+// The train loop of `pptrain train`: pptrain's own models (gpt, mlp) trained through the library
+// (api/pipeline.h), as any program's model would be.
+//
+//   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // train/plan.h
+//   auto transport = connect_transport(TransportOptions::from_env());
+//   auto observers = make_observers(options);                            // train/observers.h
+//   train(plan, *transport, raw_pointers(observers));
+//
+// train() checks that the ranks agree on the plan, builds this rank's stages of the model (from
+// a checkpoint when the plan says so), makes one PipelineSchedule with the plan's schedule,
+// copies and optimizer, feeds it the deterministic batches of the plan's data, and saves
+// checkpoints (every --save-every steps and after the last). Rank 0's StepReports go to the
+// observers (the other ranks' observers are not called).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "pptrain/runtime/transport.h"
+#include "pptrain/train/observers.h"
+#include "pptrain/train/plan.h"
+
+namespace pptrain {
+
+// Runs this process's rank of the plan (transport.world_size() must be plan.world_size()).
+void train(const TrainingPlan& plan, Transport& transport,
+           const std::vector<StepObserver*>& observers = {});
+
+// The raw pointers of owned observers, for train().
+std::vector<StepObserver*> raw_pointers(const std::vector<std::unique_ptr<StepObserver>>& owned);
+
+}  // namespace pptrain

@@ -1,0 +1,229 @@
+#include "pptrain/train/updates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "pptrain/common/check.h"
+#include "pptrain/device/memory.h"
+#include "pptrain/train/control_tags.h"
+
+namespace pptrain {
+namespace {
+
+// The sum of the squared norms of the parameters' gradients, in float64, without a temporary
+// copy of any gradient (an asynchronous schedule takes this after every microbatch).
+double squared_grad_norm(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  double sum = 0;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    const double norm = p.grad().norm().item<double>();
+    sum += norm * norm;
+  }
+  return sum;
+}
+
+// Whether a global gradient norm calls for clipping to max_norm (as
+// torch.nn.utils.clip_grad_norm_ decides it) or is not finite: what post-validation checks.
+bool clips_or_skips(double norm, double max_norm) {
+  return !std::isfinite(norm) || (max_norm > 0 && max_norm / (norm + 1e-6) < 1);
+}
+
+// Scales the gradients to max_norm when their global norm is above it, as
+// torch.nn.utils.clip_grad_norm_ does.
+void scale_to_max_norm(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
+  if (max_norm <= 0) return;
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.grad().mul_(coef);
+  }
+}
+
+}  // namespace
+
+RankWeights::RankWeights(std::vector<Stage*> stages_in,
+                         const std::vector<std::function<Stage()>>& make_copy,
+                         const VersionRule& rule, const OptimizerOptions& optimizer,
+                         const PipeMareOptions& pipemare_options,
+                         const std::function<bool(int layer)>& keeps, bool serial)
+    : stages(std::move(stages_in)) {
+  PPTRAIN_ASSERT(make_copy.size() == stages.size(), "a copy factory per stage");
+  for (size_t l = 0; l < stages.size(); ++l) {
+    Stage& stage = *stages[l];
+    const int s = stage.index();
+    local[s] = static_cast<int>(l);
+    auto stage_params = stage.parameters();
+    for (auto& p : stage_params) p.mutable_grad() = torch::zeros_like(p);
+    params.insert(params.end(), stage_params.begin(), stage_params.end());
+    optimizers.emplace_back(optimizer, stage, keeps);
+    // A predicting rule's extra copies are predictions (WeightPrediction), not stashed
+    // versions: its pipeline computes on the live weights.
+    const bool stashes = !rule.predicts() && rule.versions_kept(s) > 1;
+    versions.emplace_back(&stage, make_copy[l], /*snapshots=*/serial || stashes);
+    if (rule.update == WeightUpdate::kPipeMare) {
+      pipemare.emplace_back(&stage, make_copy[l], rule.delay(s), pipemare_options);
+    }
+    if (rule.predicts()) predictions.emplace_back(rule, s, make_copy[l]);
+  }
+}
+
+double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm,
+                      Transport* transport, const std::vector<torch::Tensor>* counted) {
+  auto squared = torch::full({1}, squared_grad_norm(counted ? *counted : params), torch::kFloat64);
+  if (transport) transport->allreduce_sum(squared);
+  const double norm = std::sqrt(squared.item<double>());
+  scale_to_max_norm(params, norm, max_norm);
+  return norm;
+}
+
+double post_validated_step(const OptimizerOptions& optimizer, int step, RankWeights& model,
+                           const std::vector<torch::Tensor>& counted, Transport& pipeline,
+                           int& rollbacks) {
+  const int rank = pipeline.rank(), last = pipeline.world_size() - 1;
+  auto partial = torch::full({1}, squared_grad_norm(counted), torch::kFloat64);
+  if (rank > 0) {
+    auto before = torch::empty({1}, torch::kFloat64);
+    pipeline.recv(before, rank - 1, tag_of(ControlTag::kPartialNorm)).wait();
+    partial += before;
+  }
+  PendingComm passed;
+  if (rank < last) passed = pipeline.send(partial, rank + 1, tag_of(ControlTag::kPartialNorm));
+  const bool speculative = !clips_or_skips(std::sqrt(partial.item<double>()), optimizer.clip);
+  for (auto& stage_optimizer : model.optimizers) {
+    stage_optimizer.set_lr(optimizer.lr_at(step));
+    if (speculative) stage_optimizer.step_undoably(optimizer.exact_rollback);
+  }
+  auto full = partial;
+  if (rank == last) {
+    std::vector<PendingComm> sent;
+    for (int r = 0; r < last; ++r) {
+      sent.push_back(pipeline.send(full, r, tag_of(ControlTag::kFullNorm)));
+    }
+    for (auto& s : sent) s.wait();
+  } else {
+    full = torch::empty({1}, torch::kFloat64);
+    pipeline.recv(full, last, tag_of(ControlTag::kFullNorm)).wait();
+  }
+  passed.wait();
+  const double norm = std::sqrt(full.item<double>());
+  rollbacks = 0;
+  if (!clips_or_skips(norm, optimizer.clip)) return norm;
+  if (speculative) {
+    for (auto& stage_optimizer : model.optimizers) stage_optimizer.undo_step();
+    rollbacks = 1;
+  }
+  if (!std::isfinite(norm)) return norm;
+  scale_to_max_norm(model.params, norm, optimizer.clip);
+  for (auto& stage_optimizer : model.optimizers) stage_optimizer.step();
+  return norm;
+}
+
+Stage& AsyncUpdates::weights(int stage, int mb, bool backward) {
+  const int version =
+      backward ? rule_.backward_version(mb, stage) : rule_.forward_version(mb, stage);
+  const int l = model_.local.at(stage);
+  StageVersions& versions = model_.versions[l];
+  if (!model_.predictions.empty()) {
+    Stage& predicted = model_.predictions[l].weights(mb, backward, versions);
+    note_held(l);
+    return predicted;
+  }
+  Stage& weights = versions.weights(version);
+  note_held(l);
+  if (!backward || model_.pipemare.empty()) return weights;
+  return model_.pipemare[l].backward_weights(weights, version - rule_.forward_version(mb, stage));
+}
+
+void AsyncUpdates::after_backward(int stage, int mb) {
+  const int l = model_.local.at(stage);
+  StageVersions& versions = model_.versions[l];
+  const int version = rule_.backward_version(mb, stage);
+  if (!model_.pipemare.empty()) model_.pipemare[l].gradients_to(versions.weights(version));
+  if (!model_.predictions.empty()) {
+    model_.predictions[l].gradients_to(versions.weights(version));
+  }
+  auto [pending, fresh] = pending_version_.emplace(stage, version);
+  PPTRAIN_ASSERT(fresh || pending->second == version, "stage ", stage,
+                 " summed gradients of versions ", pending->second, " and ", version);
+  if (!rule_.steps_after(mb)) return;
+  pending_version_.erase(stage);
+  versions.gradients_to_live(version);
+  const int oldest = rule_.oldest_needed_after(mb, stage);
+  if (versions.live_version() >= oldest) versions.weights(versions.live_version());
+  note_held(l);
+  versions.release_older_than(oldest);
+  const auto params = model_.stages[l]->parameters();
+  const double norm = clip_grad_norm(params, optimizer_.clip, nullptr);  // this stage's own
+  latest_squared_[stage] = norm * norm;
+  if (std::isfinite(norm)) {
+    step(l, mb / rule_.microbatches_per_step);
+  } else if (!optimizer_.skip_nonfinite) {
+    throw std::runtime_error("step " + std::to_string(mb / rule_.microbatches_per_step + 1) +
+                             ": the gradient norm of stage " + std::to_string(stage) + " is " +
+                             std::to_string(norm) + " after microbatch " + std::to_string(mb) +
+                             "; stopped before its optimizer step (a smaller --lr may help; "
+                             "--skip-nonfinite skips such steps instead)");
+  }
+  for (auto& p : params) p.mutable_grad().zero_();
+  versions.stepped();
+  note_held(l);
+  if (!model_.predictions.empty()) {
+    WeightPrediction& prediction = model_.predictions[l];
+    prediction.record(versions.live_version(), model_.optimizers[l].direction(*model_.stages[l]),
+                      optimizer_.lr_at(mb / rule_.microbatches_per_step));
+    prediction.release_older_than(oldest);
+  }
+}
+
+void AsyncUpdates::step(int l, int step) {
+  StageOptimizer& optimizer = model_.optimizers[l];
+  if (model_.pipemare.empty()) {
+    optimizer.set_lr(optimizer_.lr_at(step));
+    optimizer.step();
+    return;
+  }
+  PipeMareStage& fixes = model_.pipemare[l];
+  optimizer.set_lr(optimizer_.lr_at(step) * fixes.lr_scale(step));
+  fixes.before_step();
+  optimizer.step();
+  fixes.after_step();
+}
+
+double AsyncUpdates::grad_norm_squared() const {
+  double sum = 0;
+  for (const auto& [stage, squared] : latest_squared_) sum += squared;
+  return sum;
+}
+
+int64_t AsyncUpdates::take_weight_bytes() {
+  int64_t bytes = 0;
+  for (size_t l = 0; l < model_.stages.size(); ++l) {
+    const int copies = most_copies_.count(l) ? most_copies_.at(l) : 1;
+    bytes += copies * parameter_bytes(*model_.stages[l]);
+  }
+  most_copies_.clear();
+  for (size_t l = 0; l < model_.stages.size(); ++l) note_held(l);  // what carries over
+  return bytes;
+}
+
+void AsyncUpdates::note_held(size_t l) {
+  const int versions =
+      model_.versions[l].held() + (model_.predictions.empty() ? 0 : model_.predictions[l].held());
+  most_held_ = std::max(most_held_, versions);
+  const int copies = versions + (model_.pipemare.empty() ? 0 : model_.pipemare[l].buffers());
+  int& most = most_copies_[l];
+  most = std::max(most, copies);
+}
+
+int64_t parameter_bytes(const Stage& stage) {
+  int64_t bytes = 0;
+  for (const auto& p : stage.parameters()) bytes += tensor_bytes(p);
+  return bytes;
+}
+
+}  // namespace pptrain
