@@ -33,6 +33,19 @@ std::vector<torch::nn::AnyModule> modules_of(const torch::nn::Sequential& part) 
   return out;
 }
 
+// 0, the split points, then `size`: part p is [bounds[p], bounds[p + 1]). UserError unless the
+// points ascend within 1 .. size - 1.
+std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
+  std::vector<int> bounds = {0};
+  for (int point : split_points) {
+    PPTRAIN_CHECK(point > bounds.back() && point < size, "split point ", point,
+                  " is not in ascending order within 1..", size - 1);
+    bounds.push_back(point);
+  }
+  bounds.push_back(size);
+  return bounds;
+}
+
 // The weight rule of `name` ("" for a file: synchronous) on `stages` stages, with the options'
 // settings.
 VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
@@ -157,13 +170,7 @@ World init_from_env() {
 std::vector<torch::nn::Sequential> split_sequential(const torch::nn::Sequential& model,
                                                     const std::vector<int>& split_points) {
   const int size = static_cast<int>(model->size());
-  std::vector<int> bounds = {0};
-  for (int point : split_points) {
-    PPTRAIN_CHECK(point > bounds.back() && point < size, "split point ", point,
-                  " is not in ascending order within 1..", size - 1);
-    bounds.push_back(point);
-  }
-  bounds.push_back(size);
+  const std::vector<int> bounds = cut_bounds(size, split_points);
   const std::vector<torch::nn::AnyModule> modules = modules_of(model);
   std::vector<torch::nn::Sequential> parts;
   for (size_t p = 0; p + 1 < bounds.size(); ++p) {
@@ -189,6 +196,31 @@ PipelineStage::PipelineStage(Stage stage, int num_stages, std::function<Stage()>
   PPTRAIN_CHECK(stage_.index() >= 0 && stage_.index() < num_stages, "stage index ", stage_.index(),
                 " is not in 0..", num_stages - 1);
 }
+
+namespace {
+
+// Stage `index` of a model given as layer factories: its layers built, the rest not.
+Stage stage_from_factories(const std::vector<LayerFactory>& layers,
+                           const std::vector<int>& split_points, int index) {
+  const std::vector<int> bounds = cut_bounds(static_cast<int>(layers.size()), split_points);
+  PPTRAIN_CHECK(index >= 0 && index + 1 < static_cast<int>(bounds.size()), "stage index ", index,
+                " is not in 0..", bounds.size() - 2);
+  std::vector<torch::nn::AnyModule> modules;
+  for (int i = bounds[index]; i < bounds[index + 1]; ++i) {
+    PPTRAIN_CHECK(layers[i] != nullptr, "layer factory ", i, " is empty");
+    modules.push_back(layers[i]());
+  }
+  return Stage(index, bounds[index], std::move(modules));
+}
+
+}  // namespace
+
+PipelineStage::PipelineStage(const std::vector<LayerFactory>& layers,
+                             const std::vector<int>& split_points, int stage_index)
+    : PipelineStage(stage_from_factories(layers, split_points, stage_index),
+                    static_cast<int>(split_points.size()) + 1, [layers, split_points, stage_index] {
+                      return stage_from_factories(layers, split_points, stage_index);
+                    }) {}
 
 Stage PipelineStage::copy() const {
   if (make_copy_) return make_copy_();

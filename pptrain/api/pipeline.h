@@ -88,6 +88,11 @@ World init_from_env();
 std::vector<torch::nn::Sequential> split_sequential(const torch::nn::Sequential& model,
                                                     const std::vector<int>& split_points);
 
+// A model given as one factory per layer, instead of a whole model: a rank builds only the
+// layers of the stages it holds, so it never holds the whole model. For the same weights under
+// any split, each factory seeds its own layer (e.g. torch::manual_seed(i) first).
+using LayerFactory = std::function<torch::nn::AnyModule()>;
+
 // One stage of the pipeline, held by the rank that runs it: a module (a Sequential part, or a
 // module the program built for this stage) whose forward takes one tensor and returns one.
 class PipelineStage {
@@ -98,6 +103,11 @@ class PipelineStage {
   // A Sequential's modules become the stage's layers, run in order.
   PipelineStage(torch::nn::Sequential module, int stage_index, int num_stages);
   PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages);
+  // Stage `stage_index` of a model given as layer factories, cut before each of
+  // `split_points` (as split_sequential): only that stage's layers are built, numbered as in
+  // the whole model.
+  PipelineStage(const std::vector<LayerFactory>& layers, const std::vector<int>& split_points,
+                int stage_index);
   // A runtime Stage (pptrain's own layers: models/model.h's make_stage), and how to build
   // another of the same layers.
   PipelineStage(Stage stage, int num_stages, std::function<Stage()> make_copy);

@@ -31,6 +31,30 @@ torch::nn::Sequential own_model(int blocks) {
   return model;
 }
 
+// The same kind of model as layer factories, each layer seeded by its own index, so any split
+// builds the same weights.
+std::vector<LayerFactory> own_layers(int blocks) {
+  std::vector<LayerFactory> layers;
+  for (int i = 0; i < 3 * blocks; ++i) {
+    layers.push_back([i]() -> torch::nn::AnyModule {
+      static std::mutex seeding;
+      std::lock_guard<std::mutex> lock(seeding);
+      torch::manual_seed(1000 + i);
+      if (i % 3 == 0)
+        return torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({12})));
+      if (i % 3 == 1) return torch::nn::AnyModule(torch::nn::Linear(12, 12));
+      return torch::nn::AnyModule(torch::nn::Tanh());
+    });
+  }
+  return layers;
+}
+
+torch::nn::Sequential whole_model(const std::vector<LayerFactory>& layers) {
+  torch::nn::Sequential model;
+  for (const auto& make : layers) model->push_back(make());
+  return model;
+}
+
 torch::Tensor mse(const torch::Tensor& output, const torch::Tensor& target) {
   return torch::mse_loss(output, target);
 }
@@ -54,8 +78,7 @@ torch::Tensor batch_targets(int step) {
 }
 
 // One process, no pipeline: the whole mini-batch through the whole model, plain SGD.
-Result plain_training(int blocks, int microbatches) {
-  auto model = own_model(blocks);
+Result plain_training(torch::nn::Sequential model, int microbatches) {
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
   Result result;
   for (int step = 0; step < kSteps; ++step) {
@@ -75,6 +98,9 @@ Result plain_training(int blocks, int microbatches) {
   for (const auto& p : model->parameters()) result.weights.push_back(p.detach().clone());
   return result;
 }
+Result plain_training(int blocks, int microbatches) {
+  return plain_training(own_model(blocks), microbatches);
+}
 
 // The same model cut into stages and trained through the library, ranks as threads of this
 // process. Every rank builds the whole model from the same seed and keeps its parts. With
@@ -83,7 +109,9 @@ Result plain_training(int blocks, int microbatches) {
 // batch. The losses are each copy's summed over the ranks that return one (a replicated last
 // stage returns a share), averaged over the copies; the weights are each stage's on the first
 // rank holding it, and every other holder must hold the same.
-Result pipelined_training(int ranks, int blocks, PipelineOptions options) {
+// With `factories`, each rank builds only its stages' layers from them, cut evenly.
+Result pipelined_training(int ranks, int blocks, PipelineOptions options,
+                          const std::vector<LayerFactory>* factories = nullptr) {
   auto transports = make_loopback_transports(ranks);
   const int copies = std::max(options.data_parallel, 1);
   std::vector<std::vector<double>> losses(ranks);                             // [rank][step]
@@ -101,7 +129,13 @@ Result pipelined_training(int ranks, int blocks, PipelineOptions options) {
         auto parts = split_sequential(model, cuts);
         std::vector<PipelineStage> stages;
         stages.reserve(placement.local.size());
-        for (int s : placement.local) stages.emplace_back(parts[s], s, placement.num_stages);
+        for (int s : placement.local) {
+          if (factories) {
+            stages.emplace_back(*factories, cuts, s);
+          } else {
+            stages.emplace_back(parts[s], s, placement.num_stages);
+          }
+        }
         std::vector<PipelineStage*> pointers;
         std::vector<torch::Tensor> params;
         for (auto& stage : stages) {
@@ -239,6 +273,31 @@ TEST(Pipeline, PptrainStepsTheOptimizerAsTheProgramWould) {
   options.data_parallel = 2;
   options.optimizer = sgd;
   expect_equal(pipelined_training(4, 8, options), plain_training(8, 4), "1f1b, 2 x 2 copies");
+}
+
+// A model given as layer factories: each rank builds only its layers, numbered as in the whole
+// model, which ZeRO 1 needs to share the optimizer state out over the copies.
+TEST(Pipeline, LayerFactoriesBuildOnlyTheRanksLayers) {
+  const std::vector<LayerFactory> layers = own_layers(8);
+  PipelineStage third(layers, {6, 12, 18}, 2);
+  EXPECT_EQ(third.stage().first_layer(), 12);
+  EXPECT_EQ(third.stage().num_layers(), 6);
+  EXPECT_EQ(third.num_stages(), 4);
+  for (std::string name : {"1f1b", "zb-v"}) {
+    PipelineOptions options;
+    options.schedule = name;
+    options.microbatches = 4;
+    expect_equal(pipelined_training(4, 8, options, &layers), plain_training(whole_model(layers), 4),
+                 name + " from layer factories");
+  }
+  PipelineOptions options;
+  options.schedule = "1f1b";
+  options.microbatches = 2;
+  options.data_parallel = 2;
+  options.zero = 1;
+  options.optimizer = OptimizerOptions{"sgd", 0.1, /*momentum=*/0};
+  expect_equal(pipelined_training(4, 8, options, &layers), plain_training(whole_model(layers), 4),
+               "1f1b, 2 x 2 copies, zero 1");
 }
 
 // An asynchronous schedule on a program's model: the pipeline equals its own one-process rule
