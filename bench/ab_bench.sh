@@ -21,7 +21,8 @@ trap 'rm -rf "$work"' EXIT
 configs=("pp1:--pp 1 --schedule 1f1b"
          "pp2-1f1b:--pp 2 --schedule 1f1b"
          "pp2-zb-h1:--pp 2 --schedule zb-h1"
-         "pp2-zb-v:--pp 2 --schedule zb-v")
+         "pp2-zb-v:--pp 2 --schedule zb-v"
+         "pp2-pipedream:--pp 2 --schedule pipedream")
 source bench/lib.sh
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"

@@ -347,6 +347,9 @@ if [ -x "$runtime" ]; then
   train_args=(--model gpt --layers 4 --d-model 32 --heads 2 --seq-len 16 --steps 1)
   "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" >"$work/train_plan.txt" 2>&1 \
     || fail "train --plan exited $?: $(tail -3 "$work/train_plan.txt")"
+  planned=$(grep -m1 '"schedule"' "$work/gptplan/plan.json" | sed 's/.*"schedule": *"\([^"]*\)".*/\1/')
+  grep -q "with $planned" "$work/train_plan.txt" \
+    || fail "train --plan does not name the planned schedule '$planned': $(head -2 "$work/train_plan.txt")"
   expect_error "train --plan with another --pp" "--pp 3 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --pp 3
   expect_error "train --plan with another --microbatches" "--microbatches 3 contradicts --plan" \

@@ -126,6 +126,7 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
   if (!options.schedule_file.empty()) {
     what = "schedule file '" + options.schedule_file + "'";
     Schedule schedule = read_schedule_csv(options.schedule_file);
+    if (!options.schedule_file_name.empty()) schedule.name = options.schedule_file_name;
     PPTRAIN_CHECK(schedule.num_ranks == options.pp, what, " is for ", schedule.num_ranks,
                   " ranks, but --pp is ", options.pp);
     PPTRAIN_CHECK(schedule.num_microbatches == M, what, " has ", schedule.num_microbatches,
@@ -414,6 +415,7 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
   options.data.batch_size = plan.batch_size;
   options.schedule = plan.schedule;
   options.schedule_file = plan.schedule_file;
+  options.schedule_file_name = plan.schedule;
   options.chunks = plan.chunks;
   options.partition = plan.partition_file;
   options.stage_layers = layers;

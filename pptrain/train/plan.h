@@ -50,6 +50,9 @@ struct TrainOptions {
   std::string stage_layers;       // resolved ranges "0-2,3-5" (a launcher's); wins over partition
   std::string schedule = "1f1b";  // a registry name (schedule/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
+  // What the log and pictures call the schedule file's order; empty: the file's own name
+  // ("imported"). --plan sets it to the planned schedule's name.
+  std::string schedule_file_name;
   // The cost model zb-auto plans for (sim/cost_model.h: "F=1,I=1,W=1,comm=0", one rank's
   // share). Empty: the per-stage times of the profile `partition` names, if it is a profile
   // file, else F=1,I=1,W=1,comm=0.

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/api/trainer.h"
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
 #include "pptrain/runtime/launcher.h"
@@ -25,7 +26,6 @@
 #include "pptrain/schedule/registry.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/plan.h"
-#include "pptrain/api/trainer.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
@@ -141,9 +141,9 @@ void add_train_command(CLI::App& app) {
                   "How zb-auto orders the actions: heuristic or ilp (CBC, warm-started from the "
                   "heuristic, never worse; solved once by the launcher)")
       ->capture_default_str();
-  cmd->add_option("--time-limit", o.time_limit_s,
-                  "--solver ilp: seconds CBC may search (wall time)")
-      ->capture_default_str();
+  auto* time_limit = cmd->add_option("--time-limit", o.time_limit_s,
+                                     "--solver ilp: seconds CBC may search (wall time)")
+                         ->capture_default_str();
   // What the launcher passes its workers with --solver ilp.
   cmd->add_option("--solved-schedule", o.solved_schedule,
                   "The order the launcher solved (CSV; --solver ilp)");
@@ -258,6 +258,8 @@ void add_train_command(CLI::App& app) {
   cmd->footer("Schedules (P ranks, M microbatches, V chunks per rank):\n" + schedule_help_text());
   cmd->callback([=] {
     TrainOptions o = *options;
+    PPTRAIN_CHECK(time_limit->count() == 0 || o.solver == "ilp",
+                  "--time-limit applies to --solver ilp only (the heuristic takes milliseconds)");
     if (!plan_path->empty()) {
       PlanFlagsGiven given;
       given.pp = pp->count() > 0;
