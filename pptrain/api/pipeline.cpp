@@ -292,11 +292,13 @@ struct PipelineSchedule::Impl {
     const auto holders = schedule().replicas_of(stage);
     return std::count(holders.begin(), holders.end(), pipeline_rank) > 0;
   }
+  // World ranks of copy d's pipeline: d x P .. d x P + P - 1.
   std::vector<int> pipeline_of(int d) const {
     std::vector<int> out;
     for (int p = 0; p < ranks(); ++p) out.push_back(d * ranks() + p);
     return out;
   }
+  // World ranks of the D copies of pipeline rank `p` (p, P + p, ...).
   std::vector<int> copies_of(int p) const {
     std::vector<int> out;
     for (int d = 0; d < copies; ++d) out.push_back(d * ranks() + p);

@@ -170,18 +170,7 @@ struct TrainingPlan {
   int world_size() const { return copies * ranks(); }
   int pipeline_rank(int world_rank) const { return world_rank % ranks(); }
   int copy_of(int world_rank) const { return world_rank / ranks(); }
-  // World ranks of the D copies of pipeline rank `p` (p, P + p, ...): they average gradients.
-  std::vector<int> copies_of(int p) const {
-    std::vector<int> out;
-    for (int d = 0; d < copies; ++d) out.push_back(d * ranks() + p);
-    return out;
-  }
-  // World ranks of copy d's pipeline: d x P .. d x P + P - 1.
-  std::vector<int> pipeline_of(int d) const {
-    std::vector<int> out;
-    for (int p = 0; p < ranks(); ++p) out.push_back(d * ranks() + p);
-    return out;
-  }
+  // (The groups of a pipeline's ranks and of a stage's copies are PipelineSchedule's.)
   int num_stages() const { return schedule->num_stages; }
   int microbatches() const { return data.microbatches; }  // M, per step
   bool asynchronous() const { return weights.asynchronous(); }
