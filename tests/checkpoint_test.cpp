@@ -94,7 +94,7 @@ void PrintTo(const ResumeCase& c, std::ostream* out) {
 class Resume : public ::testing::TestWithParam<ResumeCase> {};
 
 // 3 steps, save, resume to step 6 equals 6 uninterrupted steps, to 1e-6 in every loss and the
-// final parameters. The learning rate warms up over all 6 steps and SGD has momentum (AdamW its
+// final parameters, at the same --pp or another. The learning rate warms up over all 6 steps and SGD has momentum (AdamW its
 // moments and step count), so a resume that lost the step or the optimizer state differs.
 TEST_P(Resume, ThreeStepsSavedAndResumedEqualSixSteps) {
   const ResumeCase& c = GetParam();
@@ -128,6 +128,12 @@ INSTANTIATE_TEST_SUITE_P(Schedules, Resume,
                                            ResumeCase{"zb-v", 2, 2, "adamw"},
                                            ResumeCase{"1f1b", 4, 2, "adamw"},
                                            ResumeCase{"zb-v", 4, 2, "sgd"}));
+
+// Resharding in every direction: to one process, to more ranks, and from one process.
+INSTANTIATE_TEST_SUITE_P(Reshard, Resume,
+                         ::testing::Values(ResumeCase{"1f1b", 4, 1, "adamw"},
+                                           ResumeCase{"1f1b", 2, 4, "sgd"},
+                                           ResumeCase{"1f1b", 1, 2, "adamw"}));
 
 // --save-every 2 --keep 2 over 5 steps leaves the checkpoint of step 5 at DIR and that of step
 // 4 at DIR.step-4 (step 2's is gone), and resuming DIR.step-4 for one step gives step 5's loss.
