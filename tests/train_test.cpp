@@ -239,8 +239,10 @@ TEST(Supervision, CrashedWorkerStopsTheRun) {
                 dir, "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=2 ");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_LT(run.seconds, 30.0);
-  EXPECT_NE(run.err.find("pptrain: error: worker rank 1 was killed by signal 6"), std::string::npos)
+  // The first error line names the cause, not rank 0's view of it; it is the only one.
+  EXPECT_EQ(run.err.rfind("pptrain: error: worker rank 1 was killed by signal 6", 0), 0u)
       << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
   // A peer that saw the connection break does not blame a timeout.
   EXPECT_EQ(run.err.find("timed out"), std::string::npos) << run.err;
   // The run got going before the crash: rank 0 printed steps 1 and 2.
@@ -287,6 +289,7 @@ TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
   const std::string err = read_text(dir / "err0");
   EXPECT_EQ(std::stoi(read_text(dir / "rc0")), 1) << err;
   EXPECT_LE(std::stoi(read_text(dir / "took")), 30) << err;
+  EXPECT_EQ(err.rfind("pptrain: error: rank 0: ", 0), 0u) << err;
   EXPECT_NE(err.find("rank 1: no answer within 4 s (--comm-timeout"), std::string::npos) << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
 }
@@ -352,7 +355,11 @@ TEST_P(RanksDisagree, BothRanksStopNamingTheFlag) {
   for (int rank : {0, 1}) {
     const std::string err = read_text(dir / ("err" + std::to_string(rank)));
     EXPECT_EQ(std::stoi(read_text(dir / ("rc" + std::to_string(rank)))), 2) << err;
-    EXPECT_EQ(err.rfind("pptrain: error: ranks disagree on " + GetParam().expected, 0), 0u) << err;
+    EXPECT_EQ(err.rfind("pptrain: error: rank " + std::to_string(rank) + ": ranks disagree on " +
+                            GetParam().expected,
+                        0),
+              0u)
+        << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
 }
