@@ -290,8 +290,38 @@ TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
   EXPECT_EQ(std::stoi(read_text(dir / "rc0")), 1) << err;
   EXPECT_LE(std::stoi(read_text(dir / "took")), 30) << err;
   EXPECT_EQ(err.rfind("pptrain: error: rank 0: ", 0), 0u) << err;
-  EXPECT_NE(err.find("rank 1: no answer within 4 s (--comm-timeout"), std::string::npos) << err;
+  // The receive's deadline or the heartbeat, whichever comes first.
+  EXPECT_TRUE(err.find("rank 1: no answer within 4 s (--comm-timeout") != std::string::npos ||
+              err.find("rank 1 has not answered for 4 s (stopped or hung)") != std::string::npos)
+      << err;
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
+// The same when rank 0 is not waiting on rank 1: both ranks are in a long pause of a save
+// (PPTRAIN_TEST_SAVE_PAUSE_MS, 45 s, after writing their layers) when rank 1 is stopped. Rank 0's
+// heartbeat names it within the communication timeout, long before rank 0 would next wait on it.
+TEST(Supervision, StoppedPeerNobodyWaitsOnIsNamedByTheHeartbeat) {
+  TempDir dir;
+  const std::string env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                          std::to_string(find_free_port()) + " PPTRAIN_TEST_SAVE_PAUSE_MS=45000 ";
+  const std::string partial = (dir / "ckpt.partial").string();
+  const std::string args = std::string(" train ") + model_args(small_model("mlp")) +
+                           " --pp 2 --batch-size 8 --microbatches 4 --steps 1 --quiet"
+                           " --comm-timeout 4 --save " +
+                           (dir / "ckpt").string();
+  const std::string script =
+      "RANK=1 " + env + "exec " + PPTRAIN_BINARY + args + " >/dev/null 2>/dev/null & one=$!; " +
+      "(RANK=0 " + env + PPTRAIN_BINARY + args + " >/dev/null 2>" + (dir / "err0").string() +
+      "; echo $? >" + (dir / "rc0").string() + ") & zero=$!; " + "for i in $(seq 600); do [ -d " +
+      partial + " ] && break; sleep 0.1; done; sleep 1; " +
+      "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
+      (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
+  std::ofstream(dir / "run.sh") << script << "\n";
+  ASSERT_EQ(std::system(("bash " + (dir / "run.sh").string()).c_str()), 0);
+  const std::string err = read_text(dir / "err0");
+  EXPECT_EQ(std::stoi(read_text(dir / "rc0")), 1) << err;
+  EXPECT_LE(std::stoi(read_text(dir / "took")), 30) << err;
+  EXPECT_EQ(err, "pptrain: error: rank 0: rank 1 has not answered for 4 s (stopped or hung)\n");
 }
 
 // A loss that blows up (--lr 1e30) stops the run with exit status 1 naming the step, on one
