@@ -267,34 +267,57 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
       << run.err;
 }
 
+// What rank 0 of two ranks started by hand did after rank 1 was stopped (SIGSTOP).
+struct StoppedPeerRun {
+  int exit_code = -1;  // rank 0's
+  std::string err;     // rank 0's stderr
+  int seconds = -1;    // from the stop to rank 0's exit
+};
+
+// Starts `pptrain train <args>` as rank 1 and rank 0 (with `rank0_args` added) on a free port,
+// with the environment assignments `env`; stops rank 1 once the shell test `ready` holds, and
+// waits for rank 0.
+StoppedPeerRun stop_rank_one_when(const TempDir& dir, const std::string& env,
+                                  const std::string& args, const std::string& rank0_args,
+                                  const std::string& ready) {
+  const std::string all_env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                              std::to_string(find_free_port()) + " " + env;
+  const std::string command = std::string(PPTRAIN_BINARY) + " train " + args;
+  const std::string script =
+      "RANK=1 " + all_env + "exec " + command + " >/dev/null 2>/dev/null & one=$!; " + "(RANK=0 " +
+      all_env + command + rank0_args + " >/dev/null 2>" + (dir / "err0").string() + "; echo $? >" +
+      (dir / "rc0").string() + ") & zero=$!; " + "for i in $(seq 600); do " + ready +
+      " && break; sleep 0.1; done; sleep 1; " +
+      "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
+      (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
+  std::ofstream(dir / "run.sh") << script << "\n";
+  StoppedPeerRun run;
+  if (std::system(("bash " + (dir / "run.sh").string()).c_str()) != 0) return run;
+  run.exit_code = std::stoi(read_text(dir / "rc0"));
+  run.err = read_text(dir / "err0");
+  run.seconds = std::stoi(read_text(dir / "took"));
+  return run;
+}
+
 // Ranks started by hand (no launcher to watch them) when one is stopped (SIGSTOP) mid-run: the
 // other stops within --comm-timeout, naming the rank and the operation it waited for.
 TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
   TempDir dir;
-  const std::string env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(find_free_port()) + " ";
-  const std::string args = std::string(" train ") + model_args(small_model("mlp")) +
-                           " --pp 2 --batch-size 8 --microbatches 4 --steps 100000 --quiet"
-                           " --comm-timeout 4";
   const std::string metrics = (dir / "m.jsonl").string();
-  const std::string script =
-      "RANK=1 " + env + "exec " + PPTRAIN_BINARY + args + " >/dev/null 2>/dev/null & one=$!; " +
-      "(RANK=0 " + env + PPTRAIN_BINARY + args + " --metrics " + metrics + " >/dev/null 2>" +
-      (dir / "err0").string() + "; echo $? >" + (dir / "rc0").string() + ") & zero=$!; " +
-      "for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; " +
-      "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
-      (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
-  std::ofstream(dir / "run.sh") << script << "\n";
-  ASSERT_EQ(std::system(("bash " + (dir / "run.sh").string()).c_str()), 0);
-  const std::string err = read_text(dir / "err0");
-  EXPECT_EQ(std::stoi(read_text(dir / "rc0")), 1) << err;
-  EXPECT_LE(std::stoi(read_text(dir / "took")), 30) << err;
-  EXPECT_EQ(err.rfind("pptrain: error: rank 0: ", 0), 0u) << err;
+  const auto run = stop_rank_one_when(
+      dir, "",
+      model_args(small_model("mlp")) +
+          " --pp 2 --batch-size 8 --microbatches 4 --steps 100000 --quiet --comm-timeout 4",
+      " --metrics " + metrics, "[ -s " + metrics + " ]");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_LE(run.seconds, 30) << run.err;
+  EXPECT_EQ(run.err.rfind("pptrain: error: rank 0: ", 0), 0u) << run.err;
   // The receive's deadline or the heartbeat, whichever comes first.
-  EXPECT_TRUE(err.find("rank 1: no answer within 4 s (--comm-timeout") != std::string::npos ||
-              err.find("rank 1 has not answered for 4 s (stopped or hung)") != std::string::npos)
-      << err;
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_TRUE(run.err.find("rank 1: no answer within 4 s (--comm-timeout") != std::string::npos ||
+              run.err.find("rank 1 has not answered for 4 s (stopped or hung)") !=
+                  std::string::npos)
+      << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
 }
 
 // The same when rank 0 is not waiting on rank 1: both ranks are in a long pause of a save
@@ -302,26 +325,16 @@ TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
 // heartbeat names it within the communication timeout, long before rank 0 would next wait on it.
 TEST(Supervision, StoppedPeerNobodyWaitsOnIsNamedByTheHeartbeat) {
   TempDir dir;
-  const std::string env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(find_free_port()) + " PPTRAIN_TEST_SAVE_PAUSE_MS=45000 ";
-  const std::string partial = (dir / "ckpt.partial").string();
-  const std::string args = std::string(" train ") + model_args(small_model("mlp")) +
-                           " --pp 2 --batch-size 8 --microbatches 4 --steps 1 --quiet"
-                           " --comm-timeout 4 --save " +
-                           (dir / "ckpt").string();
-  const std::string script =
-      "RANK=1 " + env + "exec " + PPTRAIN_BINARY + args + " >/dev/null 2>/dev/null & one=$!; " +
-      "(RANK=0 " + env + PPTRAIN_BINARY + args + " >/dev/null 2>" + (dir / "err0").string() +
-      "; echo $? >" + (dir / "rc0").string() + ") & zero=$!; " + "for i in $(seq 600); do [ -d " +
-      partial + " ] && break; sleep 0.1; done; sleep 1; " +
-      "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
-      (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
-  std::ofstream(dir / "run.sh") << script << "\n";
-  ASSERT_EQ(std::system(("bash " + (dir / "run.sh").string()).c_str()), 0);
-  const std::string err = read_text(dir / "err0");
-  EXPECT_EQ(std::stoi(read_text(dir / "rc0")), 1) << err;
-  EXPECT_LE(std::stoi(read_text(dir / "took")), 30) << err;
-  EXPECT_EQ(err, "pptrain: error: rank 0: rank 1 has not answered for 4 s (stopped or hung)\n");
+  const std::string ckpt = (dir / "ckpt").string();
+  const auto run = stop_rank_one_when(dir, "PPTRAIN_TEST_SAVE_PAUSE_MS=45000 ",
+                                      model_args(small_model("mlp")) +
+                                          " --pp 2 --batch-size 8 --microbatches 4 --steps 1 "
+                                          "--quiet --comm-timeout 4 --save " +
+                                          ckpt,
+                                      "", "[ -d " + ckpt + ".partial ]");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_LE(run.seconds, 30) << run.err;
+  EXPECT_EQ(run.err, "pptrain: error: rank 0: rank 1 has not answered for 4 s (stopped or hung)\n");
 }
 
 // A loss that blows up (--lr 1e30) stops the run with exit status 1 naming the step, on one
