@@ -267,34 +267,37 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
       << run.err;
 }
 
-// What rank 0 of two ranks started by hand did after rank 1 was stopped (SIGSTOP).
+// What the other of two ranks started by hand did after one was stopped (SIGSTOP).
 struct StoppedPeerRun {
-  int exit_code = -1;  // rank 0's
-  std::string err;     // rank 0's stderr
-  int seconds = -1;    // from the stop to rank 0's exit
+  int exit_code = -1;  // the other rank's
+  std::string err;     // its stderr
+  int seconds = -1;    // from the stop to its exit
 };
 
-// Starts `pptrain train <args>` as rank 1 and rank 0 (with `rank0_args` added) on a free port,
-// with the environment assignments `env`; stops rank 1 once the shell test `ready` holds, and
-// waits for rank 0.
-StoppedPeerRun stop_rank_one_when(const TempDir& dir, const std::string& env,
-                                  const std::string& args, const std::string& rank0_args,
-                                  const std::string& ready) {
+// Starts `pptrain train <args>` as rank 0 (with `rank0_args` added) and rank 1 on a free port,
+// with the environment assignments `env`; stops rank `stopped` once the shell test `ready`
+// holds, and waits for the other.
+StoppedPeerRun stop_rank_when(const TempDir& dir, const std::string& env, const std::string& args,
+                              const std::string& rank0_args, const std::string& ready,
+                              int stopped) {
   const std::string all_env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                               std::to_string(find_free_port()) + " " + env;
-  const std::string command = std::string(PPTRAIN_BINARY) + " train " + args;
+  // "RANK=r <env> [exec ]pptrain train <args>"
+  const auto command = [&](int rank, const std::string& exec) {
+    return "RANK=" + std::to_string(rank) + " " + all_env + exec + PPTRAIN_BINARY + " train " +
+           args + (rank == 0 ? rank0_args : "");
+  };
   const std::string script =
-      "RANK=1 " + all_env + "exec " + command + " >/dev/null 2>/dev/null & one=$!; " + "(RANK=0 " +
-      all_env + command + rank0_args + " >/dev/null 2>" + (dir / "err0").string() + "; echo $? >" +
-      (dir / "rc0").string() + ") & zero=$!; " + "for i in $(seq 600); do " + ready +
-      " && break; sleep 0.1; done; sleep 1; " +
+      command(stopped, "exec ") + " >/dev/null 2>/dev/null & one=$!; (" + command(1 - stopped, "") +
+      " >/dev/null 2>" + (dir / "err").string() + "; echo $? >" + (dir / "rc").string() +
+      ") & zero=$!; for i in $(seq 600); do " + ready + " && break; sleep 0.1; done; sleep 1; " +
       "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
       (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
   std::ofstream(dir / "run.sh") << script << "\n";
   StoppedPeerRun run;
   if (std::system(("bash " + (dir / "run.sh").string()).c_str()) != 0) return run;
-  run.exit_code = std::stoi(read_text(dir / "rc0"));
-  run.err = read_text(dir / "err0");
+  run.exit_code = std::stoi(read_text(dir / "rc"));
+  run.err = read_text(dir / "err");
   run.seconds = std::stoi(read_text(dir / "took"));
   return run;
 }
@@ -304,11 +307,11 @@ StoppedPeerRun stop_rank_one_when(const TempDir& dir, const std::string& env,
 TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
   TempDir dir;
   const std::string metrics = (dir / "m.jsonl").string();
-  const auto run = stop_rank_one_when(
+  const auto run = stop_rank_when(
       dir, "",
       model_args(small_model("mlp")) +
           " --pp 2 --batch-size 8 --microbatches 4 --steps 100000 --quiet --comm-timeout 4",
-      " --metrics " + metrics, "[ -s " + metrics + " ]");
+      " --metrics " + metrics, "[ -s " + metrics + " ]", 1);
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_LE(run.seconds, 30) << run.err;
   EXPECT_EQ(run.err.rfind("pptrain: error: rank 0: ", 0), 0u) << run.err;
@@ -320,21 +323,28 @@ TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
 }
 
-// The same when rank 0 is not waiting on rank 1: both ranks are in a long pause of a save
-// (PPTRAIN_TEST_SAVE_PAUSE_MS, 45 s, after writing their layers) when rank 1 is stopped. Rank 0's
-// heartbeat names it within the communication timeout, long before rank 0 would next wait on it.
+// The same when the other rank is not waiting on the stopped one: both ranks are in a long pause
+// of a save (PPTRAIN_TEST_SAVE_PAUSE_MS, 45 s, after writing their layers) when one is stopped.
+// The other's heartbeat names it within the communication timeout, long before it would next
+// wait on it. Rank 0 serves the store the heartbeats meet in; its silence is timed apart.
 TEST(Supervision, StoppedPeerNobodyWaitsOnIsNamedByTheHeartbeat) {
-  TempDir dir;
-  const std::string ckpt = (dir / "ckpt").string();
-  const auto run = stop_rank_one_when(dir, "PPTRAIN_TEST_SAVE_PAUSE_MS=45000 ",
-                                      model_args(small_model("mlp")) +
-                                          " --pp 2 --batch-size 8 --microbatches 4 --steps 1 "
-                                          "--quiet --comm-timeout 4 --save " +
-                                          ckpt,
-                                      "", "[ -d " + ckpt + ".partial ]");
-  EXPECT_EQ(run.exit_code, 1) << run.err;
-  EXPECT_LE(run.seconds, 30) << run.err;
-  EXPECT_EQ(run.err, "pptrain: error: rank 0: rank 1 has not answered for 4 s (stopped or hung)\n");
+  for (const int stopped : {1, 0}) {
+    SCOPED_TRACE("rank " + std::to_string(stopped) + " stopped");
+    TempDir dir;
+    const std::string ckpt = (dir / "ckpt").string();
+    const auto run = stop_rank_when(dir, "PPTRAIN_TEST_SAVE_PAUSE_MS=45000 ",
+                                    model_args(small_model("mlp")) +
+                                        " --pp 2 --batch-size 8 --microbatches 4 --steps 1 "
+                                        "--quiet --comm-timeout 4 --save " +
+                                        ckpt,
+                                    "", "[ -d " + ckpt + ".partial ]", stopped);
+    const int other = 1 - stopped;
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_LE(run.seconds, 30) << run.err;
+    EXPECT_EQ(run.err, "pptrain: error: rank " + std::to_string(other) + ": rank " +
+                           std::to_string(stopped) +
+                           " has not answered for 4 s (stopped or hung)\n");
+  }
 }
 
 // A loss that blows up (--lr 1e30) stops the run with exit status 1 naming the step, on one

@@ -74,7 +74,8 @@ PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
 // counter has not moved for the communication timeout, and that has not said it is done, stops
 // this process with one line naming it, whether or not this rank is waiting on it. The thread
 // has its own connection to the store (rank 0 serves it), so it never shares a socket with the
-// process group.
+// process group. A store call blocks while rank 0 is stopped, so on the other ranks a watchdog
+// thread times the rounds and names rank 0 when the store has not answered for the timeout.
 class Heartbeat {
  public:
   static constexpr std::chrono::milliseconds kInterval = std::chrono::seconds(1);
@@ -88,7 +89,10 @@ class Heartbeat {
     state_->rank = options.rank;
     state_->world_size = options.world_size;
     state_->timeout = options.timeout;
+    state_->store_answered = std::chrono::steady_clock::now();
     thread_ = std::thread([state = state_] { run(*state); });
+    // A store call waits as long as rank 0 does not answer: another thread times it.
+    if (options.rank != 0) watchdog_ = std::thread([state = state_] { watch_store(*state); });
   }
 
   // Says this rank is done, so that no peer takes its silence for a hang, and stops the thread.
@@ -98,6 +102,7 @@ class Heartbeat {
       state_->stopping = true;
     }
     state_->wake.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     // The thread may be inside a store call that waits for a stopped rank 0: give it two
     // intervals, then leave it (it owns its state, and the process is ending).
     std::unique_lock<std::mutex> lock(state_->mutex);
@@ -123,6 +128,10 @@ class Heartbeat {
     std::condition_variable wake;
     bool stopping = false;  // guarded by mutex
     bool stopped = false;   // guarded by mutex
+    // When the store (rank 0) last answered a whole round, and whether its silence still means
+    // something (not once rank 0 said it is done, or the store was found gone); guarded by mutex.
+    std::chrono::steady_clock::time_point store_answered;
+    bool store_watched = true;
   };
 
   static std::string beat_key(int rank) { return "pptrain/heartbeat/" + std::to_string(rank); }
@@ -146,7 +155,6 @@ class Heartbeat {
     std::vector<bool> done(state.world_size, false);
     bool stopping = false;
     while (!stopping) {
-      const auto call_start = Clock::now();
       try {
         state.store->add(beat_key(state.rank), 1);
         for (int peer = 0; peer < state.world_size; ++peer) {
@@ -166,18 +174,19 @@ class Heartbeat {
           }
         }
       } catch (const std::exception&) {
-        // The store is rank 0's. A call that failed at once found it gone: rank 0 has exited,
-        // and whoever waits on it hears of that from the process group. One that failed after the
-        // whole timeout found it silent.
-        const auto waited = Clock::now() - call_start;
-        if (state.rank != 0 && waited >= state.timeout) {
-          lost(state, 0, std::chrono::duration_cast<std::chrono::milliseconds>(waited));
-        }
+        // The store is rank 0's, and it is gone: rank 0 has exited, and whoever waits on it
+        // hears of that from the process group.
         break;
       }
       std::unique_lock<std::mutex> lock(state.mutex);
+      state.store_answered = Clock::now();
+      state.store_watched = !done[0];
       state.wake.wait_for(lock, kInterval, [&] { return state.stopping; });
       stopping = state.stopping;
+    }
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      state.store_watched = false;
     }
     try {
       state.store->add(done_key(state.rank), 1);
@@ -189,8 +198,22 @@ class Heartbeat {
     state.wake.notify_all();
   }
 
+  // Stops this process when the store, rank 0's, has not answered a round for the timeout.
+  static void watch_store(State& state) {
+    std::unique_lock<std::mutex> lock(state.mutex);
+    while (!state.stopping && state.store_watched) {
+      const auto silent = std::chrono::steady_clock::now() - state.store_answered;
+      if (silent >= state.timeout) {
+        lock.unlock();
+        lost(state, 0, std::chrono::duration_cast<std::chrono::milliseconds>(silent));
+      }
+      state.wake.wait_for(lock, kInterval, [&] { return state.stopping; });
+    }
+  }
+
   std::shared_ptr<State> state_;
-  std::thread thread_;
+  std::thread thread_;    // beats and reads the peers' counters
+  std::thread watchdog_;  // times the store (not on rank 0, which serves it)
 };
 
 class C10dTransport : public Transport {
