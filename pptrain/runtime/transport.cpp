@@ -70,7 +70,7 @@ PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
 }
 
 // The heartbeat of one rank of the world (see TransportOptions::heartbeat): a thread that adds
-// 1 to its counter in the store every kHeartbeatInterval and reads the others'. A peer whose
+// 1 to its counter in the store every kInterval (1 s) and reads the others'. A peer whose
 // counter has not moved for the communication timeout, and that has not said it is done, stops
 // this process with one line naming it, whether or not this rank is waiting on it. The thread
 // has its own connection to the store (rank 0 serves it), so it never shares a socket with the
