@@ -2,9 +2,16 @@
 // save keeps the previous checkpoint, and a resumed run equals an uninterrupted one, also at
 // another --pp. Each case runs the real binary (PPTRAIN_BINARY).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
+#include <map>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -80,6 +87,118 @@ TEST(Checkpoint, AKilledSaveKeepsThePreviousOne) {
   EXPECT_FALSE(fs::exists(dir / "ckpt.partial"));
 }
 
+// The ids of the running processes whose command line contains `text`.
+std::vector<pid_t> processes_mentioning(const std::string& text) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_text(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(text) != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+// Every file of `dir` and its bytes, by name.
+std::map<std::string, std::string> folder_contents(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    files[entry.path().filename().string()] = read_text(entry.path());
+  }
+  return files;
+}
+
+// True when two checkpoints' folders hold the same files and the same parameters, byte for byte.
+// (An optimizer's file holds its parameters' addresses in memory, so two runs' differ; the
+// manifest's checksums, which --load checks, cover them.)
+bool same_parameters(const std::map<std::string, std::string>& a,
+                     const std::map<std::string, std::string>& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [name, bytes] : a) {
+    const auto other = b.find(name);
+    if (other == b.end()) return false;
+    if (name.rfind("layer_", 0) == 0 && other->second != bytes) return false;
+  }
+  return true;
+}
+
+// kill -9 of the launcher (from outside, as a user would) at moments spread over a save that
+// replaces a good checkpoint (PPTRAIN_TEST_SAVE_PAUSE_MS stretches each moment of the save to
+// 400 ms): the workers die with it, and DIR is then always the previous checkpoint or the new
+// one, file for file, and loads; what the save left beside it (DIR.partial) loads whole or is
+// refused with one line and exit status 2, never silently taken in part.
+TEST(Checkpoint, KillingTheLauncherDuringASaveKeepsAWholeOne) {
+  TempDir dir;
+  const std::string common =
+      model_args(small_model("gpt")) + " --pp 2 --batch-size 8 --microbatches 4 --quiet --steps 1";
+  const fs::path ckpt = dir / "ckpt", partial = dir / "ckpt.partial";
+  // The previous checkpoint (seed 0) and what the killed save writes when left alone (seed 7).
+  auto run = run_train(common + " --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  run = run_train(common + " --seed 7 --save " + (dir / "new").string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  fs::copy(ckpt, dir / "old");
+  const auto previous = folder_contents(ckpt), next = folder_contents(dir / "new");
+  ASSERT_NE(previous, next);
+  const std::string command = "PPTRAIN_TEST_SAVE_PAUSE_MS=400 exec " + std::string(PPTRAIN_BINARY) +
+                              " train " + common + " --seed 7 --save " + ckpt.string() + " >" +
+                              (dir / "out").string() + " 2>" + (dir / "err").string();
+  const auto load = [&](const fs::path& folder) {
+    return run_train(model_args(small_model("gpt")) +
+                         " --pp 1 --batch-size 8 --microbatches 4 --quiet --steps 1 --load " +
+                         folder.string(),
+                     dir);
+  };
+  int kept_previous = 0;
+  for (const int delay_ms : {0, 200, 600, 1000, 1400, 1800, 2300}) {
+    SCOPED_TRACE("killed " + std::to_string(delay_ms) + " ms into the save");
+    const pid_t launcher = fork();
+    ASSERT_GE(launcher, 0);
+    if (launcher == 0) {
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // The save starts when the leader creates DIR.partial (or, were it to write in place, when
+    // DIR changes).
+    const auto start = std::chrono::steady_clock::now();
+    while (!fs::exists(partial) && folder_contents(ckpt) == previous &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    kill(launcher, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+    // No worker outlives its launcher (PR_SET_PDEATHSIG): none is left within 10 s.
+    const auto killed = std::chrono::steady_clock::now();
+    while (!processes_mentioning(ckpt.string()).empty() &&
+           std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(processes_mentioning(ckpt.string()).empty()) << read_text(dir / "err");
+    const auto now = folder_contents(ckpt);
+    EXPECT_TRUE(now == previous || same_parameters(now, next))
+        << "DIR is a mix of the two checkpoints";
+    kept_previous += now == previous;
+    run = load(ckpt);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    if (fs::exists(partial)) {
+      run = load(partial);
+      if (run.exit_code != 0) expect_one_line_error(run, "--load '" + partial.string() + "'");
+    }
+    // The next kill replaces the previous checkpoint again, and its save starts when it makes
+    // DIR.partial anew.
+    fs::remove_all(partial);
+    if (now != previous) {
+      fs::remove_all(ckpt);
+      fs::copy(dir / "old", ckpt);
+    }
+  }
+  // At least the first kills hit the save before its swap.
+  EXPECT_GE(kept_previous, 1);
+}
+
 struct ResumeCase {
   std::string schedule;
   int save_pp;    // the run that saves after 3 steps
@@ -94,8 +213,9 @@ void PrintTo(const ResumeCase& c, std::ostream* out) {
 class Resume : public ::testing::TestWithParam<ResumeCase> {};
 
 // 3 steps, save, resume to step 6 equals 6 uninterrupted steps, to 1e-6 in every loss and the
-// final parameters. The learning rate warms up over all 6 steps and SGD has momentum (AdamW its
-// moments and step count), so a resume that lost the step or the optimizer state differs.
+// final parameters, at the same --pp or another. The learning rate warms up over all 6 steps and
+// SGD has momentum (AdamW its moments and step count), so a resume that lost the step or the
+// optimizer state differs.
 TEST_P(Resume, ThreeStepsSavedAndResumedEqualSixSteps) {
   const ResumeCase& c = GetParam();
   TempDir dir;
@@ -128,6 +248,12 @@ INSTANTIATE_TEST_SUITE_P(Schedules, Resume,
                                            ResumeCase{"zb-v", 2, 2, "adamw"},
                                            ResumeCase{"1f1b", 4, 2, "adamw"},
                                            ResumeCase{"zb-v", 4, 2, "sgd"}));
+
+// Resharding in every direction: to one process, to more ranks, and from one process.
+INSTANTIATE_TEST_SUITE_P(Reshard, Resume,
+                         ::testing::Values(ResumeCase{"1f1b", 4, 1, "adamw"},
+                                           ResumeCase{"1f1b", 2, 4, "sgd"},
+                                           ResumeCase{"1f1b", 1, 2, "adamw"}));
 
 // --save-every 2 --keep 2 over 5 steps leaves the checkpoint of step 5 at DIR and that of step
 // 4 at DIR.step-4 (step 2's is gone), and resuming DIR.step-4 for one step gives step 5's loss.

@@ -239,8 +239,10 @@ TEST(Supervision, CrashedWorkerStopsTheRun) {
                 dir, "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=2 ");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_LT(run.seconds, 30.0);
-  EXPECT_NE(run.err.find("pptrain: error: worker rank 1 was killed by signal 6"), std::string::npos)
+  // The first error line names the cause, not rank 0's view of it; it is the only one.
+  EXPECT_EQ(run.err.rfind("pptrain: error: worker rank 1 was killed by signal 6", 0), 0u)
       << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
   // A peer that saw the connection break does not blame a timeout.
   EXPECT_EQ(run.err.find("timed out"), std::string::npos) << run.err;
   // The run got going before the crash: rank 0 printed steps 1 and 2.
@@ -265,30 +267,84 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
       << run.err;
 }
 
+// What the other of two ranks started by hand did after one was stopped (SIGSTOP).
+struct StoppedPeerRun {
+  int exit_code = -1;  // the other rank's
+  std::string err;     // its stderr
+  int seconds = -1;    // from the stop to its exit
+};
+
+// Starts `pptrain train <args>` as rank 0 (with `rank0_args` added) and rank 1 on a free port,
+// with the environment assignments `env`; stops rank `stopped` once the shell test `ready`
+// holds, and waits for the other.
+StoppedPeerRun stop_rank_when(const TempDir& dir, const std::string& env, const std::string& args,
+                              const std::string& rank0_args, const std::string& ready,
+                              int stopped) {
+  const std::string all_env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                              std::to_string(find_free_port()) + " " + env;
+  // "RANK=r <env> [exec ]pptrain train <args>"
+  const auto command = [&](int rank, const std::string& exec) {
+    return "RANK=" + std::to_string(rank) + " " + all_env + exec + PPTRAIN_BINARY + " train " +
+           args + (rank == 0 ? rank0_args : "");
+  };
+  const std::string script =
+      command(stopped, "exec ") + " >/dev/null 2>/dev/null & one=$!; (" + command(1 - stopped, "") +
+      " >/dev/null 2>" + (dir / "err").string() + "; echo $? >" + (dir / "rc").string() +
+      ") & zero=$!; for i in $(seq 600); do " + ready + " && break; sleep 0.1; done; sleep 1; " +
+      "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
+      (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
+  std::ofstream(dir / "run.sh") << script << "\n";
+  StoppedPeerRun run;
+  if (std::system(("bash " + (dir / "run.sh").string()).c_str()) != 0) return run;
+  run.exit_code = std::stoi(read_text(dir / "rc"));
+  run.err = read_text(dir / "err");
+  run.seconds = std::stoi(read_text(dir / "took"));
+  return run;
+}
+
 // Ranks started by hand (no launcher to watch them) when one is stopped (SIGSTOP) mid-run: the
 // other stops within --comm-timeout, naming the rank and the operation it waited for.
 TEST(Supervision, StoppedPeerStartedByHandIsNamed) {
   TempDir dir;
-  const std::string env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-                          std::to_string(find_free_port()) + " ";
-  const std::string args = std::string(" train ") + model_args(small_model("mlp")) +
-                           " --pp 2 --batch-size 8 --microbatches 4 --steps 100000 --quiet"
-                           " --comm-timeout 4";
   const std::string metrics = (dir / "m.jsonl").string();
-  const std::string script =
-      "RANK=1 " + env + "exec " + PPTRAIN_BINARY + args + " >/dev/null 2>/dev/null & one=$!; " +
-      "(RANK=0 " + env + PPTRAIN_BINARY + args + " --metrics " + metrics + " >/dev/null 2>" +
-      (dir / "err0").string() + "; echo $? >" + (dir / "rc0").string() + ") & zero=$!; " +
-      "for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; " +
-      "kill -STOP $one; start=$SECONDS; wait $zero; echo $((SECONDS - start)) >" +
-      (dir / "took").string() + "; kill -KILL $one; kill -CONT $one; wait $one; true";
-  std::ofstream(dir / "run.sh") << script << "\n";
-  ASSERT_EQ(std::system(("bash " + (dir / "run.sh").string()).c_str()), 0);
-  const std::string err = read_text(dir / "err0");
-  EXPECT_EQ(std::stoi(read_text(dir / "rc0")), 1) << err;
-  EXPECT_LE(std::stoi(read_text(dir / "took")), 30) << err;
-  EXPECT_NE(err.find("rank 1: no answer within 4 s (--comm-timeout"), std::string::npos) << err;
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  const auto run = stop_rank_when(
+      dir, "",
+      model_args(small_model("mlp")) +
+          " --pp 2 --batch-size 8 --microbatches 4 --steps 100000 --quiet --comm-timeout 4",
+      " --metrics " + metrics, "[ -s " + metrics + " ]", 1);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_LE(run.seconds, 30) << run.err;
+  EXPECT_EQ(run.err.rfind("pptrain: error: rank 0: ", 0), 0u) << run.err;
+  // The receive's deadline or the heartbeat, whichever comes first.
+  EXPECT_TRUE(run.err.find("rank 1: no answer within 4 s (--comm-timeout") != std::string::npos ||
+              run.err.find("rank 1 has not answered for 4 s (stopped or hung)") !=
+                  std::string::npos)
+      << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+}
+
+// The same when the other rank is not waiting on the stopped one: both ranks are in a long pause
+// of a save (PPTRAIN_TEST_SAVE_PAUSE_MS, 45 s, after writing their layers) when one is stopped.
+// The other's heartbeat names it within the communication timeout, long before it would next
+// wait on it. Rank 0 serves the store the heartbeats meet in; its silence is timed apart.
+TEST(Supervision, StoppedPeerNobodyWaitsOnIsNamedByTheHeartbeat) {
+  for (const int stopped : {1, 0}) {
+    SCOPED_TRACE("rank " + std::to_string(stopped) + " stopped");
+    TempDir dir;
+    const std::string ckpt = (dir / "ckpt").string();
+    const auto run = stop_rank_when(dir, "PPTRAIN_TEST_SAVE_PAUSE_MS=45000 ",
+                                    model_args(small_model("mlp")) +
+                                        " --pp 2 --batch-size 8 --microbatches 4 --steps 1 "
+                                        "--quiet --comm-timeout 4 --save " +
+                                        ckpt,
+                                    "", "[ -d " + ckpt + ".partial ]", stopped);
+    const int other = 1 - stopped;
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_LE(run.seconds, 30) << run.err;
+    EXPECT_EQ(run.err, "pptrain: error: rank " + std::to_string(other) + ": rank " +
+                           std::to_string(stopped) +
+                           " has not answered for 4 s (stopped or hung)\n");
+  }
 }
 
 // A loss that blows up (--lr 1e30) stops the run with exit status 1 naming the step, on one
@@ -352,7 +408,11 @@ TEST_P(RanksDisagree, BothRanksStopNamingTheFlag) {
   for (int rank : {0, 1}) {
     const std::string err = read_text(dir / ("err" + std::to_string(rank)));
     EXPECT_EQ(std::stoi(read_text(dir / ("rc" + std::to_string(rank)))), 2) << err;
-    EXPECT_EQ(err.rfind("pptrain: error: ranks disagree on " + GetParam().expected, 0), 0u) << err;
+    EXPECT_EQ(err.rfind("pptrain: error: rank " + std::to_string(rank) + ": ranks disagree on " +
+                            GetParam().expected,
+                        0),
+              0u)
+        << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
 }

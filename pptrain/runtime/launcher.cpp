@@ -1,6 +1,7 @@
 #include "pptrain/runtime/launcher.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -45,10 +46,13 @@ bool failed(int status) {
 }
 
 // The child: become worker `rank` and exec the program again. Never returns.
-[[noreturn]] void exec_worker(const LaunchOptions& options, int rank, int port, pid_t parent) {
+// `stderr_fd`: the write end of the pipe the launcher reads the worker's stderr from, or -1.
+[[noreturn]] void exec_worker(const LaunchOptions& options, int rank, int port, pid_t parent,
+                              int stderr_fd) {
   // Die with the launcher even if it is SIGKILLed, so no worker is left waiting on its peers.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);
+  if (stderr_fd >= 0 && dup2(stderr_fd, STDERR_FILENO) < 0) _exit(127);
   setenv("RANK", std::to_string(rank).c_str(), 1);
   setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
   setenv("WORLD_SIZE", std::to_string(options.workers).c_str(), 1);
@@ -66,6 +70,112 @@ bool failed(int status) {
                options.executable.c_str(), std::strerror(errno));
   _exit(127);
 }
+
+// The error lines a worker prints ("pptrain: error: rank 1: ..."), as run_cli() writes them.
+bool is_error_line(const std::string& line) {
+  return line.rfind("pptrain: error: ", 0) == 0 || line.rfind("pptrain: internal error: ", 0) == 0;
+}
+
+// An error a worker reports only because a peer went away first (transport.cpp's waiter): a
+// consequence, never the cause of a run's failure.
+bool is_consequence(const std::string& line) {
+  return line.find("the connection broke") != std::string::npos;
+}
+
+// The workers' stderr, read through one pipe each. Lines pass on to our stderr as they come,
+// except error lines: those wait for the end of the run, so that its first error line is the
+// cause (a worker's error message, or the launcher's account of a crash) and not a surviving
+// peer's view of it.
+class WorkerErrors {
+ public:
+  struct Line {
+    int rank = 0;
+    std::string original;  // as the worker wrote it
+    std::string text;      // without "pptrain: error: " and the worker's "rank R: "
+    bool consequence = false;
+  };
+
+  ~WorkerErrors() {
+    for (const Pipe& pipe : pipes_) {
+      if (pipe.fd >= 0) close(pipe.fd);
+    }
+  }
+
+  // A pipe for worker `rank` (ranks in order from 0); its write end, for the child, or -1 when
+  // no pipe could be made (the worker then writes to our stderr directly).
+  int open_pipe() {
+    int fds[2];
+    pipes_.emplace_back();
+    if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    pipes_.back().fd = fds[0];
+    return fds[1];
+  }
+
+  // Reads whatever the workers wrote since the last call.
+  void drain() {
+    char buffer[4096];
+    for (size_t rank = 0; rank < pipes_.size(); ++rank) {
+      Pipe& pipe = pipes_[rank];
+      while (pipe.fd >= 0) {
+        const ssize_t n = read(pipe.fd, buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          if (n == 0 || errno != EAGAIN) {  // end of file: the worker (and its children) exited
+            close(pipe.fd);
+            pipe.fd = -1;
+            if (!pipe.pending.empty()) take(static_cast<int>(rank), pipe.pending + "\n");
+            pipe.pending.clear();
+          }
+          break;
+        }
+        pipe.pending.append(buffer, static_cast<size_t>(n));
+        const size_t end = pipe.pending.rfind('\n');
+        if (end == std::string::npos) continue;
+        take(static_cast<int>(rank), pipe.pending.substr(0, end + 1));
+        pipe.pending.erase(0, end + 1);
+      }
+    }
+  }
+
+  // The error lines held back, in the order they arrived.
+  const std::vector<Line>& held() const { return held_; }
+
+  // Prints the error lines held back, as the workers wrote them.
+  void print_held() const {
+    for (const Line& line : held_) std::fprintf(stderr, "%s\n", line.original.c_str());
+  }
+
+ private:
+  struct Pipe {
+    int fd = -1;
+    std::string pending;  // a line not yet ended
+  };
+
+  // Complete lines of worker `rank`.
+  void take(int rank, const std::string& lines) {
+    size_t begin = 0;
+    while (begin < lines.size()) {
+      const size_t end = lines.find('\n', begin);
+      const std::string line = lines.substr(begin, end - begin);
+      begin = end + 1;
+      if (!is_error_line(line)) {
+        std::fprintf(stderr, "%s\n", line.c_str());
+        continue;
+      }
+      const bool internal = line.rfind("pptrain: internal error: ", 0) == 0;
+      std::string text = line.substr(line.find("error: ") + std::strlen("error: "));
+      const std::string own = "rank " + std::to_string(rank) + ": ";
+      if (text.rfind(own, 0) == 0) text.erase(0, own.size());
+      if (internal) text = "internal error: " + text;
+      held_.push_back({rank, line, text, is_consequence(line)});
+    }
+    std::fflush(stderr);
+  }
+
+  std::vector<Pipe> pipes_;
+  std::vector<Line> held_;
+};
 
 }  // namespace
 
@@ -126,11 +236,16 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   const pid_t self = getpid();
   std::vector<pid_t> pids(options.workers, -1);
   std::vector<int> statuses(options.workers, 0);
+  WorkerErrors errors;
   std::fflush(nullptr);  // no buffered output duplicated into the children
   for (int rank = 0; rank < options.workers; ++rank) {
+    const int stderr_fd = options.hold_error_lines ? errors.open_pipe() : -1;
     const pid_t pid = fork();
-    PPTRAIN_CHECK(pid >= 0, "cannot start worker ", rank, ": fork failed: ", std::strerror(errno));
-    if (pid == 0) exec_worker(options, rank, port, self);
+    const int fork_errno = errno;
+    if (pid == 0) exec_worker(options, rank, port, self, stderr_fd);
+    if (stderr_fd >= 0) close(stderr_fd);
+    PPTRAIN_CHECK(pid >= 0, "cannot start worker ", rank,
+                  ": fork failed: ", std::strerror(fork_errno));
     pids[rank] = pid;
   }
 
@@ -183,6 +298,7 @@ LaunchResult launch_workers(const LaunchOptions& options) {
     }
   };
   while (running > 0) {
+    errors.drain();
     while (running > 0 && reap_one()) {
     }
     if (running == 0) break;
@@ -191,6 +307,7 @@ LaunchResult launch_workers(const LaunchOptions& options) {
       // A peer of a crashed worker fails a moment later (connection closed); reap those too
       // before killing, so the message names every failure and the cause first.
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      errors.drain();
       while (running > 0 && reap_one()) {
       }
       killing = true;
@@ -219,20 +336,40 @@ LaunchResult launch_workers(const LaunchOptions& options) {
     result.message = stopped_message + "; stopped the other workers";
     return result;
   }
-  if (failures.empty()) return result;
-  // A worker killed by a signal is the likeliest cause; list it first.
+  errors.drain();  // what the workers wrote last (a child of theirs may still hold a pipe)
+  if (failures.empty()) {
+    errors.print_held();
+    return result;
+  }
+  // The cause: a worker killed by a signal (it could not say why), else the first to report an
+  // error of its own (not a connection broken by a peer's exit), else the first to fail.
   std::stable_sort(failures.begin(), failures.end(), [&](int a, int b) {
     return WIFSIGNALED(statuses[a]) && !WIFSIGNALED(statuses[b]);
   });
-  const int first = failures.front();
-  result.message = "worker rank " + std::to_string(first) + " " + describe_status(statuses[first]);
-  for (size_t i = 1; i < failures.size(); ++i) {
-    result.message +=
-        "; rank " + std::to_string(failures[i]) + " " + describe_status(statuses[failures[i]]);
+  int cause = failures.front();
+  const WorkerErrors::Line* said = nullptr;  // the cause's own error line
+  if (!WIFSIGNALED(statuses[cause])) {
+    for (const auto& line : errors.held()) {
+      if (!said && line.rank == cause) said = &line;
+      if (!line.consequence) {
+        said = &line;
+        break;
+      }
+    }
+    if (said) cause = said->rank;
+  }
+  const bool exited = std::find(failures.begin(), failures.end(), cause) != failures.end();
+  result.message = "worker rank " + std::to_string(cause) + " " +
+                   (exited ? describe_status(statuses[cause]) : std::string("failed")) +
+                   (said ? ": " + said->text : std::string());
+  for (const int rank : failures) {
+    if (rank != cause)
+      result.message += "; rank " + std::to_string(rank) + " " + describe_status(statuses[rank]);
   }
   result.message += "; stopped the other workers";
   // A user error found by a worker keeps its exit status 2.
-  result.exit_code = WIFEXITED(statuses[first]) && WEXITSTATUS(statuses[first]) == 2 ? 2 : 1;
+  result.exit_code =
+      exited && WIFEXITED(statuses[cause]) && WEXITSTATUS(statuses[cause]) == 2 ? 2 : 1;
   return result;
 }
 

@@ -23,12 +23,20 @@ struct LaunchOptions {
   std::chrono::milliseconds kill_grace = std::chrono::seconds(3);  // SIGTERM -> SIGKILL
   // A worker stopped (SIGSTOP, SIGTSTP: state T in /proc) this long stops the run, named.
   std::chrono::milliseconds stopped_timeout = std::chrono::seconds(60);
+  // Read the workers' stderr through pipes and hold back their error lines ("pptrain: error:
+  // ..."), so that a failed run reports one line naming its cause, with the cause's own message
+  // (see LaunchResult::message); other lines pass on as they come. Off: the workers write to our
+  // stderr directly (`pptrain run`, whose programs print what they like).
+  bool hold_error_lines = true;
 };
 
 // What happened to the workers.
 struct LaunchResult {
-  int exit_code = 0;    // 0 if every worker exited with 0; else the code the launcher exits with
-  std::string message;  // empty on success; else one line naming the failed rank(s)
+  int exit_code = 0;  // 0 if every worker exited with 0; else the code the launcher exits with
+  // Empty on success; else one line naming the failed rank(s), the cause first: a worker killed
+  // by a signal, else the first that reported an error of its own (its message follows, "worker
+  // rank 1 exited with status 1: <its error>"), else the first to fail.
+  std::string message;
 };
 
 // This process's own command-line arguments without argv[0] (from /proc/self/cmdline).

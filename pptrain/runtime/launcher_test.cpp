@@ -1,6 +1,11 @@
 #include "pptrain/runtime/launcher.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace pptrain {
 namespace {
@@ -37,6 +42,28 @@ TEST(Launcher, AFailedExitStatusIsNamed) {
       launch_workers(shell(2, "if [ \"$RANK\" = 0 ]; then exit 3; fi; exec sleep 600"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.message.rfind("worker rank 0 exited with status 3", 0), 0u) << result.message;
+}
+
+// Rank 1 reports an error of its own; rank 0 then reports the connection it lost and exits
+// first. The message names rank 1 first, with its own words, and rank 0 after it.
+TEST(Launcher, AWorkersOwnErrorIsTheCauseNotThePeerThatLostIt) {
+  char marker[] = "/tmp/pptrain_launcher_test_XXXXXX";
+  const int fd = mkstemp(marker);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::remove(marker);
+  const std::string m = marker;
+  const auto result = launch_workers(shell(
+      2, "if [ \"$RANK\" = 1 ]; then echo 'pptrain: error: rank 1: disk full' >&2; touch " + m +
+             "; sleep 0.1; exit 1; fi; while [ ! -e " + m + " ]; do sleep 0.01; done; " +
+             "echo 'pptrain: error: rank 0: receive from rank 1: the connection broke (the peer "
+             "may have exited): x' >&2; exit 1"));
+  std::remove(marker);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.message.rfind("worker rank 1 ", 0), 0u) << result.message;
+  EXPECT_NE(result.message.find(": disk full; rank 0 exited with status 1"), std::string::npos)
+      << result.message;
+  EXPECT_EQ(result.message.find("connection broke"), std::string::npos) << result.message;
 }
 
 TEST(Launcher, AStoppedWorkerStopsTheRunAndIsNamed) {

@@ -16,10 +16,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pptrain/common/check.h"
@@ -64,6 +68,153 @@ PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
     }
   };
 }
+
+// The heartbeat of one rank of the world (see TransportOptions::heartbeat): a thread that adds
+// 1 to its counter in the store every kInterval (1 s) and reads the others'. A peer whose
+// counter has not moved for the communication timeout, and that has not said it is done, stops
+// this process with one line naming it, whether or not this rank is waiting on it. The thread
+// has its own connection to the store (rank 0 serves it), so it never shares a socket with the
+// process group. A store call blocks while rank 0 is stopped, so on the other ranks a watchdog
+// thread times the rounds and names rank 0 when the store has not answered for the timeout.
+class Heartbeat {
+ public:
+  static constexpr std::chrono::milliseconds kInterval = std::chrono::seconds(1);
+
+  explicit Heartbeat(const TransportOptions& options) : state_(std::make_shared<State>()) {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(options.master_port);
+    store_options.waitWorkers = false;
+    store_options.timeout = options.timeout;
+    state_->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    state_->rank = options.rank;
+    state_->world_size = options.world_size;
+    state_->timeout = options.timeout;
+    state_->store_answered = std::chrono::steady_clock::now();
+    thread_ = std::thread([state = state_] { run(*state); });
+    // A store call waits as long as rank 0 does not answer: another thread times it.
+    if (options.rank != 0) watchdog_ = std::thread([state = state_] { watch_store(*state); });
+  }
+
+  // Says this rank is done, so that no peer takes its silence for a hang, and stops the thread.
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      state_->stopping = true;
+    }
+    state_->wake.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    // The thread may be inside a store call that waits for a stopped rank 0: give it two
+    // intervals, then leave it (it owns its state, and the process is ending).
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    if (state_->wake.wait_for(lock, 2 * kInterval, [&] { return state_->stopped; })) {
+      lock.unlock();
+      thread_.join();
+    } else {
+      lock.unlock();
+      thread_.detach();
+    }
+  }
+
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+ private:
+  struct State {
+    c10::intrusive_ptr<c10d::TCPStore> store;
+    int rank = 0;
+    int world_size = 1;
+    std::chrono::milliseconds timeout{};
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stopping = false;  // guarded by mutex
+    bool stopped = false;   // guarded by mutex
+    // When the store (rank 0) last answered a whole round, and whether its silence still means
+    // something (not once rank 0 said it is done, or the store was found gone); guarded by mutex.
+    std::chrono::steady_clock::time_point store_answered;
+    bool store_watched = true;
+  };
+
+  static std::string beat_key(int rank) { return "pptrain/heartbeat/" + std::to_string(rank); }
+  static std::string done_key(int rank) { return "pptrain/done/" + std::to_string(rank); }
+
+  // Stops this process: `rank` has not answered for `silent`.
+  [[noreturn]] static void lost(const State& state, int rank, std::chrono::milliseconds silent) {
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "pptrain: error: rank %d: rank %d has not answered for %lld s (stopped or hung)\n",
+                 state.rank, rank, static_cast<long long>(silent.count() / 1000));
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+
+  static void run(State& state) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    std::vector<int64_t> seen(state.world_size, -1);  // each peer's counter when last read
+    std::vector<Clock::time_point> moved(state.world_size, start);  // when it last changed
+    std::vector<bool> done(state.world_size, false);
+    bool stopping = false;
+    while (!stopping) {
+      try {
+        state.store->add(beat_key(state.rank), 1);
+        for (int peer = 0; peer < state.world_size; ++peer) {
+          if (peer == state.rank || done[peer]) continue;
+          if (state.store->check({done_key(peer)})) {
+            done[peer] = true;
+            continue;
+          }
+          const int64_t count = state.store->add(beat_key(peer), 0);
+          const auto now = Clock::now();
+          if (count != seen[peer]) {
+            seen[peer] = count;
+            moved[peer] = now;
+          } else if (now - moved[peer] >= state.timeout) {
+            lost(state, peer,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(now - moved[peer]));
+          }
+        }
+      } catch (const std::exception&) {
+        // The store is rank 0's, and it is gone: rank 0 has exited, and whoever waits on it
+        // hears of that from the process group.
+        break;
+      }
+      std::unique_lock<std::mutex> lock(state.mutex);
+      state.store_answered = Clock::now();
+      state.store_watched = !done[0];
+      state.wake.wait_for(lock, kInterval, [&] { return state.stopping; });
+      stopping = state.stopping;
+    }
+    {
+      std::lock_guard<std::mutex> lock(state.mutex);
+      state.store_watched = false;
+    }
+    try {
+      state.store->add(done_key(state.rank), 1);
+    } catch (const std::exception&) {
+      // rank 0 and its store are gone: nobody is left to take our silence for a hang
+    }
+    std::lock_guard<std::mutex> lock(state.mutex);
+    state.stopped = true;
+    state.wake.notify_all();
+  }
+
+  // Stops this process when the store, rank 0's, has not answered a round for the timeout.
+  static void watch_store(State& state) {
+    std::unique_lock<std::mutex> lock(state.mutex);
+    while (!state.stopping && state.store_watched) {
+      const auto silent = std::chrono::steady_clock::now() - state.store_answered;
+      if (silent >= state.timeout) {
+        lock.unlock();
+        lost(state, 0, std::chrono::duration_cast<std::chrono::milliseconds>(silent));
+      }
+      state.wake.wait_for(lock, kInterval, [&] { return state.stopping; });
+    }
+  }
+
+  std::shared_ptr<State> state_;
+  std::thread thread_;    // beats and reads the peers' counters
+  std::thread watchdog_;  // times the store (not on rank 0, which serves it)
+};
 
 class C10dTransport : public Transport {
  public:
@@ -112,6 +263,9 @@ class C10dTransport : public Transport {
 
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
 
+  // Once every rank has joined: from then on, each one's silence means something.
+  void start_heartbeat() { heartbeat_ = std::make_unique<Heartbeat>(options_); }
+
  private:
   // "rank 1" or "ranks 0, 2, 3": the other members (world ranks), which a collective waits for.
   std::string others() const {
@@ -127,6 +281,8 @@ class C10dTransport : public Transport {
   c10::intrusive_ptr<GroupBase> group_;
   TransportOptions options_;
   std::vector<int> world_ranks_;  // [group rank] -> world rank
+  // The world's transport only. Last, so destroyed first, while rank 0 still serves the store.
+  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 int env_int(const char* name) {
@@ -243,7 +399,10 @@ std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
   store_options.timeout = options.timeout;
   c10::intrusive_ptr<c10d::Store> store =
       c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-  return std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
+  auto transport =
+      std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
+  if (options.heartbeat && options.world_size > 1) transport->start_heartbeat();
+  return transport;
 }
 
 // A subgroup meets in the parent's store under a prefix naming its members, so that groups with

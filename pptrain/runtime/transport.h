@@ -114,6 +114,12 @@ struct TransportOptions {
   std::string backend = "gloo";  // "gloo" or "nccl" (only when built with NCCL)
   // Every rendezvous, receive and collective fails after this long instead of hanging.
   std::chrono::milliseconds timeout = kDefaultCommTimeout;
+  // Once every rank has joined, a thread publishes a counter in the store every second and
+  // watches the other ranks'. A rank whose counter stays still for `timeout` (stopped, or its
+  // whole process hung) stops this process with one line, "pptrain: error: rank 0: rank 1 has
+  // not answered for 60 s (stopped or hung)", even when nothing here waits on it. A rank says it
+  // is done when its transport is destroyed, so one that finished is never taken for a hang.
+  bool heartbeat = true;
 
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun sets them. UserError if missing or
   // malformed; `timeout` from PPTRAIN_COMM_TIMEOUT_S when set.

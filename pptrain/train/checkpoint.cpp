@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
@@ -126,6 +128,13 @@ void swap_into_place(const fs::path& from, const fs::path& to) {
 void maybe_crash_for_test(const char* moment) {
   const char* crash = std::getenv("PPTRAIN_TEST_CRASH_SAVE");
   if (crash && std::strcmp(crash, moment) == 0) std::abort();
+}
+
+// A test hook: PPTRAIN_TEST_SAVE_PAUSE_MS=N sleeps N ms after each stage's files and around the
+// manifest and the swap, so that a test killing the run from outside can aim at each moment.
+void pause_for_test() {
+  const char* pause = std::getenv("PPTRAIN_TEST_SAVE_PAUSE_MS");
+  if (pause && *pause) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(pause)));
 }
 
 // The checkpoint a save replaced, now at `old`: removed, or with keep K > 1 renamed to
@@ -249,16 +258,25 @@ void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int s
                   "' for --save");
   }
   transport.barrier();
-  for (const Stage* stage : mine.stages) stage->save(partial.string());
-  for (const StageOptimizer* optimizer : mine.optimizers) optimizer->save(partial.string());
+  for (const Stage* stage : mine.stages) {
+    stage->save(partial.string());
+    pause_for_test();
+  }
+  for (const StageOptimizer* optimizer : mine.optimizers) {
+    optimizer->save(partial.string());
+    pause_for_test();
+  }
   transport.barrier();  // every file is on disk
   if (leader) {
     maybe_crash_for_test("layers");
+    pause_for_test();
     write_text_file(manifest_path(partial).string(),
                     manifest_of(plan, steps_done, partial).dump(2) + "\n", "checkpoint manifest");
     maybe_crash_for_test("manifest");
+    pause_for_test();
     const bool replaced = fs::exists(dir);
     swap_into_place(partial, dir);
+    pause_for_test();
     if (replaced) retire(partial, dir, plan.keep);  // the previous checkpoint
   }
   transport.barrier();  // DIR is whole before any rank returns

@@ -73,6 +73,7 @@ void add_run_command(CLI::App& app) {
     launch.executable = resolve_program(rest.front());
     launch.args.assign(rest.begin() + 1, rest.end());
     launch.stopped_timeout = std::chrono::seconds(*stopped_timeout);
+    launch.hold_error_lines = false;  // a program's stderr is its own
     const LaunchResult result = launch_workers(launch);
     if (result.exit_code != 0) {
       std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
