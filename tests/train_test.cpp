@@ -265,6 +265,11 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
   EXPECT_NE(run.err.find("pptrain: error: rank 0 of 2 could not join the rendezvous"),
             std::string::npos)
       << run.err;
+  // It says how long it really waited: the run's own time, less its start.
+  const auto after = run.err.find("gave up after ");
+  ASSERT_NE(after, std::string::npos) << run.err;
+  const int stated = std::atoi(run.err.c_str() + after + 14);
+  EXPECT_LE(std::abs(stated - run.seconds), 2) << run.err;
 }
 
 // What the other of two ranks started by hand did after one was stopped (SIGSTOP).
@@ -341,9 +346,16 @@ TEST(Supervision, StoppedPeerNobodyWaitsOnIsNamedByTheHeartbeat) {
     const int other = 1 - stopped;
     EXPECT_EQ(run.exit_code, 1) << run.err;
     EXPECT_LE(run.seconds, 30) << run.err;
-    EXPECT_EQ(run.err, "pptrain: error: rank " + std::to_string(other) + ": rank " +
-                           std::to_string(stopped) +
-                           " has not answered for 4 s (stopped or hung)\n");
+    // One line naming the stopped rank; the seconds are measured (the comm timeout or a little
+    // more, as the watchdog of a stopped rank 0 counts whole rounds).
+    const std::string head = "pptrain: error: rank " + std::to_string(other) + ": rank " +
+                             std::to_string(stopped) + " has not answered for ";
+    EXPECT_EQ(run.err.rfind(head, 0), 0u) << run.err;
+    const int said = std::atoi(run.err.c_str() + std::min(run.err.size(), head.size()));
+    EXPECT_GE(said, 4) << run.err;
+    EXPECT_LE(said, 8) << run.err;
+    EXPECT_NE(run.err.find(" s (stopped or hung)\n"), std::string::npos) << run.err;
+    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
   }
 }
 

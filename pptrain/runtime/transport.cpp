@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -431,20 +432,25 @@ std::unique_ptr<Transport> C10dTransport::subgroup(const std::vector<int>& membe
 }  // namespace
 
 std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
+  const auto began = std::chrono::steady_clock::now();
   try {
     return connect_or_throw(options);
   } catch (const UserError&) {
     throw;
   } catch (const std::exception& e) {
     // Most often a rank that never started, or ranks given different MASTER_ADDR/MASTER_PORT.
-    throw std::runtime_error("rank " + std::to_string(options.rank) + " of " +
-                             std::to_string(options.world_size) +
-                             " could not join the rendezvous at " + options.master_addr + ":" +
-                             std::to_string(options.master_port) + " within " +
-                             std::to_string(options.timeout.count() / 1000) +
-                             " s (are all WORLD_SIZE ranks started with the same MASTER_ADDR and "
-                             "MASTER_PORT?): " +
-                             brief(e));
+    // The store and then the process group each wait up to the timeout, so the message says
+    // how long this rank really waited.
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - began);
+    throw std::runtime_error(
+        "rank " + std::to_string(options.rank) + " of " + std::to_string(options.world_size) +
+        " could not join the rendezvous at " + options.master_addr + ":" +
+        std::to_string(options.master_port) + ": gave up after " + std::to_string(waited.count()) +
+        " s (each of its stages waits up to " + std::to_string(options.timeout.count() / 1000) +
+        " s, --comm-timeout; are all WORLD_SIZE ranks started with the same MASTER_ADDR and "
+        "MASTER_PORT?): " +
+        brief(e));
   }
 }
 
