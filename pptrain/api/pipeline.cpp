@@ -145,11 +145,16 @@ PlannedSchedule serial_reference(const PipelineOptions& options, int stages) {
   return {validate(serial), weight_rule(options, options.schedule, stages), false};
 }
 
-StagePlacement place_stages(const World& world, const PipelineOptions& options) {
+// The schedule of one pipeline: P = the world's ranks over the data-parallel copies.
+static PlannedSchedule plan_pipeline(const World& world, const PipelineOptions& options) {
   const int copies = std::max(options.data_parallel, 1);
   PPTRAIN_CHECK(world.size % copies == 0, "data_parallel ", copies, " does not divide the ",
                 world.size, " ranks");
-  const PlannedSchedule planned = plan_schedule(options, world.size / copies);
+  return plan_schedule(options, world.size / copies);
+}
+
+StagePlacement place_stages(const World& world, const PipelineOptions& options) {
+  const PlannedSchedule planned = plan_pipeline(world, options);
   return {planned.schedule->num_stages,
           planned.schedule->stages_of(world.rank % planned.schedule->num_ranks)};
 }
@@ -312,11 +317,7 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
       options(std::move(o)),
       loss(std::move(l)),
       copies(std::max(options.data_parallel, 1)),
-      planned([&] {
-        PPTRAIN_CHECK(world.size % copies == 0, "data_parallel ", copies, " does not divide the ",
-                      world.size, " ranks");
-        return plan_schedule(options, world.size / copies);
-      }()),
+      planned(plan_pipeline(world, options)),
       run(planned.schedule) {
   PPTRAIN_CHECK(world.size == copies * ranks(), schedule().name, " runs on ", ranks(),
                 " ranks per pipeline x ", copies, " copies, but the world has ", world.size);

@@ -14,7 +14,7 @@ enum class ControlTag : int {
   kSettings,
   kVerdictLength,
   kVerdict,
-  kPartialNorm,  // trainer.cpp, --post-validation: the partial sum of squared gradient norms
+  kPartialNorm,  // train/updates.cpp, --post-validation: the partial sum of squared gradient norms
   kFullNorm,     // ... and the full one, from the last rank back to the others
 };
 
