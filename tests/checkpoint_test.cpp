@@ -302,10 +302,8 @@ TEST(Checkpoint, ResumeRefusesWhatCannotContinue) {
           "checkpoint has batch_size 8, flags say 16");
   refused(one_rank + resume + " --steps 2", "the checkpoint is at step 2 and --steps is 2");
   refused(one_rank + resume + " --steps 4 --load " + ckpt.string(), "not both");
-  refused(" --pp 2 --batch-size 8 --schedule pipedream --steps 4" + resume, "is asynchronous");
-  refused(" --pp 2 --batch-size 8 --schedule 2bw --steps 4 --save-every 2 --save " +
-              (dir / "other").string(),
-          "is asynchronous");
+  refused(" --pp 2 --batch-size 8 --schedule pipedream --steps 4" + resume,
+          "the checkpoint is of a synchronous run (1f1b)");
   refused(one_rank + " --steps 4 --save-every 2", "--save-every and --keep need --save DIR");
   fs::create_directories(dir / "notes");
   std::ofstream(dir / "notes" / "todo.txt") << "mine";
@@ -313,5 +311,92 @@ TEST(Checkpoint, ResumeRefusesWhatCannotContinue) {
           "is a folder that is not a pptrain");
 }
 
+struct AsyncResumeCase {
+  std::string schedule;
+  std::string ranks;  // --pp and, for the one-process rule, --stages
+  bool crash;         // the saving run dies at the start of step 5 instead of ending
+};
+
+void PrintTo(const AsyncResumeCase& c, std::ostream* out) {
+  *out << c.schedule << " " << c.ranks << (c.crash ? " crashed" : "");
+}
+
+class AsyncResume : public ::testing::TestWithParam<AsyncResumeCase> {};
+
+// An asynchronous schedule is one list over the whole run, so a run saved after step 3 holds
+// microbatches in flight: each rank's stashed or predicted weights, forwards of later steps and
+// messages sent but not yet received. --resume with the same flags continues it exactly: steps
+// 4 to 6 and the final parameters equal the uninterrupted run's, to 1e-6.
+TEST_P(AsyncResume, ASixStepRunSavedAfterStepThreeContinuesExactly) {
+  const AsyncResumeCase& c = GetParam();
+  TempDir dir;
+  const ModelOptions model = small_model("gpt");
+  const std::string common = model_args(model) + " --schedule " + c.schedule + " " + c.ranks +
+                             " --batch-size 8 --microbatches 4 --warmup-steps 6 --quiet --steps 6";
+  auto run = run_train(common + " --metrics " + (dir / "whole.jsonl").string() + " --save " +
+                           (dir / "whole").string(),
+                       dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const fs::path ckpt = dir / "ckpt";
+  run = run_train(common + " --save-every 3 --keep 2 --save " + ckpt.string(), dir,
+                  c.crash ? "PPTRAIN_TEST_CRASH_RANK=0 PPTRAIN_TEST_CRASH_STEP=4 " : "");
+  if (c.crash) {
+    ASSERT_NE(run.exit_code, 0);
+  } else {
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+  }
+  const fs::path half = c.crash ? ckpt : dir / "ckpt.step-3";
+  run = run_train(common + " --resume " + half.string() + " --metrics " +
+                      (dir / "resumed.jsonl").string() + " --save " + (dir / "resumed").string(),
+                  dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<double> whole = read_losses(dir / "whole.jsonl");
+  ASSERT_EQ(whole.size(), 6u);
+  expect_same_losses(read_losses(dir / "resumed.jsonl"), {whole[3], whole[4], whole[5]}, 1e-6);
+  expect_same_parameters(model, dir / "resumed", dir / "whole", 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, AsyncResume,
+    ::testing::Values(
+        AsyncResumeCase{"pipedream", "--pp 2", false}, AsyncResumeCase{"pipedream", "--pp 4", true},
+        AsyncResumeCase{"2bw", "--pp 2", true}, AsyncResumeCase{"2bw", "--pp 4", false},
+        AsyncResumeCase{"pipemare", "--pp 2", false}, AsyncResumeCase{"pipemare", "--pp 4", false},
+        AsyncResumeCase{"xpipe", "--pp 4", false}, AsyncResumeCase{"spectrain", "--pp 2", false},
+        AsyncResumeCase{"ampnet", "--pp 4", false}, AsyncResumeCase{"wpipe", "--pp 2", false},
+        AsyncResumeCase{"pipedream", "--pp 1 --stages 4", false}));
+
+// What an asynchronous checkpoint cannot continue is refused with exit status 2 before
+// training: other flags that shape the run's list, a checkpoint saved at the run's end, and a
+// synchronous resume of microbatches in flight (ResumeRefusesWhatCannotContinue refuses an
+// asynchronous resume of a synchronous checkpoint). A run whose
+// ranks cannot all stop after a step (wpipe on 4 ranks) refuses --save-every.
+TEST(Checkpoint, AsynchronousResumeRefusesWhatCannotContinue) {
+  TempDir dir;
+  const std::string common = model_args(small_model("gpt")) +
+                             " --batch-size 8 --microbatches 4 --quiet --schedule pipemare";
+  const fs::path ckpt = dir / "ckpt";
+  auto run =
+      run_train(common + " --pp 2 --steps 4 --save-every 2 --keep 2 --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto refused = [&](const std::string& args, const std::string& message) {
+    const auto out = run_train(args, dir);
+    EXPECT_EQ(out.exit_code, 2) << args;
+    EXPECT_NE(out.err.find(message), std::string::npos) << out.err;
+    EXPECT_EQ(out.out, "") << args;
+  };
+  const std::string half = " --resume " + (dir / "ckpt.step-2").string();
+  refused(common + " --pp 2 --steps 6" + half, "checkpoint has steps 4, flags say 6");
+  refused(common + " --pp 4 --steps 4" + half, "checkpoint has pp 2, flags say 4");
+  refused(common + " --pp 2 --steps 6 --resume " + ckpt.string(),
+          "saved at the end of an asynchronous run of 4 steps");
+  const std::string sync =
+      model_args(small_model("gpt")) + " --batch-size 8 --microbatches 4 --quiet --pp 2";
+  refused(sync + " --steps 4" + half,
+          "holds microbatches in flight of an asynchronous run (pipemare)");
+  refused(model_args(small_model("gpt")) + " --batch-size 8 --microbatches 4 --schedule wpipe " +
+              "--pp 4 --steps 4 --save-every 2 --save " + (dir / "w").string(),
+          "--save-every: in wpipe a rank needs");
+}
 }  // namespace
 }  // namespace pptrain

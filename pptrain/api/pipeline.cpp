@@ -264,6 +264,7 @@ struct PipelineSchedule::Impl {
   std::vector<torch::Tensor> counted;  // parameters whose gradient norm this rank adds
   RankCheckpoint saved;                // what this rank writes to a checkpoint
   std::optional<Executor> executor;    // made at the first step, once the boundary shapes are known
+  std::optional<NamedTensors> resumed;  // an asynchronous run's state in flight, for the executor
   int next_step = 0;
   int ahead = 0;                 // later steps whose microbatches a step's segment may use
   std::map<int, Batch> fetched;  // batches asked of the source, by step, not yet all used
@@ -564,6 +565,13 @@ void PipelineSchedule::Impl::start(const StepData& data, int64_t batch_size) {
     };
   }
   executor.emplace(planned.schedule, std::move(executor_options));
+  if (asynchronous() && next_step > 0) {
+    PPTRAIN_CHECK(resumed, schedule().name, " is asynchronous and starts at step ", next_step + 1,
+                  ": it needs what was in flight after step ", next_step,
+                  " (PipelineSchedule::resume_from)");
+    executor->resume(next_step, *resumed, "--resume");
+    resumed.reset();
+  }
   if (options.run_info) {
     run = *options.run_info;
   } else {
@@ -664,12 +672,30 @@ const Schedule& PipelineSchedule::schedule() const {
 RankCheckpoint PipelineSchedule::checkpoint() const {
   PPTRAIN_CHECK(impl_->weights,
                 "a checkpoint holds optimizer state: set PipelineOptions::optimizer");
-  return impl_->saved;
+  RankCheckpoint out = impl_->saved;
+  if (impl_->asynchronous()) {
+    const Impl* impl = impl_.get();
+    out.pipeline_rank = impl->pipeline_rank;
+    out.in_flight = [impl] {
+      PPTRAIN_CHECK(impl->executor,
+                    "a checkpoint of an asynchronous schedule after its first step");
+      NamedTensors state = impl->executor->in_flight();
+      impl->async->save_state(state);
+      return state;
+    };
+  }
+  return out;
 }
 
-void PipelineSchedule::load_optimizer_state(const std::string& dir) {
-  PPTRAIN_CHECK(impl_->weights, "optimizer state: set PipelineOptions::optimizer");
-  for (auto& optimizer : impl_->weights->optimizers) optimizer.load(dir);
+void PipelineSchedule::resume_from(const std::string& dir) {
+  Impl& impl = *impl_;
+  PPTRAIN_CHECK(impl.weights, "optimizer state: set PipelineOptions::optimizer");
+  PPTRAIN_CHECK(!impl.executor, "resume_from() after the first step");
+  for (auto& optimizer : impl.weights->optimizers) optimizer.load(dir);
+  if (!impl.asynchronous()) return;
+  NamedTensors state = read_tensor_file(in_flight_file(dir, impl.pipeline_rank), "--resume");
+  impl.async->load_state(state, "--resume");
+  impl.resumed = std::move(state);
 }
 
 torch::Tensor PipelineSchedule::step(const torch::Tensor& inputs, const torch::Tensor& targets) {

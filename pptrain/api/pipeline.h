@@ -173,7 +173,8 @@ struct PipelineOptions {
   // rank 0; not owned. finish() ends them (writes the trace, the SVG).
   std::vector<StepObserver*> observers;
   // The run's length in steps (0: unknown; an asynchronous schedule needs it), the step it
-  // starts at (a resumed run's), and the tokens in one sample, for the reports.
+  // starts at (a resumed run's: an asynchronous schedule then needs resume_from()), and the
+  // tokens in one sample, for the reports.
   int steps = 0;
   int first_step = 0;
   double tokens_per_sample = 1;
@@ -236,10 +237,14 @@ class PipelineSchedule {
   // The lowered schedule every rank runs (with its SEND and RECV actions).
   const Schedule& schedule() const;
   // What this rank writes to a checkpoint (train/checkpoint.h): the stages and optimizer state
-  // no other rank writes. Needs `optimizer`.
+  // no other rank writes, and for an asynchronous schedule what is in flight between two steps.
+  // Needs `optimizer`.
   RankCheckpoint checkpoint() const;
-  // Loads this rank's optimizer state from a checkpoint folder (--resume). Needs `optimizer`.
-  void load_optimizer_state(const std::string& dir);
+  // Loads what a checkpoint folder holds beyond the parameters (--resume): this rank's
+  // optimizer state, and for an asynchronous schedule its weight versions and what was in flight
+  // after the checkpoint's step, which must be options.first_step. Before the first step; needs
+  // `optimizer`.
+  void resume_from(const std::string& dir);
 
  private:
   struct Impl;

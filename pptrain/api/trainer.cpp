@@ -88,7 +88,7 @@ void train(const TrainingPlan& plan, Transport& transport,
   World world{rank, transport.world_size(),
               std::shared_ptr<Transport>(&transport, [](Transport*) {})};
   PipelineSchedule schedule(world, pointers, pipeline_options(plan, observers), loss);
-  if (!plan.resume_dir.empty()) schedule.load_optimizer_state(plan.resume_dir);
+  if (!plan.resume_dir.empty()) schedule.resume_from(plan.resume_dir);
 
   // The batch of step k is the same on every rank (a function of the seed and k); copy d of D
   // pipelines takes its d-th share of it. Only the ranks holding the first or the last stage

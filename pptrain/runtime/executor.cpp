@@ -1,6 +1,8 @@
 #include "pptrain/runtime/executor.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <utility>
@@ -74,21 +76,34 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
 
 Executor::~Executor() = default;
 
-// Segment k ends after our last action on a microbatch of steps 0..k. Segments may be empty
-// (a rank can run all of a step's work in an earlier segment).
+// Segment k ends after our last action on a microbatch of steps 0..k (schedule/semantics.h).
+// Segments may be empty (a rank can run all of a step's work in an earlier segment). A message
+// sent in one segment and received in a later one is kept beside the send, so that in_flight()
+// can hand it to a checkpoint.
 void Executor::plan_segments() {
-  const auto& mine = schedule_->actions[options_.rank];
-  const int steps = schedule_->num_microbatches / microbatches_per_step_;
-  segment_ends_.assign(steps, 0);
-  for (size_t p = 0; p < mine.size(); ++p) {
-    for (const Action& atom : atoms_of(mine[p])) {
-      const int step = atom.microbatch / microbatches_per_step_;
-      segment_ends_[step] = std::max(segment_ends_[step], p + 1);
+  const Schedule& sched = *schedule_;
+  segment_ends_ = step_segment_ends(sched, options_.rank, microbatches_per_step_);
+  if (segment_ends_.size() == 1) return;  // synchronous: one segment
+  const auto segment_of = [](const std::vector<size_t>& ends, size_t position) {
+    return static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), position) - ends.begin());
+  };
+  // Where each message is received: its segment on the receiving rank.
+  std::map<size_t, size_t> received_in;  // message index -> segment
+  for (int r = 0; r < sched.num_ranks; ++r) {
+    const auto ends = step_segment_ends(sched, r, microbatches_per_step_);
+    for (size_t p = 0; p < sched.actions[r].size(); ++p) {
+      const Action& a = sched.actions[r][p];
+      if (a.op != Op::RECV_F && a.op != Op::RECV_B) continue;
+      received_in[message_index(message_of(a), sched.num_stages, sched.num_microbatches)] =
+          segment_of(ends, p);
     }
   }
-  segment_ends_.back() = mine.size();
-  for (int k = 1; k < steps; ++k) {
-    segment_ends_[k] = std::max(segment_ends_[k], segment_ends_[k - 1]);
+  const auto& mine = sched.actions[options_.rank];
+  for (size_t p = 0; p < mine.size(); ++p) {
+    if (mine[p].op != Op::SEND_F && mine[p].op != Op::SEND_B) continue;
+    const size_t receive = received_in.at(
+        message_index(message_of(mine[p]), sched.num_stages, sched.num_microbatches));
+    if (receive > segment_of(segment_ends_, p)) crossing_[p] = receive;
   }
 }
 
@@ -164,6 +179,7 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   state.record = StepRecord();
   const size_t begin = next_segment_ == 0 ? 0 : segment_ends_[next_segment_ - 1];
   const size_t end = segment_ends_[next_segment_];
+  replay_forwards(data, state);
   for (size_t p = begin; p < end; ++p) {
     post_receives_through(p, state);
     const Action& action = actions[p];
@@ -192,6 +208,10 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
     for (const Action& atom : atoms_of(action)) run_action(atom, p, data, state);
   }
   StepRecord record = std::move(state.record);
+  // What was received by the end of this segment need not be kept any longer.
+  for (auto it = retained_.begin(); it != retained_.end();) {
+    it = crossing_.at(it->first) <= next_segment_ ? retained_.erase(it) : std::next(it);
+  }
   if (++next_segment_ < segment_ends_.size()) return record;
   // The end of the list: everything must be delivered before the next run reuses the tags.
   for (auto& [position, sent] : state.sent) sent.wait();
@@ -203,6 +223,88 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   state_.reset();
   next_segment_ = 0;
   return record;
+}
+
+namespace {
+
+std::string slot_name(int stage, int mb, const char* what) {
+  return "microbatch/" + std::to_string(stage) + "/" + std::to_string(mb) + "/" + what;
+}
+
+}  // namespace
+
+NamedTensors Executor::in_flight() const {
+  PPTRAIN_ASSERT(to_replay_.empty(), "in_flight() before the resumed executor ran a segment");
+  NamedTensors out;
+  out["segments_done"] = number_tensor(static_cast<int64_t>(next_segment_));
+  if (!state_) return out;
+  for (const auto& [key, s] : state_->slots) {
+    const auto [stage, mb] = key;
+    PPTRAIN_ASSERT(s.weight_grads.empty() && !s.weight_root.defined() && !s.input_grad.defined(),
+                   "stage ", stage, " microbatch ", mb, " is between a backward and its end");
+    if (s.input.defined()) out[slot_name(stage, mb, "input")] = s.input.detach();
+    if (s.output_grad.defined()) out[slot_name(stage, mb, "output_grad")] = s.output_grad;
+    if (s.forwarded) out[slot_name(stage, mb, "forwarded")] = number_tensor(1);
+  }
+  for (const auto& [position, tensor] : retained_) {
+    out["message/" + std::to_string(position)] = tensor;
+  }
+  return out;
+}
+
+void Executor::resume(int segments_done, const NamedTensors& in_flight, const std::string& flag) {
+  PPTRAIN_ASSERT(!state_ && next_segment_ == 0, "resume() after a segment ran");
+  PPTRAIN_CHECK(segments_done > 0 && static_cast<size_t>(segments_done) < segment_ends_.size() &&
+                    number_of(in_flight, "segments_done", flag) == segments_done,
+                flag, ": the state in flight is not that of step ", segments_done, " of ",
+                schedule_->name);
+  const auto& actions = schedule_->actions[options_.rank];
+  next_segment_ = static_cast<size_t>(segments_done);
+  const size_t begin = segment_ends_[next_segment_ - 1];
+  state_ = std::make_unique<StepState>();
+  StepState& state = *state_;
+  for (size_t p = 0; p < actions.size(); ++p) {
+    if (actions[p].op != Op::RECV_F && actions[p].op != Op::RECV_B) continue;
+    state.recv_positions.push_back(p);
+    if (p < begin) state.next_recv = state.recv_positions.size();  // received before the cut
+  }
+  for (const auto& [name, tensor] : in_flight) {
+    int stage = 0, mb = 0, position = 0;
+    char what[16] = {0};
+    if (std::sscanf(name.c_str(), "microbatch/%d/%d/%15s", &stage, &mb, what) == 3) {
+      PPTRAIN_CHECK(stages_.count(stage) && mb >= 0 && mb < schedule_->num_microbatches &&
+                        is_local(stage, mb),
+                    flag, ": the state in flight holds stage ", stage, " microbatch ", mb,
+                    ", which rank ", options_.rank, " does not run");
+      Slot& sl = slot(state, stage, mb);
+      const std::string field = what;
+      if (field == "input") sl.input = tensor;
+      if (field == "output_grad") sl.output_grad = tensor;
+      if (field == "forwarded") {
+        sl.forwarded = true;
+        to_replay_.emplace_back(stage, mb);
+      }
+    } else if (std::sscanf(name.c_str(), "message/%d", &position) == 1) {
+      const size_t p = static_cast<size_t>(position);
+      PPTRAIN_CHECK(crossing_.count(p), flag, ": the state in flight holds a message of position ",
+                    position, ", which rank ", options_.rank, " does not send across a step");
+      state.sent[p] = send(p, tensor, state);
+      retained_[p] = tensor;
+    }
+  }
+}
+
+// A forward in flight keeps its output's graph for the backward; in a new process that graph is
+// built again from the stage input. Recomputing, a forward keeps no graph: nothing to do.
+void Executor::replay_forwards(const StepData& data, StepState& state) {
+  for (const auto& [stage, mb] : to_replay_) {
+    Slot& sl = slot(state, stage, mb);
+    PPTRAIN_CHECK(sl.input.defined(), "the state in flight has no input for stage ", stage,
+                  " microbatch ", mb, ", whose forward ran");
+    if (stage > 0) sl.input.requires_grad_(true);
+    if (!options_.recompute) sl.output = stage_output(stage, mb, sl.input, data, false);
+  }
+  to_replay_.clear();
 }
 
 void Executor::post_receives_through(size_t position, StepState& state) {
@@ -246,6 +348,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       PPTRAIN_ASSERT(sl.output.defined(), to_string(action), " on rank ", options_.rank,
                      " sends an output that F has not produced");
       state.sent[position] = send(position, sl.output.contiguous(), state);
+      if (crossing_.count(position)) retained_[position] = sl.output.detach().contiguous();
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = torch::Tensor();
       break;
@@ -255,6 +358,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       PPTRAIN_ASSERT(sl.input_grad.defined(), to_string(action), " on rank ", options_.rank,
                      " sends an input gradient that no backward produced");
       state.sent[position] = send(position, sl.input_grad.contiguous(), state);
+      if (crossing_.count(position)) retained_[position] = sl.input_grad.contiguous();
       sl.input_grad = torch::Tensor();
       break;
     }

@@ -30,6 +30,8 @@
 // microbatch of step k (so later steps' forwards already run in it), and what is in flight
 // carries over to the next call. The `weights` and `after_backward` hooks let the caller choose
 // the weight version of each forward and backward and step its optimizers between backwards.
+// Between two segments, in_flight() gives what is in flight on this rank, and a new Executor in
+// another process continues from it with resume() (a checkpoint of an asynchronous run).
 //
 //   ExecutorOptions options;
 //   options.rank = 0;
@@ -51,6 +53,7 @@
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/tensor_file.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/timeline.h"
@@ -139,6 +142,20 @@ class Executor {
 
   const Schedule& schedule() const { return *schedule_; }
 
+  // Between two segments of an asynchronous schedule whose step ends form clean cuts
+  // (schedule/semantics.h: first_crossed_step): what this rank holds that the rest of the run
+  // needs. Each microbatch in flight, its stage input (the data on stage 0) and whether its
+  // forward ran, or the output gradient that came for its backward; and each message this rank
+  // sent that its receiver takes only in a later segment.
+  NamedTensors in_flight() const;
+  // Before the first run_step of a new Executor: go on after `segments_done` segments from what
+  // in_flight() gave after them (in another process, on stages holding the same weights).
+  // Re-sends the messages now; a forward in flight rebuilds its graph at the next run_step, on
+  // the weights the `weights` hook gives it (the version it ran on: the same output, bit for
+  // bit), without counting its loss again. UserError starting with `flag` for a state that does
+  // not fit the schedule.
+  void resume(int segments_done, const NamedTensors& in_flight, const std::string& flag);
+
  private:
   struct Slot;  // what one (stage, microbatch) holds during a step
   struct StepState;
@@ -150,6 +167,8 @@ class Executor {
   torch::Tensor stage_output(int stage, int mb, const torch::Tensor& input, const StepData& data,
                              bool backward);
   void plan_segments();
+  // The forwards in flight that resume() took over, run again to rebuild their graphs.
+  void replay_forwards(const StepData& data, StepState& state);
   void backward(int stage, int mb, bool defer_weight_grads, const StepData& data, StepState& state);
   // W: the deferred closures, or (WeightSplit::kAutograd) the pass to the stage's parameters.
   void weight_backward(int stage, int mb, StepState& state);
@@ -174,6 +193,12 @@ class Executor {
   // End position (exclusive) of each segment of our list; the last is the list's size.
   std::vector<size_t> segment_ends_;
   size_t next_segment_ = 0;
+  // Our SENDs whose message is received in a later segment than the one sending it: position ->
+  // the receiver's segment. What they sent is kept (retained_) until a cut after the receive.
+  std::map<size_t, size_t> crossing_;
+  std::map<size_t, torch::Tensor> retained_;
+  // (stage, microbatch) of forwards resume() took over that still need their graph.
+  std::vector<std::pair<int, int>> to_replay_;
   std::unique_ptr<StepState> state_;  // the run in progress, between segments
 };
 

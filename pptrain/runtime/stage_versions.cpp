@@ -19,12 +19,7 @@ Stage& StageVersions::weights(int version) {
   if (found != versions_.end()) return found->second;
   PPTRAIN_ASSERT(version == live_version_, "stage ", live_->index(), " no longer holds version ",
                  version, " (live: ", live_version_, ")");
-  Stage copy = [&] {
-    if (pool_.empty()) return make_copy_();
-    Stage reused = std::move(pool_.back());
-    pool_.pop_back();
-    return reused;
-  }();
+  Stage copy = new_copy();
   {
     torch::NoGradGuard no_grad;
     const auto from = live_->parameters();
@@ -33,6 +28,13 @@ Stage& StageVersions::weights(int version) {
     for (size_t p = 0; p < from.size(); ++p) to[p].copy_(from[p]);
   }
   return versions_.emplace(version, std::move(copy)).first->second;
+}
+
+Stage StageVersions::new_copy() {
+  if (pool_.empty()) return make_copy_();
+  Stage reused = std::move(pool_.back());
+  pool_.pop_back();
+  return reused;
 }
 
 void StageVersions::gradients_to_live(int version) {
@@ -59,6 +61,33 @@ void StageVersions::release_older_than(int version) {
 int StageVersions::held() const {
   const bool live_snapshotted = versions_.count(live_version_) > 0;
   return static_cast<int>(versions_.size()) + (live_snapshotted ? 0 : 1);
+}
+
+void StageVersions::save_state(const std::string& prefix, NamedTensors& out) const {
+  out[prefix + "live_version"] = number_tensor(live_version_);
+  put_gradients(prefix + "live/", *live_, out);
+  std::vector<torch::Tensor> held;
+  for (const auto& [version, snapshot] : versions_) {
+    held.push_back(number_tensor(version));
+    put_weights(prefix + "version/" + std::to_string(version) + "/", snapshot, out);
+  }
+  put_tensors(prefix + "snapshots/", held, out);
+}
+
+void StageVersions::load_state(const std::string& prefix, const NamedTensors& in,
+                               const std::string& flag) {
+  live_version_ = static_cast<int>(number_of(in, prefix + "live_version", flag));
+  take_gradients(prefix + "live/", in, *live_, flag);
+  for (auto& [version, snapshot] : versions_) pool_.push_back(std::move(snapshot));
+  versions_.clear();
+  for (const torch::Tensor& number : take_tensors(prefix + "snapshots/", in, flag)) {
+    const int version = static_cast<int>(number.item<int64_t>());
+    PPTRAIN_CHECK(snapshots_, flag, ": the state in flight has snapshots of stage ", live_->index(),
+                  ", whose schedule keeps one version");
+    Stage copy = new_copy();
+    take_weights(prefix + "version/" + std::to_string(version) + "/", in, copy, flag);
+    versions_.emplace(version, std::move(copy));
+  }
 }
 
 }  // namespace pptrain

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/tensor_file.h"
 
 namespace pptrain {
 
@@ -45,6 +46,12 @@ class StageVersions {
   // Distinct versions held now: the snapshots and the live weights.
   int held() const;
 
+  // For a checkpoint between steps: the live version's number and gradients, and each
+  // snapshot's weights and gradients, under `prefix`; and back, into the versions of a new
+  // process whose live weights are the checkpoint's (UserError starting with `flag`).
+  void save_state(const std::string& prefix, NamedTensors& out) const;
+  void load_state(const std::string& prefix, const NamedTensors& in, const std::string& flag);
+
  private:
   Stage* live_;
   std::function<Stage()> make_copy_;
@@ -52,6 +59,8 @@ class StageVersions {
   int live_version_ = 0;
   std::map<int, Stage> versions_;  // version -> its snapshot
   std::vector<Stage> pool_;        // released snapshots, reused
+
+  Stage new_copy();  // from the pool, or made
 };
 
 }  // namespace pptrain

@@ -1,5 +1,7 @@
 #include "pptrain/schedule/semantics.h"
 
+#include <algorithm>
+
 #include "pptrain/common/check.h"
 
 namespace pptrain {
@@ -171,6 +173,51 @@ size_t message_index(const Message& message, int num_stages, int num_microbatche
 size_t message_count(int num_stages, int num_microbatches) {
   const size_t boundaries = num_stages > 1 ? static_cast<size_t>(num_stages - 1) : 1;
   return 2 * boundaries * static_cast<size_t>(num_microbatches);
+}
+
+std::vector<size_t> step_segment_ends(const Schedule& schedule, int rank,
+                                      int microbatches_per_step) {
+  PPTRAIN_ASSERT(microbatches_per_step > 0 &&
+                 schedule.num_microbatches % microbatches_per_step == 0);
+  const auto& mine = schedule.actions[rank];
+  std::vector<size_t> ends(schedule.num_microbatches / microbatches_per_step, 0);
+  for (size_t p = 0; p < mine.size(); ++p) {
+    for (const Action& atom : atoms_of(mine[p])) {
+      size_t& end = ends[atom.microbatch / microbatches_per_step];
+      end = std::max(end, p + 1);
+    }
+  }
+  ends.back() = mine.size();
+  for (size_t k = 1; k < ends.size(); ++k) ends[k] = std::max(ends[k], ends[k - 1]);
+  return ends;
+}
+
+int first_crossed_step(const Schedule& lowered, int microbatches_per_step) {
+  // The segment of each message's send and receive, by message_index().
+  const size_t count = message_count(lowered.num_stages, lowered.num_microbatches);
+  std::vector<int> sent_in(count, -1), received_in(count, -1);
+  for (int r = 0; r < lowered.num_ranks; ++r) {
+    const std::vector<size_t> ends = step_segment_ends(lowered, r, microbatches_per_step);
+    int segment = 0;
+    for (size_t p = 0; p < lowered.actions[r].size(); ++p) {
+      while (p >= ends[segment]) ++segment;
+      const Action& a = lowered.actions[r][p];
+      if (!is_comm(a.op)) continue;
+      const size_t index =
+          message_index(message_of(a), lowered.num_stages, lowered.num_microbatches);
+      (a.op == Op::SEND_F || a.op == Op::SEND_B ? sent_in : received_in)[index] = segment;
+    }
+  }
+  int first = -1;
+  for (size_t i = 0; i < count; ++i) {
+    // Received in segment j but sent in a later segment k: the cuts after steps j..k-1 are
+    // crossed backwards.
+    if (sent_in[i] > received_in[i] && received_in[i] >= 0 &&
+        (first < 0 || received_in[i] < first)) {
+      first = received_in[i];
+    }
+  }
+  return first;
 }
 
 Action comm_peer(const Action& a) {

@@ -144,6 +144,19 @@ int rank_of_peer(const Schedule& schedule, const Action& comm);
 size_t message_index(const Message& message, int num_stages, int num_microbatches);
 size_t message_count(int num_stages, int num_microbatches);
 
+// An asynchronous schedule is one list over the whole run, its microbatches numbered across
+// steps of `microbatches_per_step`. Step k's segment of a rank's list ends after the rank's last
+// action on a microbatch of steps 0..k (so it may hold later steps' actions too); the last
+// segment ends at the list's end. Returns the end (exclusive) of each step's segment on `rank`.
+std::vector<size_t> step_segment_ends(const Schedule& schedule, int rank,
+                                      int microbatches_per_step);
+// The first step k (0-based) whose segment ends do not form a cut that messages cross forwards
+// only: some rank receives in its segments 0..k a message its peer sends after its own segment
+// k. -1 when there is none, so that after any step every rank can stop (to save a checkpoint)
+// without waiting for another's later work, and what crosses the cut is only messages sent and
+// not yet received. `lowered`: with its SEND and RECV actions.
+int first_crossed_step(const Schedule& lowered, int microbatches_per_step);
+
 // A dense table of one value per (fact, stage, microbatch), for whoever tracks facts: positions
 // (validator), times (simulator), steps (generators).
 template <typename T>

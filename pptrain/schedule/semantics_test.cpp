@@ -6,6 +6,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/registry.h"
 
 namespace pptrain {
 namespace {
@@ -106,6 +107,51 @@ TEST(Semantics, AReductionWaitsForNoNeedSendsNothingAndCarriesNoMessage) {
   EXPECT_TRUE(computes_weight_grads(Op::B));
   EXPECT_FALSE(computes_weight_grads(Op::I));
   EXPECT_FALSE(computes_weight_grads(Op::REDUCE_GRAD));
+}
+
+}  // namespace
+}  // namespace pptrain
+
+namespace pptrain {
+namespace {
+
+// After any step, every rank of an asynchronous schedule can stop (to save a checkpoint)
+// without waiting for another's later work: the runs that --save-every accepts. WPipe's
+// interleaved groups on 4 ranks are the exception --save-every refuses.
+TEST(Semantics, AsynchronousRunsCanStopAfterEveryStep) {
+  for (const ScheduleEntry& entry : schedule_registry()) {
+    if (entry.update == WeightUpdate::kFlush || entry.name == "wpipe") continue;
+    for (int ranks : {1, 2, 3, 4, 6, 8}) {
+      for (int per_step : {1, 2, 4, 8}) {
+        ScheduleOptions options{entry.name, ranks, 3 * per_step};
+        options.period = per_step;
+        EXPECT_EQ(first_crossed_step(lower(make_schedule(options)), per_step), -1)
+            << entry.name << " on " << ranks << " ranks, " << per_step << " microbatches a step";
+      }
+    }
+  }
+  ScheduleOptions wpipe{"wpipe", 4, 12};
+  wpipe.period = 4;
+  EXPECT_EQ(first_crossed_step(lower(make_schedule(wpipe)), 4), 0);
+  wpipe.ranks = 2;
+  EXPECT_EQ(first_crossed_step(lower(make_schedule(wpipe)), 4), -1);
+}
+
+// Step k's segment ends after the rank's last action on a microbatch of steps 0..k.
+TEST(Semantics, StepSegmentsEndAfterTheStepsLastAction) {
+  ScheduleOptions options{"pipedream", 2, 4};
+  options.period = 2;
+  const Schedule s = make_schedule(options);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<size_t> ends = step_segment_ends(s, r, 2);
+    ASSERT_EQ(ends.size(), 2u);
+    EXPECT_EQ(ends[1], s.actions[r].size());
+    const auto& mine = s.actions[r];
+    // The last action of segment 0 is on step 0; no later one is.
+    ASSERT_GT(ends[0], 0u);
+    EXPECT_LT(mine[ends[0] - 1].microbatch, 2) << to_string(mine[ends[0] - 1]);
+    for (size_t p = ends[0]; p < mine.size(); ++p) EXPECT_GE(mine[p].microbatch, 2);
+  }
 }
 
 }  // namespace

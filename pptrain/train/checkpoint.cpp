@@ -54,6 +54,18 @@ nlohmann::ordered_json resume_json(const TrainingPlan& plan) {
   return out;
 }
 
+// What an asynchronous run's checkpoint shares with the run that continues it: the schedule is
+// one list over the whole run, so the flags that shape the list must be the same.
+nlohmann::ordered_json asynchronous_json(const TrainingPlan& plan) {
+  nlohmann::ordered_json out;
+  out["steps"] = plan.steps;
+  out["schedule"] = plan.schedule->name;
+  out["pp"] = plan.ranks();
+  out["microbatches"] = plan.microbatches();
+  out["stage_layers"] = format_stage_layers(plan.stage_layers);
+  return out;
+}
+
 nlohmann::ordered_json manifest_of(const TrainingPlan& plan, int steps_done, const fs::path& dir) {
   nlohmann::ordered_json out;
   out["format"] = kFormat;
@@ -64,6 +76,7 @@ nlohmann::ordered_json manifest_of(const TrainingPlan& plan, int steps_done, con
   out["pp"] = plan.ranks();
   out["step"] = steps_done;
   out["resume"] = resume_json(plan);
+  if (plan.asynchronous()) out["asynchronous"] = asynchronous_json(plan);
   // The data of step k is drawn from a generator seeded with (seed, k): the next step's index is
   // the whole data position and random state.
   out["data_position"] = {{"next_step", steps_done}, {"rng", "per step, from (seed, step)"}};
@@ -179,6 +192,10 @@ void retire(const fs::path& old, const fs::path& dir, int keep) {
 
 }  // namespace
 
+std::string in_flight_file(const std::string& dir, int pipeline_rank) {
+  return (fs::path(dir) / ("in_flight_rank" + std::to_string(pipeline_rank) + ".pt")).string();
+}
+
 void check_save_path(const std::string& dir) {
   if (dir.empty()) return;
   const fs::path path(dir);
@@ -238,10 +255,35 @@ int check_resume(const std::string& dir, const TrainingPlan& plan) {
   expect_fields(m.value("resume", nlohmann::json::object()), resume_json(plan), "--resume", dir);
   const int step = m.value("step", -1);
   PPTRAIN_CHECK(step >= 0, "--resume '", dir, "': the manifest has no step");
+  // An asynchronous run saved before its last step has microbatches in flight, which only the
+  // same list over the same run can take over.
+  const nlohmann::json async = m.value("asynchronous", nlohmann::json());
+  const bool in_flight = async.is_object() && step < async.value("steps", 0);
+  if (plan.asynchronous()) {
+    PPTRAIN_CHECK(async.is_object(), "--resume '", dir,
+                  "': the checkpoint is of a synchronous run (", m.value("schedule", "?"),
+                  "), and an asynchronous schedule continues only its own run; --load starts a "
+                  "new run from its parameters");
+    PPTRAIN_CHECK(in_flight, "--resume '", dir, "': the checkpoint was saved at the end of an ",
+                  "asynchronous run of ", step,
+                  " steps; an asynchronous schedule is one list over "
+                  "the whole run, so it continues only a run saved before its end (--save-every); "
+                  "--load starts a new run from its parameters");
+    expect_fields(async, asynchronous_json(plan), "--resume", dir);
+  } else {
+    PPTRAIN_CHECK(!in_flight, "--resume '", dir, "': the checkpoint holds microbatches in flight ",
+                  "of an asynchronous run (", async.value("schedule", "?"),
+                  "), which only the same schedule and flags continue");
+  }
   PPTRAIN_CHECK(step < plan.steps, "--resume '", dir, "': the checkpoint is at step ", step,
                 " and --steps is ", plan.steps,
                 ", so nothing is left to run (--steps counts from the start of the run)");
   expect_whole_files(m, dir, plan.model, "--resume");
+  for (int r = 0; r < plan.ranks() && plan.asynchronous(); ++r) {
+    const std::string name = fs::path(in_flight_file(dir, r)).filename().string();
+    PPTRAIN_CHECK(m["files"].contains(name), "--resume '", dir, "': the manifest does not list ",
+                  name);
+  }
   return step;
 }
 
@@ -265,6 +307,9 @@ void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int s
   for (const StageOptimizer* optimizer : mine.optimizers) {
     optimizer->save(partial.string());
     pause_for_test();
+  }
+  if (mine.in_flight && steps_done < plan.steps) {
+    write_tensor_file(in_flight_file(partial.string(), mine.pipeline_rank), mine.in_flight());
   }
   transport.barrier();  // every file is on disk
   if (leader) {

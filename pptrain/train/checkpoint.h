@@ -3,6 +3,9 @@
 //   DIR/layer_<i>.pt    the parameters of model layer i (any split can load any other's)
 //   DIR/optim_<i>.pt    the optimizer's state for layer i (momentum, or AdamW's moments and step
 //                       count), for every layer with parameters
+//   DIR/in_flight_rank<r>.pt  an asynchronous run saved before its end: pipeline rank r's
+//                       weight versions, pipemare's delta, predictions, and the executor's
+//                       microbatches and messages in flight (only the same run continues it)
 //   DIR/manifest.json   written last: format and version, the model's settings, the stage layout
 //                       and schedule that wrote it, the steps run, the optimizer and data settings
 //                       a resume must share, the data position, and each file's size and
@@ -12,7 +15,9 @@
 // draws no other random numbers, so the step count is the data position and the whole random
 // state. `--load DIR` starts a run from the parameters only (step 0, fresh optimizer); `--resume
 // DIR` continues the run that saved it: parameters, optimizer state, and from the step after the
-// saved one, so 3 steps + save + resume to 6 equals 6 steps, with any --pp.
+// saved one, so 3 steps + save + resume to 6 equals 6 steps, with any --pp. An asynchronous
+// schedule is one list over the run: its checkpoint (manifest field "asynchronous") resumes only
+// with the same steps, schedule, pp, microbatches and stage layout.
 //
 // A save never changes the previous checkpoint until the new one is whole: every rank writes its
 // layers into DIR.partial, rank 0 adds the manifest and then swaps DIR.partial and DIR in one
@@ -26,11 +31,13 @@
 //   save_checkpoint(plan, {stages, optimizers}, 6, transport);   // every rank
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "pptrain/models/model.h"
 #include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/tensor_file.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/plan.h"
@@ -57,7 +64,15 @@ void check_save_path(const std::string& dir);
 struct RankCheckpoint {
   std::vector<const Stage*> stages;               // whose layers this rank writes
   std::vector<const StageOptimizer*> optimizers;  // whose state this rank writes
+  // An asynchronous schedule's state between two steps (weight versions, microbatches and
+  // messages in flight), written as in_flight_file(dir, pipeline_rank) by a save before the
+  // run's last step; unset for a synchronous schedule.
+  std::function<NamedTensors()> in_flight;
+  int pipeline_rank = 0;
 };
+
+// The file of pipeline rank r's state in flight in checkpoint folder `dir`.
+std::string in_flight_file(const std::string& dir, int pipeline_rank);
 
 // Every rank of the run calls it after `steps_done` steps; returns once plan.save_dir holds
 // the new checkpoint (and at most plan.keep - 1 older ones are kept beside it).

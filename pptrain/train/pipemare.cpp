@@ -58,4 +58,22 @@ void PipeMareStage::after_step() {
   for (size_t p = 0; p < params.size(); ++p) delta_[p].add_(params[p], 1 - keep_);
 }
 
+void PipeMareStage::save_state(const std::string& prefix, NamedTensors& out) const {
+  PPTRAIN_ASSERT(!corrected_pending_, "stage ", live_->index(), ": a checkpoint inside a backward");
+  put_tensors(prefix + "pipemare_delta/", delta_, out);
+}
+
+void PipeMareStage::load_state(const std::string& prefix, const NamedTensors& in,
+                               const std::string& flag) {
+  const auto values = take_tensors(prefix + "pipemare_delta/", in, flag);
+  PPTRAIN_CHECK(values.size() == delta_.size(), flag, ": the state in flight has ", values.size(),
+                " pipemare averages for stage ", live_->index(), ", which has ", delta_.size());
+  for (size_t p = 0; p < values.size(); ++p) {
+    PPTRAIN_CHECK(values[p].sizes() == delta_[p].sizes(), flag,
+                  ": a pipemare average in the state in flight has another shape than stage ",
+                  live_->index(), "'s parameter");
+    delta_[p].copy_(values[p]);
+  }
+}
+
 }  // namespace pptrain

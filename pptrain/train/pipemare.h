@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/tensor_file.h"
 #include "pptrain/train/weight_prediction.h"
 
 namespace pptrain {
@@ -59,6 +60,9 @@ class PipeMareStage {
   void before_step();
   void after_step();
   // Weight-sized buffers it holds beside the stage's versions: delta and the corrected copy.
+  // For a checkpoint between steps: the running average of the steps, under `prefix`; and back.
+  void save_state(const std::string& prefix, NamedTensors& out) const;
+  void load_state(const std::string& prefix, const NamedTensors& in, const std::string& flag);
   int buffers() const { return (delta_.empty() ? 0 : 1) + (corrected_.made() ? 1 : 0); }
 
  private:

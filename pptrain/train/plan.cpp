@@ -8,6 +8,7 @@
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/checkpoint.h"
 
@@ -228,7 +229,7 @@ ValidatedSchedule validated_schedule(const Schedule& schedule, const std::string
 }
 
 // --save, --save-every, --keep, --load and --resume together; UserError naming the flags.
-void check_checkpoint_flags(const TrainOptions& options, const VersionRule& rule) {
+void check_checkpoint_flags(const TrainOptions& options, const TrainingPlan& plan) {
   PPTRAIN_CHECK(options.load_dir.empty() || options.resume_dir.empty(),
                 "give --load (parameters only, from step 0) or --resume (parameters, optimizer "
                 "state and step), not both");
@@ -237,19 +238,18 @@ void check_checkpoint_flags(const TrainOptions& options, const VersionRule& rule
   PPTRAIN_CHECK(!options.save_dir.empty() || (options.save_every == 0 && options.keep == 1),
                 "--save-every and --keep need --save DIR");
   const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
-  // An asynchronous pipeline never flushes: between two steps microbatches are in flight on
-  // weight versions a checkpoint does not hold.
-  PPTRAIN_CHECK(!rule.asynchronous() || options.save_every == 0, "--save-every: '", name,
-                "' is asynchronous and has microbatches in flight at every step boundary; it "
-                "saves once, after the last step");
-  PPTRAIN_CHECK(!rule.asynchronous() || options.resume_dir.empty(), "--resume: '", name,
-                "' is asynchronous and would need the weight versions in flight at the saved "
-                "step; --load starts it from the checkpoint's parameters");
   // avgpipe's copies differ between pulls, and the centre is not saved.
   const bool averages = options.schedule_file.empty() && find_schedule(name).averages_copies;
   PPTRAIN_CHECK(!averages || (options.save_every == 0 && options.resume_dir.empty()),
                 options.save_every ? "--save-every" : "--resume", ": avgpipe's copies and their ",
                 "centre are not all in a checkpoint (--save writes the first copy's weights)");
+  // An asynchronous run saved mid-way stops every rank after the same step, with microbatches in
+  // flight: each rank's step must end before any work of the others' later steps.
+  PPTRAIN_CHECK(options.save_every == 0 || !plan.asynchronous() ||
+                    first_crossed_step(*plan.schedule, plan.microbatches()) < 0,
+                "--save-every: in ", name, " a rank needs, before its part of a step ends, a ",
+                "message another sends only after its own part; the ranks cannot all stop after ",
+                "a step to save");
 }
 
 // ampnet's --update-interval into the rule, and the conditions of the predicting rules;
@@ -384,7 +384,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_output_path(options.trace_path, "--trace file");
   check_output_path(options.svg_path, "--svg file");
   check_save_path(options.save_dir);
-  check_checkpoint_flags(options, rule);
+  check_checkpoint_flags(options, plan);
   if (!options.load_dir.empty()) check_checkpoint(options.load_dir, options.model, "--load");
   if (!options.resume_dir.empty()) plan.first_step = check_resume(options.resume_dir, plan);
   return plan;

@@ -220,6 +220,40 @@ void AsyncUpdates::note_held(size_t l) {
   most = std::max(most, copies);
 }
 
+void AsyncUpdates::save_state(NamedTensors& out) const {
+  for (size_t l = 0; l < model_.stages.size(); ++l) {
+    const int s = model_.stages[l]->index();
+    const std::string prefix = "stage/" + std::to_string(s) + "/";
+    model_.versions[l].save_state(prefix, out);
+    if (!model_.pipemare.empty()) model_.pipemare[l].save_state(prefix, out);
+    if (!model_.predictions.empty()) model_.predictions[l].save_state(prefix, out);
+    if (pending_version_.count(s)) {
+      out[prefix + "pending_version"] = number_tensor(pending_version_.at(s));
+    }
+    if (latest_squared_.count(s)) {
+      out[prefix + "latest_squared_norm"] = torch::tensor({latest_squared_.at(s)}, torch::kFloat64);
+    }
+  }
+}
+
+void AsyncUpdates::load_state(const NamedTensors& in, const std::string& flag) {
+  for (size_t l = 0; l < model_.stages.size(); ++l) {
+    const int s = model_.stages[l]->index();
+    const std::string prefix = "stage/" + std::to_string(s) + "/";
+    model_.versions[l].load_state(prefix, in, flag);
+    if (!model_.pipemare.empty()) model_.pipemare[l].load_state(prefix, in, flag);
+    if (!model_.predictions.empty()) model_.predictions[l].load_state(prefix, in, flag);
+    pending_version_.erase(s);
+    if (in.count(prefix + "pending_version")) {
+      pending_version_[s] = static_cast<int>(number_of(in, prefix + "pending_version", flag));
+    }
+    latest_squared_.erase(s);
+    if (in.count(prefix + "latest_squared_norm")) {
+      latest_squared_[s] = in.at(prefix + "latest_squared_norm").item<double>();
+    }
+  }
+}
+
 int64_t parameter_bytes(const Stage& stage) {
   int64_t bytes = 0;
   for (const auto& p : stage.parameters()) bytes += tensor_bytes(p);

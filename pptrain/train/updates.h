@@ -98,6 +98,13 @@ class AsyncUpdates {
   // copies (versions, predictions, pipemare's delta and corrected copy) times its bytes.
   int64_t take_weight_bytes();
 
+  // For a checkpoint between two steps: what the rank's stages hold beyond their weights and
+  // optimizer state (their versions, gradients summed since their last step, pipemare's
+  // averages, the predictions' directions and copies), under "stage/<s>/"; and back, in a new
+  // process (UserError starting with `flag`).
+  void save_state(NamedTensors& out) const;
+  void load_state(const NamedTensors& in, const std::string& flag);
+
  private:
   const VersionRule& rule_;
   const OptimizerOptions& optimizer_;

@@ -21,6 +21,17 @@ Stage& ShiftedWeights::shift(const Stage& base, const std::vector<torch::Tensor>
   return *copy_;
 }
 
+void ShiftedWeights::save_state(const std::string& prefix, NamedTensors& out) const {
+  if (copy_) put_weights(prefix, *copy_, out);
+}
+
+void ShiftedWeights::load_state(const std::string& prefix, const NamedTensors& in,
+                                const std::string& flag) {
+  if (!in.count(prefix + "param/count")) return;
+  if (!copy_) copy_.emplace(make_copy_());
+  take_weights(prefix, in, *copy_, flag);
+}
+
 void ShiftedWeights::gradients_to(Stage& target) {
   PPTRAIN_ASSERT(copy_.has_value());
   torch::NoGradGuard no_grad;
@@ -86,6 +97,41 @@ int WeightPrediction::held() const {
   int made = 0;
   for (const Slot& slot : slots_) made += slot.copy.made() ? 1 : 0;
   return made;
+}
+
+void WeightPrediction::save_state(const std::string& prefix, NamedTensors& out) const {
+  PPTRAIN_ASSERT(pending_ == nullptr, "stage ", stage_, ": a checkpoint inside a backward");
+  for (const auto& [version, direction] : directions_) {
+    const std::string at = prefix + "direction/" + std::to_string(version) + "/";
+    put_tensors(at, direction.tensors, out);
+    out[at + "lr"] = torch::tensor({direction.lr}, torch::kFloat64);
+  }
+  std::vector<torch::Tensor> versions;
+  for (const auto& [version, direction] : directions_) versions.push_back(number_tensor(version));
+  put_tensors(prefix + "directions/", versions, out);
+  for (size_t j = 0; j < slots_.size(); ++j) {
+    const std::string at = prefix + "prediction/" + std::to_string(j) + "/";
+    out[at + "group"] = number_tensor(slots_[j].key.first);
+    out[at + "backward"] = number_tensor(slots_[j].key.second ? 1 : 0);
+    slots_[j].copy.save_state(at, out);
+  }
+}
+
+void WeightPrediction::load_state(const std::string& prefix, const NamedTensors& in,
+                                  const std::string& flag) {
+  directions_.clear();
+  for (const torch::Tensor& number : take_tensors(prefix + "directions/", in, flag)) {
+    const int version = static_cast<int>(number.item<int64_t>());
+    const std::string at = prefix + "direction/" + std::to_string(version) + "/";
+    directions_[version] =
+        Direction{take_tensors(at, in, flag), tensor_named(in, at + "lr", flag).item<double>()};
+  }
+  for (size_t j = 0; j < slots_.size(); ++j) {
+    const std::string at = prefix + "prediction/" + std::to_string(j) + "/";
+    slots_[j].key = {static_cast<int>(number_of(in, at + "group", flag)),
+                     number_of(in, at + "backward", flag) != 0};
+    slots_[j].copy.load_state(at, in, flag);
+  }
 }
 
 }  // namespace pptrain

@@ -28,6 +28,7 @@
 
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/stage_versions.h"
+#include "pptrain/runtime/tensor_file.h"
 #include "pptrain/schedule/weight_versions.h"
 
 namespace pptrain {
@@ -44,6 +45,9 @@ class ShiftedWeights {
   // Adds the gradients on the copy to `target`'s and zeros the copy's.
   void gradients_to(Stage& target);
   bool made() const { return copy_.has_value(); }
+  // For a checkpoint: the copy's weights and gradients, if made; and back.
+  void save_state(const std::string& prefix, NamedTensors& out) const;
+  void load_state(const std::string& prefix, const NamedTensors& in, const std::string& flag);
   Stage& stage() { return *copy_; }  // the copy as last shifted; made() must be true
 
  private:
@@ -69,6 +73,11 @@ class WeightPrediction {
   // Predicted copies this stage has made (each kept for reuse): what it holds beside its
   // versions.
   int held() const;
+
+  // For a checkpoint between steps: the directions recorded and the predictions kept, under
+  // `prefix`; and back (UserError starting with `flag`).
+  void save_state(const std::string& prefix, NamedTensors& out) const;
+  void load_state(const std::string& prefix, const NamedTensors& in, const std::string& flag);
 
  private:
   struct Direction {
