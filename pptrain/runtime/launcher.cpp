@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "pptrain/common/check.h"
@@ -194,19 +195,47 @@ bool running_as_worker() {
   return rank && *rank;
 }
 
-int find_free_port() {
+namespace {
+
+// True when a listening socket could bind `port` on every address (as rank 0's store does); 0:
+// any port, which the kernel picks. Returns the port bound, or 0.
+int try_bind(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   PPTRAIN_CHECK(fd >= 0, "cannot open a socket to find a free port: ", std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
   const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
                   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
-  PPTRAIN_CHECK(ok, "cannot find a free TCP port on 127.0.0.1: ", std::strerror(errno));
-  return ntohs(addr.sin_port);
+  return ok ? ntohs(addr.sin_port) : 0;
+}
+
+}  // namespace
+
+// The port is free now, but rank 0 binds it only after loading LibTorch, a second later. A port
+// of the kernel's ephemeral range (ip_local_port_range) may meanwhile become the local end of
+// any process's outgoing connection (Gloo's, another run's store clients), so we draw one
+// below that range, where the kernel never hands out ports on its own.
+int find_free_port() {
+  int ephemeral_low = 32768;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  range >> ephemeral_low;
+  constexpr int kLowest = 10000;
+  if (ephemeral_low - kLowest >= 1000) {
+    std::random_device seed;
+    std::mt19937 draw(seed());
+    std::uniform_int_distribution<int> port(kLowest, ephemeral_low - 1);
+    for (int attempt = 0; attempt < 64; ++attempt) {
+      const int bound = try_bind(port(draw));
+      if (bound > 0) return bound;
+    }
+  }
+  const int bound = try_bind(0);
+  PPTRAIN_CHECK(bound > 0, "cannot find a free TCP port: ", std::strerror(errno));
+  return bound;
 }
 
 // True when process `pid` is stopped by a signal (or a tracer): state T or t in /proc/PID/stat.

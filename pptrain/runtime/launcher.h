@@ -45,7 +45,8 @@ std::vector<std::string> own_arguments();
 // True when RANK is set: this process is one worker of a run started by us or by torchrun.
 bool running_as_worker();
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back).
+// A TCP port that was free on every address a moment ago, drawn below the kernel's ephemeral
+// range so that no outgoing connection takes it before rank 0 binds it.
 int find_free_port();
 
 // Spawns and supervises the workers; returns when all have exited (or were killed).
