@@ -81,3 +81,9 @@ std::string concat(const Parts&... parts) {
       throw ::pptrain::InternalError(::pptrain::detail::concat(                       \
           __FILE__, ":", __LINE__, ": internal error: ", #cond, " ", ##__VA_ARGS__)); \
   } while (false)
+
+// A place the code never reaches (the default of a switch that covers every case): throws
+// InternalError with the message, and the compiler knows nothing follows it at any -O level.
+#define PPTRAIN_UNREACHABLE(...)  \
+  throw ::pptrain::InternalError( \
+      ::pptrain::detail::concat(__FILE__, ":", __LINE__, ": internal error: ", ##__VA_ARGS__))

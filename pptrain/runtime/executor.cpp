@@ -369,7 +369,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       options_.reduce_gradients(s);
       break;
     default:
-      PPTRAIN_ASSERT(false, "cannot run ", to_string(action));
+      PPTRAIN_UNREACHABLE("cannot run ", to_string(action));
   }
   const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
   if (is_compute(action.op)) state.record.compute_cpu_s += (thread_cpu_ms() - cpu_begin) / 1e3;

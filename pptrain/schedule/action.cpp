@@ -48,7 +48,7 @@ const char* op_name(Op op) {
   for (const auto& entry : kOpNames) {
     if (entry.op == op) return entry.name;
   }
-  PPTRAIN_ASSERT(false, "unknown op");
+  PPTRAIN_UNREACHABLE("unknown op");
 }
 
 bool is_compute(Op op) {

@@ -23,7 +23,7 @@ const char* fact_name(Fact fact) {
     case Fact::kReceivedB:
       return "received gradient";
   }
-  PPTRAIN_ASSERT(false, "unknown fact");
+  PPTRAIN_UNREACHABLE("unknown fact");
 }
 
 Need produced_by(const Action& atom) {
@@ -47,9 +47,9 @@ Need produced_by(const Action& atom) {
     case Op::OVERLAP_F_B:
       break;
     case Op::REDUCE_GRAD:
-      PPTRAIN_ASSERT(false, "a reduction leaves no per-microbatch fact: ", to_string(atom));
+      PPTRAIN_UNREACHABLE("a reduction leaves no per-microbatch fact: ", to_string(atom));
   }
-  PPTRAIN_ASSERT(false, "a composite produces its parts' facts, not one: ", to_string(atom));
+  PPTRAIN_UNREACHABLE("a composite produces its parts' facts, not one: ", to_string(atom));
 }
 
 bool computes_weight_grads(Op op) {
@@ -103,7 +103,7 @@ Needs inputs_with(const Action& atom, int num_stages, RankOf rank, bool lowered)
     case Op::REDUCE_GRAD:
       break;  // every W or B of its stage: not a Need (see semantics.h)
     case Op::OVERLAP_F_B:
-      PPTRAIN_ASSERT(false, "inputs_of takes one atom, not a composite: ", to_string(atom));
+      PPTRAIN_UNREACHABLE("inputs_of takes one atom, not a composite: ", to_string(atom));
   }
   return needs;
 }
@@ -159,7 +159,7 @@ Message message_of(const Action& a) {
     case Op::RECV_B:
       return {true, a.stage, a.microbatch};
     default:
-      PPTRAIN_ASSERT(false, "not a communication action: ", to_string(a));
+      PPTRAIN_UNREACHABLE("not a communication action: ", to_string(a));
   }
 }
 

@@ -519,8 +519,8 @@ class Validator {
         return {what, text_of(Op::RECV_B, s, mb),
                 from_rank("it receives the output gradient from rank ", s + 1)};
       default:
-        PPTRAIN_ASSERT(false, to_string(a), " cannot wait for a ", fact_name(need.fact),
-                       " on its own rank");
+        PPTRAIN_UNREACHABLE(to_string(a), " cannot wait for a ", fact_name(need.fact),
+                            " on its own rank");
     }
   }
 

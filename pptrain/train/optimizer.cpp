@@ -121,7 +121,7 @@ std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& stat
   if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
     return {sgd->momentum_buffer()};
   }
-  PPTRAIN_ASSERT(false, "an optimizer state of an unknown kind");
+  PPTRAIN_UNREACHABLE("an optimizer state of an unknown kind");
   return {};
 }
 
