@@ -84,26 +84,14 @@ void Executor::plan_segments() {
   const Schedule& sched = *schedule_;
   segment_ends_ = step_segment_ends(sched, options_.rank, microbatches_per_step_);
   if (segment_ends_.size() == 1) return;  // synchronous: one segment
-  const auto segment_of = [](const std::vector<size_t>& ends, size_t position) {
-    return static_cast<size_t>(std::upper_bound(ends.begin(), ends.end(), position) - ends.begin());
-  };
-  // Where each message is received: its segment on the receiving rank.
-  std::map<size_t, size_t> received_in;  // message index -> segment
-  for (int r = 0; r < sched.num_ranks; ++r) {
-    const auto ends = step_segment_ends(sched, r, microbatches_per_step_);
-    for (size_t p = 0; p < sched.actions[r].size(); ++p) {
-      const Action& a = sched.actions[r][p];
-      if (a.op != Op::RECV_F && a.op != Op::RECV_B) continue;
-      received_in[message_index(message_of(a), sched.num_stages, sched.num_microbatches)] =
-          segment_of(ends, p);
-    }
-  }
+  const MessageSegments segments = message_segments(sched, microbatches_per_step_);
   const auto& mine = sched.actions[options_.rank];
   for (size_t p = 0; p < mine.size(); ++p) {
     if (mine[p].op != Op::SEND_F && mine[p].op != Op::SEND_B) continue;
-    const size_t receive = received_in.at(
-        message_index(message_of(mine[p]), sched.num_stages, sched.num_microbatches));
-    if (receive > segment_of(segment_ends_, p)) crossing_[p] = receive;
+    const size_t index =
+        message_index(message_of(mine[p]), sched.num_stages, sched.num_microbatches);
+    if (segments.received_in[index] > segments.sent_in[index])
+      crossing_[p] = static_cast<size_t>(segments.received_in[index]);
   }
 }
 

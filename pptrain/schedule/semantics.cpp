@@ -192,10 +192,9 @@ std::vector<size_t> step_segment_ends(const Schedule& schedule, int rank,
   return ends;
 }
 
-int first_crossed_step(const Schedule& lowered, int microbatches_per_step) {
-  // The segment of each message's send and receive, by message_index().
+MessageSegments message_segments(const Schedule& lowered, int microbatches_per_step) {
   const size_t count = message_count(lowered.num_stages, lowered.num_microbatches);
-  std::vector<int> sent_in(count, -1), received_in(count, -1);
+  MessageSegments out{std::vector<int>(count, -1), std::vector<int>(count, -1)};
   for (int r = 0; r < lowered.num_ranks; ++r) {
     const std::vector<size_t> ends = step_segment_ends(lowered, r, microbatches_per_step);
     int segment = 0;
@@ -205,9 +204,15 @@ int first_crossed_step(const Schedule& lowered, int microbatches_per_step) {
       if (!is_comm(a.op)) continue;
       const size_t index =
           message_index(message_of(a), lowered.num_stages, lowered.num_microbatches);
-      (a.op == Op::SEND_F || a.op == Op::SEND_B ? sent_in : received_in)[index] = segment;
+      (a.op == Op::SEND_F || a.op == Op::SEND_B ? out.sent_in : out.received_in)[index] = segment;
     }
   }
+  return out;
+}
+
+int first_crossed_step(const Schedule& lowered, int microbatches_per_step) {
+  const auto [sent_in, received_in] = message_segments(lowered, microbatches_per_step);
+  const size_t count = sent_in.size();
   int first = -1;
   for (size_t i = 0; i < count; ++i) {
     // Received in segment j but sent in a later segment k: the cuts after steps j..k-1 are

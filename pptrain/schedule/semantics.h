@@ -156,6 +156,13 @@ std::vector<size_t> step_segment_ends(const Schedule& schedule, int rank,
 // without waiting for another's later work, and what crosses the cut is only messages sent and
 // not yet received. `lowered`: with its SEND and RECV actions.
 int first_crossed_step(const Schedule& lowered, int microbatches_per_step);
+// The step segment (step_segment_ends) in which each message is sent and received, indexed by
+// message_index(); -1 for an index no action uses. `lowered`: with its SEND and RECV actions.
+struct MessageSegments {
+  std::vector<int> sent_in;
+  std::vector<int> received_in;
+};
+MessageSegments message_segments(const Schedule& lowered, int microbatches_per_step);
 
 // A dense table of one value per (fact, stage, microbatch), for whoever tracks facts: positions
 // (validator), times (simulator), steps (generators).
