@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -62,6 +63,35 @@ INSTANTIATE_TEST_SUITE_P(Schedules, MatchesReference,
                            }
                            return name;
                          });
+
+// --seq-len-range: every batch has its own length, which the messages' headers tell the next
+// stage; the pipelines equal one process, and tokens/s counts each batch's own tokens.
+TEST(VariableLengths, EachBatchHasItsOwnLengthAndPipelinesEqualOneProcess) {
+  ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common = model_args(model) +
+                             " --seq-len-range 5:16 --batch-size 8 --microbatches 4 --steps 6 "
+                             "--quiet";
+  run_reference(common + " --pp 1 --schedule 1f1b", dir);
+  for (const auto& [pp, schedule] :
+       {std::pair<int, std::string>{2, "1f1b"}, {4, "zb-v"}, {2, "interleaved-1f1b"}}) {
+    SCOPED_TRACE("--pp " + std::to_string(pp) + " --schedule " + schedule);
+    expect_run_matches_reference(model,
+                                 common + " --pp " + std::to_string(pp) + " --schedule " + schedule,
+                                 "pp" + std::to_string(pp) + schedule, dir);
+  }
+  // Tokens per sample = tokens/s over samples/s: the lengths drawn, which differ.
+  const auto tokens = read_field(dir / "ref.jsonl", "tokens_per_s");
+  const auto samples = read_field(dir / "ref.jsonl", "samples_per_s");
+  std::set<long> lengths;
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const long length = std::lround(tokens[k] / samples[k]);
+    EXPECT_GE(length, 5);
+    EXPECT_LE(length, 16);
+    lengths.insert(length);
+  }
+  EXPECT_GE(lengths.size(), 3u);
+}
 
 // A schedule is data: one written by hand (fused and split backwards mixed, W's late and out of
 // order) and one exported with its communication by `pptrain schedule` train like --pp 1.
@@ -555,6 +585,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"ScheduleFileIsAFolder",
                  "--pp 2 --microbatches 2 --batch-size 8 --schedule-file DIR/",
                  "it is a folder, not a file"},
+        BadInput{"SeqLenRangeBackwards",
+                 "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --seq-len-range 9:4",
+                 "--seq-len-range '9:4' is not MIN:MAX with whole numbers 1 <= MIN <= MAX"},
+        BadInput{"SeqLenRangeAgainstSeqLen",
+                 "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --seq-len-range 4:8",
+                 "--seq-len 16 and --seq-len-range 4:8 disagree"},
         BadInput{"StagesWithSeveralRanks",
                  "--pp 2 --stages 4 --schedule pipedream --microbatches 4 --batch-size 8",
                  "--stages is for --pp 1"}),

@@ -24,9 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A boundary's shape travels as a fixed-size float64 message: its rank, then its sizes.
-constexpr int kMaxDims = 8;
-
 std::vector<torch::nn::AnyModule> modules_of(const torch::nn::Sequential& part) {
   std::vector<torch::nn::AnyModule> out;
   for (const auto& module : *part) out.push_back(module);
@@ -106,18 +103,6 @@ PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
   return {validate(schedule), weight_rule(options, name, stages), averages};
 }
 
-// The M microbatches of a batch, split along dimension 0; none for an undefined batch.
-std::vector<torch::Tensor> split_batch(const torch::Tensor& batch, int microbatches,
-                                       const char* what) {
-  if (!batch.defined()) return {};
-  PPTRAIN_CHECK(batch.dim() >= 1 && batch.size(0) % microbatches == 0, "the ", what, " batch has ",
-                batch.dim() >= 1 ? batch.size(0) : 0, " rows, which do not split into ",
-                microbatches, " equal microbatches");
-  std::vector<torch::Tensor> parts;
-  for (auto& part : batch.chunk(microbatches, 0)) parts.push_back(part.contiguous());
-  return parts;
-}
-
 std::string list_text(const std::vector<int>& v) {
   std::string text;
   for (int x : v) text += (text.empty() ? "" : ", ") + std::to_string(x);
@@ -192,8 +177,9 @@ PipelineStage::PipelineStage(torch::nn::Sequential module, int stage_index, int 
     : PipelineStage(Stage(stage_index, 0, modules_of(module)), num_stages,
                     std::function<Stage()>()) {}
 
-PipelineStage::PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages)
-    : PipelineStage(Stage(stage_index, 0, {std::move(module)}), num_stages,
+PipelineStage::PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages,
+                             bool takes_bundle)
+    : PipelineStage(Stage(stage_index, 0, {std::move(module)}, {takes_bundle}), num_stages,
                     std::function<Stage()>()) {}
 
 PipelineStage::PipelineStage(Stage stage, int num_stages, std::function<Stage()> make_copy)
@@ -239,16 +225,16 @@ Stage PipelineStage::copy() const {
                       "stage's weights; derive it from torch::nn::Cloneable");
     }
   }
-  return Stage(stage_.index(), stage_.first_layer(), std::move(clones));
+  return Stage(stage_.index(), stage_.first_layer(), std::move(clones), stage_.bundle_layers());
 }
 
 struct PipelineSchedule::Impl {
-  Impl(World w, std::vector<PipelineStage*> s, PipelineOptions o, LossFn l);
+  Impl(World w, std::vector<PipelineStage*> s, PipelineOptions o, BundleLossFn l);
 
   World world;
   std::vector<PipelineStage*> stages;
   PipelineOptions options;
-  LossFn loss;
+  BundleLossFn loss;
   int copies = 1;  // D
   PlannedSchedule planned;
   RunInfo run;
@@ -260,15 +246,16 @@ struct PipelineSchedule::Impl {
   std::optional<RankWeights> weights;  // with options.optimizer
   std::optional<StageCopies> combine;  // the stages whose gradients are combined with others'
   std::optional<AsyncUpdates> async;
-  std::map<int, int> owner;            // zero 1: model layer -> the copy keeping its state
-  std::vector<torch::Tensor> counted;  // parameters whose gradient norm this rank adds
-  RankCheckpoint saved;                // what this rank writes to a checkpoint
-  std::optional<Executor> executor;    // made at the first step, once the boundary shapes are known
+  std::map<int, int> owner;             // zero 1: model layer -> the copy keeping its state
+  std::vector<torch::Tensor> counted;   // parameters whose gradient norm this rank adds
+  RankCheckpoint saved;                 // what this rank writes to a checkpoint
+  std::optional<Executor> executor;     // made at the first step
   std::optional<NamedTensors> resumed;  // an asynchronous run's state in flight, for the executor
   int next_step = 0;
   int ahead = 0;                 // later steps whose microbatches a step's segment may use
   std::map<int, Batch> fetched;  // batches asked of the source, by step, not yet all used
   int64_t batch_rows = 0;        // of the latest step's batch on this rank (0: none read)
+  int64_t batch_tokens = 1;      // its second dimension (a sequence length), for the reports
   bool finished = false;
   int64_t weight_bytes = 0;      // of a synchronous rank's stages (and avgpipe's centre)
   Clock::time_point step_start;  // of the step, or of the asynchronous segment
@@ -283,8 +270,7 @@ struct PipelineSchedule::Impl {
   void make_groups();
   void make_weights();
   StepData step_data(int step, const BatchSource& batches);
-  std::vector<std::vector<int64_t>> boundary_shapes(const std::vector<torch::Tensor>& inputs);
-  void start(const StepData& data, int64_t batch_size);
+  void start(int64_t batch_size);
   double update(int step, const StepRecord& record, RankStep& mine);
   std::string nonfinite_message(int step, double grad_norm, const StepRecord& record) const;
 
@@ -312,7 +298,8 @@ struct PipelineSchedule::Impl {
   }
 };
 
-PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOptions o, LossFn l)
+PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOptions o,
+                             BundleLossFn l)
     : world(std::move(w)),
       stages(std::move(s)),
       options(std::move(o)),
@@ -474,81 +461,32 @@ StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches)
     auto it = fetched.find(k);
     if (it == fetched.end()) it = fetched.emplace(k, batches(k)).first;
     const auto& [inputs, targets] = it->second;
-    PPTRAIN_CHECK(!first || inputs.defined(), "rank ", world.rank,
+    PPTRAIN_CHECK(!first || !inputs.empty(), "rank ", world.rank,
                   " holds the first stage but step() was given no inputs");
-    PPTRAIN_CHECK(!last || targets.defined(), "rank ", world.rank,
+    PPTRAIN_CHECK(!last || !targets.empty(), "rank ", world.rank,
                   " holds the last stage but step() was given no targets");
     if (first) {
-      for (auto& x : split_batch(inputs, M, "input")) data.inputs.push_back(x);
+      for (auto& x : split_bundle(inputs, M, "input")) data.inputs.push_back(std::move(x));
     }
     if (last) {
-      for (auto& y : split_batch(targets, M, "target")) data.targets.push_back(y);
+      for (auto& y : split_bundle(targets, M, "target")) data.targets.push_back(std::move(y));
     }
   }
   const Batch& batch = fetched.at(step);
-  const torch::Tensor& some = batch.first.defined() ? batch.first : batch.second;
-  batch_rows = some.defined() && some.dim() > 0 ? some.size(0) : 0;
+  const TensorBundle& some = !batch.first.empty() ? batch.first : batch.second;
+  batch_rows = !some.empty() && some[0].defined() && some[0].dim() > 0 ? some[0].size(0) : 0;
+  batch_tokens = !some.empty() && some[0].defined() && some[0].dim() > 1 ? some[0].size(1) : 1;
   fetched.erase(fetched.begin(), fetched.lower_bound(step + 1));
   return data;
 }
 
-// The shape of every cut, found by running each stage on the first microbatch, stage by stage:
-// the rank that runs stage b on microbatch 0 computes cut b's shape, and one all-reduce hands it
-// to every rank (each needs all of them, for the buffers of its receives).
-std::vector<std::vector<int64_t>> PipelineSchedule::Impl::boundary_shapes(
-    const std::vector<torch::Tensor>& inputs) {
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<int64_t> input_shape;
-  const int first_microbatch =
-      asynchronous() ? next_step * planned.weights.microbatches_per_step : 0;
-  for (int b = 0; b + 1 < schedule().num_stages; ++b) {
-    auto message = torch::zeros({kMaxDims + 1}, torch::kFloat64);
-    if (schedule().rank_of(b, first_microbatch) == pipeline_rank) {
-      PipelineStage* stage = local(b);
-      PPTRAIN_ASSERT(stage, "rank ", world.rank, " runs stage ", b, " but does not hold it");
-      PPTRAIN_CHECK(b > 0 || !inputs.empty(), "rank ", world.rank,
-                    " holds the first stage but step() was given no inputs");
-      const torch::Tensor input = b == 0 ? inputs[0] : torch::zeros(input_shape);
-      torch::Tensor output;
-      {  // in eval mode and without autograd, leaving the modules' training flags as they were
-        torch::NoGradGuard no_grad;
-        std::vector<std::pair<torch::nn::Module*, bool>> flags;
-        for (const auto& module : stage->stage().modules()) {
-          flags.emplace_back(module.get(), module->is_training());
-          module->eval();
-        }
-        output = stage->stage().forward(input);
-        for (auto& [module, training] : flags) module->train(training);
-      }
-      PPTRAIN_CHECK(output.scalar_type() == torch::kFloat32, "stage ", b,
-                    " outputs a tensor of type ", c10::toString(output.scalar_type()),
-                    "; what crosses a cut between stages must be float32");
-      PPTRAIN_CHECK(output.dim() <= kMaxDims, "stage ", b, " outputs a tensor of ", output.dim(),
-                    " dimensions; at most ", kMaxDims, " cross a cut");
-      message[0] = static_cast<double>(output.dim());
-      for (int64_t d = 0; d < output.dim(); ++d) {
-        message[d + 1] = static_cast<double>(output.size(d));
-      }
-    }
-    if (ranks() > 1) pipeline->allreduce_sum(message);
-    input_shape.assign(static_cast<size_t>(message[0].item<double>()), 0);
-    for (size_t d = 0; d < input_shape.size(); ++d) {
-      input_shape[d] = static_cast<int64_t>(message[d + 1].item<double>());
-    }
-    shapes.push_back(input_shape);
-  }
-  return shapes;
-}
-
-void PipelineSchedule::Impl::start(const StepData& data, int64_t batch_size) {
+void PipelineSchedule::Impl::start(int64_t batch_size) {
   install_counting_allocator();
   ExecutorOptions executor_options;
   executor_options.rank = pipeline_rank;
   for (PipelineStage* stage : stages) executor_options.stages.push_back(&stage->stage());
   executor_options.transport = pipeline.view;
   executor_options.loss = loss;
-  executor_options.boundary_shapes =
-      options.boundary_shapes.empty() ? boundary_shapes(data.inputs) : options.boundary_shapes;
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = options.recompute || planned.weights.backward_reruns_forward();
   // An asynchronous schedule runs whole backwards (B), on weight versions: there is no split.
@@ -653,9 +591,14 @@ double PipelineSchedule::Impl::update(int step, const StepRecord& record, RankSt
 }
 
 PipelineSchedule::PipelineSchedule(World world, std::vector<PipelineStage*> stages,
-                                   PipelineOptions options, LossFn loss)
+                                   PipelineOptions options, BundleLossFn loss)
     : impl_(std::make_unique<Impl>(std::move(world), std::move(stages), std::move(options),
                                    std::move(loss))) {}
+
+PipelineSchedule::PipelineSchedule(World world, std::vector<PipelineStage*> stages,
+                                   PipelineOptions options, LossFn loss)
+    : PipelineSchedule(std::move(world), std::move(stages), std::move(options),
+                       loss ? bundle_loss(std::move(loss)) : BundleLossFn()) {}
 
 PipelineSchedule::~PipelineSchedule() {
   if (std::uncaught_exceptions() > 0) return;  // the ranks may not all get here
@@ -698,7 +641,7 @@ void PipelineSchedule::resume_from(const std::string& dir) {
   impl.resumed = std::move(state);
 }
 
-torch::Tensor PipelineSchedule::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+torch::Tensor PipelineSchedule::step(const TensorBundle& inputs, const TensorBundle& targets) {
   PPTRAIN_CHECK(!impl_->asynchronous(), schedule().name,
                 " is asynchronous: its first stage reads ahead into later steps' batches, so "
                 "give step() a BatchSource");
@@ -714,7 +657,7 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
   const StepData data = impl.step_data(step, batches);
   Transport& transport = *impl.world.transport;
   const bool first_step = !impl.executor;
-  if (first_step) impl.start(data, impl.batch_rows);
+  if (first_step) impl.start(impl.batch_rows);
   // An asynchronous pipeline never waits for the other ranks between steps: only before the
   // first.
   if (!impl.asynchronous() || first_step) {
@@ -750,7 +693,9 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
   mine.start_s = std::chrono::duration<double>(impl.step_start.time_since_epoch()).count();
   mine.has_loss = record.has_loss;
   mine.loss = record.loss;
-  const auto report = gather_step_report(impl.run, step, grad_norm, mine, transport,
+  RunInfo run = impl.run;
+  if (run.tokens_per_sample == 0) run.tokens_per_sample = static_cast<double>(impl.batch_tokens);
+  const auto report = gather_step_report(run, step, grad_norm, mine, transport,
                                          impl.asynchronous() ? &impl.unsent_reports : nullptr);
   if (report) {
     for (StepObserver* o : impl.options.observers) o->on_step(*report);

@@ -22,9 +22,13 @@
 // step() with the same batch (only the first stage's rank reads `inputs`, only the last
 // stage's rank reads `targets`; the others may pass undefined tensors).
 //
-// What crosses a cut between stages is one float32 tensor per microbatch. Its shape is found on
-// the first step by running each stage once on the first microbatch (the modules in eval mode,
-// without autograd) and passing the shape along the pipeline; it must stay the same afterwards.
+// What crosses a cut between stages is a TensorBundle (runtime/tensor_bundle.h): one tensor, or
+// a list or a string-keyed map of tensors of any dtype and shape. A stage's module takes one
+// tensor and returns one, or takes a `const TensorBundle&` and returns a TensorBundle (found at
+// compile time). Floating-point tensors carry gradients back; ids and masks go forward only.
+// Every message tells its tensors' shapes, so the shapes may change from batch to batch (a
+// sequence length per batch); their names and dtypes may not. The inputs and targets given to
+// step() may be bundles too: the first stage takes the inputs, the loss the targets.
 //
 // Zero-bubble schedules split each backward into I (input gradient) and W (weight gradients).
 // For any module the split is made through autograd (ExecutorOptions::WeightSplit::kAutograd);
@@ -52,11 +56,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/tensor_bundle.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
@@ -93,16 +99,32 @@ std::vector<torch::nn::Sequential> split_sequential(const torch::nn::Sequential&
 // any split, each factory seeds its own layer (e.g. torch::manual_seed(i) first).
 using LayerFactory = std::function<torch::nn::AnyModule()>;
 
+namespace detail {
+// Whether ModuleHolder's module has `TensorBundle forward(const TensorBundle&)`.
+template <typename ModuleHolder, typename = void>
+struct ForwardsBundle : std::false_type {};
+template <typename ModuleHolder>
+struct ForwardsBundle<ModuleHolder, std::void_t<decltype(std::declval<ModuleHolder&>()->forward(
+                                        std::declval<const TensorBundle&>()))>>
+    : std::is_same<decltype(std::declval<ModuleHolder&>()->forward(
+                       std::declval<const TensorBundle&>())),
+                   TensorBundle> {};
+}  // namespace detail
+
 // One stage of the pipeline, held by the rank that runs it: a module (a Sequential part, or a
-// module the program built for this stage) whose forward takes one tensor and returns one.
+// module the program built for this stage) whose forward takes one tensor and returns one, or
+// takes a `const TensorBundle&` and returns a TensorBundle.
 class PipelineStage {
  public:
   template <typename ModuleHolder>
   PipelineStage(ModuleHolder module, int stage_index, int num_stages)
-      : PipelineStage(torch::nn::AnyModule(std::move(module)), stage_index, num_stages) {}
-  // A Sequential's modules become the stage's layers, run in order.
+      : PipelineStage(torch::nn::AnyModule(std::move(module)), stage_index, num_stages,
+                      detail::ForwardsBundle<ModuleHolder>::value) {}
+  // A Sequential's modules become the stage's layers, run in order (each on one tensor).
   PipelineStage(torch::nn::Sequential module, int stage_index, int num_stages);
-  PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages);
+  // `takes_bundle`: the module's forward takes and returns a TensorBundle.
+  PipelineStage(torch::nn::AnyModule module, int stage_index, int num_stages,
+                bool takes_bundle = false);
   // Stage `stage_index` of a model given as layer factories, cut before each of
   // `split_points` (as split_sequential): only that stage's layers are built, numbered as in
   // the whole model.
@@ -174,15 +196,13 @@ struct PipelineOptions {
   std::vector<StepObserver*> observers;
   // The run's length in steps (0: unknown; an asynchronous schedule needs it), the step it
   // starts at (a resumed run's: an asynchronous schedule then needs resume_from()), and the
-  // tokens in one sample, for the reports.
+  // tokens in one sample, for the reports (0: each step's inputs' second dimension, a
+  // sequence length that changes from batch to batch).
   int steps = 0;
   int first_step = 0;
   double tokens_per_sample = 1;
   // What the observers are told of the run; unset: the library's own description.
   std::optional<RunInfo> run_info;
-  // The shape of each cut's tensor for one microbatch, when known; empty: found at the first
-  // step.
-  std::vector<std::vector<int64_t>> boundary_shapes;
 };
 
 // The one-process run of `options`' schedule on `stages` stages, all on one rank, one
@@ -192,8 +212,8 @@ struct PipelineOptions {
 PlannedSchedule serial_reference(const PipelineOptions& options, int stages);
 
 // One step's batch: the inputs (read by the first stage's rank) and the targets (by the last
-// stage's rank).
-using Batch = std::pair<torch::Tensor, torch::Tensor>;
+// stage's rank); a tensor, or a bundle of them, each split into microbatches along dimension 0.
+using Batch = std::pair<TensorBundle, TensorBundle>;
 // The batch of step k (0-based). The schedule asks for each step's batch once, in order, and
 // only on the ranks that hold the first or last stage.
 using BatchSource = std::function<Batch(int step)>;
@@ -219,6 +239,9 @@ class PipelineSchedule {
   // gradients: a collective over the world.
   PipelineSchedule(World world, std::vector<PipelineStage*> stages, PipelineOptions options,
                    LossFn loss);
+  // The same with a loss on the last stage's output bundle and the targets' bundle.
+  PipelineSchedule(World world, std::vector<PipelineStage*> stages, PipelineOptions options,
+                   BundleLossFn loss);
   ~PipelineSchedule();
   PipelineSchedule(const PipelineSchedule&) = delete;
   PipelineSchedule& operator=(const PipelineSchedule&) = delete;
@@ -227,7 +250,7 @@ class PipelineSchedule {
   // microbatches (a float64 scalar, without autograd) on the rank that holds the last stage, an
   // undefined tensor elsewhere (a replicated last stage: each of its ranks returns its share,
   // and the shares sum to the mean). Synchronous schedules only.
-  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& targets);
+  torch::Tensor step(const TensorBundle& inputs, const TensorBundle& targets);
   // The same, with the batches from a source: any schedule.
   torch::Tensor step(const BatchSource& batches);
   // Waits for the ranks, then tells the observers the run is over. Called by the destructor if

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "pptrain/api/testing.h"
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/loopback_transport.h"
 
@@ -61,10 +62,8 @@ torch::Tensor mse(const torch::Tensor& output, const torch::Tensor& target) {
   return torch::mse_loss(output, target);
 }
 
-struct Result {
-  std::vector<double> losses;
-  std::vector<torch::Tensor> weights;  // after the steps, in the model's order
-};
+using Result = testing::Trained;
+using testing::expect_equal;
 
 constexpr int kSteps = 3;
 constexpr int kBatch = 8;
@@ -81,24 +80,13 @@ torch::Tensor batch_targets(int step) {
 
 // One process, no pipeline: the whole mini-batch through the whole model, plain SGD.
 Result plain_training(torch::nn::Sequential model, int microbatches) {
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-  Result result;
-  for (int step = 0; step < kSteps; ++step) {
-    optimizer.zero_grad();
-    // The mean of the microbatches' means, as a pipeline computes it.
-    auto inputs = batch_inputs(step).split(kBatch / microbatches);
-    auto targets = batch_targets(step).split(kBatch / microbatches);
-    double loss = 0;
-    for (int m = 0; m < microbatches; ++m) {
-      auto l = mse(model->forward(inputs[m]), targets[m]) / microbatches;
-      loss += l.item<double>();
-      l.backward();
-    }
-    optimizer.step();
-    result.losses.push_back(loss);
-  }
-  for (const auto& p : model->parameters()) result.weights.push_back(p.detach().clone());
-  return result;
+  // The mean of the microbatches' means, as a pipeline computes it.
+  return testing::train_in_one_process(
+      model->parameters(), kSteps, microbatches, [&](int k, int m) {
+        const auto inputs = batch_inputs(k).split(kBatch / microbatches);
+        const auto targets = batch_targets(k).split(kBatch / microbatches);
+        return mse(model->forward(inputs[m]), targets[m]);
+      });
 }
 Result plain_training(int blocks, int microbatches) {
   return plain_training(own_model(blocks), microbatches);
@@ -204,18 +192,6 @@ Result pipelined_training(int ranks, int blocks, PipelineOptions options,
     if (first) merged.weights.insert(merged.weights.end(), first->begin(), first->end());
   }
   return merged;
-}
-
-void expect_equal(const Result& got, const Result& want, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
-  for (size_t i = 0; i < want.losses.size(); ++i) {
-    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::abs(want.losses[i])) << what;
-  }
-  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
-  for (size_t i = 0; i < want.weights.size(); ++i) {
-    const double diff = (got.weights[i] - want.weights[i]).abs().max().item<double>();
-    EXPECT_LE(diff, 1e-5 * (1 + want.weights[i].abs().max().item<double>())) << what << " w" << i;
-  }
 }
 
 TEST(Pipeline, OwnModelEqualsPlainTrainingOnEverySynchronousSchedule) {
@@ -350,7 +326,7 @@ TEST(Pipeline, ObserversGetEveryStepsReport) {
     void on_step(const StepReport& report) override { reports.push_back(report); }
     void on_end(const RunInfo&) override { ++ended; }
   };
-  const std::string trace = testing::TempDir() + "pipeline_test_trace.json";
+  const std::string trace = ::testing::TempDir() + "pipeline_test_trace.json";
   std::remove(trace.c_str());
   Counter counter;
   TraceWriter writer(trace);

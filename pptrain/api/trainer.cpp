@@ -46,7 +46,6 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
   options.first_step = plan.first_step;
   options.tokens_per_sample = plan.tokens_per_sample;
   options.run_info = run_info(plan);
-  options.boundary_shapes = plan.boundary_shapes;
   return options;
 }
 

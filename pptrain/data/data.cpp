@@ -38,6 +38,11 @@ at::Generator make_generator(uint64_t seed, uint64_t stream, int step) {
 
 Dataset::Dataset(const ModelOptions& model, const DataOptions& data) : model_(model), data_(data) {
   check_options(model_);
+  PPTRAIN_CHECK(data_.min_seq_len == 0 || (model_.kind == "gpt" && data_.min_seq_len >= 1 &&
+                                           data_.min_seq_len <= model_.seq_len),
+                "--seq-len-range ", data_.min_seq_len, ":", model_.seq_len,
+                model_.kind == "gpt" ? " is not MIN:MAX with 1 <= MIN <= MAX"
+                                     : " applies to --model gpt only");
   PPTRAIN_CHECK(data_.microbatches >= 1, "--microbatches must be >= 1, got ", data_.microbatches);
   PPTRAIN_CHECK(data_.batch_size >= 1 && data_.batch_size % data_.microbatches == 0,
                 "--batch-size must be a positive multiple of --microbatches (", data_.microbatches,
@@ -87,7 +92,12 @@ Dataset::Batch Dataset::batch(int step) const {
     auto inputs = torch::randn({n, model_.d_model}, generator, torch::kFloat32);  // [N, D]
     return {inputs, torch::tanh(inputs.matmul(teacher_))};
   }
-  const int64_t tokens = model_.seq_len;
+  int64_t tokens = model_.seq_len;
+  if (data_.min_seq_len > 0) {
+    auto lengths = make_generator(data_.seed, 4, step);
+    tokens = torch::randint(data_.min_seq_len, model_.seq_len + 1, {1}, lengths, torch::kInt64)
+                 .item<int64_t>();
+  }
   auto generator = make_generator(data_.seed, 3, step);
   torch::Tensor sequences;  // int64 [N, T + 1]
   if (text_.defined()) {

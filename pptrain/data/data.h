@@ -25,16 +25,19 @@ struct DataOptions {
   int batch_size = 8;    // samples per step, over all microbatches
   int microbatches = 1;  // batch_size must divide evenly by this
   uint64_t seed = 0;
+  // gpt: 0 for samples of the model's seq_len tokens; else each step's batch has its own
+  // length, drawn from [min_seq_len, seq_len] by (seed, step) (--seq-len-range MIN:MAX).
+  int64_t min_seq_len = 0;
 };
 
 class Dataset {
  public:
-  // UserError if the file is unreadable or shorter than seq_len + 1 bytes, or if batch_size is
-  // not a positive multiple of microbatches.
+  // UserError if the file is unreadable or shorter than seq_len + 1 bytes, if batch_size is
+  // not a positive multiple of microbatches, or if min_seq_len is not in 0 .. seq_len.
   Dataset(const ModelOptions& model, const DataOptions& data);
 
   struct Batch {
-    torch::Tensor inputs;   // gpt: int64 [N, T] byte values; mlp: float [N, D]
+    torch::Tensor inputs;   // gpt: int64 [N, T] byte values (T: see min_seq_len); mlp: float [N, D]
     torch::Tensor targets;  // gpt: int64 [N, T] = inputs shifted by one char; mlp: float [N, D]
   };
   // Deterministic for (seed, step): the same on every rank.

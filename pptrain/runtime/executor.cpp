@@ -17,16 +17,80 @@ namespace pptrain {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// The same tensors without their graph.
+TensorBundle detached(const TensorBundle& bundle) {
+  TensorBundle out = bundle;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i].defined()) out[i] = out[i].detach();
+  }
+  return out;
+}
+
+// A stage input's floating-point tensors become leaves whose gradient the backward leaves in
+// .grad(); ids and masks stay as they are.
+void requires_grad_on_floats(TensorBundle& input) {
+  for (size_t i = 0; i < input.size(); ++i) {
+    if (carries_gradient(input[i])) input[i].requires_grad_(true);
+  }
+}
+
+bool has_gradient_carrier(const TensorBundle& bundle) {
+  for (const auto& t : bundle.tensors()) {
+    if (carries_gradient(t)) return true;
+  }
+  return false;
+}
+
+// One gradient per tensor of `forward` from the backward message `grads` (gradient_bundle's
+// layout): undefined for the tensors that carry none. UserError naming `what` when the message
+// does not fit the tensors it answers.
+std::vector<torch::Tensor> gradients_for(const TensorBundle& forward, const TensorBundle& grads,
+                                         const std::string& what) {
+  std::vector<torch::Tensor> out(forward.size());
+  size_t next = 0;
+  for (size_t i = 0; i < forward.size(); ++i) {
+    if (!carries_gradient(forward[i])) continue;
+    PPTRAIN_CHECK(next < grads.size(), what, " has ", grads.size(),
+                  " tensors, but the output has more floating-point ones (", forward.describe(),
+                  ")");
+    const torch::Tensor& g = grads[next++];
+    PPTRAIN_CHECK(!g.defined() || g.sizes() == forward[i].sizes(), what, ": the gradient of ",
+                  forward.label(i), " has shape ", g.sizes(), ", the tensor ", forward[i].sizes());
+    out[i] = g;
+  }
+  PPTRAIN_CHECK(next == grads.size(), what, " has ", grads.size(), " tensors, but the output has ",
+                next, " floating-point ones (", forward.describe(), ")");
+  return out;
+}
+
+// The first line of an exception's message (c10 errors: without their backtrace).
+std::string first_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  const size_t end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+}  // namespace
+
+BundleLossFn bundle_loss(LossFn loss) {
+  return [loss = std::move(loss)](const TensorBundle& output, const TensorBundle& target) {
+    return loss(output.only(), target.only());
+  };
+}
+
 struct Executor::Slot {
-  torch::Tensor input;           // stage input; a leaf with requires_grad on stages > 0
-  torch::Tensor output;          // stage output, or loss / M on the last stage
-  torch::Tensor output_grad;     // gradient of `output`: from RECV_B or the next stage on this rank
-  torch::Tensor input_grad;      // gradient of `input`, waiting for SEND_B
-  bool forwarded = false;        // F ran and no backward yet
+  TensorBundle input;        // stage input; floating-point leaves with requires_grad on stages > 0
+  TensorBundle output;       // stage output, or loss / M on the last stage
+  TensorBundle output_grad;  // gradients of `output` (gradient_bundle): RECV_B or the next stage
+  TensorBundle input_grad;   // gradients of `input` (gradient_bundle), waiting for SEND_B
+  bool forwarded = false;    // F ran and no backward yet
   WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
-  // WeightSplit::kAutograd: the output and its gradient that I kept for W's pass over the graph.
-  torch::Tensor weight_root;
-  std::vector<torch::Tensor> weight_root_grad;
+  // WeightSplit::kAutograd: the outputs and their gradients that I kept for W's pass.
+  std::vector<torch::Tensor> weight_roots;
+  std::vector<torch::Tensor> weight_root_grads;
 };
 
 struct Executor::StepState {
@@ -34,7 +98,7 @@ struct Executor::StepState {
   std::map<std::pair<int, int>, Slot> slots;  // (stage, microbatch) -> slot
   std::vector<size_t> recv_positions;         // positions of this rank's RECV actions, in order
   size_t next_recv = 0;                       // index into recv_positions: next one to post
-  std::map<size_t, PendingComm> posted;       // position of a RECV -> its posted receive
+  std::map<size_t, BundleReceive> posted;     // position of a RECV -> its posted receive
   std::map<size_t, PendingComm> sent;         // position of a SEND -> the send in flight
   StepRecord record;
 };
@@ -45,9 +109,6 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
   const int rank = options_.rank;
   PPTRAIN_ASSERT(rank >= 0 && rank < sched.num_ranks, "rank ", rank, " is not in a schedule of ",
                  sched.num_ranks, " ranks");
-  PPTRAIN_ASSERT(static_cast<int>(options_.boundary_shapes.size()) == sched.num_stages - 1,
-                 sched.num_stages - 1, " boundary shapes expected, got ",
-                 options_.boundary_shapes.size());
   for (Stage* stage : options_.stages) stages_[stage->index()] = stage;
   std::vector<int> held;
   for (const auto& [index, stage] : stages_) held.push_back(index);
@@ -141,10 +202,19 @@ int Executor::peer_rank(const Action& comm) const {
   return rank_of_peer(*schedule_, comm);
 }
 
-PendingComm Executor::send(size_t position, const torch::Tensor& tensor, StepState& state) {
+PendingComm Executor::send(size_t position, const TensorBundle& bundle, StepState& state) {
   const Action& action = schedule_->actions[options_.rank][position];
-  state.record.bytes_sent += tensor_bytes(tensor);
-  return options_.transport->send(tensor, peer_rank(action), tags_[position]);
+  const bool backward = action.op == Op::SEND_B;
+  return send_bundle(*options_.transport, bundle, peer_rank(action), tags_[position],
+                     origin_of(action.stage, action.microbatch, backward),
+                     &state.record.bytes_sent);
+}
+
+std::string Executor::origin_of(int stage, int mb, bool backward) const {
+  const int to = backward ? stage - 1 : stage + 1;
+  return std::string(backward ? "the gradient from stage " : "the output of stage ") +
+         std::to_string(stage) + " to stage " + std::to_string(to) + " (microbatch " +
+         std::to_string(mb) + ")";
 }
 
 Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
@@ -176,9 +246,9 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
       const double begin_s = std::chrono::duration<double>(Clock::now() - state.start).count();
       auto it = state.posted.find(p);
       PPTRAIN_ASSERT(it != state.posted.end());
-      it->second.wait();
       Slot& s = slot(state, action.stage, action.microbatch);
-      (action.op == Op::RECV_F ? s.input : s.output_grad) = it->second.tensor();
+      (action.op == Op::RECV_F ? s.input : s.output_grad) = it->second.finish(
+          origin_of(comm_peer(action).stage, action.microbatch, action.op == Op::RECV_B));
       state.posted.erase(it);
       const auto released = release_after_.find(p);
       if (released != release_after_.end()) {
@@ -228,14 +298,14 @@ NamedTensors Executor::in_flight() const {
   if (!state_) return out;
   for (const auto& [key, s] : state_->slots) {
     const auto [stage, mb] = key;
-    PPTRAIN_ASSERT(s.weight_grads.empty() && !s.weight_root.defined() && !s.input_grad.defined(),
+    PPTRAIN_ASSERT(s.weight_grads.empty() && s.weight_roots.empty() && s.input_grad.empty(),
                    "stage ", stage, " microbatch ", mb, " is between a backward and its end");
-    if (s.input.defined()) out[slot_name(stage, mb, "input")] = s.input.detach();
-    if (s.output_grad.defined()) out[slot_name(stage, mb, "output_grad")] = s.output_grad;
+    put_bundle(slot_name(stage, mb, "input"), s.input, out);
+    put_bundle(slot_name(stage, mb, "output_grad"), s.output_grad, out);
     if (s.forwarded) out[slot_name(stage, mb, "forwarded")] = number_tensor(1);
   }
-  for (const auto& [position, tensor] : retained_) {
-    out["message/" + std::to_string(position)] = tensor;
+  for (const auto& [position, bundle] : retained_) {
+    put_bundle("message/" + std::to_string(position), bundle, out);
   }
   return out;
 }
@@ -259,16 +329,18 @@ void Executor::resume(int segments_done, const NamedTensors& in_flight, const st
   for (const auto& [name, tensor] : in_flight) {
     int stage = 0, mb = 0, position = 0;
     char what[16] = {0};
-    if (std::sscanf(name.c_str(), "microbatch/%d/%d/%15s", &stage, &mb, what) == 3) {
+    if (std::sscanf(name.c_str(), "microbatch/%d/%d/%15[a-z_]", &stage, &mb, what) == 3) {
       PPTRAIN_CHECK(stages_.count(stage) && mb >= 0 && mb < schedule_->num_microbatches &&
                         is_local(stage, mb),
                     flag, ": the state in flight holds stage ", stage, " microbatch ", mb,
                     ", which rank ", options_.rank, " does not run");
       Slot& sl = slot(state, stage, mb);
       const std::string field = what;
-      if (field == "input") sl.input = tensor;
-      if (field == "output_grad") sl.output_grad = tensor;
-      if (field == "forwarded") {
+      if (field == "input") sl.input = take_bundle(slot_name(stage, mb, "input"), in_flight);
+      if (field == "output_grad") {
+        sl.output_grad = take_bundle(slot_name(stage, mb, "output_grad"), in_flight);
+      }
+      if (field == "forwarded" && !sl.forwarded) {
         sl.forwarded = true;
         to_replay_.emplace_back(stage, mb);
       }
@@ -276,8 +348,9 @@ void Executor::resume(int segments_done, const NamedTensors& in_flight, const st
       const size_t p = static_cast<size_t>(position);
       PPTRAIN_CHECK(crossing_.count(p), flag, ": the state in flight holds a message of position ",
                     position, ", which rank ", options_.rank, " does not send across a step");
-      state.sent[p] = send(p, tensor, state);
-      retained_[p] = tensor;
+      if (retained_.count(p)) continue;  // one message, several tensors
+      retained_[p] = take_bundle("message/" + std::to_string(p), in_flight);
+      state.sent[p] = send(p, retained_[p], state);
     }
   }
 }
@@ -287,9 +360,9 @@ void Executor::resume(int segments_done, const NamedTensors& in_flight, const st
 void Executor::replay_forwards(const StepData& data, StepState& state) {
   for (const auto& [stage, mb] : to_replay_) {
     Slot& sl = slot(state, stage, mb);
-    PPTRAIN_CHECK(sl.input.defined(), "the state in flight has no input for stage ", stage,
+    PPTRAIN_CHECK(!sl.input.empty(), "the state in flight has no input for stage ", stage,
                   " microbatch ", mb, ", whose forward ran");
-    if (stage > 0) sl.input.requires_grad_(true);
+    if (stage > 0) requires_grad_on_floats(sl.input);
     if (!options_.recompute) sl.output = stage_output(stage, mb, sl.input, data, false);
   }
   to_replay_.clear();
@@ -307,9 +380,8 @@ void Executor::post_receives_through(size_t position, StepState& state) {
          (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
     const size_t p = state.recv_positions[state.next_recv++];
     const Action& a = schedule_->actions[options_.rank][p];
-    torch::Tensor buffer =
-        torch::empty(options_.boundary_shapes[message_of(a).boundary], torch::kFloat32);
-    state.posted.emplace(p, options_.transport->recv(buffer, peer_rank(a), tags_[p]));
+    // Only the header: its tensors are received when it has told their shapes.
+    state.posted.emplace(p, BundleReceive(*options_.transport, peer_rank(a), tags_[p]));
   }
 }
 
@@ -333,21 +405,19 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       break;
     case Op::SEND_F: {
       Slot& sl = slot(state, s, mb);
-      PPTRAIN_ASSERT(sl.output.defined(), to_string(action), " on rank ", options_.rank,
+      PPTRAIN_ASSERT(!sl.output.empty(), to_string(action), " on rank ", options_.rank,
                      " sends an output that F has not produced");
-      state.sent[position] = send(position, sl.output.contiguous(), state);
-      if (crossing_.count(position)) retained_[position] = sl.output.detach().contiguous();
+      state.sent[position] = send(position, sl.output, state);
+      if (crossing_.count(position)) retained_[position] = detached(sl.output);
       // Recomputing, the graph-free output is needed only by the send, which holds it.
-      if (options_.recompute) sl.output = torch::Tensor();
+      if (options_.recompute) sl.output = TensorBundle();
       break;
     }
     case Op::SEND_B: {
       Slot& sl = slot(state, s, mb);
-      PPTRAIN_ASSERT(sl.input_grad.defined(), to_string(action), " on rank ", options_.rank,
-                     " sends an input gradient that no backward produced");
-      state.sent[position] = send(position, sl.input_grad.contiguous(), state);
-      if (crossing_.count(position)) retained_[position] = sl.input_grad.contiguous();
-      sl.input_grad = torch::Tensor();
+      state.sent[position] = send(position, sl.input_grad, state);
+      if (crossing_.count(position)) retained_[position] = sl.input_grad;
+      sl.input_grad = TensorBundle();
       break;
     }
     case Op::REDUCE_GRAD:
@@ -364,11 +434,28 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
   state.record.events.push_back({options_.rank, action, begin, end});
 }
 
-torch::Tensor Executor::stage_output(int s, int mb, const torch::Tensor& input,
-                                     const StepData& data, bool backward) {
+TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, const StepData& data,
+                                    bool backward) {
   Stage& stage = options_.weights ? options_.weights(s, mb, backward) : *stages_.at(s);
-  torch::Tensor output = stage.forward(input);
-  if (s != schedule_->num_stages - 1) return output;
+  TensorBundle output;
+  try {
+    output = stage.forward(input);
+  } catch (const InternalError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // The module's own error, on this input: name the stage and where the input came from.
+    const std::string from = s == 0 ? "the batch"
+                             : stages_.count(s - 1) && is_local(s - 1, mb)
+                                 ? "stage " + std::to_string(s - 1) + " on this rank"
+                                 : "stage " + std::to_string(s - 1);
+    throw UserError("stage " + std::to_string(s) + " cannot take its input from " + from + " (" +
+                    input.describe() + "): " + first_line(e));
+  }
+  const int last = schedule_->num_stages - 1;
+  if (s != last) {
+    check_output_kinds(s, output);
+    return output;
+  }
   const int index = mb - data.first_microbatch;
   PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(data.targets.size()),
                  "no targets for microbatch ", mb);
@@ -376,34 +463,57 @@ torch::Tensor Executor::stage_output(int s, int mb, const torch::Tensor& input,
   return options_.loss(output, data.targets[index]) / microbatches_per_step_;
 }
 
+void Executor::check_output_kinds(int s, const TensorBundle& output) {
+  PPTRAIN_CHECK(!output.empty(), "stage ", s, " returns no tensors, but stage ", s + 1,
+                " takes its output");
+  const auto known = output_kinds_.find(s);
+  if (known == output_kinds_.end()) {
+    output_kinds_.emplace(s, detached(output));
+    return;
+  }
+  const TensorBundle& before = known->second;
+  const auto kind = [](const TensorBundle& b, size_t i) {
+    return b.label(i) + " " +
+           (b[i].defined() ? dtype_name(b[i].scalar_type()) : std::string("undefined"));
+  };
+  bool same = before.size() == output.size() && before.names() == output.names();
+  for (size_t i = 0; same && i < output.size(); ++i) same = kind(before, i) == kind(output, i);
+  if (same) return;
+  size_t i = 0;
+  while (i < std::min(before.size(), output.size()) && kind(before, i) == kind(output, i)) ++i;
+  const std::string now = i < output.size() ? kind(output, i) : "nothing";
+  const std::string was = i < before.size() ? kind(before, i) : "nothing";
+  PPTRAIN_CHECK(false, "stage ", s, " changed its output to stage ", s + 1, ": tensor ", i, " is ",
+                now, ", but was ", was,
+                " before (shapes may change from batch to batch, names and dtypes may not)");
+}
+
 void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
   Slot& sl = slot(state, s, mb);
-  torch::Tensor input;
   if (s == 0) {
     const int index = mb - data.first_microbatch;
     PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(data.inputs.size()),
                    "no input data for microbatch ", mb);
-    input = data.inputs[index];
+    sl.input = data.inputs[index];
   } else {
-    PPTRAIN_ASSERT(sl.input.defined(), s, "F", mb, " on rank ", options_.rank,
+    PPTRAIN_ASSERT(!sl.input.empty(), s, "F", mb, " on rank ", options_.rank,
                    " runs before its input arrived (missing RECV_F or forward of stage ", s - 1,
                    ")");
     // The input is a leaf of this stage's graph: backward leaves its gradient in input.grad().
-    input = sl.input.requires_grad_(true);
+    requires_grad_on_floats(sl.input);
   }
-  sl.input = input;
-  torch::Tensor output;
+  TensorBundle output;
   {
     // Recomputation: no graph now; the backward rebuilds it from sl.input.
     std::optional<torch::NoGradGuard> no_graph;
     if (options_.recompute) no_graph.emplace();
-    output = stage_output(s, mb, input, data, /*backward=*/false);
+    output = stage_output(s, mb, sl.input, data, /*backward=*/false);
   }
   if (s == schedule_->num_stages - 1) {
     state.record.has_loss = true;
-    state.record.loss += output.item<double>();
+    state.record.loss += output.only().item<double>();
   } else if (is_local(s + 1, mb)) {
-    slot(state, s + 1, mb).input = output.detach();
+    slot(state, s + 1, mb).input = detached(output);
   }
   sl.forwarded = true;
   // Kept for the backward, or (recomputing) only for SEND_F, which takes it over.
@@ -417,44 +527,67 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
   const int last = schedule_->num_stages - 1;
   PPTRAIN_ASSERT(sl.forwarded, "backward of stage ", s, " microbatch ", mb, " on rank ",
                  options_.rank, " runs before its forward (or twice)");
-  std::vector<torch::Tensor> grads;
-  if (s != last) {
-    PPTRAIN_ASSERT(sl.output_grad.defined(), "backward of stage ", s, " microbatch ", mb,
-                   " on rank ", options_.rank,
-                   " runs before its output gradient arrived (missing RECV_B or backward of stage ",
-                   s + 1, ")");
-    grads.push_back(sl.output_grad);
-  }
   // Same input, same layers, same thread count: the rerun reproduces F's output bit for bit.
   if (options_.recompute) sl.output = stage_output(s, mb, sl.input, data, /*backward=*/true);
+  PPTRAIN_ASSERT(s == last || !sl.output_grad.empty() || !has_gradient_carrier(sl.output),
+                 "backward of stage ", s, " microbatch ", mb, " on rank ", options_.rank,
+                 " runs before its output gradient arrived (missing RECV_B or backward of stage ",
+                 s + 1, ")");
+  // The outputs to run the backward from, with their gradients (the last stage: the loss).
+  std::vector<torch::Tensor> roots, grads;
+  if (s == last) {
+    roots.push_back(sl.output.only());
+  } else {
+    const std::vector<torch::Tensor> output_grads =
+        gradients_for(sl.output, sl.output_grad,
+                      "stage " + std::to_string(s + 1) + "'s gradient for the output of stage " +
+                          std::to_string(s));
+    for (size_t i = 0; i < sl.output.size(); ++i) {
+      if (output_grads[i].defined() && sl.output[i].requires_grad()) {
+        roots.push_back(sl.output[i]);
+        grads.push_back(output_grads[i]);
+      }
+    }
+  }
+  // The stage's input tensors that take a gradient (none on the first stage: it is data).
+  std::vector<torch::Tensor> leaves;
+  for (const auto& t : sl.input.tensors()) {
+    if (s > 0 && carries_gradient(t) && t.requires_grad()) leaves.push_back(t);
+  }
   const bool autograd_split =
       defer_weight_grads && options_.weight_split == ExecutorOptions::WeightSplit::kAutograd;
-  if (autograd_split) {
-    // I: the input gradient alone, the graph kept for W.
-    if (s > 0) {
-      sl.input.mutable_grad() = torch::autograd::grad({sl.output}, {sl.input}, grads,
-                                                      /*retain_graph=*/true)[0];
+  if (roots.empty()) {
+    // Nothing of this stage's output needs a gradient: no backward to run.
+  } else if (autograd_split) {
+    // I: the input gradients alone, the graph kept for W.
+    if (!leaves.empty()) {
+      const auto input_grads = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/true,
+                                                     /*create_graph=*/false, /*allow_unused=*/true);
+      for (size_t i = 0; i < leaves.size(); ++i) leaves[i].mutable_grad() = input_grads[i];
     }
-    sl.weight_root = sl.output;
-    sl.weight_root_grad = grads;
+    sl.weight_roots = roots;
+    sl.weight_root_grads = grads;
   } else {
     std::optional<DeferWeightGrads> defer;
     if (defer_weight_grads) defer.emplace(&sl.weight_grads);
-    torch::autograd::backward({sl.output}, grads);
+    torch::autograd::backward(roots, grads);
   }
   if (s > 0) {
-    sl.input_grad = sl.input.grad();
-    PPTRAIN_ASSERT(sl.input_grad.defined(), "stage ", s, " produced no input gradient");
+    std::vector<torch::Tensor> input_grads;
+    for (const auto& t : sl.input.tensors()) {
+      input_grads.push_back(carries_gradient(t) ? t.grad() : torch::Tensor());
+    }
+    sl.input_grad = gradient_bundle(sl.input, input_grads);
     if (is_local(s - 1, mb)) {
       slot(state, s - 1, mb).output_grad = sl.input_grad;
-      sl.input_grad = torch::Tensor();
+      sl.input_grad = TensorBundle();
     }
   }
   // The graph is freed by backward; drop the ends we held (deferred W closures keep their own).
   sl.forwarded = false;
-  sl.input = torch::Tensor();
-  sl.output = torch::Tensor();
-  sl.output_grad = torch::Tensor();
+  sl.input = TensorBundle();
+  sl.output = TensorBundle();
+  sl.output_grad = TensorBundle();
   if (options_.after_backward) {
     PPTRAIN_ASSERT(!defer_weight_grads, "after_backward needs whole backwards (B), not I and W");
     options_.after_backward(s, mb);
@@ -463,7 +596,7 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
 
 void Executor::weight_backward(int s, int mb, StepState& state) {
   Slot& sl = slot(state, s, mb);
-  if (!sl.weight_root.defined()) {
+  if (sl.weight_roots.empty()) {
     sl.weight_grads.run();  // the deferred layers' closures (none if the stage has no PipeLinear)
     return;
   }
@@ -472,11 +605,11 @@ void Executor::weight_backward(int s, int mb, StepState& state) {
     if (p.requires_grad()) params.push_back(p);
   }
   if (!params.empty()) {
-    torch::autograd::backward({sl.weight_root}, sl.weight_root_grad, /*retain_graph=*/false,
+    torch::autograd::backward(sl.weight_roots, sl.weight_root_grads, /*retain_graph=*/false,
                               /*create_graph=*/false, params);
   }
-  sl.weight_root = torch::Tensor();
-  sl.weight_root_grad.clear();
+  sl.weight_roots.clear();
+  sl.weight_root_grads.clear();
 }
 
 }  // namespace pptrain

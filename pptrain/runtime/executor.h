@@ -2,9 +2,11 @@
 //
 // The Executor is the only place a schedule is executed: GPipe, 1F1B, interleaved and
 // zero-bubble schedules are just different action lists. Per action:
-//   F s m        forward of stage s on microbatch m; keeps the stage input (requires_grad) and
-//                output for the backward. The first stage reads the data, the last computes
-//                loss / M (so gradients accumulate to the mean over the mini-batch).
+//   F s m        forward of stage s on microbatch m; keeps the stage input (its floating-point
+//                tensors requiring grad) and output for the backward. The first stage reads
+//                the data, the last computes loss / M (so gradients accumulate to the mean over
+//                the mini-batch). A stage's input and output are TensorBundles
+//                (runtime/tensor_bundle.h): any number of tensors of any dtype and shape.
 //                With ExecutorOptions::recompute, F runs without autograd and keeps only the
 //                stage input; I or B first reruns the forward with autograd from that input
 //                (the rerun is part of the I or B event, so measured times include it).
@@ -14,9 +16,11 @@
 //   W s m        ... until W runs them, which frees what they hold. (With
 //                ExecutorOptions::weight_split kAutograd, any module: I takes the input gradient
 //                alone from autograd, W the weight gradients from the graph I kept.)
-//   SEND_* s m   non-blocking send; waited on (letting its tensor go) once a message from the
-//                peer shows that it posted the receive, at the latest at the step end.
-//   RECV_* s m   waits for a receive that was posted ahead into a preallocated buffer.
+//   SEND_* s m   non-blocking send of the bundle (a header with the tensors' names, dtypes and
+//                shapes, then the tensors); waited on (letting its tensors go) once a message
+//                from the peer shows that it posted the receive, at the latest at the step end.
+//   RECV_* s m   waits for the header, posted ahead, then receives the tensors it announces:
+//                shapes may change from message to message, dtypes may not.
 //   OVERLAP_F_B  runs its parts in order.
 //   REDUCE_GRAD s  starts the sum of stage s's gradients over its data-parallel copies through
 //                ExecutorOptions::reduce_gradients and goes on; the caller waits for it. Its
@@ -37,8 +41,7 @@
 //   options.rank = 0;
 //   options.stages = {&stage0, &stage3};
 //   options.transport = transport.get();
-//   options.loss = loss;
-//   options.boundary_shapes = shapes;
+//   options.loss = bundle_loss(loss);
 //   Executor executor(validate(schedule), options);
 //   StepRecord record = executor.run_step(data, step_start);
 #pragma once
@@ -53,6 +56,7 @@
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
+#include "pptrain/runtime/tensor_bundle.h"
 #include "pptrain/runtime/tensor_file.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/schedule.h"
@@ -64,6 +68,11 @@ namespace pptrain {
 // Loss of one microbatch: the last stage's output against the targets (a mean over elements).
 using LossFn =
     std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+// The same for a last stage that outputs a bundle, or targets that are one.
+using BundleLossFn =
+    std::function<torch::Tensor(const TensorBundle& output, const TensorBundle& target)>;
+// `loss` on the one tensor of each (UserError naming the bundles when either holds more).
+BundleLossFn bundle_loss(LossFn loss);
 
 struct ExecutorOptions {
   // This process's rank in the schedule, 0 .. num_ranks-1.
@@ -75,11 +84,7 @@ struct ExecutorOptions {
   // RECV (a one-rank schedule).
   Transport* transport = nullptr;
   // Loss of one microbatch on the last stage. Needed on the rank that holds the last stage.
-  LossFn loss;
-  // boundary_shapes[b]: shape of the float32 tensor that crosses the cut between stages b and
-  // b+1 for one microbatch, the activation going forward and its gradient coming back (mlp:
-  // [microbatch, d_model]; gpt: [microbatch, seq, d_model]). One entry per cut: num_stages - 1.
-  std::vector<std::vector<int64_t>> boundary_shapes;
+  BundleLossFn loss;
   // Receives posted before the action that consumes them, counted from the current position:
   // more overlaps communication further but holds more buffers. -1: the whole step's at once.
   int recv_ahead = 4;
@@ -115,16 +120,16 @@ struct ExecutorOptions {
 // The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0,
 // `targets` on the rank holding the last stage; other ranks may pass them empty.
 struct StepData {
-  std::vector<torch::Tensor> inputs;   // [M] x gpt: int64 [mb, T]; mlp: float [mb, D]
-  std::vector<torch::Tensor> targets;  // [M]
-  int first_microbatch = 0;            // microbatch number of inputs[0] and targets[0]
+  std::vector<TensorBundle> inputs;   // [M] x gpt: int64 [mb, T]; mlp: float [mb, D]
+  std::vector<TensorBundle> targets;  // [M]
+  int first_microbatch = 0;           // microbatch number of inputs[0] and targets[0]
 };
 
 struct StepRecord {
   bool has_loss = false;  // true on the rank that holds the last stage
   double loss = 0;        // mean loss over the mini-batch (sum over microbatches of loss_m / M)
   std::vector<TimelineEvent> events;  // every action run, seconds since the step start
-  int64_t bytes_sent = 0;             // of the tensors its SEND actions sent
+  int64_t bytes_sent = 0;             // of the tensors its SEND actions sent (not the headers)
   double compute_cpu_s = 0;           // thread CPU seconds of its F, I, W and B actions
 };
 
@@ -163,9 +168,11 @@ class Executor {
   void run_action(const Action& action, size_t position, const StepData& data, StepState& state);
   void plan_send_releases();
   void forward(int stage, int mb, const StepData& data, StepState& state);
-  // The stage's layers on `input`, and on the last stage the loss / M against the targets.
-  torch::Tensor stage_output(int stage, int mb, const torch::Tensor& input, const StepData& data,
-                             bool backward);
+  // The stage's layers on `input`, and on the last stage the loss / M against the targets
+  // (a bundle of one scalar). UserError naming the stage and where its input came from when
+  // the stage cannot take it; and when its output's tensors change names or dtypes.
+  TensorBundle stage_output(int stage, int mb, const TensorBundle& input, const StepData& data,
+                            bool backward);
   void plan_segments();
   // The forwards in flight that resume() took over, run again to rebuild their graphs.
   void replay_forwards(const StepData& data, StepState& state);
@@ -173,8 +180,12 @@ class Executor {
   // W: the deferred closures, or (WeightSplit::kAutograd) the pass to the stage's parameters.
   void weight_backward(int stage, int mb, StepState& state);
   void post_receives_through(size_t position, StepState& state);
-  // Sends `tensor` as the message of our SEND at `position`, counting its bytes in the record.
-  PendingComm send(size_t position, const torch::Tensor& tensor, StepState& state);
+  // Sends `bundle` as the message of our SEND at `position`, counting its bytes in the record.
+  PendingComm send(size_t position, const TensorBundle& bundle, StepState& state);
+  // "stage 1 -> stage 2" and the like, for errors about a message or an input.
+  std::string origin_of(int stage, int mb, bool backward) const;
+  // UserError when stage s's output differs from its first in names or dtypes.
+  void check_output_kinds(int stage, const TensorBundle& output);
   Slot& slot(StepState& state, int stage, int mb);
   // Whether this rank runs `stage` for microbatch `mb` (a replicated stage runs on several).
   bool is_local(int stage, int mb) const { return schedule_->rank_of(stage, mb) == options_.rank; }
@@ -196,7 +207,10 @@ class Executor {
   // Our SENDs whose message is received in a later segment than the one sending it: position ->
   // the receiver's segment. What they sent is kept (retained_) until a cut after the receive.
   std::map<size_t, size_t> crossing_;
-  std::map<size_t, torch::Tensor> retained_;
+  std::map<size_t, TensorBundle> retained_;
+  // Each stage's output as first produced: its tensors' names and dtypes must stay the same
+  // (shapes may change), so that a receiver never takes one tensor for another.
+  std::map<int, TensorBundle> output_kinds_;
   // (stage, microbatch) of forwards resume() took over that still need their graph.
   std::vector<std::pair<int, int>> to_replay_;
   std::unique_ptr<StepState> state_;  // the run in progress, between segments

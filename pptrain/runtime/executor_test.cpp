@@ -42,7 +42,7 @@ StepResult reference_step(const ModelOptions& model, const StepData& data) {
   Stage whole = make_stage(model, 0, {0, num_layers(model) - 1});
   StepResult result;
   for (size_t m = 0; m < data.inputs.size(); ++m) {
-    auto loss = compute_loss(model, whole.forward(data.inputs[m]), data.targets[m]) /
+    auto loss = compute_loss(model, whole.forward(data.inputs[m].only()), data.targets[m].only()) /
                 static_cast<double>(data.inputs.size());
     result.loss += loss.item<double>();
     loss.backward();
@@ -70,12 +70,9 @@ StepData random_step(int microbatches, int64_t rows, int64_t width, uint64_t see
 
 // An executor for rank 0 of a one-rank schedule: no messages, so no transport.
 Executor make_executor(const ModelOptions& model, const Schedule& schedule,
-                       std::vector<Stage*> stages,
-                       std::vector<std::vector<int64_t>> boundary_shapes,
-                       ExecutorOptions options = {}) {
+                       std::vector<Stage*> stages, ExecutorOptions options = {}) {
   options.stages = std::move(stages);
-  options.loss = loss_of(model);
-  options.boundary_shapes = std::move(boundary_shapes);
+  options.loss = bundle_loss(loss_of(model));
   return Executor(validate(schedule), options);
 }
 
@@ -88,7 +85,7 @@ StepRecord run_two_local_stages_against_autograd(const std::string& csv,
   EXPECT_EQ(schedule.num_stages, 2);
   Stage first = make_stage(model, 0, {0, 1});
   Stage second = make_stage(model, 1, {2, 3});
-  Executor executor = make_executor(model, schedule, {&first, &second}, {{2, 8}}, options);
+  Executor executor = make_executor(model, schedule, {&first, &second}, options);
   const StepData data = random_step(/*microbatches=*/2, /*rows=*/2, /*width=*/8, /*seed=*/3);
   StepRecord record = executor.run_step(data, std::chrono::steady_clock::now());
   const auto want = reference_step(model, data).grads;
@@ -148,7 +145,7 @@ TEST(Executor, RecomputeLowersThePeak) {
     Stage whole = make_stage(model, 0, {0, num_layers(model) - 1});
     ExecutorOptions options;
     options.recompute = recompute;
-    Executor executor = make_executor(model, schedule, {&whole}, {}, options);
+    Executor executor = make_executor(model, schedule, {&whole}, options);
     for (auto& p : whole.parameters()) p.mutable_grad() = torch::zeros_like(p);
     const int64_t base = allocated_bytes();
     reset_peak();
@@ -180,11 +177,7 @@ StepResult run_pipeline(const ScheduleOptions& schedule_options, const ModelOpti
   // Built here, not on the rank threads, so that each rank's threads only touch its own stages.
   std::vector<Stage> stages;
   for (int s = 0; s < num_stages; ++s) stages.push_back(make_stage(model, s, ranges[s]));
-  base.loss = loss_of(model);
-  const int64_t rows = data.inputs.at(0).size(0);
-  for (int b = 0; b + 1 < num_stages; ++b) {
-    base.boundary_shapes.push_back(layer_output_shape(model, ranges[b].second, rows));
-  }
+  base.loss = bundle_loss(loss_of(model));
   std::vector<double> losses(schedule->num_ranks, 0.0);
   std::vector<char> has_loss(schedule->num_ranks, 0);
   errors = testing::run_rank_threads(schedule->num_ranks, [&](int rank) {

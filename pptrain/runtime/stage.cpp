@@ -6,14 +6,29 @@
 
 namespace pptrain {
 
-Stage::Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layers)
-    : index_(index), first_layer_(first_layer), layers_(std::move(layers)) {
+Stage::Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layers,
+             std::vector<bool> bundle_layers)
+    : index_(index),
+      first_layer_(first_layer),
+      layers_(std::move(layers)),
+      bundle_layers_(std::move(bundle_layers)) {
   PPTRAIN_ASSERT(!layers_.empty(), "stage ", index, " has no layers");
+  if (bundle_layers_.empty()) bundle_layers_.assign(layers_.size(), false);
+  PPTRAIN_ASSERT(bundle_layers_.size() == layers_.size());
 }
 
-torch::Tensor Stage::forward(const torch::Tensor& input) {
-  torch::Tensor x = input;
-  for (auto& layer : layers_) x = layer.forward(x);
+TensorBundle Stage::forward(const TensorBundle& input) {
+  TensorBundle x = input;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (bundle_layers_[i]) {
+      x = layers_[i].forward<TensorBundle>(x);
+      continue;
+    }
+    PPTRAIN_CHECK(x.size() == 1, "stage ", index_, ": layer ", first_layer_ + static_cast<int>(i),
+                  " (", layers_[i].ptr()->name(), ") takes one tensor, but was given ",
+                  x.describe());
+    x = layers_[i].forward(x[0]);
+  }
   return x;
 }
 

@@ -18,27 +18,34 @@
 #include <vector>
 
 #include "pptrain/models/model.h"
+#include "pptrain/runtime/tensor_bundle.h"
 
 namespace pptrain {
 
 class Stage {
  public:
-  // `layers[i]` is layer `first_layer + i` of the model.
-  Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layers);
+  // `layers[i]` is layer `first_layer + i` of the model. `bundle_layers[i]`: layer i's forward
+  // takes and returns a TensorBundle (runtime/tensor_bundle.h); otherwise, and when
+  // `bundle_layers` is empty, it takes one tensor and returns one.
+  Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layers,
+        std::vector<bool> bundle_layers = {});
 
   int index() const { return index_; }
   int first_layer() const { return first_layer_; }
   int last_layer() const { return first_layer_ + static_cast<int>(layers_.size()) - 1; }
 
-  // Runs the layers in order.
-  torch::Tensor forward(const torch::Tensor& input);
+  // Runs the layers in order. UserError naming the layer when a layer that takes one tensor is
+  // given a bundle of another size.
+  TensorBundle forward(const TensorBundle& input);
+  torch::Tensor forward(const torch::Tensor& input) { return forward(TensorBundle(input)).only(); }
   std::vector<torch::Tensor> parameters() const;
   int num_layers() const { return static_cast<int>(layers_.size()); }
   // The parameters of layer first_layer() + i; parameters() is all of them in layer order.
   std::vector<torch::Tensor> layer_parameters(int i) const;
 
-  // The layers, in order.
+  // The layers, in order, and which of them take a bundle.
   const std::vector<torch::nn::AnyModule>& layers() const { return layers_; }
+  const std::vector<bool>& bundle_layers() const { return bundle_layers_; }
   // The layers' modules, in order (to switch them between training and eval mode).
   std::vector<std::shared_ptr<torch::nn::Module>> modules() const;
 
@@ -51,6 +58,7 @@ class Stage {
   int index_;
   int first_layer_;
   std::vector<torch::nn::AnyModule> layers_;
+  std::vector<bool> bundle_layers_;  // one per layer
 };
 
 // Builds stage `index` from the model's layers [layers.first, layers.second] (inclusive).

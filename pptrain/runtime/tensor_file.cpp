@@ -122,4 +122,44 @@ void take_gradients(const std::string& prefix, const NamedTensors& in, Stage& st
             flag);
 }
 
+// Keys "<prefix>/<i>" or "<prefix>/<i>:<name>"; an undefined tensor as "<key>/undefined".
+void put_bundle(const std::string& prefix, const TensorBundle& bundle, NamedTensors& out) {
+  for (size_t i = 0; i < bundle.size(); ++i) {
+    std::string key = prefix + "/" + std::to_string(i);
+    if (bundle.named()) key += ":" + bundle.names()[i];
+    if (bundle[i].defined()) {
+      out[key] = bundle[i].detach();
+    } else {
+      out[key + "/undefined"] = number_tensor(0);
+    }
+  }
+}
+
+TensorBundle take_bundle(const std::string& prefix, const NamedTensors& in) {
+  std::map<int, std::pair<std::string, torch::Tensor>> parts;  // index -> name, tensor
+  const std::string start = prefix + "/";
+  for (auto it = in.lower_bound(start); it != in.end() && it->first.rfind(start, 0) == 0; ++it) {
+    std::string rest = it->first.substr(start.size());
+    const bool undefined =
+        rest.size() > 10 && rest.compare(rest.size() - 10, 10, "/undefined") == 0;
+    if (undefined) rest.resize(rest.size() - 10);
+    const size_t colon = rest.find(':');
+    const std::string index = rest.substr(0, colon);
+    if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) continue;
+    parts[std::stoi(index)] = {colon == std::string::npos ? "" : rest.substr(colon + 1),
+                               undefined ? torch::Tensor() : it->second};
+  }
+  TensorBundle out;
+  for (auto& [index, part] : parts) {
+    PPTRAIN_CHECK(index == static_cast<int>(out.size()), "the tensors under '", prefix,
+                  "' skip number ", out.size());
+    if (part.first.empty()) {
+      out.push_back(part.second);
+    } else {
+      out.add(part.first, part.second);
+    }
+  }
+  return out;
+}
+
 }  // namespace pptrain

@@ -37,6 +37,11 @@ void put_tensors(const std::string& prefix, const std::vector<torch::Tensor>& te
                  NamedTensors& out);
 std::vector<torch::Tensor> take_tensors(const std::string& prefix, const NamedTensors& in,
                                         const std::string& flag);
+// A bundle (runtime/tensor_bundle.h) under `prefix`: its tensors named `<prefix>/<i>` (a list)
+// or `<prefix>/<i>:<name>` (a map), undefined ones left out; and back (an empty bundle when
+// nothing is under `prefix`).
+void put_bundle(const std::string& prefix, const TensorBundle& bundle, NamedTensors& out);
+TensorBundle take_bundle(const std::string& prefix, const NamedTensors& in);
 // A stage's parameters and their gradients under `prefix`, and back into a stage of the same
 // layers (in place, so graphs and optimizers that hold the tensors see the values). UserError
 // starting with `flag` when the shapes differ.

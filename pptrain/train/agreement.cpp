@@ -108,6 +108,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--d-model", std::to_string(m.d_model)},
       {"--heads", std::to_string(m.heads)},
       {"--seq-len", std::to_string(m.seq_len)},
+      {"--seq-len-range (its MIN)", std::to_string(plan.data.min_seq_len)},
       {"--seed", std::to_string(m.seed)},
       {"--data", plan.data.source},
       {"--batch-size", std::to_string(plan.data.batch_size)},

@@ -340,14 +340,13 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.copies = options.dp;
   plan.zero = options.zero;
   plan.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
-  plan.tokens_per_sample = options.model.kind == "gpt" ? options.model.seq_len : 1;
+  // With --seq-len-range, 0: the library counts each step's own length.
+  plan.tokens_per_sample = options.model.kind != "gpt"    ? 1
+                           : options.data.min_seq_len > 0 ? 0
+                                                          : options.model.seq_len;
   plan.stage_layers =
       plan_stage_layers(stage_layer_options(options, may_profile), plan.num_stages());
   plan.partition = options.partition;
-  for (int b = 0; b + 1 < plan.num_stages(); ++b) {
-    plan.boundary_shapes.push_back(
-        layer_output_shape(options.model, plan.stage_layers[b].second, plan.microbatch_size));
-  }
   plan.steps = options.steps;
   plan.optimizer.kind = options.optimizer;
   plan.optimizer.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;

@@ -145,11 +145,8 @@ struct TrainingPlan {
   double average_alpha = 0;
   std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
   std::string partition;                 // how stage_layers was chosen, for the log
-  // [num_stages - 1]: shape of the float tensor crossing the cut after stage b, for one
-  // microbatch (the activation, and its gradient going back).
-  std::vector<std::vector<int64_t>> boundary_shapes;
   int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
-  double tokens_per_sample = 1;  // gpt: seq_len; mlp: 1
+  double tokens_per_sample = 1;  // gpt: seq_len (0 with --seq-len-range: each batch's); mlp: 1
   int steps = 0;
   // --optimizer (its lr resolved: never 0), --momentum, --warmup-steps, --clip,
   // --post-validation, --exact-rollback, --skip-nonfinite.

@@ -95,6 +95,22 @@ void run_train(const TrainOptions& options) {
   train(plan, *transport, raw_pointers(observers));
 }
 
+// "MIN:MAX" with 1 <= MIN <= MAX.
+std::pair<int64_t, int64_t> parse_seq_len_range(const std::string& text) {
+  const size_t colon = text.find(':');
+  const auto number = [](const std::string& part) -> int64_t {
+    if (part.empty() || part.size() > 9 ||
+        part.find_first_not_of("0123456789") != std::string::npos)
+      return -1;
+    return std::stoll(part);
+  };
+  const int64_t min = colon == std::string::npos ? -1 : number(text.substr(0, colon));
+  const int64_t max = colon == std::string::npos ? -1 : number(text.substr(colon + 1));
+  PPTRAIN_CHECK(min >= 1 && max >= min, "--seq-len-range '", text,
+                "' is not MIN:MAX with whole numbers 1 <= MIN <= MAX");
+  return {min, max};
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -106,7 +122,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--layers", o.model.layers, "Transformer / MLP blocks")->capture_default_str();
   cmd->add_option("--d-model", o.model.d_model, "Model width")->capture_default_str();
   cmd->add_option("--heads", o.model.heads, "Attention heads (gpt)")->capture_default_str();
-  cmd->add_option("--seq-len", o.model.seq_len, "Tokens per sample (gpt)")->capture_default_str();
+  auto* seq_len = cmd->add_option("--seq-len", o.model.seq_len, "Tokens per sample (gpt)")
+                      ->capture_default_str();
+  auto seq_len_range = std::make_shared<std::string>();
+  cmd->add_option("--seq-len-range", *seq_len_range,
+                  "MIN:MAX: each batch has its own sequence length, drawn from MIN..MAX by the "
+                  "seed and the step (gpt; the position table has MAX rows)");
   cmd->add_option(
          "--data", o.data.source,
          "Training text file, 'synthetic', or 'default' (a text under /usr/share/common-licenses)")
@@ -275,6 +296,13 @@ void add_train_command(CLI::App& app) {
       for (const CLI::Option* flag : {pp, microbatches, batch_size}) {
         PPTRAIN_CHECK(flag->count() > 0, flag->get_name(), " is required (or --plan FILE)");
       }
+    }
+    if (!seq_len_range->empty()) {
+      const auto [min, max] = parse_seq_len_range(*seq_len_range);
+      PPTRAIN_CHECK(seq_len->count() == 0 || o.model.seq_len == max, "--seq-len ", o.model.seq_len,
+                    " and --seq-len-range ", *seq_len_range, " disagree: give one of them");
+      o.model.seq_len = max;
+      o.data.min_seq_len = min;
     }
     o.data.seed = o.model.seed;
     run_train(o);

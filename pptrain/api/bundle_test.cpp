@@ -1,0 +1,297 @@
+// What crosses a cut as a bundle: a transformer-like model of the program's own whose stages
+// pass hidden states (float32), position ids (int64) and a padding mask (bool), on every
+// synchronous schedule, with fixed and with per-batch sequence lengths, against one process;
+// and the errors of stages that do not fit each other.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pptrain/api/pipeline.h"
+#include "pptrain/api/testing.h"
+#include "pptrain/common/check.h"
+#include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/runtime/testing.h"
+
+namespace pptrain {
+namespace {
+
+constexpr int64_t kVocab = 11;
+constexpr int64_t kWidth = 16;
+constexpr int64_t kMaxLength = 12;
+constexpr int kBlocks = 6;  // layers: embedding, 6 blocks, head
+constexpr int kLayers = kBlocks + 2;
+constexpr int kSteps = 3;
+constexpr int64_t kBatch = 16;
+
+// Ranks are threads here and torch's global generator is shared: whoever seeds it holds this.
+std::mutex seeding;
+
+// One layer of the model; `kind` 0: embedding, 1: block, 2: head.
+//   embedding  {ids int64 [mb, T]} -> {hidden float32 [mb, T, W], positions int64 [mb, T],
+//              mask bool [mb, T] (false on padding, id 0)}
+//   block      {hidden, positions, mask} -> the same names: hidden changed where mask is true,
+//              by a function of hidden and of the positions
+//   head       {hidden, positions, mask} -> logits float32 [mb, T, V] (one tensor)
+struct ToyLayerImpl : torch::nn::Module {
+  ToyLayerImpl(int kind, int index) : kind(kind) {
+    std::lock_guard<std::mutex> lock(seeding);
+    torch::manual_seed(500 + index);
+    if (kind == 0) {
+      tokens = register_module("tokens", torch::nn::Embedding(kVocab, kWidth));
+      places = register_module("places", torch::nn::Embedding(kMaxLength, kWidth));
+    } else {
+      norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+      linear = register_module("linear", torch::nn::Linear(kWidth, kind == 1 ? kWidth : kVocab));
+    }
+  }
+
+  TensorBundle forward(const TensorBundle& in) {
+    if (kind == 0) {
+      const torch::Tensor& ids = in["ids"];
+      const torch::Tensor positions =
+          torch::arange(ids.size(1), torch::kInt64).unsqueeze(0).expand_as(ids).contiguous();
+      return TensorBundle({{"hidden", tokens(ids) + places(positions)},
+                           {"positions", positions},
+                           {"mask", ids != 0}});
+    }
+    const torch::Tensor& hidden = in["hidden"];
+    if (kind == 2) return linear(norm(hidden));
+    const torch::Tensor where = in["mask"].unsqueeze(-1).to(torch::kFloat32);
+    const torch::Tensor phase = in["positions"].to(torch::kFloat32).unsqueeze(-1) / kMaxLength;
+    const torch::Tensor update = torch::tanh(linear(norm(hidden)) + phase);
+    return TensorBundle({{"hidden", hidden + where * update},
+                         {"positions", in["positions"]},
+                         {"mask", in["mask"]}});
+  }
+
+  int kind;
+  torch::nn::Embedding tokens{nullptr}, places{nullptr};
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Linear linear{nullptr};
+};
+TORCH_MODULE(ToyLayer);
+
+// Layers [first, last] of the model, run in order: one stage, or (0 .. kLayers-1) the model.
+struct ToyPartImpl : torch::nn::Module {
+  ToyPartImpl(int first, int last) {
+    for (int i = first; i <= last; ++i) {
+      const int kind = i == 0 ? 0 : i == kLayers - 1 ? 2 : 1;
+      layers.push_back(register_module("layer" + std::to_string(i), ToyLayer(kind, i)));
+    }
+  }
+  TensorBundle forward(const TensorBundle& in) {
+    TensorBundle x = in;
+    for (auto& layer : layers) x = layer->forward(x);
+    return x;
+  }
+  std::vector<ToyLayer> layers;
+};
+TORCH_MODULE(ToyPart);
+
+torch::Tensor token_loss(const TensorBundle& output, const TensorBundle& target) {
+  const torch::Tensor& logits = output.only();
+  return torch::cross_entropy_loss(logits.reshape({-1, kVocab}), target.only().reshape({-1}));
+}
+
+// Step k's batch: ids of length lengths[k] with some padding (id 0) at the ends of rows, and
+// the next ids as targets.
+std::pair<TensorBundle, TensorBundle> toy_batch(int step, int64_t length) {
+  auto generator = at::detail::createCPUGenerator(300 + step);
+  torch::Tensor ids = torch::randint(1, kVocab, {kBatch, length + 1}, generator);
+  ids.index_put_({torch::indexing::Slice(0, kBatch, 3), torch::indexing::Slice(length - 2)}, 0);
+  return {TensorBundle({{"ids", ids.narrow(1, 0, length).contiguous()}}),
+          TensorBundle(ids.narrow(1, 1, length).contiguous())};
+}
+
+using Result = testing::Trained;
+using testing::expect_equal;
+
+Result one_process(const std::vector<int64_t>& lengths, int microbatches) {
+  ToyPart model(0, kLayers - 1);
+  return testing::train_in_one_process(
+      model->parameters(), kSteps, microbatches, [&](int k, int m) {
+        const auto [inputs, targets] = toy_batch(k, lengths[k]);
+        return token_loss(model->forward(split_bundle(inputs, microbatches, "input")[m]),
+                          split_bundle(targets, microbatches, "target")[m]);
+      });
+}
+
+// The model cut evenly into the schedule's stages, every rank a thread. Returns the errors of
+// the ranks ("" when none), and in `result` the losses and each stage's weights.
+std::string pipelined(int ranks, const PipelineOptions& options,
+                      const std::vector<int64_t>& lengths, Result& result,
+                      std::chrono::milliseconds timeout = kDefaultCommTimeout) {
+  auto transports = make_loopback_transports(ranks, timeout);
+  std::vector<std::vector<double>> losses(ranks);
+  std::vector<std::vector<std::vector<torch::Tensor>>> weights(ranks);  // [rank][stage]
+  const std::string errors = testing::run_rank_threads(ranks, [&](int r) {
+    World world{r, ranks, std::move(transports[r])};
+    const StagePlacement placement = place_stages(world, options);
+    const int per_stage = kLayers / placement.num_stages;
+    std::vector<ToyPart> parts;
+    std::vector<PipelineStage> stages;
+    stages.reserve(placement.local.size());
+    for (int s : placement.local) {
+      parts.emplace_back(s * per_stage, (s + 1) * per_stage - 1);
+      stages.emplace_back(parts.back(), s, placement.num_stages);
+    }
+    std::vector<PipelineStage*> pointers;
+    std::vector<torch::Tensor> params;
+    for (auto& stage : stages) {
+      pointers.push_back(&stage);
+      for (auto& p : stage.parameters()) params.push_back(p);
+    }
+    PipelineSchedule schedule(world, pointers, options, BundleLossFn(token_loss));
+    torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.1));
+    for (int step = 0; step < kSteps; ++step) {
+      optimizer.zero_grad();
+      const auto [inputs, targets] = toy_batch(step, lengths[step]);
+      const torch::Tensor loss = schedule.step(inputs, targets);
+      optimizer.step();
+      if (loss.defined()) losses[r].push_back(loss.item<double>());
+    }
+    schedule.finish();
+    weights[r].resize(placement.num_stages);
+    for (auto& stage : stages) {
+      for (auto& p : stage.parameters()) weights[r][stage.index()].push_back(p.detach().clone());
+    }
+  });
+  if (!errors.empty()) return errors;
+  result.losses.assign(kSteps, 0);
+  for (const auto& rank_losses : losses) {
+    for (size_t k = 0; k < rank_losses.size() && k < kSteps; ++k)
+      result.losses[k] += rank_losses[k];
+  }
+  for (size_t s = 0; s < weights[0].size(); ++s) {
+    for (int r = 0; r < ranks; ++r) {
+      if (weights[r][s].empty()) continue;
+      result.weights.insert(result.weights.end(), weights[r][s].begin(), weights[r][s].end());
+      break;  // the first holder's (replicas are checked equal by the library's own tests)
+    }
+  }
+  return "";
+}
+
+const std::vector<std::string> kSynchronous = {"gpipe", "1f1b",      "interleaved-1f1b", "zb-h1",
+                                               "zb-h2", "zb-v",      "zb-auto",          "v-half",
+                                               "v-min", "dualpipev", "chimera",          "gems"};
+
+void expect_every_schedule_equals_one_process(const std::vector<int64_t>& lengths) {
+  const Result want = one_process(lengths, 8);
+  for (int ranks : {2, 4}) {
+    for (const std::string& name : kSynchronous) {
+      PipelineOptions options;
+      options.schedule = name;
+      options.microbatches = 8;
+      Result got;
+      const std::string what = name + " on " + std::to_string(ranks) + " ranks";
+      ASSERT_EQ(pipelined(ranks, options, lengths, got), "") << what;
+      expect_equal(got, want, what);
+    }
+  }
+}
+
+TEST(Bundles, ThreeTensorsOfThreeDtypesCrossEveryCut) {
+  expect_every_schedule_equals_one_process({9, 9, 9});
+}
+
+// Each batch has its own sequence length: the messages tell the receivers their shapes.
+TEST(Bundles, SequenceLengthsChangeFromBatchToBatch) {
+  expect_every_schedule_equals_one_process({5, 12, 7});
+}
+
+// Recomputation and the fused I/W path keep the bundles' ends too.
+TEST(Bundles, RecomputationAndTheDeferredSplitCarryBundles) {
+  const std::vector<int64_t> lengths = {6, 10, 8};
+  const Result want = one_process(lengths, 8);
+  for (bool recompute : {false, true}) {
+    for (auto split :
+         {ExecutorOptions::WeightSplit::kAutograd, ExecutorOptions::WeightSplit::kDeferredLayers}) {
+      PipelineOptions options;
+      options.schedule = "zb-v";
+      options.microbatches = 8;
+      options.recompute = recompute;
+      options.weight_split = split;
+      Result got;
+      ASSERT_EQ(pipelined(2, options, lengths, got), "");
+      expect_equal(got, want, "zb-v, recompute " + std::to_string(recompute));
+    }
+  }
+}
+
+// A stage whose output is not what the next stage takes.
+struct DropsTheMaskImpl : torch::nn::Module {
+  explicit DropsTheMaskImpl(bool change_dtype) : change_dtype(change_dtype) {}
+  TensorBundle forward(const TensorBundle& in) {
+    const torch::Tensor hidden =
+        in["ids"].to(torch::kFloat32).unsqueeze(-1).expand({-1, -1, kWidth}) * weight;
+    if (!change_dtype) return hidden;  // one tensor where the next stage takes three
+    // The mask as bool at the first step, as int64 afterwards.
+    const torch::Tensor mask = in["ids"] != 0;
+    return TensorBundle({{"hidden", hidden},
+                         {"positions", torch::zeros_like(in["ids"])},
+                         {"mask", steps++ == 0 ? mask : mask.to(torch::kInt64)}});
+  }
+  bool change_dtype;
+  int steps = 0;
+  torch::Tensor weight = register_parameter("weight", torch::ones({kWidth}));
+};
+TORCH_MODULE(DropsTheMask);
+
+std::string run_mismatched(bool change_dtype) {
+  auto transports = make_loopback_transports(2, std::chrono::milliseconds(2000));
+  return testing::run_rank_threads(2, [&](int r) {
+    World world{r, 2, std::move(transports[r])};
+    PipelineOptions options;
+    options.schedule = "1f1b";
+    options.microbatches = 1;
+    std::optional<PipelineStage> stage;
+    if (r == 0) {
+      stage.emplace(DropsTheMask(change_dtype), 0, 2);
+    } else {
+      stage.emplace(ToyPart(1, kLayers - 1), 1, 2);
+    }
+    PipelineSchedule schedule(world, {&*stage}, options, BundleLossFn(token_loss));
+    for (int step = 0; step < 2; ++step) {
+      const auto [inputs, targets] = toy_batch(step, 4);
+      schedule.step(inputs, targets);
+    }
+  });
+}
+
+TEST(Bundles, MismatchedStagesFailWithOneLineNamingThem) {
+  const std::string missing = run_mismatched(false);
+  EXPECT_NE(missing.find("rank 1: stage 1 cannot take its input from stage 0 (#0 float32 [16, 4, "
+                         "16]): no tensor 'hidden'"),
+            std::string::npos)
+      << missing;
+  const std::string changed = run_mismatched(true);
+  EXPECT_NE(changed.find("rank 0: stage 0 changed its output to stage 1: tensor 2 is mask "
+                         "int64, but was mask bool before"),
+            std::string::npos)
+      << changed;
+}
+
+TEST(Bundles, BundlesNameWhatTheyLack) {
+  TensorBundle named({{"hidden", torch::zeros({2, 3})}, {"mask", torch::ones({2}, torch::kBool)}});
+  EXPECT_EQ(named.describe(), "hidden float32 [2, 3], mask bool [2]");
+  try {
+    (void)named["ids"];
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "no tensor 'ids' in a bundle of hidden float32 [2, 3], mask bool [2]");
+  }
+  EXPECT_THROW(TensorBundle({{"a/b", torch::zeros({1})}}), UserError);
+  EXPECT_THROW(named.push_back(torch::zeros({1})), UserError);
+  const auto parts = split_bundle(named, 2, "input");
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[1].describe(), "hidden float32 [1, 3], mask bool [1]");
+  EXPECT_THROW(split_bundle(named, 3, "input"), UserError);
+  const TensorBundle grads = gradient_bundle(named, {torch::ones({2, 3}), torch::Tensor()});
+  EXPECT_EQ(grads.describe(), "hidden float32 [2, 3]");  // the mask carries no gradient
+}
+
+}  // namespace
+}  // namespace pptrain
