@@ -69,6 +69,11 @@ struct PlannerOptions {
   int max_chunks = 4;                 // V tried for a schedule that accepts more than one
   double optimizer_state_factor = 2;  // optimizer state per parameter byte (AdamW 2, SGD 1)
   double mem_w_ratio = 0.5;           // r: share of a stage's activations W keeps after I
+  // For a profile with one backward time per layer (Profile::splits_backward() false, PipeDream's
+  // graph.txt): the share of it W takes, in [0, 1]; I takes the rest. 0, the default, keeps the
+  // whole backward in I (every W free), so ZB-H1 times as 1F1B; the zero-bubble paper's T_I = T_W
+  // is 0.5. A profile with its own I and W times ignores it.
+  double w_fraction = 0;
   int keep = 10;                      // candidates kept in PlanSearch::ranked
 };
 

@@ -19,6 +19,15 @@ bool fits(double memory, double limit) {
   return memory <= limit + kEps * std::max(1.0, limit);
 }
 
+// The order zb-auto ranks its candidates in: the step's end first (the step time), then the
+// longest rank span (the paper's objective: with equal ends, the less idle schedule).
+bool faster(const ScheduleTiming& a, const ScheduleTiming& b) {
+  if (std::abs(a.makespan - b.makespan) > kEps * std::max(1.0, b.makespan)) {
+    return a.makespan < b.makespan;
+  }
+  return a.span < b.span - kEps;
+}
+
 struct Flags {
   bool bubble_before_first_i = false;
   bool prioritize_i = false;
@@ -41,15 +50,16 @@ class Greedy {
     }
   }
 
-  std::optional<std::pair<Schedule, double>> run() {
+  std::optional<std::pair<Schedule, ScheduleTiming>> run() {
     if (!warm_up()) return std::nullopt;
     for (int i = 1; i < M_; ++i) {
       if (!round(i)) return std::nullopt;
     }
-    double span = 0;
+    ScheduleTiming timing;
     for (int j = 0; j < P_; ++j) {
       while (stages_[j].nw < M_) place(j, Op::W, 0);
-      span = std::max(span, stages_[j].end - stages_[j].first_start);
+      timing.span = std::max(timing.span, stages_[j].end - stages_[j].first_start);
+      timing.makespan = std::max(timing.makespan, stages_[j].end);
     }
     Schedule s;
     s.name = "zb-auto";
@@ -60,7 +70,7 @@ class Greedy {
       s.stage_to_rank.push_back(j);
       s.actions.push_back(std::move(stages_[j].order));
     }
-    return std::make_pair(std::move(s), span);
+    return std::make_pair(std::move(s), timing);
   }
 
  private:
@@ -325,7 +335,7 @@ bool within_limits(const Schedule& schedule, const StageCosts& costs,
   return true;
 }
 
-std::optional<double> timed_span(const Schedule& s, const StageCosts& c) {
+std::optional<ScheduleTiming> timed_in_order(const Schedule& s, const StageCosts& c) {
   const int P = s.num_ranks, M = s.num_microbatches;
   constexpr double kNotYet = -1;
   const auto index = [](Op op) { return op == Op::F ? 0 : op == Op::I ? 1 : 2; };
@@ -370,12 +380,13 @@ std::optional<double> timed_span(const Schedule& s, const StageCosts& c) {
       }
     }
   }
-  double span = 0;
+  ScheduleTiming timing;
   for (int r = 0; r < P; ++r) {
     if (next[r] < s.actions[r].size()) return std::nullopt;  // deadlock
-    span = std::max(span, free_at[r] - first_start[r]);
+    timing.span = std::max(timing.span, free_at[r] - first_start[r]);
+    timing.makespan = std::max(timing.makespan, free_at[r]);
   }
-  return span;
+  return timing;
 }
 
 Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
@@ -391,9 +402,9 @@ Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
   for (double& limit : limits) {
     if (limit == 0) limit = std::numeric_limits<double>::infinity();
   }
-  std::optional<std::pair<Schedule, double>> best;
-  const auto keep = [&](std::optional<std::pair<Schedule, double>> candidate) {
-    if (candidate && (!best || candidate->second < best->second - kEps))
+  std::optional<std::pair<Schedule, ScheduleTiming>> best;
+  const auto keep = [&](std::optional<std::pair<Schedule, ScheduleTiming>> candidate) {
+    if (candidate && (!best || faster(candidate->second, best->second)))
       best = std::move(candidate);
   };
   for (int bits = 0; bits < 8 * kWarmUpShapes; ++bits) {
@@ -404,15 +415,15 @@ Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
   for (Schedule (*make)(int, int) : {make_1f1b_split, make_zb_h1, make_zb_h2}) {
     Schedule fixed = make(o.ranks, o.microbatches);
     if (!within_limits(fixed, costs, given)) continue;
-    const std::optional<double> span = timed_span(fixed, costs);
-    PPTRAIN_ASSERT(span.has_value(), "zb-auto: the fixed order ", fixed.name, " deadlocks");
+    const std::optional<ScheduleTiming> timing = timed_in_order(fixed, costs);
+    PPTRAIN_ASSERT(timing.has_value(), "zb-auto: the fixed order ", fixed.name, " deadlocks");
     fixed.name = "zb-auto";
-    keep(std::make_pair(std::move(fixed), *span));
+    keep(std::make_pair(std::move(fixed), *timing));
   }
   // At a limit >= the largest activation, F, I, W one microbatch at a time always fits.
   PPTRAIN_ASSERT(best.has_value(), "zb-auto found no schedule for P=", o.ranks,
                  " M=", o.microbatches, " at memory limit ", o.memory_limit);
-  if (predicted_cost) *predicted_cost = best->second;
+  if (predicted_cost) *predicted_cost = best->second.span;
   return std::move(best->first);
 }
 

@@ -103,11 +103,15 @@ bool within_limits(const Schedule& schedule, const StageCosts& costs,
 std::vector<double> peaks_in_order(const Schedule& schedule, const StageCosts& costs);
 double peak_in_order(const Schedule& schedule, const StageCosts& costs);
 
-// The longest rank span (first start to last end) of a compute-only schedule with one stage per
-// rank, timed by the simulator's rules (a rank runs its list in order, each action once its
-// inputs have arrived; a transfer between ranks takes costs.comm): simulate()'s `cost`. Nothing
-// when the lists deadlock.
-std::optional<double> timed_span(const Schedule& schedule, const StageCosts& costs);
+// How long a compute-only schedule with one stage per rank takes, timed by the simulator's rules
+// (a rank runs its list in order, each action once its inputs have arrived; a transfer between
+// ranks takes costs.comm), in the costs' unit of time.
+struct ScheduleTiming {
+  double span = 0;      // longest rank span, first start to last end: simulate()'s `cost`
+  double makespan = 0;  // end of the last action, the first starting at 0: simulate()'s makespan
+};
+// Nothing when the lists deadlock.
+std::optional<ScheduleTiming> timed_in_order(const Schedule& schedule, const StageCosts& costs);
 
 // The best of the greedy's candidates and of the fixed orders that fit. UserError naming the
 // value for P < 1, M < 1, costs for another number of stages, a negative or non-finite cost, or

@@ -328,9 +328,11 @@ Schedule make_zb_ilp(const AutoScheduleOptions& o, double time_limit_s, IlpRepor
     Program program(o.ranks, o.microbatches, costs, limits, heuristic);
     program.warm_start(greedy);
     const std::optional<Schedule> found = program.solve(time_limit_s, out);
-    const std::optional<double> span = found && within_limits(*found, costs, limits)
-                                           ? timed_span(*found, costs)
-                                           : std::optional<double>();
+    const std::optional<ScheduleTiming> timing = found && within_limits(*found, costs, limits)
+                                                     ? timed_in_order(*found, costs)
+                                                     : std::optional<ScheduleTiming>();
+    const std::optional<double> span =
+        timing ? std::optional<double>(timing->span) : std::optional<double>();
     if (span && *span < heuristic - kEps * std::max(1.0, heuristic)) {
       result = *found;
       out.objective = *span;
