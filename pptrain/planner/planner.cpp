@@ -411,12 +411,16 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   }
   PPTRAIN_CHECK(search.evaluated > 0, profile.source, ": no schedule applies to ", P,
                 " workers with the microbatch counts tried and ", layers, " layers");
+  // The smallest limit that works, and the rank that needs it there.
+  const std::vector<double>& peaks = search.smallest.peak_bytes;
+  const auto needs_most = std::max_element(peaks.begin(), peaks.end()) - peaks.begin();
   PPTRAIN_CHECK(search.fitting > 0, "no plan fits the memory limit of ",
                 megabytes(options.memory_limit_bytes), " (", options.memory_limit_bytes,
                 " bytes) per rank; the smallest peak of the ", search.evaluated, " candidates is ",
                 megabytes(search.smallest.max_peak_bytes()), " (",
                 static_cast<long long>(std::ceil(search.smallest.max_peak_bytes())),
-                " bytes: ", search.smallest.schedule, ", M=", search.smallest.microbatches,
+                " bytes, on rank ", needs_most, ": ", search.smallest.schedule,
+                ", M=", search.smallest.microbatches,
                 search.smallest.recompute ? ", recompute" : "", ")");
   std::stable_sort(fitting.begin(), fitting.end(), better);
   if (static_cast<int>(fitting.size()) > options.keep) fitting.resize(options.keep);
