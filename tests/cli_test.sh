@@ -276,6 +276,8 @@ grep -q '^  #  partition .* schedule .* step ms .* bubble .* peak MB/rank$' "$wo
   || fail "plan: no ranked table header: $(cat "$work/plan.txt")"
 [ "$(grep -cE '^ +[0-9]+  ' "$work/plan.txt")" -eq 10 ] || fail "plan: the table has not 10 rows: $(cat "$work/plan.txt")"
 grep -q 'candidates simulated in' "$work/plan.txt" || fail "plan: no count of candidates"
+grep -q "^backward split: assumed W = 0.00 of each layer's backward, I the rest" "$work/plan.txt" \
+  || fail "plan: the header does not state the I/W split it assumes: $(head -3 "$work/plan.txt")"
 for file in plan.json partition.json schedule.csv timeline.svg; do
   [ -s "$plan_out/$file" ] || fail "plan did not write $file"
 done
@@ -294,6 +296,25 @@ fi
   --json --out "$work/plan2" | grep -q '"schedule": "1f1b"' || fail "plan --json does not print the plan"
 expect_error "plan: limit too small" "no plan fits the memory limit of 1000.0 MB (1e+09 bytes) per rank; the smallest peak of the" \
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
+expect_error "plan: limit too small names the rank" "bytes, on rank 0: interleaved-1f1b, M=16, recompute)" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
+# Issue 32's row: under a limit where 1F1B fits, zb-auto on the same cut, M and recomputation is
+# never slower (it used to plan under the largest rank's weights and serialise the pipeline).
+json=$("$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 16e9 --batch 16 --partitions time \
+  --microbatches 16 --recompute on --schedules 1f1b,zb-auto --json --out "$work/plan4") || fail "plan exited $?"
+python3 -c "import json,sys; r={c['schedule']: c['step_ms'] for c in json.loads(sys.argv[1])['ranked']}; sys.exit(not r['zb-auto'] <= r['1f1b'] * (1 + 1e-9))" "$json" \
+  || fail "plan: zb-auto is slower than 1f1b where 1f1b fits: $json"
+expect_error "plan: w-fraction above 1" "w-fraction must be in \[0, 1\]" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 0 --w-fraction 1.5 --out "$work/plan3"
+cat >"$work/split.json" <<'JSON'
+{"format": "pptrain-profile-1", "layers": [
+  {"name": "a", "forward_ms": 1, "backward_input_ms": 1, "backward_weight_ms": 1, "activation_bytes": 10, "stash_bytes": 10, "parameter_bytes": 10},
+  {"name": "b", "forward_ms": 1, "backward_input_ms": 1, "backward_weight_ms": 1, "activation_bytes": 10, "stash_bytes": 10, "parameter_bytes": 10}]}
+JSON
+"$pptrain" plan --profile "$work/split.json" --workers 2 --memory-limit 0 --out "$work/plan5" \
+  | grep -q "^backward split: the profile's own I and W times" || fail "plan: a split profile's header"
+expect_error "plan: w-fraction with a split profile" "--w-fraction 0.5 applies to a profile with one backward time per layer" \
+  "$pptrain" plan --profile "$work/split.json" --workers 2 --memory-limit 0 --w-fraction 0.5 --out "$work/plan5"
 expect_error "plan: zero workers" "--workers must be >= 1" \
   "$pptrain" plan --profile "$vgg" --workers 0 --memory-limit 1e9 --out "$work/plan3"
 expect_error "plan: negative limit" "--memory-limit must be >= 0 bytes" \

@@ -329,6 +329,13 @@ Profile parse_pipedream_graph(const std::string& text, const std::string& source
   return profile;
 }
 
+bool Profile::splits_backward() const {
+  for (const LayerProfile& layer : layers) {
+    if (layer.backward_weight_ms > 0) return true;
+  }
+  return false;
+}
+
 Profile read_profile(const std::string& path) {
   const std::string text = read_text_file(path, "profile");
   size_t first = text.find_first_not_of(" \t\r\n");

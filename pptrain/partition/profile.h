@@ -53,6 +53,10 @@ struct Profile {
   // our JSON); 0: not recorded (PipeDream's graph.txt).
   int microbatch_size = 0;
   std::string source;  // where it came from (a path, or "<string>"), for messages
+
+  // Whether any layer gives a W time apart from its I: a profile with one backward time per
+  // layer (PipeDream's graph.txt) does not, and its backward_input_ms is the whole B.
+  bool splits_backward() const;
 };
 
 // Reads a file, choosing the format by its content: JSON if the first non-blank character is

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
@@ -18,6 +19,7 @@ namespace pptrain {
 namespace {
 
 constexpr const char* kAutoSchedule = "zb-auto";
+constexpr double kLimitSlack = 1e-9;  // share of the limit a peak may pass it by (rounding)
 
 // The options with every default filled in from the profile.
 struct Resolved {
@@ -54,10 +56,15 @@ Resolved resolve(const Profile& profile, const PlannerOptions& options) {
 }
 
 // The profile for microbatches `scale` times the profiled one: times and activations scale,
-// parameters do not.
-Profile scaled_profile(const Profile& profile, double scale) {
+// parameters do not. A profile with one backward time per layer gives w_fraction of it to W.
+Profile scaled_profile(const Profile& profile, double scale, const PlannerOptions& options) {
   Profile out = profile;
+  const bool split = !profile.splits_backward();
   for (LayerProfile& layer : out.layers) {
+    if (split) {
+      layer.backward_weight_ms = options.w_fraction * layer.backward_input_ms;
+      layer.backward_input_ms -= layer.backward_weight_ms;
+    }
     layer.forward_ms *= scale;
     layer.backward_input_ms *= scale;
     layer.backward_weight_ms *= scale;
@@ -97,16 +104,13 @@ CostModel candidate_cost(const Profile& profile, const Candidate& c, double mem_
   return cost;
 }
 
-Schedule generate(const Candidate& c, int ranks, const CostModel& cost, double limit) {
+// A hand-written schedule of the candidate's name, V and M (zb-auto: evaluate_auto).
+Schedule generate(const Candidate& c, int ranks) {
   ScheduleOptions request;
   request.name = c.schedule;
   request.ranks = ranks;
   request.microbatches = c.microbatches;
   request.chunks = c.chunks;
-  if (c.schedule == kAutoSchedule) {
-    request.costs = cost.stage_costs(ranks * c.chunks, ranks);
-    request.memory_limit = limit;
-  }
   check_schedule_size(ranks, c.chunks, c.microbatches);
   return make_schedule(request);
 }
@@ -130,43 +134,42 @@ std::vector<double> fixed_bytes(const Profile& profile, const PlannerOptions& op
   return out;
 }
 
-// The activation budget zb-auto plans under: the limit less the largest fixed bytes of a rank
-// (its stages are one per rank, stage r on rank r); 0 without a limit.
-double auto_schedule_limit(const Profile& profile, const PlannerOptions& options,
-                           const Candidate& c, int ranks) {
-  if (options.memory_limit_bytes <= 0) return 0;
+bool better(const Candidate& a, const Candidate& b) {
+  if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
+  return a.max_peak_bytes() < b.max_peak_bytes();
+}
+
+// The activation budget of each rank zb-auto plans under: the limit less that rank's own fixed
+// bytes (its stages are one per rank, stage r on rank r), in bytes; empty without a limit, or
+// when some rank has not room for one microbatch of its stage (no schedule fits there: planned
+// without a limit, the result is dropped as too large).
+std::vector<double> auto_schedule_limits(const Profile& profile, const PlannerOptions& options,
+                                         const Candidate& c, const StageCosts& costs) {
+  if (options.memory_limit_bytes <= 0) return {};
+  const int ranks = costs.stages();
   Schedule shape;
   shape.num_ranks = ranks;
   shape.num_stages = ranks;
   for (int r = 0; r < ranks; ++r) shape.stage_to_rank.push_back(r);
-  const std::vector<double> fixed = fixed_bytes(profile, options, c, shape);
-  const double budget = options.memory_limit_bytes - *std::max_element(fixed.begin(), fixed.end());
-  // Below what any schedule needs: plan without a limit; the result is dropped as too large.
-  return budget > 0 ? budget : 0;
+  std::vector<double> budgets = fixed_bytes(profile, options, c, shape);
+  for (int r = 0; r < ranks; ++r) {
+    budgets[r] = options.memory_limit_bytes - budgets[r];
+    if (budgets[r] < costs.activation[r]) return {};
+  }
+  return budgets;
 }
 
-Evaluation evaluate_with(const Profile& scaled, const PlannerOptions& options, Candidate& c,
-                         const ValidatedSchedule* cached) {
-  const int P = options.workers;
-  // zb-auto splits every backward; whether a listed schedule does is read off it.
-  CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio, true);
+// A validated schedule's simulation and peak bytes under the candidate's cost model; fills the
+// candidate's predicted figures.
+Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candidate& c,
+                   const ValidatedSchedule& validated, Schedule schedule) {
+  // Recomputation keeps less between F and B when the backward is not split.
+  const CostModel cost =
+      candidate_cost(scaled, c, options.mem_w_ratio, !c.recompute || validated->has_split_backward());
   Evaluation out;
-  std::optional<ValidatedSchedule> made;
-  if (cached == nullptr) {
-    double limit = 0;
-    if (c.schedule == kAutoSchedule) limit = auto_schedule_limit(scaled, options, c, P);
-    if (limit > 0 && limit < smallest_memory_limit(cost.stage_costs(P * c.chunks, P))) limit = 0;
-    out.schedule = generate(c, P, cost, limit);
-    Schedule runs = out.schedule;
-    if (runs.replicated() && !has_grad_reductions(runs)) runs = add_grad_reductions(runs);
-    made.emplace(validate(runs));
-    cached = &*made;
-  }
-  if (c.recompute && !(*cached)->has_split_backward()) {
-    cost = candidate_cost(scaled, c, options.mem_w_ratio, false);
-  }
-  out.sim = simulate(*cached, cost);
-  out.peak_bytes = fixed_bytes(scaled, options, c, **cached);
+  out.schedule = std::move(schedule);
+  out.sim = simulate(validated, cost);
+  out.peak_bytes = fixed_bytes(scaled, options, c, *validated);
   for (size_t r = 0; r < out.peak_bytes.size(); ++r) {
     out.peak_bytes[r] += out.sim.ranks[r].peak_activations;
   }
@@ -174,6 +177,53 @@ Evaluation evaluate_with(const Profile& scaled, const PlannerOptions& options, C
   c.bubble_ratio = out.sim.bubble_ratio;
   c.peak_bytes = out.peak_bytes;
   return out;
+}
+
+bool within_limit(const Candidate& c, const PlannerOptions& options) {
+  // Sums of the same bytes in another order (I and W apart, or B) differ in the last bits.
+  return options.memory_limit_bytes <= 0 ||
+         c.max_peak_bytes() <= options.memory_limit_bytes * (1 + kLimitSlack);
+}
+
+// zb-auto for the candidate: planned under each rank's budget. With recomputation the split
+// backward holds more than a fused one (the memory model reserves at F the weight gradients'
+// share that I's rerun makes, sim/cost_model.h), so 1F1B's order with each W right after its I
+// holds more than 1F1B; zb-auto then also runs 1F1B's order with that I and W as one B (what the
+// runtime runs them as), and keeps the faster of the two within the limit.
+Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, Candidate& c) {
+  const int P = options.workers;
+  const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio, true);
+  ScheduleOptions request;
+  request.name = kAutoSchedule;
+  request.ranks = P;
+  request.microbatches = c.microbatches;
+  request.chunks = c.chunks;
+  request.costs = cost.stage_costs(P * c.chunks, P);
+  request.rank_memory_limits = auto_schedule_limits(scaled, options, c, request.costs);
+  check_schedule_size(P, c.chunks, c.microbatches);
+  Schedule planned = make_schedule(request);
+  Evaluation out = measure(scaled, options, c, validate(planned), planned);
+  if (!c.recompute) return out;
+  Candidate fused = c;
+  Schedule one_f_one_b = make_1f1b(P, c.microbatches);
+  one_f_one_b.name = kAutoSchedule;
+  Evaluation other = measure(scaled, options, fused, validate(one_f_one_b), one_f_one_b);
+  const bool auto_fits = within_limit(c, options), fused_fits = within_limit(fused, options);
+  if (fused_fits && (!auto_fits || better(fused, c))) {
+    c = fused;
+    return other;
+  }
+  return out;
+}
+
+Evaluation evaluate_with(const Profile& scaled, const PlannerOptions& options, Candidate& c,
+                         const ValidatedSchedule* cached) {
+  if (c.schedule == kAutoSchedule) return evaluate_auto(scaled, options, c);
+  if (cached != nullptr) return measure(scaled, options, c, *cached, Schedule{});
+  Schedule made = generate(c, options.workers);
+  Schedule runs = made;
+  if (runs.replicated() && !has_grad_reductions(runs)) runs = add_grad_reductions(runs);
+  return measure(scaled, options, c, validate(runs), std::move(made));
 }
 
 // Every distinct cut into `stages` stages the listed methods give, named by the methods that
@@ -215,11 +265,6 @@ std::vector<std::pair<std::string, std::vector<LayerRange>>> cuts(
     }
   }
   return out;
-}
-
-bool better(const Candidate& a, const Candidate& b) {
-  if (a.step_ms != b.step_ms) return a.step_ms < b.step_ms;
-  return a.max_peak_bytes() < b.max_peak_bytes();
 }
 
 std::string megabytes(double bytes) {
@@ -281,12 +326,16 @@ void check_planner_options(const PlannerOptions& options) {
   PPTRAIN_CHECK(options.mem_w_ratio >= 0 && options.mem_w_ratio <= 1,
                 "mem-w-ratio must be in [0, 1], got ", options.mem_w_ratio);
   PPTRAIN_CHECK(options.keep >= 1, "keep must be >= 1, got ", options.keep);
+  PPTRAIN_CHECK(options.w_fraction >= 0 && options.w_fraction <= 1,
+                "w-fraction must be in [0, 1] (the share of a layer's backward time that W takes), "
+                "got ",
+                options.w_fraction);
 }
 
 Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate) {
   const Resolved resolved = resolve(profile, options);
   candidate.microbatch_size = static_cast<double>(resolved.batch) / candidate.microbatches;
-  const Profile scaled = scaled_profile(profile, candidate.microbatch_size / resolved.profile_size);
+  const Profile scaled = scaled_profile(profile, candidate.microbatch_size / resolved.profile_size, options);
   return evaluate_with(scaled, options, candidate, nullptr);
 }
 
@@ -303,7 +352,7 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   std::map<int, std::vector<std::pair<std::string, std::vector<LayerRange>>>> cuts_of;
   for (int M : resolved.microbatches) {
     const double size = static_cast<double>(resolved.batch) / M;
-    const Profile scaled = scaled_profile(profile, size / resolved.profile_size);
+    const Profile scaled = scaled_profile(profile, size / resolved.profile_size, options);
     for (const std::string& name : resolved.schedules) {
       const ScheduleEntry& entry = find_schedule(name);
       const int most = entry.max_chunks == 0 ? options.max_chunks
@@ -322,7 +371,7 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
               shape.schedule = name;
               shape.chunks = V;
               shape.microbatches = M;
-              Schedule s = generate(shape, P, CostModel{}, 0);
+              Schedule s = generate(shape, P);
               if (s.replicated() && !has_grad_reductions(s)) s = add_grad_reductions(s);
               made.emplace(validate(s));
             } catch (const UserError&) {
@@ -352,9 +401,7 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
             if (search.evaluated == 1 || c.max_peak_bytes() < search.smallest.max_peak_bytes()) {
               search.smallest = c;
             }
-            if (options.memory_limit_bytes > 0 && c.max_peak_bytes() > options.memory_limit_bytes) {
-              continue;
-            }
+            if (!within_limit(c, options)) continue;
             ++search.fitting;
             fitting.push_back(std::move(c));
           }
@@ -364,12 +411,16 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   }
   PPTRAIN_CHECK(search.evaluated > 0, profile.source, ": no schedule applies to ", P,
                 " workers with the microbatch counts tried and ", layers, " layers");
+  // The smallest limit that works, and the rank that needs it there.
+  const std::vector<double>& peaks = search.smallest.peak_bytes;
+  const auto needs_most = std::max_element(peaks.begin(), peaks.end()) - peaks.begin();
   PPTRAIN_CHECK(search.fitting > 0, "no plan fits the memory limit of ",
                 megabytes(options.memory_limit_bytes), " (", options.memory_limit_bytes,
                 " bytes) per rank; the smallest peak of the ", search.evaluated, " candidates is ",
                 megabytes(search.smallest.max_peak_bytes()), " (",
                 static_cast<long long>(std::ceil(search.smallest.max_peak_bytes())),
-                " bytes: ", search.smallest.schedule, ", M=", search.smallest.microbatches,
+                " bytes, on rank ", needs_most, ": ", search.smallest.schedule,
+                ", M=", search.smallest.microbatches,
                 search.smallest.recompute ? ", recompute" : "", ")");
   std::stable_sort(fitting.begin(), fitting.end(), better);
   if (static_cast<int>(fitting.size()) > options.keep) fitting.resize(options.keep);

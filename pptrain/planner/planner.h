@@ -15,8 +15,13 @@
 //   - partitions: uniform, params and time into P x V stages, and pipedream (memory-aware, its
 //     own cost model) when it gives P unreplicated stages; equal cuts are simulated once;
 //   - schedules: every synchronous registry entry (schedule/registry.h) at each chunk count it
-//     accepts up to max_chunks, zb-auto planned under the limit; asynchronous ones are left out
-//     (their weights are stale, so their step time buys a different training);
+//     accepts up to max_chunks; asynchronous ones are left out (their weights are stale, so their
+//     step time buys a different training). zb-auto is planned under each rank's own budget in
+//     bytes, the limit less that rank's fixed bytes below (its activations per stage, so uneven
+//     stages count each their own), and never loses to 1F1B, ZB-H1 or ZB-H2 where they fit
+//     (auto_schedule.h); with recomputation it also tries 1F1B's order as fused B's, which the
+//     split backward's memory model holds more for (I's rerun makes the weight gradients' share,
+//     reserved at F), and keeps the faster of the two within the limit;
 //   - microbatch counts M (each microbatch of batch_size / M samples);
 //   - recomputation off and on.
 // A candidate a generator refuses (interleaved-1f1b with M not a multiple of P, dualpipev with
@@ -27,7 +32,8 @@
 // byte count by b / profile_microbatch_size (linear: a small microbatch that leaves cores idle
 // is predicted too fast). A stage's F, I, W are its layers' sums (sim/cost_model.h:
 // cost_from_profile, with the profile's network measurement for transfers, else free transfers
-// and 1 GB/s for a replicated stage's all-reduce). With recomputation a stage keeps only its
+// and 1 GB/s for a replicated stage's all-reduce); a profile with one backward time per layer
+// gives w_fraction of it to W. With recomputation a stage keeps only its
 // input between F and its backward, and its I (or B) runs the forward again first.
 //
 // Peak memory of a rank, in bytes:
@@ -69,6 +75,11 @@ struct PlannerOptions {
   int max_chunks = 4;                 // V tried for a schedule that accepts more than one
   double optimizer_state_factor = 2;  // optimizer state per parameter byte (AdamW 2, SGD 1)
   double mem_w_ratio = 0.5;           // r: share of a stage's activations W keeps after I
+  // For a profile with one backward time per layer (Profile::splits_backward() false, PipeDream's
+  // graph.txt): the share of it W takes, in [0, 1]; I takes the rest. 0, the default, keeps the
+  // whole backward in I (every W free), so ZB-H1 times as 1F1B; the zero-bubble paper's T_I = T_W
+  // is 0.5. A profile with its own I and W times ignores it.
+  double w_fraction = 0;
   int keep = 10;                      // candidates kept in PlanSearch::ranked
 };
 

@@ -4,12 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/partition/testing.h"
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/sim/cost_model.h"
@@ -45,6 +47,13 @@ PlannerOptions small_options() {
   return o;
 }
 
+// A candidate on the given cut, not yet evaluated.
+Candidate candidate_of(const std::string& schedule, int chunks, int microbatches, bool recompute,
+                       const std::vector<LayerRange>& stage_layers) {
+  // Partition name, cut, schedule, V, M, microbatch size (evaluate's), recompute; figures 0.
+  return Candidate{"", stage_layers, schedule, chunks, microbatches, 0, recompute, 0, 0, {}};
+}
+
 // Every candidate of the search, evaluated one by one without the search's shared schedules.
 std::vector<Candidate> brute_force(const Profile& profile, const PlannerOptions& o) {
   std::vector<Candidate> out;
@@ -66,12 +75,7 @@ std::vector<Candidate> brute_force(const Profile& profile, const PlannerOptions&
           if (std::find(seen.begin(), seen.end(), ranges) != seen.end()) continue;
           seen.push_back(ranges);
           for (bool recompute : {false, true}) {
-            Candidate c;
-            c.schedule = name;
-            c.chunks = V;
-            c.microbatches = M;
-            c.recompute = recompute;
-            c.stage_layers = ranges;
+            Candidate c = candidate_of(name, V, M, recompute, ranges);
             try {
               evaluate(profile, o, c);
             } catch (const UserError&) {
@@ -182,6 +186,67 @@ TEST(Planner, RecomputationTradesTimeForMemory) {
   EXPECT_LT(rerun.max_peak_bytes(), keep.max_peak_bytes());
 }
 
+// The shipped PipeDream profiles on 2, 4 and 8 workers, from the smallest limit that fits 1F1B
+// up to none: zb-auto is never slower than 1F1B, nor than ZB-H1 and ZB-H2 where they fit, on the
+// same cut, M and recomputation (the zero-bubble paper's ZB-1p argument: I right before its W is
+// 1F1B's order with 1F1B's memory). With W free (w_fraction 0) and at the paper's I = W.
+TEST(Planner, ZbAutoNeverSlowerThanTheFixedSchedulesThatFitOnShippedProfiles) {
+  int compared = 0, zb_faster = 0;
+  for (const char* model : {"alexnet", "vgg16", "resnet50", "gnmt"}) {
+    const Profile profile = read_profile(testing::shipped_graph(model));
+    for (int P : {2, 4, 8}) {
+      PartitionOptions cut;
+      cut.method = "time";
+      cut.stages = P;
+      std::vector<LayerRange> ranges;
+      for (const StagePlan& stage : make_partition(profile, cut).stages) {
+        ranges.emplace_back(stage.first_layer, stage.last_layer);
+      }
+      for (double w_fraction : {0.0, 0.5}) {
+        for (int M : {P, 16}) {
+          for (bool recompute : {false, true}) {
+            PlannerOptions o;
+            o.workers = P;
+            o.batch_size = 16;
+            o.w_fraction = w_fraction;
+            const auto run = [&](const std::string& name, double limit) {
+              Candidate c = candidate_of(name, 1, M, recompute, ranges);
+              o.memory_limit_bytes = limit;
+              evaluate(profile, o, c);
+              return c;
+            };
+            const Candidate one_f_one_b = run("1f1b", 0), h1 = run("zb-h1", 0),
+                            h2 = run("zb-h2", 0), free = run("zb-auto", 0);
+            // Five limits from 1F1B's peak up to the most any of them holds, then none.
+            const double low = one_f_one_b.max_peak_bytes();
+            const double high = std::max({low, h2.max_peak_bytes(), free.max_peak_bytes()});
+            std::vector<double> limits;
+            for (int k = 0; k < 5; ++k) limits.push_back(low * std::pow(high / low, k / 4.0));
+            limits.push_back(0);
+            for (double limit : limits) {
+              SCOPED_TRACE(std::string(model) + " P=" + std::to_string(P) + " M=" +
+                           std::to_string(M) + (recompute ? " recompute" : "") + " w_fraction " +
+                           std::to_string(w_fraction) + " limit " + std::to_string(limit));
+              const Candidate autos = run("zb-auto", limit);
+              if (limit > 0) {
+                EXPECT_LE(autos.max_peak_bytes(), limit * (1 + 1e-9));
+              }
+              for (const Candidate* fixed : {&one_f_one_b, &h1, &h2}) {
+                if (limit > 0 && fixed->max_peak_bytes() > limit) continue;
+                ++compared;
+                EXPECT_LE(autos.step_ms, fixed->step_ms * (1 + 1e-9)) << fixed->schedule;
+              }
+              zb_faster += autos.step_ms < one_f_one_b.step_ms * (1 - 1e-6);
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(zb_faster, 100);  // and it does buy something
+}
+
 TEST(Planner, BadOptionsAreUserErrors) {
   const Profile profile = small_profile();
   PlannerOptions o = small_options();
@@ -199,7 +264,12 @@ TEST(Planner, BadOptionsAreUserErrors) {
     search_plans(profile, o);
     FAIL() << "a 1-byte limit fits nothing";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("smallest peak"), std::string::npos) << e.what();
+    // The smallest limit that works and the rank that needs it: rank 0 holds the first layer's
+    // large parameter block.
+    const std::string message = e.what();
+    EXPECT_NE(message.find("smallest peak"), std::string::npos) << message;
+    EXPECT_NE(message.find(" bytes, on rank 0: "), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
 }
 

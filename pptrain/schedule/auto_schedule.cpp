@@ -6,11 +6,27 @@
 #include <optional>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
 
 namespace pptrain {
 namespace {
 
 constexpr double kEps = 1e-9;  // times and memory compare with this slack
+
+// Whether `memory` is within `limit`, with a slack relative to the limit: the planner's limits
+// are bytes (1e9 and more), whose sums in another order differ in the last bits.
+bool fits(double memory, double limit) {
+  return memory <= limit + kEps * std::max(1.0, limit);
+}
+
+// The order zb-auto ranks its candidates in: the step's end first (the step time), then the
+// longest rank span (the paper's objective: with equal ends, the less idle schedule).
+bool faster(const ScheduleTiming& a, const ScheduleTiming& b) {
+  if (std::abs(a.makespan - b.makespan) > kEps * std::max(1.0, b.makespan)) {
+    return a.makespan < b.makespan;
+  }
+  return a.span < b.span - kEps;
+}
 
 struct Flags {
   bool bubble_before_first_i = false;
@@ -25,23 +41,25 @@ constexpr int kWarmUpShapes = 3;
 // its longest rank span, or nothing when a needed F cannot fit the limit.
 class Greedy {
  public:
-  Greedy(int ranks, int microbatches, const StageCosts& costs, double limit, Flags flags)
-      : P_(ranks), M_(microbatches), c_(costs), limit_(limit), flags_(flags), stages_(ranks) {
+  Greedy(int ranks, int microbatches, const StageCosts& costs, const std::vector<double>& limits,
+         Flags flags)
+      : P_(ranks), M_(microbatches), c_(costs), limits_(limits), flags_(flags), stages_(ranks) {
     for (Stage& s : stages_) {
       s.f_end.assign(M_, 0.0);
       s.i_end.assign(M_, 0.0);
     }
   }
 
-  std::optional<std::pair<Schedule, double>> run() {
+  std::optional<std::pair<Schedule, ScheduleTiming>> run() {
     if (!warm_up()) return std::nullopt;
     for (int i = 1; i < M_; ++i) {
       if (!round(i)) return std::nullopt;
     }
-    double span = 0;
+    ScheduleTiming timing;
     for (int j = 0; j < P_; ++j) {
       while (stages_[j].nw < M_) place(j, Op::W, 0);
-      span = std::max(span, stages_[j].end - stages_[j].first_start);
+      timing.span = std::max(timing.span, stages_[j].end - stages_[j].first_start);
+      timing.makespan = std::max(timing.makespan, stages_[j].end);
     }
     Schedule s;
     s.name = "zb-auto";
@@ -52,7 +70,7 @@ class Greedy {
       s.stage_to_rank.push_back(j);
       s.actions.push_back(std::move(stages_[j].order));
     }
-    return std::make_pair(std::move(s), span);
+    return std::make_pair(std::move(s), timing);
   }
 
  private:
@@ -110,8 +128,8 @@ class Greedy {
   // Runs pending W's until one more F fits the limit; false if it cannot.
   bool make_room(int j) {
     Stage& s = stages_[j];
-    while (s.memory + c_.activation[j] > limit_ + kEps && s.nw < s.ni) place(j, Op::W, 0);
-    return s.memory + c_.activation[j] <= limit_ + kEps;
+    while (!fits(s.memory + c_.activation[j], limits_[j]) && s.nw < s.ni) place(j, Op::W, 0);
+    return fits(s.memory + c_.activation[j], limits_[j]);
   }
 
   double f_ready(int j, int microbatch) const {
@@ -146,7 +164,7 @@ class Greedy {
       const int shape_cap = flags_.warm_up_shape == 0   ? M_
                             : flags_.warm_up_shape == 1 ? P_ - j
                                                         : 2 * (P_ - j) - 1;
-      while (count[j] < std::min(M_, shape_cap) && memory + c_.activation[j] <= limit_ + kEps &&
+      while (count[j] < std::min(M_, shape_cap) && fits(memory + c_.activation[j], limits_[j]) &&
              (flags_.bubble_before_first_i ? t < arrives - kEps
                                            : t + c_.forward[j] <= arrives + kEps)) {
         t += c_.forward[j];
@@ -193,7 +211,7 @@ class Greedy {
                      "'s I without its F");
       const double ready = i_ready(j, i);
       if (s.deferred_f && std::max(s.end, f_ready(j, s.nf)) + c_.forward[j] <= ready + kEps &&
-          s.memory + c_.activation[j] <= limit_ + kEps) {
+          fits(s.memory + c_.activation[j], limits_[j])) {
         place(j, Op::F, f_ready(j, s.nf));  // fits in the wait for the gradient
         s.deferred_f = false;
       }
@@ -209,7 +227,7 @@ class Greedy {
 
   const int P_, M_;
   const StageCosts& c_;
-  const double limit_;
+  const std::vector<double>& limits_;  // [stage] its rank's cap, infinity for none
   const Flags flags_;
   std::vector<Stage> stages_;
   std::vector<int> warm_up_;  // [stage] F's run before microbatch 0's I
@@ -269,18 +287,106 @@ void check_feasible_memory_limit(const StageCosts& costs, double limit) {
                 " (one microbatch's forward activations on a stage)");
 }
 
-double peak_in_order(const Schedule& schedule, const StageCosts& c) {
-  double peak = 0;
+void check_feasible_memory_limits(const StageCosts& costs, const std::vector<double>& limits) {
+  PPTRAIN_CHECK(static_cast<int>(limits.size()) == costs.stages(), "zb-auto: ", limits.size(),
+                " memory limits for ", costs.stages(), " ranks (one per rank)");
+  for (int r = 0; r < costs.stages(); ++r) {
+    PPTRAIN_CHECK(std::isfinite(limits[r]) && limits[r] >= 0, "zb-auto: rank ", r,
+                  "'s memory limit must be a finite number >= 0 (0: none), got ", limits[r]);
+    PPTRAIN_CHECK(limits[r] == 0 || fits(costs.activation[r], limits[r]), "zb-auto: rank ", r,
+                  "'s memory limit ", limits[r],
+                  " is below what one microbatch needs there: the smallest limit that works on "
+                  "rank ",
+                  r, " is ", costs.activation[r], " (its stage's forward activations)");
+  }
+}
+
+std::vector<double> resolved_memory_limits(const AutoScheduleOptions& o) {
+  return o.rank_memory_limits.empty() ? std::vector<double>(o.ranks, o.memory_limit)
+                                      : o.rank_memory_limits;
+}
+
+std::vector<double> peaks_in_order(const Schedule& schedule, const StageCosts& c) {
+  std::vector<double> peaks;
   for (const auto& list : schedule.actions) {
-    double held = 0;
+    double held = 0, peak = 0;
     for (const Action& a : list) {
       if (a.op == Op::F) held += c.activation[a.stage];
       if (a.op == Op::I) held -= c.activation[a.stage] - c.weight_stash[a.stage];
       if (a.op == Op::W) held -= c.weight_stash[a.stage];
       peak = std::max(peak, held);
     }
+    peaks.push_back(peak);
   }
-  return peak;
+  return peaks;
+}
+
+double peak_in_order(const Schedule& schedule, const StageCosts& c) {
+  const std::vector<double> peaks = peaks_in_order(schedule, c);
+  return peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
+}
+
+bool within_limits(const Schedule& schedule, const StageCosts& costs,
+                   const std::vector<double>& limits) {
+  const std::vector<double> peaks = peaks_in_order(schedule, costs);
+  for (size_t r = 0; r < peaks.size(); ++r) {
+    if (limits[r] > 0 && !fits(peaks[r], limits[r])) return false;
+  }
+  return true;
+}
+
+std::optional<ScheduleTiming> timed_in_order(const Schedule& s, const StageCosts& c) {
+  const int P = s.num_ranks, M = s.num_microbatches;
+  constexpr double kNotYet = -1;
+  const auto index = [](Op op) { return op == Op::F ? 0 : op == Op::I ? 1 : 2; };
+  const auto duration = [&](Op op, int stage) {
+    return op == Op::F ? c.forward[stage]
+                       : op == Op::I ? c.backward_input[stage] : c.backward_weight[stage];
+  };
+  // end[op][stage][microbatch]
+  std::vector<std::vector<std::vector<double>>> end(
+      3, std::vector<std::vector<double>>(P, std::vector<double>(M, kNotYet)));
+  std::vector<size_t> next(P, 0);
+  std::vector<double> free_at(P, 0.0), first_start(P, 0.0);
+  // When `a`'s inputs have all arrived; nothing while one has not run yet.
+  const auto ready = [&](const Action& a) -> std::optional<double> {
+    double at = 0;
+    const auto input = [&](Op op, int stage, double delay) {
+      const double e = end[index(op)][stage][a.microbatch];
+      at = std::max(at, e + delay);
+      return e != kNotYet;
+    };
+    if (a.op == Op::F && a.stage > 0 && !input(Op::F, a.stage - 1, c.comm)) return std::nullopt;
+    if (a.op == Op::I && !input(Op::F, a.stage, 0)) return std::nullopt;
+    if (a.op == Op::I && a.stage + 1 < P && !input(Op::I, a.stage + 1, c.comm)) {
+      return std::nullopt;
+    }
+    if (a.op == Op::W && !input(Op::I, a.stage, 0)) return std::nullopt;
+    return at;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < P; ++r) {
+      while (next[r] < s.actions[r].size()) {
+        const Action& a = s.actions[r][next[r]];
+        const std::optional<double> at = ready(a);
+        if (!at) break;
+        const double start = next[r] == 0 ? *at : std::max(*at, free_at[r]);
+        if (next[r] == 0) first_start[r] = start;
+        free_at[r] = start + duration(a.op, a.stage);
+        end[index(a.op)][a.stage][a.microbatch] = free_at[r];
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+  ScheduleTiming timing;
+  for (int r = 0; r < P; ++r) {
+    if (next[r] < s.actions[r].size()) return std::nullopt;  // deadlock
+    timing.span = std::max(timing.span, free_at[r] - first_start[r]);
+    timing.makespan = std::max(timing.makespan, free_at[r]);
+  }
+  return timing;
 }
 
 Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
@@ -290,19 +396,34 @@ Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
   const StageCosts costs = o.costs.stages() == 0 ? StageCosts::uniform(o.ranks) : o.costs;
   check_costs(costs, o.ranks);
   check_feasible_memory_limit(costs, o.memory_limit);
-  const double limit =
-      o.memory_limit == 0 ? std::numeric_limits<double>::infinity() : o.memory_limit;
-  std::optional<std::pair<Schedule, double>> best;
+  const std::vector<double> given = resolved_memory_limits(o);
+  check_feasible_memory_limits(costs, given);
+  std::vector<double> limits = given;
+  for (double& limit : limits) {
+    if (limit == 0) limit = std::numeric_limits<double>::infinity();
+  }
+  std::optional<std::pair<Schedule, ScheduleTiming>> best;
+  const auto keep = [&](std::optional<std::pair<Schedule, ScheduleTiming>> candidate) {
+    if (candidate && (!best || faster(candidate->second, best->second)))
+      best = std::move(candidate);
+  };
   for (int bits = 0; bits < 8 * kWarmUpShapes; ++bits) {
     const Flags flags{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0, bits / 8};
-    auto candidate = Greedy(o.ranks, o.microbatches, costs, limit, flags).run();
-    if (candidate && (!best || candidate->second < best->second - kEps))
-      best = std::move(candidate);
+    keep(Greedy(o.ranks, o.microbatches, costs, limits, flags).run());
+  }
+  // The fixed orders, where they fit: a tight budget can leave the greedy no better.
+  for (Schedule (*make)(int, int) : {make_1f1b_split, make_zb_h1, make_zb_h2}) {
+    Schedule fixed = make(o.ranks, o.microbatches);
+    if (!within_limits(fixed, costs, given)) continue;
+    const std::optional<ScheduleTiming> timing = timed_in_order(fixed, costs);
+    PPTRAIN_ASSERT(timing.has_value(), "zb-auto: the fixed order ", fixed.name, " deadlocks");
+    fixed.name = "zb-auto";
+    keep(std::make_pair(std::move(fixed), *timing));
   }
   // At a limit >= the largest activation, F, I, W one microbatch at a time always fits.
   PPTRAIN_ASSERT(best.has_value(), "zb-auto found no schedule for P=", o.ranks,
                  " M=", o.microbatches, " at memory limit ", o.memory_limit);
-  if (predicted_cost) *predicted_cost = best->second;
+  if (predicted_cost) *predicted_cost = best->second.span;
   return std::move(best->first);
 }
 

@@ -26,7 +26,8 @@
 //      also runs when the memory the next F needs is not free (W releases its stash).
 //   3. The W's left run at the end.
 // Three choices are made both ways, and the warm-up three ways, and the best of the 24 resulting
-// schedules is kept (the smallest longest rank span, which is the simulator's `cost`):
+// schedules and of the fixed orders below is kept (the smallest longest rank span, which is the
+// simulator's `cost`):
 //   - bubble_before_first_i: a warm-up F may still start when it would end after the first
 //     gradient arrives (delaying that I a little), or only when it ends in time;
 //   - prioritize_i: a stage already two F's ahead of the next one runs its round's F only where
@@ -35,10 +36,18 @@
 //     make this rank the one with the most idle time so far;
 //   - warm-up shape: stage j runs as many warm-up F's as fit, or at most 1F1B's P - j, or at most
 //     ZB-H2's 2(P - j) - 1; fewer F's in flight leave memory for W's held back to fill gaps.
+//   - fixed orders (generators.h), where every rank's peak fits its limit: 1F1B's with each W
+//     right after its I (1F1B's memory: under a budget where 1F1B fits, zb-auto is never slower,
+//     the paper's ZB-1p argument), ZB-H1's and ZB-H2's. The greedy, under a tight budget, may
+//     serialise the pipeline where these keep it full.
+// Each rank may have its own limit (AutoScheduleOptions::rank_memory_limits): the planner gives
+// each the bytes left beside that rank's own weights and optimizer state, and uneven stages
+// each their own activations.
 // Each candidate takes O(P M) steps, so P = 32, M = 256 plans in tens of milliseconds
 // (bench/plan_bench.cpp).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "pptrain/schedule/schedule.h"
@@ -67,6 +76,9 @@ struct AutoScheduleOptions {
   int microbatches = 1;     // M >= 1
   StageCosts costs = {};    // [P] stages; empty: StageCosts::uniform(P)
   double memory_limit = 0;  // cap on every rank's peak, memory-model units; 0: no limit
+  // Optional: [P] cap on each rank's peak, memory-model units (the planner's are bytes), 0 for
+  // none on that rank; when non-empty it replaces memory_limit.
+  std::vector<double> rank_memory_limits = {};
 };
 
 // The smallest memory limit any schedule of these stages can keep: the largest activation.
@@ -74,15 +86,36 @@ double smallest_memory_limit(const StageCosts& costs);
 // UserError (one line, giving the smallest limit that works) when `limit` is negative, not
 // finite, or above 0 and below smallest_memory_limit(); 0 means no limit.
 void check_feasible_memory_limit(const StageCosts& costs, double limit);
+// The same for a limit per rank (stage r on rank r): UserError naming the first rank whose limit
+// is below its stage's activation (one microbatch) and that smallest limit; 0 entries: none.
+void check_feasible_memory_limits(const StageCosts& costs, const std::vector<double>& limits);
 
-// The most memory any rank of a compute-only schedule of these stages holds, counting its actions
-// in order (F +activation, I -(activation - stash), W -stash). A rank runs one action at a time,
-// so this is the simulator's timed peak_activations too.
+// Each rank's cap [P]: rank_memory_limits if given, else memory_limit on every rank; 0: none.
+std::vector<double> resolved_memory_limits(const AutoScheduleOptions& options);
+// Whether every rank's peak_in_order count stays within its cap (0: none), with a slack of
+// 1e-9 of the cap for sums of bytes in another order.
+bool within_limits(const Schedule& schedule, const StageCosts& costs,
+                   const std::vector<double>& limits);
+
+// The most memory each rank [rank] of a compute-only schedule of these stages holds, counting its
+// actions in order (F +activation, I -(activation - stash), W -stash). A rank runs one action at
+// a time, so this is the simulator's timed peak_activations too. peak_in_order: their largest.
+std::vector<double> peaks_in_order(const Schedule& schedule, const StageCosts& costs);
 double peak_in_order(const Schedule& schedule, const StageCosts& costs);
 
-// The best of the greedy's candidates. UserError naming the value for P < 1, M < 1, costs for
-// another number of stages, a negative or non-finite cost, or a limit below
-// smallest_memory_limit() (the message gives that smallest limit).
+// How long a compute-only schedule with one stage per rank takes, timed by the simulator's rules
+// (a rank runs its list in order, each action once its inputs have arrived; a transfer between
+// ranks takes costs.comm), in the costs' unit of time.
+struct ScheduleTiming {
+  double span = 0;      // longest rank span, first start to last end: simulate()'s `cost`
+  double makespan = 0;  // end of the last action, the first starting at 0: simulate()'s makespan
+};
+// Nothing when the lists deadlock.
+std::optional<ScheduleTiming> timed_in_order(const Schedule& schedule, const StageCosts& costs);
+
+// The best of the greedy's candidates and of the fixed orders that fit. UserError naming the
+// value for P < 1, M < 1, costs for another number of stages, a negative or non-finite cost, or
+// a limit below what one microbatch needs (the message gives the rank and that smallest limit).
 // `predicted_cost`, when given, receives the longest rank span the greedy timed for the chosen
 // schedule: what simulate() reports as `cost` for it under the same costs.
 Schedule make_zb_auto(const AutoScheduleOptions& options, double* predicted_cost = nullptr);

@@ -1,6 +1,7 @@
-// zb-auto on its own: every schedule it makes is valid, keeps the memory limit when its actions
-// are counted in order (the simulator's timed count is in pptrain/sim/simulator_test.cpp), and
-// bad input is refused with one line.
+// zb-auto on its own: every schedule it makes is valid, keeps the memory limit (one for all ranks
+// or one per rank) when its actions are counted in order (the simulator's timed count is in
+// pptrain/sim/simulator_test.cpp), is never slower than the fixed orders that fit, and bad input
+// is refused with one line.
 #include "pptrain/schedule/auto_schedule.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 
@@ -54,6 +56,54 @@ TEST(ZbAuto, ValidAndWithinTheLimitForManyShapesCostsAndLimits) {
   }
 }
 
+// Each rank keeps its own limit, and zb-auto is never slower than a fixed order that fits those
+// limits: 1F1B's (each W right after its I), ZB-H1's and ZB-H2's.
+TEST(ZbAuto, PerRankLimitsAndNeverSlowerThanTheFixedOrdersThatFit) {
+  std::mt19937 rng(32);
+  int fixed_fit = 0;
+  for (int p : {2, 3, 4, 6}) {
+    for (int m : {1, p, 2 * p + 1, 4 * p}) {
+      for (int trial = 0; trial < 6; ++trial) {
+        const StageCosts c = random_costs(p, rng);
+        const std::vector<Schedule> fixed = {make_1f1b_split(p, m), make_zb_h1(p, m),
+                                             make_zb_h2(p, m)};
+        // Limits: each rank at its peak under one of the fixed orders, at its smallest, or none.
+        const std::vector<double> one_f_one_b = peaks_in_order(fixed[0], c);
+        const std::vector<double> h2 = peaks_in_order(fixed[2], c);
+        std::vector<double> limits(p);
+        for (int r = 0; r < p; ++r) {
+          const int pick = std::uniform_int_distribution<int>(0, 3)(rng);
+          limits[r] = pick == 0   ? c.activation[r]
+                      : pick == 1 ? one_f_one_b[r]
+                      : pick == 2 ? h2[r]
+                                  : 0.0;
+        }
+        SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " trial " +
+                     std::to_string(trial));
+        AutoScheduleOptions o{p, m, c, 0, limits};
+        double predicted = 0;
+        const Schedule s = make_zb_auto(o, &predicted);
+        EXPECT_NO_THROW(validate(s));
+        const std::vector<double> peaks = peaks_in_order(s, c);
+        for (int r = 0; r < p; ++r) {
+          if (limits[r] > 0) {
+            EXPECT_LE(peaks[r], limits[r] * (1 + 1e-9)) << "rank " << r;
+          }
+        }
+        const std::optional<ScheduleTiming> timing = timed_in_order(s, c);
+        ASSERT_TRUE(timing.has_value());
+        EXPECT_NEAR(timing->span, predicted, 1e-9 * predicted);
+        for (const Schedule& f : fixed) {
+          if (!within_limits(f, c, limits)) continue;
+          ++fixed_fit;
+          EXPECT_LE(timing->makespan, timed_in_order(f, c)->makespan * (1 + 1e-12)) << f.name;
+        }
+      }
+    }
+  }
+  EXPECT_GT(fixed_fit, 50);  // the comparison ran
+}
+
 TEST(ZbAuto, ByNameThroughTheRegistry) {
   ScheduleOptions o{"zb-auto", 4, 8};
   o.memory_limit = 4;
@@ -96,6 +146,21 @@ TEST(ZbAuto, BadInputIsOneLine) {
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
   }
+  // A limit per rank: the first rank below one microbatch of its stage is named.
+  StageCosts uneven = StageCosts::uniform(3);
+  uneven.activation = {3, 2, 1};
+  uneven.weight_stash = {1, 1, 0.5};
+  try {
+    make_zb_auto({3, 4, uneven, 0, {4, 1.5, 1}});
+    ADD_FAILURE() << "rank 1's limit 1.5 is below its activation 2";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(),
+                 "zb-auto: rank 1's memory limit 1.5 is below what one microbatch needs there: "
+                 "the smallest limit that works on rank 1 is 2 (its stage's forward activations)");
+  }
+  EXPECT_THROW(make_zb_auto({3, 4, uneven, 0, {4, 4}}), UserError);  // not one per rank
+  EXPECT_NO_THROW(make_zb_auto({3, 4, uneven, 0, {3, 2, 0}}));
+
   wrong.backward_weight[1] = -1;
   EXPECT_THROW(make_zb_auto({3, 4, wrong, 0}), UserError);
 }

@@ -269,6 +269,14 @@ void check_sizes(const char* name, int ranks, int microbatches, int chunks = 1) 
                 "microbatches = ", pairs, " is too large (at most ", kMaxStageMicrobatches, ")");
 }
 
+// 1F1B: P-1-r warm-up forwards on rank r, each backward whole (B) or an I with its W right after.
+Schedule one_f_one_b(int ranks, int microbatches, bool split) {
+  check_sizes("1f1b", ranks, microbatches);
+  std::vector<int> warmup(ranks), deferred(ranks, 0);
+  for (int r = 0; r < ranks; ++r) warmup[r] = ranks - 1 - r;
+  return one_f_one_b_family("1f1b", ranks, microbatches, warmup, deferred, split);
+}
+
 }  // namespace
 
 Schedule make_gpipe(int ranks, int microbatches) {
@@ -282,10 +290,7 @@ Schedule make_gpipe(int ranks, int microbatches) {
 }
 
 Schedule make_1f1b(int ranks, int microbatches) {
-  check_sizes("1f1b", ranks, microbatches);
-  std::vector<int> warmup(ranks), deferred(ranks, 0);
-  for (int r = 0; r < ranks; ++r) warmup[r] = ranks - 1 - r;
-  return one_f_one_b_family("1f1b", ranks, microbatches, warmup, deferred, /*split=*/false);
+  return one_f_one_b(ranks, microbatches, /*split=*/false);
 }
 
 Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
@@ -333,6 +338,10 @@ Schedule make_zb_h1(int ranks, int microbatches) {
     deferred[r] = r;
   }
   return one_f_one_b_family("zb-h1", ranks, microbatches, warmup, deferred, /*split=*/true);
+}
+
+Schedule make_1f1b_split(int ranks, int microbatches) {
+  return one_f_one_b(ranks, microbatches, /*split=*/true);
 }
 
 Schedule make_zb_h2(int ranks, int microbatches) {

@@ -52,6 +52,11 @@ Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks);
 // Peak activations min(P-r, M), as 1F1B's. Bubble (P-1)(F+I-W) per rank when M >= P and W <= F.
 Schedule make_zb_h1(int ranks, int microbatches);
 
+// 1F1B's order with each backward split into an I and its W right after it: what a zero-bubble
+// schedule falls back to under 1F1B's memory (zb-auto's candidate, not a registry entry; the
+// runtime runs I, W as it runs B). Peak activations min(P-r, M) on rank r, as 1F1B's.
+Schedule make_1f1b_split(int ranks, int microbatches);
+
 // ZB-H2 (handcrafted schedule 2): as ZB-H1 with 2(P-1-r) warm-up forwards and 2r held-back W's,
 // so the warm-up's idle time is spent on forwards. W's stay in microbatch order.
 // Peak activations min(2P-2r-1, M) on rank r. Bubble (P-1)(F+I-2W) per rank when M >= 2P-1,

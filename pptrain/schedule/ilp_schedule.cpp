@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,58 +41,6 @@ std::vector<double> stage_starts(const StageCosts& c) {
   return start;
 }
 
-// The longest rank span of a compute-only one-stage-per-rank schedule timed by the simulator's
-// rules (a rank runs its list in order, each action once its inputs have arrived), or nothing
-// when the lists deadlock or a rank's memory goes above `limit`.
-std::optional<double> timed_span(const Schedule& s, const StageCosts& c, double limit) {
-  if (peak_in_order(s, c) > limit + kEps) return std::nullopt;
-  const int P = s.num_ranks, M = s.num_microbatches;
-  constexpr double kNotYet = -1;
-  // end[op][stage][microbatch]
-  std::vector<std::vector<std::vector<double>>> end(
-      3, std::vector<std::vector<double>>(P, std::vector<double>(M, kNotYet)));
-  std::vector<size_t> next(P, 0);
-  std::vector<double> free_at(P, 0.0);
-  // When `a`'s inputs have all arrived; nothing while one has not run yet.
-  const auto ready = [&](const Action& a) -> std::optional<double> {
-    double at = 0;
-    const auto input = [&](Op op, int stage, double delay) {
-      const double e = end[op_index(op)][stage][a.microbatch];
-      at = std::max(at, e + delay);
-      return e != kNotYet;
-    };
-    if (a.op == Op::F && a.stage > 0 && !input(Op::F, a.stage - 1, c.comm)) return std::nullopt;
-    if (a.op == Op::I && !input(Op::F, a.stage, 0)) return std::nullopt;
-    if (a.op == Op::I && a.stage + 1 < P && !input(Op::I, a.stage + 1, c.comm)) {
-      return std::nullopt;
-    }
-    if (a.op == Op::W && !input(Op::I, a.stage, 0)) return std::nullopt;
-    return at;
-  };
-  double span = 0;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < P; ++r) {
-      while (next[r] < s.actions[r].size()) {
-        const Action& a = s.actions[r][next[r]];
-        const std::optional<double> at = ready(a);
-        if (!at) break;
-        const double start = next[r] == 0 ? *at : std::max(*at, free_at[r]);
-        free_at[r] = start + duration(c, a.op, a.stage);
-        end[op_index(a.op)][a.stage][a.microbatch] = free_at[r];
-        ++next[r];
-        progress = true;
-      }
-    }
-  }
-  const std::vector<double> start = stage_starts(c);
-  for (int r = 0; r < P; ++r) {
-    if (next[r] < s.actions[r].size()) return std::nullopt;  // deadlock
-    span = std::max(span, free_at[r] - start[r]);
-  }
-  return span;
-}
-
 // One action of a stage: op and microbatch.
 struct Node {
   Op op;
@@ -110,8 +57,9 @@ bool implied_before(const Node& x, const Node& y) {
 // The program's columns and rows, built through CBC's C interface.
 class Program {
  public:
-  Program(int P, int M, const StageCosts& c, double limit, double heuristic_span)
-      : P_(P), M_(M), c_(c), limit_(limit), start_(stage_starts(c)) {
+  Program(int P, int M, const StageCosts& c, const std::vector<double>& limits,
+          double heuristic_span)
+      : P_(P), M_(M), c_(c), limits_(limits), start_(stage_starts(c)) {
     model_ = Cbc_newModel();
     // The warm start's span, with room for rounding: no action ends later than its stage's
     // start plus this.
@@ -281,16 +229,16 @@ class Program {
 
   // After F(b): (b + 1) activations, less what each I(a), W(a) (a < b) freed when it ran first.
   void add_memory() {
-    if (limit_ <= 0) return;
     std::map<std::pair<int, int>, std::vector<Pair>> freed_before;  // [(stage, b)]: (F(b), y)
     for (const Pair& p : pairs_) {
       if (p.x.op == Op::F) freed_before[{p.stage, p.x.microbatch}].push_back(p);
     }
     for (int s = 0; s < P_; ++s) {
+      if (limits_[s] <= 0) continue;  // no limit on this rank
       for (int b = 1; b < M_; ++b) {
         std::vector<int> columns;
         std::vector<double> coefficients;
-        double rhs = limit_ - (b + 1) * c_.activation[s];
+        double rhs = limits_[s] - (b + 1) * c_.activation[s];
         // Binary 1: F(b) runs first and the other frees nothing before it; 0: it frees delta.
         // sum delta (1 - O) <= rhs  <=>  -sum delta O <= rhs - sum delta.
         for (const Pair& p : freed_before[{s, b}]) {
@@ -343,7 +291,7 @@ class Program {
 
   const int P_, M_;
   const StageCosts& c_;
-  const double limit_;  // 0: none
+  const std::vector<double>& limits_;  // [rank] cap, 0: none
   const std::vector<double> start_;
   double span_bound_ = 0;                  // the warm start's span (a little more)
   double span_floor_ = 0;                  // no order's span is below it
@@ -376,13 +324,15 @@ Schedule make_zb_ilp(const AutoScheduleOptions& o, double time_limit_s, IlpRepor
     out.proven_optimal = true;  // one order per rank: the greedy's
     out.best_bound = heuristic;
   } else {
-    Program program(o.ranks, o.microbatches, costs, o.memory_limit, heuristic);
+    const std::vector<double> limits = resolved_memory_limits(o);
+    Program program(o.ranks, o.microbatches, costs, limits, heuristic);
     program.warm_start(greedy);
     const std::optional<Schedule> found = program.solve(time_limit_s, out);
-    const double limit =
-        o.memory_limit == 0 ? std::numeric_limits<double>::infinity() : o.memory_limit;
+    const std::optional<ScheduleTiming> timing = found && within_limits(*found, costs, limits)
+                                                     ? timed_in_order(*found, costs)
+                                                     : std::optional<ScheduleTiming>();
     const std::optional<double> span =
-        found ? timed_span(*found, costs, limit) : std::optional<double>();
+        timing ? std::optional<double>(timing->span) : std::optional<double>();
     if (span && *span < heuristic - kEps * std::max(1.0, heuristic)) {
       result = *found;
       out.objective = *span;

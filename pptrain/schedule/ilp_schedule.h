@@ -1,6 +1,8 @@
 // zb-auto solved exactly: the zero-bubble paper's integer program (Qi et al., arXiv 2401.10241,
 // appendix G) over every rank's order of F, I, W, solved by COIN-OR CBC within a time limit and
-// warm-started from the greedy's schedule (auto_schedule.h). `--solver ilp` of pptrain schedule.
+// warm-started from zb-auto's heuristic schedule (auto_schedule.h: the best of the greedy's and
+// of the fixed orders that fit, so 1F1B's where nothing beats it). `--solver ilp` of pptrain
+// schedule. Each rank may have its own memory limit (AutoScheduleOptions::rank_memory_limits).
 //
 //   IlpReport report;
 //   Schedule s = make_zb_ilp({/*ranks=*/4, /*microbatches=*/8, costs, /*limit=*/4}, 30, &report);

@@ -19,7 +19,8 @@ Schedule with_chunks(const ScheduleOptions& o) {
 }
 
 Schedule zb_auto(const ScheduleOptions& o) {
-  const AutoScheduleOptions options{o.ranks, o.microbatches, o.costs, o.memory_limit};
+  const AutoScheduleOptions options{o.ranks, o.microbatches, o.costs, o.memory_limit,
+                                    o.rank_memory_limits};
   if (o.solver == ScheduleSolver::kIlp) return make_zb_ilp(options, o.time_limit_s, o.ilp_report);
   return make_zb_auto(options);
 }

@@ -48,6 +48,9 @@ struct ScheduleOptions {
   // Cap on every rank's peak, in the memory model's units (auto_schedule.h); 0: none. A
   // hand-written schedule is checked against it after simulation (sim/simulator.h), not here.
   double memory_limit = 0;
+  // Optional, zb-auto only: a cap per rank [P] in the same units, 0 for none on that rank; when
+  // non-empty it replaces memory_limit (the planner's bytes beside each rank's own weights).
+  std::vector<double> rank_memory_limits = {};
   // An asynchronous run's list covers several steps: the microbatches of one step (its
   // optimizer period). 0: all of them. Read by the generators whose order depends on it (wpipe).
   int period = 0;

@@ -38,6 +38,8 @@ struct PlanArgs {
   std::string recompute = "both";
   std::string optimizer = "adamw";
   double mem_w_ratio = 0.5;
+  double w_fraction = 0;
+  bool w_fraction_given = false;
   int max_chunks = 4;
   int top = 10;
   std::string out;
@@ -88,6 +90,7 @@ PlannerOptions options_from(const PlanArgs& args) {
   if (args.recompute != "both") options.recompute = {args.recompute == "on"};
   options.optimizer_state_factor = args.optimizer == "adamw" ? 2 : 1;
   options.mem_w_ratio = args.mem_w_ratio;
+  options.w_fraction = args.w_fraction;
   options.max_chunks = args.max_chunks;
   options.keep = args.top;
   check_planner_options(options);
@@ -108,6 +111,14 @@ void print_table(const Profile& profile, const PlannerOptions& options, const Pl
   std::printf("plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
               profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
               search.batch_size, search.profile_microbatch_size);
+  if (profile.splits_backward()) {
+    std::printf("backward split: the profile's own I and W times\n");
+  } else {
+    std::printf(
+        "backward split: assumed W = %.2f of each layer's backward, I the rest (the profile gives "
+        "one backward time; --w-fraction)\n",
+        options.w_fraction);
+  }
   std::printf("%d candidates simulated in %.2f s, %d fit\n\n", search.evaluated, seconds,
               search.fitting);
   std::printf("%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition", "schedule",
@@ -124,6 +135,9 @@ void print_table(const Profile& profile, const PlannerOptions& options, const Pl
 void run_plan_command(const PlanArgs& args) {
   const PlannerOptions options = options_from(args);
   const Profile profile = read_profile(args.profile);
+  PPTRAIN_CHECK(!args.w_fraction_given || !profile.splits_backward(), "--w-fraction ",
+                args.w_fraction, " applies to a profile with one backward time per layer, but ",
+                args.profile, " gives I and W times of its own");
   std::error_code error;
   std::filesystem::create_directories(args.out, error);
   PPTRAIN_CHECK(!error && std::filesystem::is_directory(args.out), "--out: cannot make folder '",
@@ -200,6 +214,12 @@ void add_plan_command(CLI::App& app) {
       ->add_option("--mem-w-ratio", args->mem_w_ratio,
                    "Share r of a stage's activations W keeps after I")
       ->capture_default_str();
+  CLI::Option* w_fraction =
+      command->add_option("--w-fraction", args->w_fraction,
+                   "For a profile with one backward time per layer (PipeDream's graph.txt): the "
+                   "share of it W takes, I the rest (0: all in I, every W free; the zero-bubble "
+                   "paper's I = W is 0.5)")
+          ->capture_default_str();
   command
       ->add_option("--max-chunks", args->max_chunks,
                    "Stages per worker tried for schedules that take several")
@@ -211,7 +231,10 @@ void add_plan_command(CLI::App& app) {
       "Asynchronous schedules (pipedream, 2bw, pipemare, ...) are not searched: they train with "
       "stale weights, so their step time is not comparable with synchronous training. "
       "pptrain train --plan DIR/plan.json runs the winner.");
-  command->callback([args] { run_plan_command(*args); });
+  command->callback([args, w_fraction] {
+    args->w_fraction_given = w_fraction->count() > 0;
+    run_plan_command(*args);
+  });
 }
 
 }  // namespace pptrain::cli
