@@ -93,6 +93,31 @@ TEST(VariableLengths, EachBatchHasItsOwnLengthAndPipelinesEqualOneProcess) {
   EXPECT_GE(lengths.size(), 3u);
 }
 
+// --tie-embeddings: the head's weight is a copy of the token table, kept equal by summing the
+// two copies' gradients; pipelines (the copies on two ranks, or on one rank with zb-v) equal one
+// process, where both copies sit in one stage, and the saved copies are equal bit for bit.
+TEST(TiedEmbeddings, PipelinesEqualOneProcessAndTheCopiesStayEqual) {
+  ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common =
+      model_args(model) + " --tie-embeddings --batch-size 8 --microbatches 4 --steps 5 --quiet";
+  run_reference(common + " --pp 1 --schedule 1f1b", dir);
+  for (const std::string flags :
+       {"--pp 2 --schedule 1f1b", "--pp 4 --schedule zb-v", "--pp 2 --dp 2 --schedule zb-h1"}) {
+    SCOPED_TRACE(flags);
+    std::string tag = flags;
+    for (char& c : tag) c = c == ' ' ? '_' : c;
+    expect_run_matches_reference(model, common + " " + flags, tag, dir);
+    model.tie_embeddings = true;
+    auto embedding = make_layer(model, 0).ptr();
+    auto head = make_layer(model, num_layers(model) - 1).ptr();
+    torch::load(embedding, layer_file((dir / tag).string(), 0));
+    torch::load(head, layer_file((dir / tag).string(), num_layers(model) - 1));
+    EXPECT_TRUE(torch::equal(embedding->named_parameters()["token"],
+                             head->named_parameters()["lm_head.weight"]));
+  }
+}
+
 // A schedule is data: one written by hand (fused and split backwards mixed, W's late and out of
 // order) and one exported with its communication by `pptrain schedule` train like --pp 1.
 TEST(MatchesReferenceScheduleFile, HandWrittenAndExportedSchedules) {
@@ -591,6 +616,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"SeqLenRangeAgainstSeqLen",
                  "--pp 2 --schedule 1f1b --microbatches 4 --batch-size 8 --seq-len-range 4:8",
                  "--seq-len 16 and --seq-len-range 4:8 disagree"},
+        BadInput{"TiedEmbeddingsWithAnAsynchronousSchedule",
+                 "--pp 2 --schedule pipedream --microbatches 4 --batch-size 8 --tie-embeddings",
+                 "--tie-embeddings: pipedream is asynchronous"},
         BadInput{"StagesWithSeveralRanks",
                  "--pp 2 --stages 4 --schedule pipedream --microbatches 4 --batch-size 8",
                  "--stages is for --pp 1"}),

@@ -34,8 +34,11 @@ std::mutex seeding;
 //   block      {hidden, positions, mask} -> the same names: hidden changed where mask is true,
 //              by a function of hidden and of the positions
 //   head       {hidden, positions, mask} -> logits float32 [mb, T, V] (one tensor)
+// A tied head (kind 3) computes its logits with the token table: `shared` (the embedding's,
+// when one module holds both) or a table of its own, which the pipeline keeps equal to the
+// embedding's (PipelineOptions::tied).
 struct ToyLayerImpl : torch::nn::Module {
-  ToyLayerImpl(int kind, int index) : kind(kind) {
+  ToyLayerImpl(int kind, int index, torch::Tensor shared = {}) : kind(kind) {
     std::lock_guard<std::mutex> lock(seeding);
     torch::manual_seed(500 + index);
     if (kind == 0) {
@@ -43,7 +46,14 @@ struct ToyLayerImpl : torch::nn::Module {
       places = register_module("places", torch::nn::Embedding(kMaxLength, kWidth));
     } else {
       norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kWidth})));
+    }
+    if (kind == 1 || kind == 2) {
       linear = register_module("linear", torch::nn::Linear(kWidth, kind == 1 ? kWidth : kVocab));
+    }
+    if (kind == 3) {
+      bias = register_parameter("bias", torch::zeros({kVocab}));
+      table =
+          shared.defined() ? shared : register_parameter("table", torch::randn({kVocab, kWidth}));
     }
   }
 
@@ -58,6 +68,7 @@ struct ToyLayerImpl : torch::nn::Module {
     }
     const torch::Tensor& hidden = in["hidden"];
     if (kind == 2) return linear(norm(hidden));
+    if (kind == 3) return torch::linear(norm(hidden), table, bias);
     const torch::Tensor where = in["mask"].unsqueeze(-1).to(torch::kFloat32);
     const torch::Tensor phase = in["positions"].to(torch::kFloat32).unsqueeze(-1) / kMaxLength;
     const torch::Tensor update = torch::tanh(linear(norm(hidden)) + phase);
@@ -70,15 +81,19 @@ struct ToyLayerImpl : torch::nn::Module {
   torch::nn::Embedding tokens{nullptr}, places{nullptr};
   torch::nn::LayerNorm norm{nullptr};
   torch::nn::Linear linear{nullptr};
+  torch::Tensor bias, table;  // kind 3
 };
 TORCH_MODULE(ToyLayer);
 
 // Layers [first, last] of the model, run in order: one stage, or (0 .. kLayers-1) the model.
+// `tied`: the head takes its logits from the token table.
 struct ToyPartImpl : torch::nn::Module {
-  ToyPartImpl(int first, int last) {
+  ToyPartImpl(int first, int last, bool tied = false) {
     for (int i = first; i <= last; ++i) {
-      const int kind = i == 0 ? 0 : i == kLayers - 1 ? 2 : 1;
-      layers.push_back(register_module("layer" + std::to_string(i), ToyLayer(kind, i)));
+      const int kind = i == 0 ? 0 : i == kLayers - 1 ? (tied ? 3 : 2) : 1;
+      const torch::Tensor shared =
+          kind == 3 && first == 0 ? layers[0]->tokens->weight : torch::Tensor();
+      layers.push_back(register_module("layer" + std::to_string(i), ToyLayer(kind, i, shared)));
     }
   }
   TensorBundle forward(const TensorBundle& in) {
@@ -108,8 +123,8 @@ std::pair<TensorBundle, TensorBundle> toy_batch(int step, int64_t length) {
 using Result = testing::Trained;
 using testing::expect_equal;
 
-Result one_process(const std::vector<int64_t>& lengths, int microbatches) {
-  ToyPart model(0, kLayers - 1);
+Result one_process(const std::vector<int64_t>& lengths, int microbatches, bool tied = false) {
+  ToyPart model(0, kLayers - 1, tied);
   return testing::train_in_one_process(
       model->parameters(), kSteps, microbatches, [&](int k, int m) {
         const auto [inputs, targets] = toy_batch(k, lengths[k]);
@@ -119,13 +134,17 @@ Result one_process(const std::vector<int64_t>& lengths, int microbatches) {
 }
 
 // The model cut evenly into the schedule's stages, every rank a thread. Returns the errors of
-// the ranks ("" when none), and in `result` the losses and each stage's weights.
+// the ranks ("" when none), and in `result` the losses and each stage's weights. With
+// options.tied, the head ties its table to the embedding's ("embedding", stages 0 and S-1): the
+// head's copy is left out of `result`, and every copy must equal the others bit for bit after
+// every step.
 std::string pipelined(int ranks, const PipelineOptions& options,
                       const std::vector<int64_t>& lengths, Result& result,
                       std::chrono::milliseconds timeout = kDefaultCommTimeout) {
   auto transports = make_loopback_transports(ranks, timeout);
   std::vector<std::vector<double>> losses(ranks);
   std::vector<std::vector<std::vector<torch::Tensor>>> weights(ranks);  // [rank][stage]
+  std::vector<std::vector<torch::Tensor>> copies(kSteps);               // [step]: every tied copy
   const std::string errors = testing::run_rank_threads(ranks, [&](int r) {
     World world{r, ranks, std::move(transports[r])};
     const StagePlacement placement = place_stages(world, options);
@@ -133,9 +152,15 @@ std::string pipelined(int ranks, const PipelineOptions& options,
     std::vector<ToyPart> parts;
     std::vector<PipelineStage> stages;
     stages.reserve(placement.local.size());
+    const bool tied = !options.tied.empty();
     for (int s : placement.local) {
-      parts.emplace_back(s * per_stage, (s + 1) * per_stage - 1);
+      parts.emplace_back(s * per_stage, (s + 1) * per_stage - 1, tied);
       stages.emplace_back(parts.back(), s, placement.num_stages);
+      if (tied && s == 0)
+        stages.back().tie("embedding", parts.back()->layers.front()->tokens->weight);
+      if (tied && s == placement.num_stages - 1) {
+        stages.back().tie("embedding", parts.back()->layers.back()->table);
+      }
     }
     std::vector<PipelineStage*> pointers;
     std::vector<torch::Tensor> params;
@@ -151,14 +176,30 @@ std::string pipelined(int ranks, const PipelineOptions& options,
       const torch::Tensor loss = schedule.step(inputs, targets);
       optimizer.step();
       if (loss.defined()) losses[r].push_back(loss.item<double>());
+      for (auto& stage : stages) {
+        for (const auto& [name, tensor] : stage.ties()) {
+          std::lock_guard<std::mutex> lock(seeding);
+          copies[step].push_back(tensor.detach().clone());
+        }
+      }
     }
     schedule.finish();
     weights[r].resize(placement.num_stages);
     for (auto& stage : stages) {
-      for (auto& p : stage.parameters()) weights[r][stage.index()].push_back(p.detach().clone());
+      for (auto& p : stage.parameters()) {
+        const bool head_copy = tied && stage.index() > 0 && !stage.ties().empty() &&
+                               stage.ties().front().second.is_same(p);
+        if (!head_copy) weights[r][stage.index()].push_back(p.detach().clone());
+      }
     }
   });
   if (!errors.empty()) return errors;
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_EQ(copies[step].size(), options.tied.empty() ? 0u : 2u);
+    for (const auto& copy : copies[step]) {
+      EXPECT_TRUE(torch::equal(copy, copies[step][0])) << "a tied copy differs after step " << step;
+    }
+  }
   result.losses.assign(kSteps, 0);
   for (const auto& rank_losses : losses) {
     for (size_t k = 0; k < rank_losses.size() && k < kSteps; ++k)
@@ -219,6 +260,52 @@ TEST(Bundles, RecomputationAndTheDeferredSplitCarryBundles) {
       expect_equal(got, want, "zb-v, recompute " + std::to_string(recompute));
     }
   }
+}
+
+// GPT-style weight tying: the head's logits use the token table. One process shares one
+// tensor; the pipelines keep a copy on the first and the last stage and sum their gradients.
+TEST(TiedParameters, TiedEmbeddingAndHeadEqualOneSharedTensor) {
+  const std::vector<int64_t> lengths = {7, 7, 7};
+  const Result want = one_process(lengths, 8, /*tied=*/true);
+  for (int ranks : {2, 4}) {
+    for (const std::string& name : kSynchronous) {
+      if (name == "chimera" || name == "gems") continue;  // replicated: refused below
+      PipelineOptions options;
+      options.schedule = name;
+      options.microbatches = 8;
+      Result got;
+      const int stages = place_stages(World{0, ranks, nullptr}, options).num_stages;
+      options.tied = {{"embedding", {0, stages - 1}}};
+      const std::string what = name + " on " + std::to_string(ranks) + " ranks, tied";
+      ASSERT_EQ(pipelined(ranks, options, lengths, got), "") << what;
+      expect_equal(got, want, what);
+    }
+  }
+}
+
+TEST(TiedParameters, CopiesOfOtherShapesAndReplicatedSchedulesAreRefused) {
+  PipelineOptions options;
+  options.schedule = "1f1b";
+  options.microbatches = 2;
+  options.tied = {{"embedding", {0, 1}}};
+  auto transports = make_loopback_transports(2, std::chrono::milliseconds(5000));
+  const std::string errors = testing::run_rank_threads(2, [&](int r) {
+    World world{r, 2, std::move(transports[r])};
+    ToyPart part = r == 0 ? ToyPart(0, 3, true) : ToyPart(4, kLayers - 1, true);
+    PipelineStage stage(part, r, 2);
+    // The head ties its bias [V] where the embedding ties its table [V, W].
+    stage.tie("embedding",
+              r == 0 ? part->layers.front()->tokens->weight : part->layers.back()->bias);
+    PipelineSchedule schedule(world, {&stage}, options, BundleLossFn(token_loss));
+  });
+  const std::string expected =
+      "tied parameter 'embedding' is float32 [11, 16] on stage 0 but float32 [11] on stage 1\n";
+  EXPECT_EQ(errors, "rank 0: " + expected + "rank 1: " + expected);
+  options.schedule = "chimera";
+  Result ignored;
+  EXPECT_NE(pipelined(2, options, {7, 7, 7}, ignored)
+                .find("tied parameter 'embedding': chimera is replicated"),
+            std::string::npos);
 }
 
 // A stage whose output is not what the next stage takes.

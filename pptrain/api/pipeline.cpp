@@ -17,6 +17,7 @@
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/train/stage_copies.h"
+#include "pptrain/train/tied_parameters.h"
 #include "pptrain/train/updates.h"
 
 namespace pptrain {
@@ -213,6 +214,14 @@ PipelineStage::PipelineStage(const std::vector<LayerFactory>& layers,
                       return stage_from_factories(layers, split_points, stage_index);
                     }) {}
 
+void PipelineStage::tie(const std::string& name, torch::Tensor parameter) {
+  bool found = false;
+  for (const auto& p : stage_.parameters()) found = found || p.is_same(parameter);
+  PPTRAIN_CHECK(found, "stage ", index(), " ties '", name,
+                "' to a tensor that is not one of its parameters");
+  ties_.emplace_back(name, std::move(parameter));
+}
+
 Stage PipelineStage::copy() const {
   if (make_copy_) return make_copy_();
   std::vector<torch::nn::AnyModule> clones;
@@ -243,6 +252,8 @@ struct PipelineSchedule::Impl {
   Group pipeline;         // the ranks of this copy of the pipeline
   Group stage_copies;     // the D ranks holding this rank's pipeline position
   std::map<std::vector<int>, Group> replica_groups;
+  std::vector<Group> tie_groups;  // per options.tied entry this rank holds a copy of
+  TiedParameters tied;
   std::optional<RankWeights> weights;  // with options.optimizer
   std::optional<StageCopies> combine;  // the stages whose gradients are combined with others'
   std::optional<AsyncUpdates> async;
@@ -268,6 +279,7 @@ struct PipelineSchedule::Impl {
 
   void check_stages() const;
   void make_groups();
+  void make_ties();
   void make_weights();
   StepData step_data(int step, const BatchSource& batches);
   void start(int64_t batch_size);
@@ -331,6 +343,7 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
   PPTRAIN_CHECK(options.average_alpha >= 0 && options.average_alpha * copies < 2,
                 "average_alpha must be in (0, 2 / D) (0: 0.9 / D), got ", options.average_alpha);
   make_groups();
+  make_ties();
   make_weights();
   // avgpipe's copies combine no gradients: they pull their weights to a centre kept beside them.
   if (averages) combine->keep_centre();
@@ -390,6 +403,59 @@ void PipelineSchedule::Impl::make_groups() {
   combine.emplace(combined);
 }
 
+// Each tied parameter's copies on this rank, and the group of the ranks holding the others;
+// then the copies agree (a collective over those ranks, in the order of options.tied).
+void PipelineSchedule::Impl::make_ties() {
+  const Schedule& s = schedule();
+  std::vector<TiedCopies> ties;
+  std::vector<std::string> names;
+  for (const TiedParameter& tie : options.tied) {
+    PPTRAIN_CHECK(!tie.name.empty() && std::count(names.begin(), names.end(), tie.name) == 0,
+                  "tied parameter names must be non-empty and distinct, got '", tie.name, "'");
+    names.push_back(tie.name);
+    PPTRAIN_CHECK(!asynchronous() && !s.replicated(), "tied parameter '", tie.name, "': ", s.name,
+                  " is ", asynchronous() ? "asynchronous" : "replicated",
+                  "; tied parameters run on synchronous schedules without replicas for now");
+    std::vector<int> stages = tie.stages;
+    std::sort(stages.begin(), stages.end());
+    PPTRAIN_CHECK(!stages.empty() && stages.front() >= 0 && stages.back() < s.num_stages &&
+                      std::adjacent_find(stages.begin(), stages.end()) == stages.end(),
+                  "tied parameter '", tie.name, "' names stages ", list_text(stages),
+                  "; give distinct stages of 0..", s.num_stages - 1);
+    TiedCopies copies{tie.name, stages, {}, nullptr};
+    std::vector<int> members;
+    for (int stage : stages) members.push_back(s.stage_to_rank[stage]);
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+    for (int stage : stages) {
+      PipelineStage* held = local(stage);
+      if (!held) continue;
+      bool declared = false;
+      for (const auto& [name, tensor] : held->ties()) {
+        if (name != tie.name) continue;
+        copies.local.emplace_back(stage, tensor);
+        declared = true;
+      }
+      PPTRAIN_CHECK(declared, "tied parameter '", tie.name, "' is on stage ", stage,
+                    ", which tied no tensor to it (PipelineStage::tie)");
+    }
+    if (copies.local.empty()) continue;  // this rank holds no copy
+    if (members.size() > 1) {
+      tie_groups.push_back(make_group(*pipeline, members));
+      copies.group = tie_groups.back().view;
+    }
+    ties.push_back(std::move(copies));
+  }
+  for (PipelineStage* stage : stages) {
+    for (const auto& [name, tensor] : stage->ties()) {
+      PPTRAIN_CHECK(std::count(names.begin(), names.end(), name) > 0, "stage ", stage->index(),
+                    " ties a tensor to '", name, "', which PipelineOptions::tied does not list");
+    }
+  }
+  tied = TiedParameters(std::move(ties));
+  tied.agree();
+}
+
 // The gradients (allocated now, so a step's memory peak counts only what the step allocates),
 // and with options.optimizer the optimizers and weight versions; what this rank counts in the
 // gradient norm and writes to a checkpoint.
@@ -435,8 +501,9 @@ void PipelineSchedule::Impl::make_weights() {
     const Stage& stage = stages[l]->stage();
     const bool first_replica = s.replicas_of(stage.index()).front() == pipeline_rank;
     if (first_replica) {
-      const auto stage_params = stage.parameters();
-      counted.insert(counted.end(), stage_params.begin(), stage_params.end());
+      for (const auto& p : stage.parameters()) {
+        if (!tied.is_extra_copy(p)) counted.push_back(p);  // a tied parameter counts once
+      }
     }
     // The first copy of the pipeline writes the checkpoints (the others hold the same weights,
     // and unless zero 1 gave each copy its own layers' state, the same optimizer state).
@@ -561,6 +628,7 @@ double PipelineSchedule::Impl::update(int step, const StepRecord& record, RankSt
       }
     }
   }
+  tied.sum_gradients();
   if (!weights) return 0;
   const OptimizerOptions& optimizer = *options.optimizer;
   // The copies now hold the same gradients: the norm is the one pipeline's (avgpipe: each

@@ -139,6 +139,11 @@ class PipelineStage {
   std::vector<torch::Tensor> parameters() const { return stage_.parameters(); }
   // The runtime's view of it (what the executor runs).
   Stage& stage() { return stage_; }
+  // Declares `parameter` (one of this stage's) a copy of the shared parameter `name`, which
+  // PipelineOptions::tied lists with the stages holding it (GPT's token embedding on the first
+  // stage, its output head on the last). A stage may tie several of its tensors to one name.
+  void tie(const std::string& name, torch::Tensor parameter);
+  const std::vector<std::pair<std::string, torch::Tensor>>& ties() const { return ties_; }
   // Another Stage of the same layers (any values): what an asynchronous schedule keeps its
   // weight versions in. A clone of the modules, so they must be torch::nn::Cloneable (every
   // torch module is); UserError otherwise.
@@ -148,6 +153,17 @@ class PipelineStage {
   Stage stage_;
   int num_stages_;
   std::function<Stage()> make_copy_;
+  std::vector<std::pair<std::string, torch::Tensor>> ties_;
+};
+
+// A parameter shared between stages: each stage in `stages` keeps a copy (declared with
+// PipelineStage::tie). pptrain makes the copies equal before the first step (the lowest stage's
+// values), and after each step's backwards sums their gradients over all copies (one all-reduce
+// over the ranks that hold them), before clipping and the optimizer step; so the copies stay
+// equal bit for bit, and training equals one process with one shared tensor.
+struct TiedParameter {
+  std::string name;
+  std::vector<int> stages;
 };
 
 // A schedule made and validated already, with the rule of its weight versions: what
@@ -183,6 +199,8 @@ struct PipelineOptions {
   // Set: pptrain steps the optimizer (see the top of this file). Unset: step() leaves the
   // gradients to the program's optimizer.
   std::optional<OptimizerOptions> optimizer;
+  // Parameters shared between stages (synchronous, unreplicated schedules).
+  std::vector<TiedParameter> tied;
   // The asynchronous schedules' own settings (docs/ASYNC.md): pipedream's vertical sync,
   // ampnet's update interval (0: its default, 1), pipemare's fixes, and how often avgpipe's
   // copies pull their weights together (0: every 4 steps), with which alpha (0: 0.9 / D).

@@ -46,6 +46,11 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
   options.first_step = plan.first_step;
   options.tokens_per_sample = plan.tokens_per_sample;
   options.run_info = run_info(plan);
+  // --tie-embeddings: the embedding's token table (stage 0) and the head's weight (the last).
+  if (plan.model.tie_embeddings) {
+    options.tied.push_back({"embedding", {0}});
+    if (plan.num_stages() > 1) options.tied.back().stages.push_back(plan.num_stages() - 1);
+  }
   return options;
 }
 
@@ -77,6 +82,13 @@ void train(const TrainingPlan& plan, Transport& transport,
     stages.push_back(std::make_unique<PipelineStage>(
         std::move(stage), plan.num_stages(),
         [model, s, layers] { return make_stage(model, s, layers); }));
+    PipelineStage& built = *stages.back();
+    for (int i = 0; i < built.stage().num_layers(); ++i) {
+      const int layer = built.stage().first_layer() + i;
+      for (auto& [name, tensor] : tied_parameters(model, layer, *built.stage().layers()[i].ptr())) {
+        built.tie(name, tensor);
+      }
+    }
     pointers.push_back(stages.back().get());
   }
   const ModelOptions model = plan.model;

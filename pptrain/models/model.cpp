@@ -138,6 +138,8 @@ void check_options(const ModelOptions& options) {
                 "model kind must be gpt or mlp, got '", options.kind, "'");
   PPTRAIN_CHECK(options.layers >= 1, "--layers must be >= 1, got ", options.layers);
   PPTRAIN_CHECK(options.d_model >= 1, "--d-model must be >= 1, got ", options.d_model);
+  PPTRAIN_CHECK(!options.tie_embeddings || is_gpt(options),
+                "--tie-embeddings applies to --model gpt only");
   if (is_gpt(options)) {
     PPTRAIN_CHECK(options.heads >= 1, "--heads must be >= 1, got ", options.heads);
     PPTRAIN_CHECK(options.d_model % options.heads == 0, "--d-model (", options.d_model,
@@ -174,9 +176,27 @@ torch::nn::AnyModule make_layer(const ModelOptions& options, int index) {
     return torch::nn::AnyModule(Embedding(options.vocab_size, options.seq_len, d_model));
   }
   if (index == num_layers(options) - 1) {
-    return torch::nn::AnyModule(Head(d_model, options.vocab_size));
+    Head head(d_model, options.vocab_size);
+    if (options.tie_embeddings) {
+      // The token table as layer 0 draws it, from layer 0's seed.
+      ScopedSeed embedding_seed(options.seed * 1000003ULL);
+      Embedding embedding(options.vocab_size, options.seq_len, d_model);
+      torch::NoGradGuard no_grad;
+      head->lm_head->weight.copy_(embedding->token);
+    }
+    return torch::nn::AnyModule(head);
   }
   return torch::nn::AnyModule(TransformerBlock(d_model, options.heads));
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> tied_parameters(
+    const ModelOptions& options, int layer, const torch::nn::Module& module) {
+  check_layer_index(options, layer);
+  if (!is_gpt(options) || !options.tie_embeddings) return {};
+  const auto params = module.named_parameters();
+  if (layer == 0) return {{"embedding", params["token"]}};
+  if (layer == num_layers(options) - 1) return {{"embedding", params["lm_head.weight"]}};
+  return {};
 }
 
 std::vector<std::pair<int, int>> uniform_split(const ModelOptions& options, int stages) {

@@ -39,6 +39,9 @@ struct ModelOptions {
   int seq_len = 32;      // gpt: tokens per sample; mlp: ignored
   int vocab_size = 256;  // gpt: byte-level characters
   uint64_t seed = 0;
+  // gpt: the head's output weight starts as a copy of the embedding's token table [vocab, D],
+  // and training keeps the two equal (tied_parameters(), PipelineOptions::tied).
+  bool tie_embeddings = false;
 };
 
 // UserError on bad values (unknown kind, layers < 1, d_model % heads != 0, ...).
@@ -52,6 +55,13 @@ int num_blocks(const ModelOptions& options);
 
 // "embedding", "block3", "head" (gpt); "block3" (mlp).
 std::string layer_name(const ModelOptions& options, int index);
+
+// The tensors of layer `layer` (a module make_layer() built) that are copies of a tensor shared
+// with another layer, by the shared tensor's name: with tie_embeddings, "embedding" is the
+// embedding's token table and the head's output weight; nothing otherwise.
+std::vector<std::pair<std::string, torch::Tensor>> tied_parameters(const ModelOptions& options,
+                                                                   int layer,
+                                                                   const torch::nn::Module& module);
 
 // Builds layer `index` of the list, initialised from seed * 1000003 + index. Independent of
 // which other layers this process builds and of the global RNG state (which it leaves as found).

@@ -109,6 +109,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--heads", std::to_string(m.heads)},
       {"--seq-len", std::to_string(m.seq_len)},
       {"--seq-len-range (its MIN)", std::to_string(plan.data.min_seq_len)},
+      {"--tie-embeddings", m.tie_embeddings ? "on" : "off"},
       {"--seed", std::to_string(m.seed)},
       {"--data", plan.data.source},
       {"--batch-size", std::to_string(plan.data.batch_size)},

@@ -38,6 +38,7 @@ nlohmann::ordered_json model_json(const ModelOptions& m) {
     out["heads"] = m.heads;
     out["seq_len"] = m.seq_len;
     out["vocab_size"] = m.vocab_size;
+    if (m.tie_embeddings) out["tie_embeddings"] = true;
   }
   return out;
 }

@@ -333,6 +333,11 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   }
 
   plan.weights = rule;
+  PPTRAIN_CHECK(
+      !options.model.tie_embeddings || (!rule.asynchronous() && !plan.schedule->replicated()),
+      "--tie-embeddings: ", plan.schedule->name, " is ",
+      rule.asynchronous() ? "asynchronous" : "replicated",
+      "; tied embeddings run on synchronous schedules without replicas for now");
   plan.pipemare = pipemare;
   plan_averaging(options, entry, plan);
   plan.model = options.model;

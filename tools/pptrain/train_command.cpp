@@ -124,6 +124,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--heads", o.model.heads, "Attention heads (gpt)")->capture_default_str();
   auto* seq_len = cmd->add_option("--seq-len", o.model.seq_len, "Tokens per sample (gpt)")
                       ->capture_default_str();
+  cmd->add_flag("--tie-embeddings", o.model.tie_embeddings,
+                "gpt: the head's output weight is the embedding's token table (each stage keeps a "
+                "copy; their gradients are summed before every step)");
   auto seq_len_range = std::make_shared<std::string>();
   cmd->add_option("--seq-len-range", *seq_len_range,
                   "MIN:MAX: each batch has its own sequence length, drawn from MIN..MAX by the "
