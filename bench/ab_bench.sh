@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two pptrain binaries side by side: training tokens/s of the same configurations, runs
-# alternated (A, B, A, B, ...) so that a noisy neighbour slows both alike. Prints, per
+# alternated (A B in odd rounds, B A in even ones) so that a noisy neighbour, or whatever favours
+# the first or second of two runs, slows both alike. ONLY="pp1 pp2-1f1b" runs just those. Prints, per
 # configuration, the median tokens/s of each binary over the steps after the first of every run,
 # and B / A. For checking that a change to the train path costs no throughput.
 #
@@ -29,7 +30,10 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"
 for round in $(seq "$ROUNDS"); do
   for config in "${configs[@]}"; do
     name=${config%%:*}
-    for side in A B; do
+    [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || continue
+    sides="A B"
+    (( round % 2 == 0 )) && sides="B A"
+    for side in $sides; do
       binary=$A
       [[ $side == B ]] && binary=$B
       "$binary" train $MODEL ${config#*:} --steps "$STEPS" --quiet \
@@ -41,6 +45,7 @@ echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "%-12s %14s %14s %8s\n" config "A tokens/s" "B tokens/s" "B / A"
 for config in "${configs[@]}"; do
   name=${config%%:*}
+  [[ -z ${ONLY:-} || " $ONLY " == *" $name "* ]] || continue
   a=$(median_field "$name-A" tokens_per_s)
   b=$(median_field "$name-B" tokens_per_s)
   printf "%-12s %14.0f %14.0f %8.3f\n" "$name" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {print b / a}')"

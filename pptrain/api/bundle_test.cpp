@@ -62,9 +62,10 @@ struct ToyLayerImpl : torch::nn::Module {
       const torch::Tensor& ids = in["ids"];
       const torch::Tensor positions =
           torch::arange(ids.size(1), torch::kInt64).unsqueeze(0).expand_as(ids).contiguous();
+      // The batch may bring the mask itself (take_from_batch): then it is that one.
       return TensorBundle({{"hidden", tokens(ids) + places(positions)},
                            {"positions", positions},
-                           {"mask", ids != 0}});
+                           {"mask", in.contains("mask") ? in["mask"] : ids != 0}});
     }
     const torch::Tensor& hidden = in["hidden"];
     if (kind == 2) return linear(norm(hidden));
@@ -99,9 +100,14 @@ struct ToyPartImpl : torch::nn::Module {
   TensorBundle forward(const TensorBundle& in) {
     TensorBundle x = in;
     for (auto& layer : layers) x = layer->forward(x);
+    if (!sends_mask && x.contains("mask")) {
+      x = TensorBundle({{"hidden", x["hidden"]}, {"positions", x["positions"]}});
+    }
     return x;
   }
   std::vector<ToyLayer> layers;
+  // false: the next stage takes the mask from the batch, so this one does not send it.
+  bool sends_mask = true;
 };
 TORCH_MODULE(ToyPart);
 
@@ -112,12 +118,14 @@ torch::Tensor token_loss(const TensorBundle& output, const TensorBundle& target)
 
 // Step k's batch: ids of length lengths[k] with some padding (id 0) at the ends of rows, and
 // the next ids as targets.
-std::pair<TensorBundle, TensorBundle> toy_batch(int step, int64_t length) {
+// With `with_mask`, the inputs bring the padding mask too.
+std::pair<TensorBundle, TensorBundle> toy_batch(int step, int64_t length, bool with_mask = false) {
   auto generator = at::detail::createCPUGenerator(300 + step);
   torch::Tensor ids = torch::randint(1, kVocab, {kBatch, length + 1}, generator);
   ids.index_put_({torch::indexing::Slice(0, kBatch, 3), torch::indexing::Slice(length - 2)}, 0);
-  return {TensorBundle({{"ids", ids.narrow(1, 0, length).contiguous()}}),
-          TensorBundle(ids.narrow(1, 1, length).contiguous())};
+  TensorBundle inputs({{"ids", ids.narrow(1, 0, length).contiguous()}});
+  if (with_mask) inputs.add("mask", inputs["ids"] != 0);
+  return {inputs, TensorBundle(ids.narrow(1, 1, length).contiguous())};
 }
 
 using Result = testing::Trained;
@@ -140,8 +148,8 @@ Result one_process(const std::vector<int64_t>& lengths, int microbatches, bool t
 // every step.
 std::string pipelined(int ranks, const PipelineOptions& options,
                       const std::vector<int64_t>& lengths, Result& result,
-                      std::chrono::milliseconds timeout = kDefaultCommTimeout) {
-  auto transports = make_loopback_transports(ranks, timeout);
+                      bool mask_from_batch = false) {
+  auto transports = make_loopback_transports(ranks);
   std::vector<std::vector<double>> losses(ranks);
   std::vector<std::vector<std::vector<torch::Tensor>>> weights(ranks);  // [rank][stage]
   std::vector<std::vector<torch::Tensor>> copies(kSteps);               // [step]: every tied copy
@@ -156,6 +164,10 @@ std::string pipelined(int ranks, const PipelineOptions& options,
     for (int s : placement.local) {
       parts.emplace_back(s * per_stage, (s + 1) * per_stage - 1, tied);
       stages.emplace_back(parts.back(), s, placement.num_stages);
+      if (mask_from_batch) {
+        parts.back()->sends_mask = false;
+        if (s > 0) stages.back().take_from_batch({"mask"});
+      }
       if (tied && s == 0)
         stages.back().tie("embedding", parts.back()->layers.front()->tokens->weight);
       if (tied && s == placement.num_stages - 1) {
@@ -172,7 +184,7 @@ std::string pipelined(int ranks, const PipelineOptions& options,
     torch::optim::SGD optimizer(params, torch::optim::SGDOptions(0.1));
     for (int step = 0; step < kSteps; ++step) {
       optimizer.zero_grad();
-      const auto [inputs, targets] = toy_batch(step, lengths[step]);
+      const auto [inputs, targets] = toy_batch(step, lengths[step], mask_from_batch);
       const torch::Tensor loss = schedule.step(inputs, targets);
       optimizer.step();
       if (loss.defined()) losses[r].push_back(loss.item<double>());
@@ -241,6 +253,24 @@ TEST(Bundles, ThreeTensorsOfThreeDtypesCrossEveryCut) {
 // Each batch has its own sequence length: the messages tell the receivers their shapes.
 TEST(Bundles, SequenceLengthsChangeFromBatchToBatch) {
   expect_every_schedule_equals_one_process({5, 12, 7});
+}
+
+// Later stages take the mask straight from the batch: stage 0 sends only the hidden states and
+// the positions.
+TEST(Bundles, LaterStagesTakeTheMaskFromTheBatch) {
+  const std::vector<int64_t> lengths = {6, 9, 7};
+  const Result want = one_process(lengths, 8);
+  for (int ranks : {2, 4}) {
+    for (const std::string name : {"1f1b", "zb-v", "interleaved-1f1b", "chimera"}) {
+      PipelineOptions options;
+      options.schedule = name;
+      options.microbatches = 8;
+      Result got;
+      const std::string what = name + " on " + std::to_string(ranks) + " ranks";
+      ASSERT_EQ(pipelined(ranks, options, lengths, got, /*mask_from_batch=*/true), "") << what;
+      expect_equal(got, want, what);
+    }
+  }
 }
 
 // Recomputation and the fused I/W path keep the bundles' ends too.

@@ -222,6 +222,14 @@ void PipelineStage::tie(const std::string& name, torch::Tensor parameter) {
   ties_.emplace_back(name, std::move(parameter));
 }
 
+void PipelineStage::take_from_batch(std::vector<std::string> names) {
+  PPTRAIN_CHECK(index() > 0,
+                "stage 0 takes the whole batch already; take_from_batch() is for "
+                "later stages");
+  PPTRAIN_CHECK(!names.empty(), "stage ", index(), ": take_from_batch() of no names");
+  batch_inputs_ = std::move(names);
+}
+
 Stage PipelineStage::copy() const {
   if (make_copy_) return make_copy_();
   std::vector<torch::nn::AnyModule> clones;
@@ -521,7 +529,9 @@ StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches)
   StepData data;
   const int M = planned.weights.microbatches_per_step;
   data.first_microbatch = asynchronous() ? step * M : 0;
-  const bool first = holds(0), last = holds(schedule().num_stages - 1);
+  bool first = holds(0);  // reads the inputs: stage 0's rank, or one taking from the batch
+  for (PipelineStage* stage : stages) first = first || !stage->batch_inputs().empty();
+  const bool last = holds(schedule().num_stages - 1);
   if (!first && !last) return data;
   const int end = asynchronous() ? std::min(options.steps, step + 1 + ahead) : step + 1;
   for (int k = step; k < end; ++k) {
@@ -529,7 +539,8 @@ StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches)
     if (it == fetched.end()) it = fetched.emplace(k, batches(k)).first;
     const auto& [inputs, targets] = it->second;
     PPTRAIN_CHECK(!first || !inputs.empty(), "rank ", world.rank,
-                  " holds the first stage but step() was given no inputs");
+                  " reads the batch's inputs (for stage 0 or a stage's take_from_batch) but step() "
+                  "was given none");
     PPTRAIN_CHECK(!last || !targets.empty(), "rank ", world.rank,
                   " holds the last stage but step() was given no targets");
     if (first) {
@@ -554,6 +565,11 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
   for (PipelineStage* stage : stages) executor_options.stages.push_back(&stage->stage());
   executor_options.transport = pipeline.view;
   executor_options.loss = loss;
+  for (PipelineStage* stage : stages) {
+    if (!stage->batch_inputs().empty()) {
+      executor_options.batch_inputs[stage->index()] = stage->batch_inputs();
+    }
+  }
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = options.recompute || planned.weights.backward_reruns_forward();
   // An asynchronous schedule runs whole backwards (B), on weight versions: there is no split.

@@ -144,6 +144,11 @@ class PipelineStage {
   // stage, its output head on the last). A stage may tie several of its tensors to one name.
   void tie(const std::string& name, torch::Tensor parameter);
   const std::vector<std::pair<std::string, torch::Tensor>>& ties() const { return ties_; }
+  // This stage (not the first) also takes these tensors of the batch's inputs (a named bundle:
+  // ids, masks), beside what the previous stage sends it (then a named bundle too), so they need
+  // not pass through the stages before it. The rank holding it reads the batch.
+  void take_from_batch(std::vector<std::string> names);
+  const std::vector<std::string>& batch_inputs() const { return batch_inputs_; }
   // Another Stage of the same layers (any values): what an asynchronous schedule keeps its
   // weight versions in. A clone of the modules, so they must be torch::nn::Cloneable (every
   // torch module is); UserError otherwise.
@@ -154,6 +159,7 @@ class PipelineStage {
   int num_stages_;
   std::function<Stage()> make_copy_;
   std::vector<std::pair<std::string, torch::Tensor>> ties_;
+  std::vector<std::string> batch_inputs_;
 };
 
 // A parameter shared between stages: each stage in `stages` keeps a copy (declared with

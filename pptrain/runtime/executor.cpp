@@ -439,7 +439,7 @@ TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, co
   Stage& stage = options_.weights ? options_.weights(s, mb, backward) : *stages_.at(s);
   TensorBundle output;
   try {
-    output = stage.forward(input);
+    output = stage.forward(with_batch_inputs(s, mb, input, data));
   } catch (const InternalError&) {
     throw;
   } catch (const std::exception& e) {
@@ -461,6 +461,25 @@ TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, co
                  "no targets for microbatch ", mb);
   // Divided by M so the accumulated gradients are those of the mean over the mini-batch.
   return options_.loss(output, data.targets[index]) / microbatches_per_step_;
+}
+
+TensorBundle Executor::with_batch_inputs(int s, int mb, const TensorBundle& input,
+                                         const StepData& data) const {
+  const auto names = options_.batch_inputs.find(s);
+  if (s == 0 || names == options_.batch_inputs.end()) return input;
+  const int index = mb - data.first_microbatch;
+  PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(data.inputs.size()),
+                 "no batch inputs for microbatch ", mb, " on rank ", options_.rank);
+  PPTRAIN_CHECK(input.named(), "stage ", s, " takes ", names->second.front(),
+                " from the batch, so stage ", s - 1, " must send it a named bundle, not a list (",
+                input.describe(), ")");
+  TensorBundle merged = input;
+  for (const std::string& name : names->second) {
+    PPTRAIN_CHECK(!input.contains(name), "stage ", s, " takes '", name,
+                  "' from the batch, but stage ", s - 1, " sends one too");
+    merged.add(name, data.inputs[index][name]);
+  }
+  return merged;
 }
 
 void Executor::check_output_kinds(int s, const TensorBundle& output) {

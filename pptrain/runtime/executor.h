@@ -112,13 +112,18 @@ struct ExecutorOptions {
   //     which has no input gradient to send, I does nothing and W the whole backward.
   enum class WeightSplit { kDeferredLayers, kAutograd };
   WeightSplit weight_split = WeightSplit::kDeferredLayers;
+  // Stages > 0 that also take tensors straight from the batch's inputs (ids, masks): stage ->
+  // the names of StepData::inputs' tensors its input gets beside what the previous stage sent
+  // (a named bundle). They carry no gradient back.
+  std::map<int, std::vector<std::string>> batch_inputs;
   // Starts the all-reduce of `stage`'s gradients (REDUCE_GRAD) and returns without waiting.
   // Needed when the schedule has reductions (schedule/reductions.h).
   std::function<void(int stage)> reduce_gradients;
 };
 
-// The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0,
-// `targets` on the rank holding the last stage; other ranks may pass them empty.
+// The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0
+// (and on a rank of a stage with batch_inputs), `targets` on the rank holding the last stage;
+// other ranks may pass them empty.
 struct StepData {
   std::vector<TensorBundle> inputs;   // [M] x gpt: int64 [mb, T]; mlp: float [mb, D]
   std::vector<TensorBundle> targets;  // [M]
@@ -184,6 +189,9 @@ class Executor {
   PendingComm send(size_t position, const TensorBundle& bundle, StepState& state);
   // "stage 1 -> stage 2" and the like, for errors about a message or an input.
   std::string origin_of(int stage, int mb, bool backward) const;
+  // `input` with the batch's tensors that stage s takes (batch_inputs).
+  TensorBundle with_batch_inputs(int stage, int mb, const TensorBundle& input,
+                                 const StepData& data) const;
   // UserError when stage s's output differs from its first in names or dtypes.
   void check_output_kinds(int stage, const TensorBundle& output);
   Slot& slot(StepState& state, int stage, int mb);
