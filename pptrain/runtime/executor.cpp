@@ -204,10 +204,8 @@ int Executor::peer_rank(const Action& comm) const {
 
 PendingComm Executor::send(size_t position, const TensorBundle& bundle, StepState& state) {
   const Action& action = schedule_->actions[options_.rank][position];
-  const bool backward = action.op == Op::SEND_B;
   return send_bundle(*options_.transport, bundle, peer_rank(action), tags_[position],
-                     origin_of(action.stage, action.microbatch, backward),
-                     &state.record.bytes_sent);
+                     message_lengths_, &state.record.bytes_sent);
 }
 
 std::string Executor::origin_of(int stage, int mb, bool backward) const {
@@ -247,8 +245,7 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
       auto it = state.posted.find(p);
       PPTRAIN_ASSERT(it != state.posted.end());
       Slot& s = slot(state, action.stage, action.microbatch);
-      (action.op == Op::RECV_F ? s.input : s.output_grad) = it->second.finish(
-          origin_of(comm_peer(action).stage, action.microbatch, action.op == Op::RECV_B));
+      (action.op == Op::RECV_F ? s.input : s.output_grad) = it->second.finish();
       state.posted.erase(it);
       const auto released = release_after_.find(p);
       if (released != release_after_.end()) {
@@ -380,8 +377,10 @@ void Executor::post_receives_through(size_t position, StepState& state) {
          (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
     const size_t p = state.recv_positions[state.next_recv++];
     const Action& a = schedule_->actions[options_.rank][p];
-    // Only the header: its tensors are received when it has told their shapes.
-    state.posted.emplace(p, BundleReceive(*options_.transport, peer_rank(a), tags_[p]));
+    state.posted.emplace(
+        p, BundleReceive(*options_.transport, peer_rank(a), tags_[p],
+                         origin_of(comm_peer(a).stage, a.microbatch, a.op == Op::RECV_B),
+                         message_lengths_));
   }
 }
 

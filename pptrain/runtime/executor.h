@@ -16,11 +16,13 @@
 //   W s m        ... until W runs them, which frees what they hold. (With
 //                ExecutorOptions::weight_split kAutograd, any module: I takes the input gradient
 //                alone from autograd, W the weight gradients from the graph I kept.)
-//   SEND_* s m   non-blocking send of the bundle (a header with the tensors' names, dtypes and
-//                shapes, then the tensors); waited on (letting its tensors go) once a message
-//                from the peer shows that it posted the receive, at the latest at the step end.
-//   RECV_* s m   waits for the header, posted ahead, then receives the tensors it announces:
-//                shapes may change from message to message, dtypes may not.
+//   SEND_* s m   non-blocking send of the bundle (one message: a header with the tensors' names,
+//                dtypes and shapes, and their bytes); waited on (letting its tensors go) once a
+//                message from the peer shows that it posted the receive, at the latest at the step
+//                end.
+//   RECV_* s m   waits for the message, its receive posted ahead at the length of the tag's
+//                last message (runtime/tensor_bundle.h): shapes may change from message to
+//                message (dtypes may not), at one round trip more when the length does.
 //   OVERLAP_F_B  runs its parts in order.
 //   REDUCE_GRAD s  starts the sum of stage s's gradients over its data-parallel copies through
 //                ExecutorOptions::reduce_gradients and goes on; the caller waits for it. Its
@@ -206,6 +208,7 @@ class Executor {
   // Tag of each of our SEND/RECV actions by position (-1 for compute actions): worked out once,
   // so a schedule too large for the tags fails here rather than halfway through a step.
   std::vector<int> tags_;
+  MessageLengths message_lengths_;  // of each tag's last message, sent and received
   // Position of one of our RECVs -> positions of our SENDs safe to wait on once it completed.
   std::map<size_t, std::vector<size_t>> release_after_;
   int microbatches_per_step_ = 0;
