@@ -118,6 +118,34 @@ TEST(TiedEmbeddings, PipelinesEqualOneProcessAndTheCopiesStayEqual) {
   }
 }
 
+// --model unet: each encoder layer's states go to the mirrored decoder layer; where the two are
+// on different stages, straight across as a skip connection past the stages between (or handed
+// over on one rank, zb-v). Pipelines equal one process, in which they ride along the layers.
+TEST(Unet, SkipConnectionsAcrossStagesEqualOneProcess) {
+  const ModelOptions model = small_model("unet");
+  TempDir dir;
+  const std::string common =
+      model_args(model) + " --batch-size 8 --microbatches 4 --steps 5 --quiet";
+  run_reference(common + " --pp 1 --schedule 1f1b", dir);
+  for (const std::string flags :
+       {"--pp 2 --schedule 1f1b", "--pp 4 --schedule zb-v",
+        "--pp 4 --schedule interleaved-1f1b --recompute", "--pp 2 --dp 2 --schedule zb-h1"}) {
+    SCOPED_TRACE(flags);
+    std::string tag = flags;
+    for (char& c : tag) c = c == ' ' ? '_' : c;
+    expect_run_matches_reference(model, common + " " + flags, tag, dir);
+  }
+  expect_one_line_error(
+      run_train("--model unet --layers 7 --pp 2 --schedule 1f1b --microbatches 2 --batch-size 4 "
+                "--steps 1",
+                dir),
+      "--model unet needs an even number of --layers (down and up blocks), got 7");
+  expect_one_line_error(run_train("--model unet --layers 4 --pp 2 --schedule pipedream "
+                                  "--microbatches 4 --batch-size 8 --steps 1",
+                                  dir),
+                        "--model unet: pipedream is asynchronous");
+}
+
 // A schedule is data: one written by hand (fused and split backwards mixed, W's late and out of
 // order) and one exported with its communication by `pptrain schedule` train like --pp 1.
 TEST(MatchesReferenceScheduleFile, HandWrittenAndExportedSchedules) {

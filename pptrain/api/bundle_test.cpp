@@ -63,22 +63,29 @@ struct ToyLayerImpl : torch::nn::Module {
       const torch::Tensor positions =
           torch::arange(ids.size(1), torch::kInt64).unsqueeze(0).expand_as(ids).contiguous();
       // The batch may bring the mask itself (take_from_batch): then it is that one.
-      return TensorBundle({{"hidden", tokens(ids) + places(positions)},
-                           {"positions", positions},
-                           {"mask", in.contains("mask") ? in["mask"] : ids != 0}});
+      TensorBundle out({{"hidden", tokens(ids) + places(positions)},
+                        {"positions", positions},
+                        {"mask", in.contains("mask") ? in["mask"] : ids != 0}});
+      if (skip) out.add("early", torch::tanh(tokens(ids)));
+      return out;
     }
-    const torch::Tensor& hidden = in["hidden"];
+    // The head adds what the embedding sent it past the blocks (a skip connection).
+    const torch::Tensor hidden = kind >= 2 && in.contains("early") ? in["hidden"] + in["early"]
+                                                                    : in["hidden"];
     if (kind == 2) return linear(norm(hidden));
     if (kind == 3) return torch::linear(norm(hidden), table, bias);
     const torch::Tensor where = in["mask"].unsqueeze(-1).to(torch::kFloat32);
     const torch::Tensor phase = in["positions"].to(torch::kFloat32).unsqueeze(-1) / kMaxLength;
     const torch::Tensor update = torch::tanh(linear(norm(hidden)) + phase);
-    return TensorBundle({{"hidden", hidden + where * update},
-                         {"positions", in["positions"]},
-                         {"mask", in["mask"]}});
+    TensorBundle out({{"hidden", hidden + where * update},
+                      {"positions", in["positions"]},
+                      {"mask", in["mask"]}});
+    if (in.contains("early")) out.add("early", in["early"]);  // in one process: passed along
+    return out;
   }
 
   int kind;
+  bool skip = false;  // the embedding also outputs "early" for the head
   torch::nn::Embedding tokens{nullptr}, places{nullptr};
   torch::nn::LayerNorm norm{nullptr};
   torch::nn::Linear linear{nullptr};
@@ -87,14 +94,16 @@ struct ToyLayerImpl : torch::nn::Module {
 TORCH_MODULE(ToyLayer);
 
 // Layers [first, last] of the model, run in order: one stage, or (0 .. kLayers-1) the model.
-// `tied`: the head takes its logits from the token table.
+// `tied`: the head takes its logits from the token table. `skip`: the embedding sends the head
+// a tensor of its own ("early") beside the hidden states.
 struct ToyPartImpl : torch::nn::Module {
-  ToyPartImpl(int first, int last, bool tied = false) {
+  ToyPartImpl(int first, int last, bool tied = false, bool skip = false) {
     for (int i = first; i <= last; ++i) {
       const int kind = i == 0 ? 0 : i == kLayers - 1 ? (tied ? 3 : 2) : 1;
       const torch::Tensor shared =
           kind == 3 && first == 0 ? layers[0]->tokens->weight : torch::Tensor();
       layers.push_back(register_module("layer" + std::to_string(i), ToyLayer(kind, i, shared)));
+      layers.back()->skip = skip;
     }
   }
   TensorBundle forward(const TensorBundle& in) {
@@ -131,8 +140,9 @@ std::pair<TensorBundle, TensorBundle> toy_batch(int step, int64_t length, bool w
 using Result = testing::Trained;
 using testing::expect_equal;
 
-Result one_process(const std::vector<int64_t>& lengths, int microbatches, bool tied = false) {
-  ToyPart model(0, kLayers - 1, tied);
+Result one_process(const std::vector<int64_t>& lengths, int microbatches, bool tied = false,
+                   bool skip = false) {
+  ToyPart model(0, kLayers - 1, tied, skip);
   return testing::train_in_one_process(
       model->parameters(), kSteps, microbatches, [&](int k, int m) {
         const auto [inputs, targets] = toy_batch(k, lengths[k]);
@@ -148,8 +158,10 @@ Result one_process(const std::vector<int64_t>& lengths, int microbatches, bool t
 // every step.
 std::string pipelined(int ranks, const PipelineOptions& options,
                       const std::vector<int64_t>& lengths, Result& result,
-                      bool mask_from_batch = false) {
-  auto transports = make_loopback_transports(ranks);
+                      bool mask_from_batch = false,
+                      std::chrono::milliseconds timeout = kDefaultCommTimeout) {
+  const bool skip = !options.skips.empty();
+  auto transports = make_loopback_transports(ranks, timeout);
   std::vector<std::vector<double>> losses(ranks);
   std::vector<std::vector<std::vector<torch::Tensor>>> weights(ranks);  // [rank][stage]
   std::vector<std::vector<torch::Tensor>> copies(kSteps);               // [step]: every tied copy
@@ -162,7 +174,7 @@ std::string pipelined(int ranks, const PipelineOptions& options,
     stages.reserve(placement.local.size());
     const bool tied = !options.tied.empty();
     for (int s : placement.local) {
-      parts.emplace_back(s * per_stage, (s + 1) * per_stage - 1, tied);
+      parts.emplace_back(s * per_stage, (s + 1) * per_stage - 1, tied, skip);
       stages.emplace_back(parts.back(), s, placement.num_stages);
       if (mask_from_batch) {
         parts.back()->sends_mask = false;
@@ -290,6 +302,71 @@ TEST(Bundles, RecomputationAndTheDeferredSplitCarryBundles) {
       expect_equal(got, want, "zb-v, recompute " + std::to_string(recompute));
     }
   }
+}
+
+// A skip connection from the first stage to the last: the embedding's "early" goes to the head
+// past every stage between (which never see it), and its gradient comes straight back; on one
+// rank (V shapes) it is handed over, across ranks it is a message of its own.
+TEST(Bundles, ASkipConnectionFromTheFirstStageToTheLast) {
+  const std::vector<int64_t> lengths = {7, 9, 7};
+  const Result want = one_process(lengths, 8, /*tied=*/false, /*skip=*/true);
+  for (int ranks : {2, 4}) {
+    for (const std::string& name : kSynchronous) {
+      PipelineOptions options;
+      options.schedule = name;
+      options.microbatches = 8;
+      const int stages = place_stages(World{0, ranks, nullptr}, options).num_stages;
+      options.skips = {{"early", 0, stages - 1}};
+      Result got;
+      const std::string what = name + " on " + std::to_string(ranks) + " ranks, skip";
+      ASSERT_EQ(pipelined(ranks, options, lengths, got), "") << what;
+      expect_equal(got, want, what);
+    }
+  }
+  // Recomputing, and with the fused I/W path.
+  for (bool recompute : {false, true}) {
+    PipelineOptions options;
+    options.schedule = "zb-h1";
+    options.microbatches = 8;
+    options.recompute = recompute;
+    options.weight_split = ExecutorOptions::WeightSplit::kDeferredLayers;
+    options.skips = {{"early", 0, 3}};
+    Result got;
+    ASSERT_EQ(pipelined(4, options, lengths, got), "");
+    expect_equal(got, want, "zb-h1 recompute " + std::to_string(recompute) + ", skip");
+  }
+}
+
+TEST(Bundles, SkipConnectionsThatCannotRunAreRefused) {
+  const std::vector<int64_t> lengths = {7, 7, 7};
+  Result ignored;
+  PipelineOptions options;
+  options.schedule = "1f1b";
+  options.microbatches = 2;
+  options.skips = {{"early", 1, 0}};
+  EXPECT_NE(pipelined(2, options, lengths, ignored)
+                .find("rank 0: skip connection 'early' from stage 1 to stage 0: give a name and "
+                      "stages 0 <= from < to <= 1"),
+            std::string::npos);
+  options.schedule = "pipedream";
+  options.steps = kSteps;
+  options.optimizer = OptimizerOptions();
+  options.skips = {{"early", 0, 1}};
+  const std::string asynchronous = pipelined(2, options, lengths, ignored);
+  EXPECT_NE(asynchronous.find("skip connection 'early': pipedream is asynchronous"),
+            std::string::npos)
+      << asynchronous;
+  // Stage 1 sends no "late": the error names the stage and what its output holds.
+  options.schedule = "1f1b";
+  options.optimizer.reset();
+  options.skips = {{"late", 1, 3}};
+  const std::string errors =
+      pipelined(4, options, lengths, ignored, false, std::chrono::milliseconds(2000));
+  EXPECT_NE(errors.find("rank 1: stage 1 has a skip connection 'late' to stage 3, but its output "
+                        "has no tensor of that name (hidden float32 [8, 7, 16], positions int64 "
+                        "[8, 7], mask bool [8, 7], early float32 [8, 7, 16])"),
+            std::string::npos)
+      << errors;
 }
 
 // GPT-style weight tying: the head's logits use the token table. One process shares one

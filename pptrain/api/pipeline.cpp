@@ -288,6 +288,7 @@ struct PipelineSchedule::Impl {
   void check_stages() const;
   void make_groups();
   void make_ties();
+  void check_skips() const;
   void make_weights();
   StepData step_data(int step, const BatchSource& batches);
   void start(int64_t batch_size);
@@ -352,6 +353,7 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
                 "average_alpha must be in (0, 2 / D) (0: 0.9 / D), got ", options.average_alpha);
   make_groups();
   make_ties();
+  check_skips();
   make_weights();
   // avgpipe's copies combine no gradients: they pull their weights to a centre kept beside them.
   if (averages) combine->keep_centre();
@@ -464,6 +466,23 @@ void PipelineSchedule::Impl::make_ties() {
   tied.agree();
 }
 
+void PipelineSchedule::Impl::check_skips() const {
+  const Schedule& s = schedule();
+  for (size_t k = 0; k < options.skips.size(); ++k) {
+    const SkipConnection& skip = options.skips[k];
+    PPTRAIN_CHECK(!asynchronous(), "skip connection '", skip.name, "': ", s.name,
+                  " is asynchronous; skip connections run on synchronous schedules for now");
+    PPTRAIN_CHECK(!skip.name.empty() && skip.from >= 0 && skip.from < skip.to &&
+                      skip.to < s.num_stages,
+                  "skip connection '", skip.name, "' from stage ", skip.from, " to stage ",
+                  skip.to, ": give a name and stages 0 <= from < to <= ", s.num_stages - 1);
+    for (size_t j = 0; j < k; ++j) {
+      PPTRAIN_CHECK(options.skips[j].name != skip.name || options.skips[j].from != skip.from,
+                    "stage ", skip.from, " has two skip connections named '", skip.name, "'");
+    }
+  }
+}
+
 // The gradients (allocated now, so a step's memory peak counts only what the step allocates),
 // and with options.optimizer the optimizers and weight versions; what this rank counts in the
 // gradient norm and writes to a checkpoint.
@@ -570,6 +589,7 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
       executor_options.batch_inputs[stage->index()] = stage->batch_inputs();
     }
   }
+  executor_options.skips = options.skips;
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = options.recompute || planned.weights.backward_reruns_forward();
   // An asynchronous schedule runs whole backwards (B), on weight versions: there is no split.

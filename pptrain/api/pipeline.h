@@ -22,7 +22,7 @@
 // step() with the same batch (only the first stage's rank reads `inputs`, only the last
 // stage's rank reads `targets`; the others may pass undefined tensors).
 //
-// What crosses a cut between stages is a TensorBundle (runtime/tensor_bundle.h): one tensor, or
+// What crosses a cut between stages is a TensorBundle (models/tensor_bundle.h): one tensor, or
 // a list or a string-keyed map of tensors of any dtype and shape. A stage's module takes one
 // tensor and returns one, or takes a `const TensorBundle&` and returns a TensorBundle (found at
 // compile time). Floating-point tensors carry gradients back; ids and masks go forward only.
@@ -62,7 +62,7 @@
 
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/stage.h"
-#include "pptrain/runtime/tensor_bundle.h"
+#include "pptrain/models/tensor_bundle.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
@@ -207,6 +207,10 @@ struct PipelineOptions {
   std::optional<OptimizerOptions> optimizer;
   // Parameters shared between stages (synchronous, unreplicated schedules).
   std::vector<TiedParameter> tied;
+  // Skip connections (synchronous schedules): the tensor `name` of stage `from`'s output (a
+  // named bundle) goes straight to stage `to` > `from`, beside what stage to - 1 sends it, and
+  // its gradient straight back; the stages between never see it.
+  std::vector<SkipConnection> skips;
   // The asynchronous schedules' own settings (docs/ASYNC.md): pipedream's vertical sync,
   // ampnet's update interval (0: its default, 1), pipemare's fixes, and how often avgpipe's
   // copies pull their weights together (0: every 4 steps), with which alpha (0: 0.9 / D).

@@ -48,7 +48,7 @@ Dataset::Dataset(const ModelOptions& model, const DataOptions& data) : model_(mo
                 "--batch-size must be a positive multiple of --microbatches (", data_.microbatches,
                 "), got ", data_.batch_size);
 
-  if (model_.kind == "mlp") {
+  if (is_regression(model_)) {
     PPTRAIN_CHECK(data_.source == "default" || data_.source == "synthetic",
                   "the mlp model trains on synthetic data: --data must be 'synthetic' or ",
                   "'default', got '", data_.source, "'");
@@ -87,7 +87,7 @@ Dataset::Dataset(const ModelOptions& model, const DataOptions& data) : model_(mo
 
 Dataset::Batch Dataset::batch(int step) const {
   const int64_t n = data_.batch_size;
-  if (model_.kind == "mlp") {
+  if (is_regression(model_)) {
     auto generator = make_generator(data_.seed, 2, step);
     auto inputs = torch::randn({n, model_.d_model}, generator, torch::kFloat32);  // [N, D]
     return {inputs, torch::tanh(inputs.matmul(teacher_))};

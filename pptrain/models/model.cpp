@@ -8,12 +8,17 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/models/pipe_linear.h"
+#include "pptrain/models/tensor_bundle.h"
 
 namespace pptrain {
 namespace {
 
 bool is_gpt(const ModelOptions& options) {
   return options.kind == "gpt";
+}
+
+bool is_unet(const ModelOptions& options) {
+  return options.kind == "unet";
 }
 
 // Seeds torch's default CPU generator for the lifetime of the object and then restores it, so a
@@ -126,6 +131,48 @@ struct HeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(Head);
 
+// unet's tensor of level l: what down l sends up (N/2 - 1 - l).
+std::string skip_name(int level) {
+  return "skip" + std::to_string(level);
+}
+
+// unet's encoder layer `level`: the mlp block on h, whose result also goes to the decoder.
+struct UnetDownImpl : torch::nn::Module {
+  UnetDownImpl(int64_t d_model, int level)
+      : level(level), block(register_module("block", FeedForward(d_model))) {}
+
+  TensorBundle forward(const TensorBundle& in) {
+    // Layer 0 takes the batch's input, a bundle of one unnamed tensor.
+    const bool first = !in.named();
+    const torch::Tensor h = block(first ? in.only() : in["h"]);
+    TensorBundle out = first ? TensorBundle() : in.without({"h"});
+    out.add("h", h);
+    out.add(skip_name(level), h);
+    return out;
+  }
+
+  int level;
+  FeedForward block;
+};
+TORCH_MODULE(UnetDown);
+
+// unet's decoder layer for `level`: the mlp block on h plus what the encoder sent at that level.
+struct UnetUpImpl : torch::nn::Module {
+  UnetUpImpl(int64_t d_model, int level)
+      : level(level), block(register_module("block", FeedForward(d_model))) {}
+
+  TensorBundle forward(const TensorBundle& in) {
+    const std::string skip = skip_name(level);
+    TensorBundle out = in.without({"h", skip});
+    out.add("h", block(0.5 * (in["h"] + in[skip])));  // the mean keeps the scale
+    return out;
+  }
+
+  int level;
+  FeedForward block;
+};
+TORCH_MODULE(UnetUp);
+
 void check_layer_index(const ModelOptions& options, int index) {
   PPTRAIN_CHECK(index >= 0 && index < num_layers(options), "layer index ", index,
                 " out of range: the ", options.kind, " model has ", num_layers(options), " layers");
@@ -134,10 +181,13 @@ void check_layer_index(const ModelOptions& options, int index) {
 }  // namespace
 
 void check_options(const ModelOptions& options) {
-  PPTRAIN_CHECK(options.kind == "gpt" || options.kind == "mlp",
-                "model kind must be gpt or mlp, got '", options.kind, "'");
+  PPTRAIN_CHECK(options.kind == "gpt" || options.kind == "mlp" || options.kind == "unet",
+                "model kind must be gpt, mlp or unet, got '", options.kind, "'");
   PPTRAIN_CHECK(options.layers >= 1, "--layers must be >= 1, got ", options.layers);
   PPTRAIN_CHECK(options.d_model >= 1, "--d-model must be >= 1, got ", options.d_model);
+  PPTRAIN_CHECK(!is_unet(options) || options.layers % 2 == 0,
+                "--model unet needs an even number of --layers (down and up blocks), got ",
+                options.layers);
   PPTRAIN_CHECK(!options.tie_embeddings || is_gpt(options),
                 "--tie-embeddings applies to --model gpt only");
   if (is_gpt(options)) {
@@ -153,12 +203,33 @@ int num_blocks(const ModelOptions& options) {
   return options.layers;
 }
 
+bool is_regression(const ModelOptions& options) {
+  return !is_gpt(options);
+}
+
+bool layer_takes_bundle(const ModelOptions& options, int index) {
+  check_layer_index(options, index);
+  return is_unet(options);
+}
+
+std::vector<LayerSkip> layer_skips(const ModelOptions& options) {
+  if (!is_unet(options)) return {};
+  std::vector<LayerSkip> out;
+  for (int level = 0; level < options.layers / 2; ++level)
+    out.push_back({skip_name(level), level, options.layers - 1 - level});
+  return out;
+}
+
 int num_layers(const ModelOptions& options) {
   return is_gpt(options) ? options.layers + 2 : options.layers;
 }
 
 std::string layer_name(const ModelOptions& options, int index) {
   check_layer_index(options, index);
+  if (is_unet(options)) {
+    const int half = options.layers / 2;
+    return index < half ? "down" + std::to_string(index) : "up" + std::to_string(index - half);
+  }
   if (!is_gpt(options)) return "block" + std::to_string(index);
   if (index == 0) return "embedding";
   if (index == num_layers(options) - 1) return "head";
@@ -171,6 +242,11 @@ torch::nn::AnyModule make_layer(const ModelOptions& options, int index) {
   // 1000003 is prime, so (seed, index) pairs of any realistic size never collide.
   ScopedSeed seed(options.seed * 1000003ULL + static_cast<uint64_t>(index));
   const int64_t d_model = options.d_model;
+  if (is_unet(options)) {
+    const int half = options.layers / 2;
+    if (index < half) return torch::nn::AnyModule(UnetDown(d_model, index));
+    return torch::nn::AnyModule(UnetUp(d_model, options.layers - 1 - index));
+  }
   if (!is_gpt(options)) return torch::nn::AnyModule(FeedForward(d_model));
   if (index == 0) {
     return torch::nn::AnyModule(Embedding(options.vocab_size, options.seq_len, d_model));

@@ -1,4 +1,5 @@
-// Layer-list models for pipeline training: GPT (character-level) and a residual MLP.
+// Layer-list models for pipeline training: GPT (character-level), a residual MLP, and a U-Net
+// of residual MLP blocks whose encoder sends its states to the decoder past the layers between.
 //
 // A model is a flat list of layers; a pipeline stage is a consecutive range of them. Each rank
 // builds only its own layers with make_layer(options, index); every layer is initialised from
@@ -18,6 +19,15 @@
 //   mlp: [block 0 .. block N-1]                   num_layers = N, num_blocks = N
 //        block:     float [mb, D] -> [mb, D]: x + W2 gelu(W1 LN(x)), hidden 4D
 //        No input/output projection: the synthetic task maps [mb, D] to [mb, D].
+//   unet: [down 0 .. down N/2-1, up 0 .. up N/2-1]  num_layers = N (even), num_blocks = N
+//        down i:    {h} -> {h: the mlp block of h, skip<i>: the same}; layer 0 takes the [mb, D]
+//                   input itself
+//        up j:      {h, skip<l>} -> {h: the mlp block of h + skip<l>}, l = N/2 - 1 - j: the
+//                   level of the same width, mirrored; skip<l> is used up
+//        Layers take and return named bundles (tensor_bundle.h) and pass on the tensors they do
+//        not use, so in one stage a skip tensor rides along; a pipeline sends each skip<l> that
+//        crosses a cut straight from the stage of down l to the stage of up (N/2-1-l)
+//        (layer_skips(), PipelineOptions::skips). The synthetic task of the mlp.
 // Every matrix product is a PipeLinear (pipe_linear.h), so its weight gradient can be deferred.
 // No dropout: runs are deterministic.
 #pragma once
@@ -32,7 +42,7 @@
 namespace pptrain {
 
 struct ModelOptions {
-  std::string kind = "gpt";  // "gpt" or "mlp"
+  std::string kind = "gpt";  // "gpt", "mlp" or "unet"
   int layers = 4;            // transformer / residual MLP blocks
   int d_model = 64;
   int heads = 4;         // gpt only
@@ -53,7 +63,23 @@ int num_layers(const ModelOptions& options);
 // Number of transformer / MLP blocks: what "more stages than layers" compares against.
 int num_blocks(const ModelOptions& options);
 
-// "embedding", "block3", "head" (gpt); "block3" (mlp).
+// Whether the model learns the synthetic map [mb, D] -> [mb, D] (mlp, unet), not text (gpt).
+bool is_regression(const ModelOptions& options);
+
+// Whether layer `index` takes and returns a TensorBundle (unet) rather than one tensor.
+bool layer_takes_bundle(const ModelOptions& options, int index);
+
+// A tensor one layer outputs for a later layer, not the next (unet's skip<l>): the name, the
+// layer that makes it and the layer that uses it. A pipeline sends it straight to the stage of
+// `to_layer` when the two are on different stages.
+struct LayerSkip {
+  std::string name;
+  int from_layer = 0;
+  int to_layer = 0;
+};
+std::vector<LayerSkip> layer_skips(const ModelOptions& options);
+
+// "embedding", "block3", "head" (gpt); "block3" (mlp); "down1", "up0" (unet).
 std::string layer_name(const ModelOptions& options, int index);
 
 // The tensors of layer `layer` (a module make_layer() built) that are copies of a tensor shared
@@ -74,12 +100,13 @@ std::vector<std::pair<int, int>> uniform_split(const ModelOptions& options, int 
 
 // Loss of the last stage's output against the targets, a mean over the microbatch's elements:
 // gpt: cross-entropy of logits [mb, T, vocab] vs int64 targets [mb, T];
-// mlp: mean squared error of [mb, D] vs [mb, D].
+// mlp, unet: mean squared error of [mb, D] vs [mb, D].
 torch::Tensor compute_loss(const ModelOptions& options, const torch::Tensor& output,
                            const torch::Tensor& target);
 
 // Shape of the input layer `index` receives for a microbatch of `microbatch_size` samples, and
-// its dtype: gpt embedding takes int64 [mb, T]; the others float [mb, T, D] (gpt) or [mb, D] (mlp).
+// its dtype: gpt embedding takes int64 [mb, T]; the others float [mb, T, D] (gpt) or [mb, D]
+// (mlp; unet's hidden states, beside the skip tensors it carries).
 std::vector<int64_t> layer_input_shape(const ModelOptions& options, int index,
                                        int64_t microbatch_size);
 torch::Dtype layer_input_dtype(const ModelOptions& options, int index);

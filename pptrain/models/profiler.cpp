@@ -39,6 +39,9 @@ torch::Tensor first_input(const ModelOptions& model, int64_t microbatch_size) {
 
 LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::AnyModule& layer,
                            const torch::Tensor& input) {
+  PPTRAIN_CHECK(!layer_takes_bundle(options.model, index), "pptrain profile: the ",
+                options.model.kind, " model's layers take bundles of tensors, which the profiler ",
+                "does not time yet; profile gpt or mlp");
   LayerProfile result;
   result.name = layer_name(options.model, index);
   for (const auto& p : layer.ptr()->parameters()) result.parameter_bytes += tensor_bytes(p);

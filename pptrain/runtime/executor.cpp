@@ -88,6 +88,10 @@ struct Executor::Slot {
   TensorBundle input_grad;   // gradients of `input` (gradient_bundle), waiting for SEND_B
   bool forwarded = false;    // F ran and no backward yet
   WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
+  // Skip connections: the tensors that came for this stage's input (merged into `input` by F),
+  // and the gradients that came for this stage's output's skipping tensors, by name.
+  TensorBundle skip_inputs;
+  std::map<std::string, torch::Tensor> skip_output_grads;
   // WeightSplit::kAutograd: the outputs and their gradients that I kept for W's pass.
   std::vector<torch::Tensor> weight_roots;
   std::vector<torch::Tensor> weight_root_grads;
@@ -100,6 +104,9 @@ struct Executor::StepState {
   size_t next_recv = 0;                       // index into recv_positions: next one to post
   std::map<size_t, BundleReceive> posted;     // position of a RECV -> its posted receive
   std::map<size_t, PendingComm> sent;         // position of a SEND -> the send in flight
+  // Skip connections' messages: receives by tag, sends waited on at the end.
+  std::map<int, BundleReceive> skip_posted;
+  std::vector<PendingComm> skip_sent;
   StepRecord record;
 };
 
@@ -133,6 +140,7 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
                  microbatches_per_step_);
   plan_send_releases();
   plan_segments();
+  plan_skip_receives();
 }
 
 Executor::~Executor() = default;
@@ -238,6 +246,7 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   replay_forwards(data, state);
   for (size_t p = begin; p < end; ++p) {
     post_receives_through(p, state);
+    post_skip_receives(p, state);
     const Action& action = actions[p];
     if (action.op == Op::RECV_F || action.op == Op::RECV_B) {
       // The receive was posted ahead; what remains is waiting for it.
@@ -270,11 +279,13 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   if (++next_segment_ < segment_ends_.size()) return record;
   // The end of the list: everything must be delivered before the next run reuses the tags.
   for (auto& [position, sent] : state.sent) sent.wait();
+  for (auto& sent : state.skip_sent) sent.wait();
   for (auto& [key, s] : state.slots) {
     PPTRAIN_ASSERT(s.weight_grads.empty(), "stage ", key.first, " microbatch ", key.second,
                    " has weight gradients that no W ran");
   }
-  PPTRAIN_ASSERT(state.posted.empty() && state.next_recv == state.recv_positions.size());
+  PPTRAIN_ASSERT(state.posted.empty() && state.next_recv == state.recv_positions.size() &&
+                 state.skip_posted.empty());
   state_.reset();
   next_segment_ = 0;
   return record;
@@ -406,8 +417,9 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       Slot& sl = slot(state, s, mb);
       PPTRAIN_ASSERT(!sl.output.empty(), to_string(action), " on rank ", options_.rank,
                      " sends an output that F has not produced");
-      state.sent[position] = send(position, sl.output, state);
-      if (crossing_.count(position)) retained_[position] = detached(sl.output);
+      const TensorBundle next = next_stage_part(s, sl.output);
+      state.sent[position] = send(position, next, state);
+      if (crossing_.count(position)) retained_[position] = detached(next);
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = TensorBundle();
       break;
@@ -517,6 +529,7 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
     PPTRAIN_ASSERT(!sl.input.empty(), s, "F", mb, " on rank ", options_.rank,
                    " runs before its input arrived (missing RECV_F or forward of stage ", s - 1,
                    ")");
+    take_skips(s, mb, state);
     // The input is a leaf of this stage's graph: backward leaves its gradient in input.grad().
     requires_grad_on_floats(sl.input);
   }
@@ -530,8 +543,9 @@ void Executor::forward(int s, int mb, const StepData& data, StepState& state) {
   if (s == schedule_->num_stages - 1) {
     state.record.has_loss = true;
     state.record.loss += output.only().item<double>();
-  } else if (is_local(s + 1, mb)) {
-    slot(state, s + 1, mb).input = detached(output);
+  } else {
+    send_skips(s, mb, output, state);
+    if (is_local(s + 1, mb)) slot(state, s + 1, mb).input = detached(next_stage_part(s, output));
   }
   sl.forwarded = true;
   // Kept for the backward, or (recomputing) only for SEND_F, which takes it over.
@@ -547,23 +561,20 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
                  options_.rank, " runs before its forward (or twice)");
   // Same input, same layers, same thread count: the rerun reproduces F's output bit for bit.
   if (options_.recompute) sl.output = stage_output(s, mb, sl.input, data, /*backward=*/true);
-  PPTRAIN_ASSERT(s == last || !sl.output_grad.empty() || !has_gradient_carrier(sl.output),
-                 "backward of stage ", s, " microbatch ", mb, " on rank ", options_.rank,
-                 " runs before its output gradient arrived (missing RECV_B or backward of stage ",
-                 s + 1, ")");
+  PPTRAIN_ASSERT(
+      s == last || !sl.output_grad.empty() || !has_gradient_carrier(next_stage_part(s, sl.output)),
+      "backward of stage ", s, " microbatch ", mb, " on rank ", options_.rank,
+      " runs before its output gradient arrived (missing RECV_B or backward of stage ", s + 1, ")");
   // The outputs to run the backward from, with their gradients (the last stage: the loss).
   std::vector<torch::Tensor> roots, grads;
   if (s == last) {
     roots.push_back(sl.output.only());
   } else {
-    const std::vector<torch::Tensor> output_grads =
-        gradients_for(sl.output, sl.output_grad,
-                      "stage " + std::to_string(s + 1) + "'s gradient for the output of stage " +
-                          std::to_string(s));
+    const std::vector<torch::Tensor> all_grads = output_grads(s, mb, state);
     for (size_t i = 0; i < sl.output.size(); ++i) {
-      if (output_grads[i].defined() && sl.output[i].requires_grad()) {
+      if (all_grads[i].defined() && sl.output[i].requires_grad()) {
         roots.push_back(sl.output[i]);
-        grads.push_back(output_grads[i]);
+        grads.push_back(all_grads[i]);
       }
     }
   }
@@ -596,6 +607,7 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
       input_grads.push_back(carries_gradient(t) ? t.grad() : torch::Tensor());
     }
     sl.input_grad = gradient_bundle(sl.input, input_grads);
+    return_skip_grads(s, mb, state);
     if (is_local(s - 1, mb)) {
       slot(state, s - 1, mb).output_grad = sl.input_grad;
       sl.input_grad = TensorBundle();
@@ -628,6 +640,180 @@ void Executor::weight_backward(int s, int mb, StepState& state) {
   }
   sl.weight_roots.clear();
   sl.weight_root_grads.clear();
+}
+
+// Skip connections. Tags above the schedule's messages: two per skip and microbatch.
+int Executor::skip_tag(size_t skip, int mb, bool backward) const {
+  const Schedule& sched = *schedule_;
+  const size_t index =
+      message_count(sched.num_stages, sched.num_microbatches) +
+      (skip * static_cast<size_t>(sched.num_microbatches) + static_cast<size_t>(mb)) * 2 +
+      (backward ? 1 : 0);
+  return static_cast<int>(index);
+}
+
+void Executor::plan_skip_receives() {
+  const Schedule& sched = *schedule_;
+  if (options_.skips.empty()) return;
+  PPTRAIN_ASSERT(segment_ends_.size() == 1, "skip connections on an asynchronous schedule");
+  for (const SkipConnection& skip : options_.skips) {
+    PPTRAIN_ASSERT(skip.from >= 0 && skip.from < skip.to && skip.to < sched.num_stages,
+                   "a skip connection from stage ", skip.from, " to stage ", skip.to, " in ",
+                   sched.num_stages, " stages");
+  }
+  const size_t tags = message_count(sched.num_stages, sched.num_microbatches) +
+                      options_.skips.size() * static_cast<size_t>(sched.num_microbatches) * 2;
+  PPTRAIN_CHECK(tags <= static_cast<size_t>(kControlTagBase), "a schedule of ", sched.num_stages,
+                " stages, ", sched.num_microbatches, " microbatches and ", options_.skips.size(),
+                " skip connections needs ", tags, " message tags, more than the ", kControlTagBase,
+                " there are");
+  const auto& mine = sched.actions[options_.rank];
+  size_t post_at = 0;  // after the previous compute action: one ahead of the one that takes them
+  for (size_t p = 0; p < mine.size(); ++p) {
+    if (!is_compute(mine[p].op)) continue;
+    for (const Action& atom : atoms_of(mine[p])) {
+      const int mb = atom.microbatch;
+      for (size_t k = 0; k < options_.skips.size(); ++k) {
+        const SkipConnection& skip = options_.skips[k];
+        if (atom.op == Op::F && atom.stage == skip.to && !is_local(skip.from, mb))
+          skip_posts_[post_at].push_back({k, mb, false});
+        if (is_backward(atom.op) && atom.stage == skip.from && !is_local(skip.to, mb))
+          skip_posts_[post_at].push_back({k, mb, true});
+      }
+    }
+    post_at = p + 1;
+  }
+}
+
+void Executor::post_skip_receives(size_t position, StepState& state) {
+  const auto skips = skip_posts_.find(position);
+  if (skips == skip_posts_.end()) return;
+  for (const SkipReceive& r : skips->second) {
+    const SkipConnection& skip = options_.skips[r.skip];
+    const int sender = r.backward ? skip.to : skip.from;
+    const int receiver = r.backward ? skip.from : skip.to;
+    const int tag = skip_tag(r.skip, r.microbatch, r.backward);
+    const std::string what = std::string(r.backward ? "the gradient of skip '" : "skip '") +
+                             skip.name + "' from stage " + std::to_string(sender) + " to stage " +
+                             std::to_string(receiver) + " (microbatch " +
+                             std::to_string(r.microbatch) + ")";
+    state.skip_posted.emplace(
+        tag, BundleReceive(*options_.transport, schedule_->rank_of(sender, r.microbatch), tag, what,
+                           message_lengths_));
+  }
+}
+
+TensorBundle Executor::next_stage_part(int s, const TensorBundle& output) const {
+  std::vector<std::string> skipping;
+  for (const SkipConnection& skip : options_.skips) {
+    if (skip.from == s) skipping.push_back(skip.name);
+  }
+  return skipping.empty() ? output : output.without(skipping);
+}
+
+void Executor::send_skips(int s, int mb, const TensorBundle& output, StepState& state) {
+  for (size_t k = 0; k < options_.skips.size(); ++k) {
+    const SkipConnection& skip = options_.skips[k];
+    if (skip.from != s) continue;
+    PPTRAIN_CHECK(output.contains(skip.name), "stage ", s, " has a skip connection '", skip.name,
+                  "' to stage ", skip.to, ", but its output has no tensor of that name (",
+                  output.describe(), ")");
+    const torch::Tensor tensor = output[skip.name].detach();
+    if (is_local(skip.to, mb)) {
+      slot(state, skip.to, mb).skip_inputs.add(skip.name, tensor);
+    } else {
+      state.skip_sent.push_back(send_bundle(
+          *options_.transport, TensorBundle({{skip.name, tensor}}), schedule_->rank_of(skip.to, mb),
+          skip_tag(k, mb, false), message_lengths_, &state.record.bytes_sent));
+    }
+  }
+}
+
+void Executor::take_skips(int s, int mb, StepState& state) {
+  Slot& sl = slot(state, s, mb);
+  for (size_t k = 0; k < options_.skips.size(); ++k) {
+    const SkipConnection& skip = options_.skips[k];
+    if (skip.to != s) continue;
+    torch::Tensor tensor;
+    if (is_local(skip.from, mb)) {
+      tensor = sl.skip_inputs[skip.name];
+    } else {
+      auto posted = state.skip_posted.find(skip_tag(k, mb, false));
+      PPTRAIN_ASSERT(posted != state.skip_posted.end(), "skip '", skip.name, "' into ", s, "F", mb,
+                     " was never posted");
+      tensor = posted->second.finish()[skip.name];
+      state.skip_posted.erase(posted);
+    }
+    PPTRAIN_CHECK(sl.input.named() || sl.input.empty(), "stage ", s, " takes '", skip.name,
+                  "' from stage ", skip.from, " through a skip connection, so stage ", s - 1,
+                  " must send it a named bundle, not a list (", sl.input.describe(), ")");
+    PPTRAIN_CHECK(!sl.input.contains(skip.name), "stage ", s, " takes '", skip.name,
+                  "' from stage ", skip.from, " through a skip connection, but stage ", s - 1,
+                  " sends one too");
+    sl.input.add(skip.name, tensor);
+  }
+  sl.skip_inputs = TensorBundle();
+}
+
+void Executor::return_skip_grads(int s, int mb, StepState& state) {
+  Slot& sl = slot(state, s, mb);
+  std::vector<std::string> skipping;
+  for (size_t k = 0; k < options_.skips.size(); ++k) {
+    const SkipConnection& skip = options_.skips[k];
+    if (skip.to != s) continue;
+    skipping.push_back(skip.name);
+    const torch::Tensor grad =
+        sl.input_grad.contains(skip.name) ? sl.input_grad[skip.name] : torch::Tensor();
+    if (is_local(skip.from, mb)) {
+      slot(state, skip.from, mb).skip_output_grads[skip.name] = grad;
+    } else {
+      // Sent even when there is none (an int tensor, an unused one): the receiver expects it.
+      state.skip_sent.push_back(send_bundle(
+          *options_.transport, TensorBundle({{skip.name, grad}}), schedule_->rank_of(skip.from, mb),
+          skip_tag(k, mb, true), message_lengths_, &state.record.bytes_sent));
+    }
+  }
+  if (!skipping.empty()) sl.input_grad = sl.input_grad.without(skipping);  // the rest: to s - 1
+}
+
+std::vector<torch::Tensor> Executor::output_grads(int s, int mb, StepState& state) {
+  Slot& sl = slot(state, s, mb);
+  const std::vector<torch::Tensor> next_grads =
+      gradients_for(next_stage_part(s, sl.output), sl.output_grad,
+                    "stage " + std::to_string(s + 1) + "'s gradient for the output of stage " +
+                        std::to_string(s));
+  std::vector<torch::Tensor> out;
+  size_t next = 0;
+  for (size_t i = 0; i < sl.output.size(); ++i) {
+    size_t k = 0;
+    while (k < options_.skips.size() &&
+           !(options_.skips[k].from == s && options_.skips[k].name == sl.output.label(i)))
+      ++k;
+    if (k == options_.skips.size()) {
+      out.push_back(next_grads.at(next++));
+      continue;
+    }
+    const SkipConnection& skip = options_.skips[k];
+    torch::Tensor grad;
+    if (is_local(skip.to, mb)) {
+      const auto found = sl.skip_output_grads.find(skip.name);
+      PPTRAIN_ASSERT(found != sl.skip_output_grads.end(), "the gradient of skip '", skip.name,
+                     "' for ", s, "B", mb, " never came from stage ", skip.to);
+      grad = found->second;
+    } else {
+      auto posted = state.skip_posted.find(skip_tag(k, mb, true));
+      PPTRAIN_ASSERT(posted != state.skip_posted.end(), "the gradient of skip '", skip.name,
+                     "' for ", s, "B", mb, " was never posted");
+      grad = posted->second.finish()[skip.name];
+      state.skip_posted.erase(posted);
+    }
+    PPTRAIN_CHECK(!grad.defined() || grad.sizes() == sl.output[i].sizes(), "stage ", skip.to,
+                  "'s gradient of skip '", skip.name, "' has shape ", grad.sizes(), ", the tensor ",
+                  sl.output[i].sizes());
+    out.push_back(carries_gradient(sl.output[i]) ? grad : torch::Tensor());
+  }
+  sl.skip_output_grads.clear();
+  return out;
 }
 
 }  // namespace pptrain

@@ -6,7 +6,7 @@
 //                tensors requiring grad) and output for the backward. The first stage reads
 //                the data, the last computes loss / M (so gradients accumulate to the mean over
 //                the mini-batch). A stage's input and output are TensorBundles
-//                (runtime/tensor_bundle.h): any number of tensors of any dtype and shape.
+//                (models/tensor_bundle.h): any number of tensors of any dtype and shape.
 //                With ExecutorOptions::recompute, F runs without autograd and keeps only the
 //                stage input; I or B first reruns the forward with autograd from that input
 //                (the rerun is part of the I or B event, so measured times include it).
@@ -76,6 +76,16 @@ using BundleLossFn =
 // `loss` on the one tensor of each (UserError naming the bundles when either holds more).
 BundleLossFn bundle_loss(LossFn loss);
 
+// A skip connection: the tensor `name` of stage `from`'s output (a named bundle) goes straight to
+// stage `to` > `from`, not through the stages between: `to` takes it beside what stage to - 1
+// sends, and its gradient comes back the same way. Each runs as a message of its own (a tag
+// above the schedule's), or is handed over when both stages are on one rank.
+struct SkipConnection {
+  std::string name;
+  int from = 0;
+  int to = 0;
+};
+
 struct ExecutorOptions {
   // This process's rank in the schedule, 0 .. num_ranks-1.
   int rank = 0;
@@ -118,6 +128,10 @@ struct ExecutorOptions {
   // the names of StepData::inputs' tensors its input gets beside what the previous stage sent
   // (a named bundle). They carry no gradient back.
   std::map<int, std::vector<std::string>> batch_inputs;
+  // Tensors of a stage's output that go to a later stage directly. Synchronous schedules only
+  // (one segment). InternalError for a skip outside the stages or backwards; UserError when the
+  // stage's output has no tensor of that name.
+  std::vector<SkipConnection> skips;
   // Starts the all-reduce of `stage`'s gradients (REDUCE_GRAD) and returns without waiting.
   // Needed when the schedule has reductions (schedule/reductions.h).
   std::function<void(int stage)> reduce_gradients;
@@ -194,6 +208,18 @@ class Executor {
   // `input` with the batch's tensors that stage s takes (batch_inputs).
   TensorBundle with_batch_inputs(int stage, int mb, const TensorBundle& input,
                                  const StepData& data) const;
+  // Skip connections: their tags; the receives of this rank to post after each position; the
+  // output without the tensors that skip; the skipping tensors sent or handed over after F s m
+  // and merged into the input of F s m; the gradients of I/B s m that go back, and those that
+  // came for its output.
+  int skip_tag(size_t skip, int mb, bool backward) const;
+  void plan_skip_receives();
+  void post_skip_receives(size_t position, StepState& state);
+  TensorBundle next_stage_part(int stage, const TensorBundle& output) const;
+  void send_skips(int stage, int mb, const TensorBundle& output, StepState& state);
+  void take_skips(int stage, int mb, StepState& state);
+  void return_skip_grads(int stage, int mb, StepState& state);
+  std::vector<torch::Tensor> output_grads(int stage, int mb, StepState& state);
   // UserError when stage s's output differs from its first in names or dtypes.
   void check_output_kinds(int stage, const TensorBundle& output);
   Slot& slot(StepState& state, int stage, int mb);
@@ -225,6 +251,14 @@ class Executor {
   // (stage, microbatch) of forwards resume() took over that still need their graph.
   std::vector<std::pair<int, int>> to_replay_;
   std::unique_ptr<StepState> state_;  // the run in progress, between segments
+  struct SkipReceive {
+    size_t skip = 0;  // index into options_.skips
+    int microbatch = 0;
+    bool backward = false;
+  };
+  // Position p -> the skip receives to post once the action at p has run: one compute action
+  // ahead of the F or backward that takes them.
+  std::map<size_t, std::vector<SkipReceive>> skip_posts_;
 };
 
 }  // namespace pptrain

@@ -84,8 +84,12 @@ void Stage::load(const std::string& dir) {
 
 Stage make_stage(const ModelOptions& model, int index, std::pair<int, int> layers) {
   std::vector<torch::nn::AnyModule> modules;
-  for (int i = layers.first; i <= layers.second; ++i) modules.push_back(make_layer(model, i));
-  return Stage(index, layers.first, std::move(modules));
+  std::vector<bool> bundles;
+  for (int i = layers.first; i <= layers.second; ++i) {
+    modules.push_back(make_layer(model, i));
+    bundles.push_back(layer_takes_bundle(model, i));
+  }
+  return Stage(index, layers.first, std::move(modules), std::move(bundles));
 }
 
 }  // namespace pptrain

@@ -18,14 +18,14 @@
 #include <vector>
 
 #include "pptrain/models/model.h"
-#include "pptrain/runtime/tensor_bundle.h"
+#include "pptrain/models/tensor_bundle.h"
 
 namespace pptrain {
 
 class Stage {
  public:
   // `layers[i]` is layer `first_layer + i` of the model. `bundle_layers[i]`: layer i's forward
-  // takes and returns a TensorBundle (runtime/tensor_bundle.h); otherwise, and when
+  // takes and returns a TensorBundle (models/tensor_bundle.h); otherwise, and when
   // `bundle_layers` is empty, it takes one tensor and returns one.
   Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layers,
         std::vector<bool> bundle_layers = {});

@@ -37,7 +37,7 @@ void put_tensors(const std::string& prefix, const std::vector<torch::Tensor>& te
                  NamedTensors& out);
 std::vector<torch::Tensor> take_tensors(const std::string& prefix, const NamedTensors& in,
                                         const std::string& flag);
-// A bundle (runtime/tensor_bundle.h) under `prefix`: its tensors named `<prefix>/<i>` (a list)
+// A bundle (models/tensor_bundle.h) under `prefix`: its tensors named `<prefix>/<i>` (a list)
 // or `<prefix>/<i>:<name>` (a map), undefined ones left out; and back (an empty bundle when
 // nothing is under `prefix`).
 void put_bundle(const std::string& prefix, const TensorBundle& bundle, NamedTensors& out);

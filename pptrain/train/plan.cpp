@@ -338,6 +338,9 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
       "--tie-embeddings: ", plan.schedule->name, " is ",
       rule.asynchronous() ? "asynchronous" : "replicated",
       "; tied embeddings run on synchronous schedules without replicas for now");
+  PPTRAIN_CHECK(options.model.kind != "unet" || !rule.asynchronous(),
+                "--model unet: ", plan.schedule->name,
+                " is asynchronous; skip connections run on synchronous schedules for now");
   plan.pipemare = pipemare;
   plan_averaging(options, entry, plan);
   plan.model = options.model;

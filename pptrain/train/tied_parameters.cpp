@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "pptrain/common/check.h"
-#include "pptrain/runtime/tensor_bundle.h"
+#include "pptrain/models/tensor_bundle.h"
 
 namespace pptrain {
 namespace {

@@ -118,7 +118,7 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd =
       app.add_subcommand("train", "Train a model split into a pipeline across worker processes");
   TrainOptions& o = *options;
-  cmd->add_option("--model", o.model.kind, "Model: gpt or mlp")->required();
+  cmd->add_option("--model", o.model.kind, "Model: gpt, mlp or unet")->required();
   cmd->add_option("--layers", o.model.layers, "Transformer / MLP blocks")->capture_default_str();
   cmd->add_option("--d-model", o.model.d_model, "Model width")->capture_default_str();
   cmd->add_option("--heads", o.model.heads, "Attention heads (gpt)")->capture_default_str();
