@@ -366,6 +366,81 @@ INSTANTIATE_TEST_SUITE_P(
         AsyncResumeCase{"ampnet", "--pp 4", false}, AsyncResumeCase{"wpipe", "--pp 2", false},
         AsyncResumeCase{"pipedream", "--pp 1 --stages 4", false}));
 
+// --max-restarts: a worker killed (abort) at step 4 of 6 once; the launcher stops the others,
+// starts the group again from the newest whole checkpoint (step 2, --save-every 2) and the run
+// ends where an uninterrupted one does, synchronous (1f1b) and asynchronous (pipedream, which
+// continues its microbatches in flight).
+TEST(Restarts, AFailedRunStartsAgainFromTheNewestCheckpoint) {
+  for (const std::string schedule : {"1f1b", "pipedream"}) {
+    SCOPED_TRACE(schedule);
+    TempDir dir;
+    const ModelOptions model = small_model("gpt");
+    const std::string common = model_args(model) + " --schedule " + schedule +
+                               " --pp 2 --batch-size 8 --microbatches 4 --quiet --steps 6";
+    auto run = run_train(common + " --save " + (dir / "whole").string(), dir);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    run = run_train(common + " --save-every 2 --max-restarts 2 --save " + (dir / "ckpt").string(),
+                    dir,
+                    "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=3 PPTRAIN_TEST_CRASH_ONCE=" +
+                        (dir / "crashed").string() + " ");
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    EXPECT_NE(run.err.find("pptrain: restart 1/2 after: worker rank 1 was killed by signal 6"),
+              std::string::npos)
+        << run.err;
+    EXPECT_NE(run.err.find("resuming from step 2 of " + (dir / "ckpt").string()), std::string::npos)
+        << run.err;
+    EXPECT_EQ(run.err.find("restart 2/2"), std::string::npos) << run.err;
+    expect_same_parameters(model, dir / "ckpt", dir / "whole", 1e-6);
+  }
+}
+
+// A worker that fails every time uses up the restarts: exit 1 naming it and the count. And
+// --resume auto continues the newest whole checkpoint: one with a flipped byte is passed over,
+// naming the file, for the copy --keep left beside it.
+TEST(Restarts, ExhaustedRestartsAndResumeAuto) {
+  TempDir dir;
+  const std::string common = model_args(small_model("gpt")) +
+                             " --schedule 1f1b --pp 2 --batch-size 8 --microbatches 4 --quiet";
+  const fs::path ckpt = dir / "ckpt";
+  auto run =
+      run_train(common + " --steps 4 --save-every 2 --max-restarts 2 --save " + ckpt.string(), dir,
+                "PPTRAIN_TEST_CRASH_RANK=0 PPTRAIN_TEST_CRASH_STEP=3 ");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("restart 1/2 after: worker rank 0 was killed by signal 6"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("restart 2/2 after:"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("pptrain: error: worker rank 0 was killed by signal 6"), std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("(after 2 restarts)"), std::string::npos) << run.err;
+
+  run = run_train(common + " --steps 4 --save-every 2 --keep 2 --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  {
+    std::fstream layer(ckpt / "layer_0.pt", std::ios::in | std::ios::out | std::ios::binary);
+    layer.seekg(100);
+    const char byte = static_cast<char>(layer.get());
+    layer.seekp(100);
+    layer.put(static_cast<char>(byte ^ 0x40));
+  }
+  run = run_train(common + " --steps 6 --resume auto --save " + ckpt.string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("--resume auto: passing over a checkpoint: --resume: '" +
+                         (ckpt / "layer_0.pt").string() + "' is damaged"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("--resume auto: continuing from step 2 of " + ckpt.string() + ".step-2"),
+            std::string::npos)
+      << run.err;
+  // With no checkpoint at all it starts afresh, and says so.
+  run = run_train(common + " --steps 1 --resume auto --save " + (dir / "new").string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("--resume auto: no checkpoint to continue in " + (dir / "new").string() +
+                         ": starting at step 0"),
+            std::string::npos)
+      << run.err;
+}
+
 // What an asynchronous checkpoint cannot continue is refused with exit status 2 before
 // training: other flags that shape the run's list, a checkpoint saved at the run's end, and a
 // synchronous resume of microbatches in flight (ResumeRefusesWhatCannotContinue refuses an

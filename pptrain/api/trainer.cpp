@@ -1,6 +1,8 @@
 #include "pptrain/api/trainer.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <utility>
 
@@ -22,6 +24,13 @@ void maybe_crash_for_test(int rank, int step) {
   const char* crash_rank = std::getenv("PPTRAIN_TEST_CRASH_RANK");
   const char* crash_step = std::getenv("PPTRAIN_TEST_CRASH_STEP");
   if (crash_rank && crash_step && std::atoi(crash_rank) == rank && std::atoi(crash_step) == step) {
+    // PPTRAIN_TEST_CRASH_ONCE=FILE: only when FILE is not there yet (it is made now), so that a
+    // restarted run gets past the step.
+    const char* once = std::getenv("PPTRAIN_TEST_CRASH_ONCE");
+    if (once && *once) {
+      if (std::filesystem::exists(once)) return;
+      std::ofstream(once) << "crashed\n";
+    }
     std::abort();
   }
 }

@@ -151,6 +151,27 @@ void pause_for_test() {
   if (pause && *pause) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(pause)));
 }
 
+// The copies `--keep` left beside checkpoint folder `dir`, DIR.step-<k>: (k, folder), newest
+// first.
+std::vector<std::pair<int, fs::path>> kept_copies(const fs::path& dir) {
+  std::vector<std::pair<int, fs::path>> out;
+  std::error_code error;
+  const std::string prefix = dir.filename().string() + ".step-";
+  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+  for (const auto& entry : fs::directory_iterator(parent, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    out.emplace_back(std::stoi(digits), entry.path());
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
 // The checkpoint a save replaced, now at `old`: removed, or with keep K > 1 renamed to
 // DIR.step-<its step>, after which only the K - 1 newest of those stay.
 void retire(const fs::path& old, const fs::path& dir, int keep) {
@@ -173,25 +194,29 @@ void retire(const fs::path& old, const fs::path& dir, int keep) {
   fs::remove_all(kept, error);
   fs::rename(old, kept, error);
   if (error) fs::remove_all(old, error);
-  std::vector<std::pair<int, fs::path>> older;  // (step, folder), newest first once sorted
-  const fs::path parent = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
-  for (const auto& entry : fs::directory_iterator(parent, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.empty() || digits.size() > 9 ||
-        digits.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
-    }
-    older.emplace_back(std::stoi(digits), entry.path());
-  }
-  std::sort(older.rbegin(), older.rend());
+  std::vector<std::pair<int, fs::path>> older = kept_copies(dir);
   for (size_t i = static_cast<size_t>(keep - 1); i < older.size(); ++i) {
     fs::remove_all(older[i].second, error);
   }
 }
 
 }  // namespace
+
+std::string newest_resumable(const std::string& save_dir, const TrainingPlan& plan,
+                             std::vector<std::string>* skipped) {
+  std::vector<fs::path> candidates;
+  if (fs::exists(save_dir)) candidates.push_back(save_dir);
+  for (const auto& [step, folder] : kept_copies(fs::path(save_dir))) candidates.push_back(folder);
+  for (const fs::path& candidate : candidates) {
+    try {
+      check_resume(candidate.string(), plan);
+      return candidate.string();
+    } catch (const UserError& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  return "";
+}
 
 std::string in_flight_file(const std::string& dir, int pipeline_rank) {
   return (fs::path(dir) / ("in_flight_rank" + std::to_string(pipeline_rank) + ".pt")).string();

@@ -56,6 +56,14 @@ void check_checkpoint(const std::string& dir, const ModelOptions& model, const s
 // the checkpoint holds (the step the run continues from, 0-based).
 int check_resume(const std::string& dir, const TrainingPlan& plan);
 
+// The checkpoint a run of `plan` continues from after a failure (--max-restarts) or with
+// --resume auto: of `save_dir` and the DIR.step-<k> copies --keep left beside it, newest first,
+// the first that check_resume() accepts (a save cut short leaves the one before it whole; a
+// damaged file fails its checksum); "" when there is none. `skipped` gets the error of each
+// one passed over.
+std::string newest_resumable(const std::string& save_dir, const TrainingPlan& plan,
+                             std::vector<std::string>* skipped = nullptr);
+
 // UserError unless `dir` can become a checkpoint folder: not an existing file, not a folder
 // holding something other than a checkpoint, and its parent folder exists or can be created.
 void check_save_path(const std::string& dir);

@@ -237,6 +237,15 @@ void check_checkpoint_flags(const TrainOptions& options, const TrainingPlan& pla
   PPTRAIN_CHECK(options.keep >= 1, "--keep must be >= 1, got ", options.keep);
   PPTRAIN_CHECK(!options.save_dir.empty() || (options.save_every == 0 && options.keep == 1),
                 "--save-every and --keep need --save DIR");
+  PPTRAIN_CHECK(options.max_restarts >= 0, "--max-restarts must be >= 0, got ",
+                options.max_restarts);
+  PPTRAIN_CHECK(options.max_restarts == 0 || !options.save_dir.empty(),
+                "--max-restarts needs --save DIR: a restart continues from its newest checkpoint");
+  PPTRAIN_CHECK(options.max_restarts == 0 || options.pp * options.dp > 1,
+                "--max-restarts restarts the workers of --pp x --dp > 1 ranks; a one-process run "
+                "has none");
+  PPTRAIN_CHECK(options.resume_dir != "auto" || !options.save_dir.empty(),
+                "--resume auto needs --save DIR: it continues from the newest checkpoint there");
   const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
   // avgpipe's copies differ between pulls, and the centre is not saved.
   const bool averages = options.schedule_file.empty() && find_schedule(name).averages_copies;
@@ -393,7 +402,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_save_path(options.save_dir);
   check_checkpoint_flags(options, plan);
   if (!options.load_dir.empty()) check_checkpoint(options.load_dir, options.model, "--load");
-  if (!options.resume_dir.empty()) plan.first_step = check_resume(options.resume_dir, plan);
+  if (options.resume_dir == "auto") {
+    plan.resume_dir = newest_resumable(options.save_dir, plan, &plan.resume_skipped);
+  }
+  if (!plan.resume_dir.empty()) plan.first_step = check_resume(plan.resume_dir, plan);
   return plan;
 }
 

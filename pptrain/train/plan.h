@@ -94,7 +94,9 @@ struct TrainOptions {
   int save_every = 0;             // also after every this many steps; 0: at the end only
   int keep = 1;                   // checkpoints kept: DIR and up to keep - 1 DIR.step-<k>
   std::string load_dir;           // parameters to start from (a checkpoint), at step 0
-  std::string resume_dir;         // a checkpoint to continue: parameters, optimizer, step
+  std::string resume_dir;         // a checkpoint to continue: parameters, optimizer, step;
+                                  // "auto": the newest whole one in save_dir, or none
+  int max_restarts = 0;           // the launcher starts a failed run again, from save_dir
   int threads = 1;                // compute threads per process (workers: P processes, P cores)
   int stopped_timeout_s = 60;     // the launcher stops the run when a worker is stopped this long
   // A receive, collective or rendezvous fails after this many seconds without an answer (a hung
@@ -145,7 +147,7 @@ struct TrainingPlan {
   double average_alpha = 0;
   std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
   std::string partition;                 // how stage_layers was chosen, for the log
-  int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
+  int64_t microbatch_size = 0;           // samples per microbatch: batch_size / (D x M)
   double tokens_per_sample = 1;  // gpt: seq_len (0 with --seq-len-range: each batch's); mlp: 1
   int steps = 0;
   // --optimizer (its lr resolved: never 0), --momentum, --warmup-steps, --clip,
@@ -156,10 +158,12 @@ struct TrainingPlan {
   int threads = 1;                     // compute threads per process
   std::string load_dir;                // empty: start from the seeded initialisation
   std::string resume_dir;  // empty: no resume; else also the optimizer state and the step
-  int first_step = 0;      // the step the run starts at: the resumed checkpoint's step
-  std::string save_dir;    // empty: do not save
-  int save_every = 0;      // see TrainOptions
-  int keep = 1;            // see TrainOptions
+  // --resume auto: the checkpoints passed over (why each could not be continued).
+  std::vector<std::string> resume_skipped;
+  int first_step = 0;    // the step the run starts at: the resumed checkpoint's step
+  std::string save_dir;  // empty: do not save
+  int save_every = 0;    // see TrainOptions
+  int keep = 1;          // see TrainOptions
   // The checkpoint whose parameters the run starts from; empty: the seeded initialisation.
   const std::string& start_dir() const { return resume_dir.empty() ? load_dir : resume_dir; }
 

@@ -24,6 +24,7 @@
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/train/checkpoint.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/plan.h"
 #include "tools/pptrain/commands.h"
@@ -45,12 +46,37 @@ std::string solved_schedule_file(const TrainingPlan& plan) {
   return path;
 }
 
+// `args` without `option` and its value ("--resume DIR" or "--resume=DIR").
+std::vector<std::string> without_option(const std::vector<std::string>& args,
+                                        const std::string& option) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == option) {
+      ++i;  // and its value
+    } else if (args[i].rfind(option + "=", 0) != 0) {
+      out.push_back(args[i]);
+    }
+  }
+  return out;
+}
+
 void run_train(const TrainOptions& options) {
   const bool worker = running_as_worker();
   // Every user error surfaces here, before any worker starts. A rank started by torchrun cannot
   // time the layers the way the others would, so it does not profile (plan.h).
   const int world = options.pp * options.dp;
   const TrainingPlan plan = plan_training(options, /*may_profile=*/!worker || world == 1);
+  if (options.resume_dir == "auto" && !worker) {
+    for (const std::string& why : plan.resume_skipped) {
+      std::fprintf(stderr, "pptrain: --resume auto: passing over a checkpoint: %s\n", why.c_str());
+    }
+    std::fprintf(
+        stderr, "pptrain: --resume auto: %s\n",
+        plan.resume_dir.empty()
+            ? ("no checkpoint to continue in " + options.save_dir + ": starting at step 0").c_str()
+            : ("continuing from step " + std::to_string(plan.first_step) + " of " + plan.resume_dir)
+                  .c_str());
+  }
   if (!worker && world > 1) {
     LaunchOptions launch;
     launch.workers = world;
@@ -69,10 +95,39 @@ void run_train(const TrainOptions& options) {
       solved = solved_schedule_file(plan);
       launch.args.insert(launch.args.end(), {"--solved-schedule", solved});
     }
-    const LaunchResult result = launch_workers(launch);
+    // The workers continue the checkpoint resolved here (--resume auto, or after a restart).
+    const std::vector<std::string> args = without_option(launch.args, "--resume");
+    const auto resume_from = [&](const std::string& dir) {
+      launch.args = args;
+      if (!dir.empty()) launch.args.insert(launch.args.end(), {"--resume", dir});
+    };
+    resume_from(plan.resume_dir);
+    LaunchResult result = launch_workers(launch);
+    // --max-restarts: a run that failed for any reason but bad input (exit 2) starts again from
+    // the newest whole checkpoint.
+    for (int restart = 1;
+         result.exit_code != 0 && result.exit_code != 2 && restart <= options.max_restarts;
+         ++restart) {
+      std::vector<std::string> skipped;
+      const std::string dir = newest_resumable(options.save_dir, plan, &skipped);
+      for (const std::string& why : skipped) {
+        std::fprintf(stderr, "pptrain: restart %d/%d: passing over a checkpoint: %s\n", restart,
+                     options.max_restarts, why.c_str());
+      }
+      const int step = dir.empty() ? 0 : check_resume(dir, plan);
+      std::fprintf(stderr, "pptrain: restart %d/%d after: %s; resuming from step %d%s\n", restart,
+                   options.max_restarts, result.message.c_str(), step,
+                   dir.empty() ? " (no checkpoint yet)" : (" of " + dir).c_str());
+      std::fflush(stderr);
+      resume_from(dir);
+      result = launch_workers(launch);
+    }
     if (!solved.empty()) std::remove(solved.c_str());
     if (result.exit_code != 0) {
-      std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
+      std::fprintf(stderr, "pptrain: error: %s%s\n", result.message.c_str(),
+                   options.max_restarts > 0 && result.exit_code != 2
+                       ? (" (after " + std::to_string(options.max_restarts) + " restarts)").c_str()
+                       : "");
       std::fflush(stderr);
       std::exit(result.exit_code);
     }
@@ -256,7 +311,13 @@ void add_train_command(CLI::App& app) {
                   "Start from the parameters of a checkpoint (step 0, a fresh optimizer)");
   cmd->add_option("--resume", o.resume_dir,
                   "Continue the run that saved a checkpoint: its parameters, optimizer state and "
-                  "step, up to --steps (counted from the run's start); any --pp");
+                  "step, up to --steps (counted from the run's start); any --pp. 'auto': the "
+                  "newest whole checkpoint in --save DIR (or DIR.step-<k>), or a fresh start");
+  cmd->add_option("--max-restarts", o.max_restarts,
+                  "When a worker dies, hangs or the run fails (not on bad input, exit 2), stop "
+                  "every rank and start again from the newest whole checkpoint of --save DIR, at "
+                  "most N times")
+      ->capture_default_str();
   cmd->add_flag("--quiet", o.quiet, "No per-step lines");
   cmd->add_flag("--recompute", o.recompute,
                 "Keep only each stage's input between forward and backward; rerun the forward "
