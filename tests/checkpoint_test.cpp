@@ -441,6 +441,28 @@ TEST(Restarts, ExhaustedRestartsAndResumeAuto) {
       << run.err;
 }
 
+// pptrain run --max-restarts: any program's ranks are started again after a failure (rank 1
+// fails in the first attempt only: TORCHELASTIC_RESTART_COUNT tells it which attempt it is);
+// a program that keeps failing uses the restarts up; exit status 2 (bad input) is final.
+TEST(Restarts, PptrainRunStartsTheProgramAgain) {
+  TempDir dir;
+  auto run = run_pptrain(
+      "run --nproc 2 --max-restarts 2 sh -c "
+      "'[ \"$RANK$TORCHELASTIC_RESTART_COUNT\" = 10 ] && exit 3; exit 0'",
+      dir);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("pptrain: restart 1/2 after: worker rank 1 exited with status 3"),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("restart 2/2"), std::string::npos) << run.err;
+  run = run_pptrain("run --nproc 2 --max-restarts 1 sh -c '[ $RANK = 0 ] && exit 3; exit 0'", dir);
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.err.find("(after 1 restart)"), std::string::npos) << run.err;
+  run = run_pptrain("run --nproc 2 --max-restarts 3 sh -c 'exit 2'", dir);
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_EQ(run.err.find("restart"), std::string::npos) << run.err;
+}
+
 // What an asynchronous checkpoint cannot continue is refused with exit status 2 before
 // training: other flags that shape the run's list, a checkpoint saved at the run's end, and a
 // synchronous resume of microbatches in flight (ResumeRefusesWhatCannotContinue refuses an

@@ -62,6 +62,7 @@ bool failed(int status) {
   setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
   setenv("OMP_NUM_THREADS", "1", 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(options.restart_count).c_str(), 1);
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(options.executable.c_str()));
   for (const auto& a : options.args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -400,6 +401,25 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   result.exit_code =
       exited && WIFEXITED(statuses[cause]) && WEXITSTATUS(statuses[cause]) == 2 ? 2 : 1;
   return result;
+}
+
+LaunchResult launch_with_restarts(
+    LaunchOptions& options, int max_restarts,
+    const std::function<void(int restart, const LaunchResult& failed)>& before_restart) {
+  LaunchResult result = launch_workers(options);
+  for (int restart = 1; result.exit_code != 0 && result.exit_code != 2 && restart <= max_restarts;
+       ++restart) {
+    before_restart(restart, result);
+    options.restart_count = restart;
+    result = launch_workers(options);
+  }
+  return result;
+}
+
+std::string failure_text(const LaunchResult& result, int max_restarts) {
+  if (max_restarts == 0 || result.exit_code == 2) return result.message;
+  return result.message + " (after " + std::to_string(max_restarts) +
+         (max_restarts == 1 ? " restart)" : " restarts)");
 }
 
 }  // namespace pptrain

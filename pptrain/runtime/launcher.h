@@ -11,6 +11,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct LaunchOptions {
   // (see LaunchResult::message); other lines pass on as they come. Off: the workers write to our
   // stderr directly (`pptrain run`, whose programs print what they like).
   bool hold_error_lines = true;
+  // Restarts of the run so far: TORCHELASTIC_RESTART_COUNT in the workers' environment, as
+  // torchrun sets it (launch_with_restarts counts them).
+  int restart_count = 0;
 };
 
 // What happened to the workers.
@@ -51,5 +55,15 @@ int find_free_port();
 
 // Spawns and supervises the workers; returns when all have exited (or were killed).
 LaunchResult launch_workers(const LaunchOptions& options);
+
+// launch_workers(), and while the run fails for any reason but bad input (exit status 2), at
+// most `max_restarts` times: before_restart(k, failed) (which may change `options`, say to
+// resume from a checkpoint) and the group started again, k = 1, 2, ... Returns the last result.
+LaunchResult launch_with_restarts(
+    LaunchOptions& options, int max_restarts,
+    const std::function<void(int restart, const LaunchResult& failed)>& before_restart);
+// What a failed run of launch_with_restarts() says: its message, and "(after N restarts)" when
+// it used them up.
+std::string failure_text(const LaunchResult& result, int max_restarts);
 
 }  // namespace pptrain

@@ -7,7 +7,8 @@
 // compute thread (OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1); a program using pptrain's library
 // joins with pptrain::init_from_env() (api/pipeline.h). When a rank fails (non-zero exit, a
 // signal, or stopped for --stopped-timeout seconds), the others are stopped and the run exits
-// non-zero with one line naming that rank.
+// non-zero with one line naming that rank; with --max-restarts N all are started again, at most
+// N times (the program resumes from its own checkpoint, as under torchrun).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,28 +56,40 @@ void add_run_command(CLI::App& app) {
       "run", "Start N local ranks of any program with torchrun's environment, supervised");
   auto nproc = std::make_shared<int>(1);
   auto stopped_timeout = std::make_shared<int>(60);
+  auto max_restarts = std::make_shared<int>(0);
   cmd->add_option("--nproc", *nproc, "Ranks to start (1..1024)")->required();
   cmd->add_option("--stopped-timeout", *stopped_timeout,
                   "Seconds a rank may stay stopped (SIGSTOP) before the run is stopped, naming it");
+  cmd->add_option("--max-restarts", *max_restarts,
+                  "When a rank fails (not with exit status 2, bad input), stop the others and "
+                  "start all again, at most N times; the program continues from its own "
+                  "checkpoint (pptrain train: --resume auto). TORCHELASTIC_RESTART_COUNT counts")
+      ->capture_default_str();
   // Everything after the program's name is its own: pptrain does not parse it.
   cmd->prefix_command();
   cmd->footer("Usage: pptrain run --nproc N PROGRAM [ARGS...]");
-  cmd->callback([cmd, nproc, stopped_timeout] {
+  cmd->callback([cmd, nproc, stopped_timeout, max_restarts] {
     const std::vector<std::string> rest = cmd->remaining();
     PPTRAIN_CHECK(!rest.empty(),
                   "pptrain run needs a program: pptrain run --nproc N PROGRAM [ARGS...]");
     PPTRAIN_CHECK(*nproc >= 1 && *nproc <= 1024, "--nproc must be in 1..1024, got ", *nproc);
     PPTRAIN_CHECK(*stopped_timeout >= 1, "--stopped-timeout must be >= 1 s, got ",
                   *stopped_timeout);
+    PPTRAIN_CHECK(*max_restarts >= 0, "--max-restarts must be >= 0, got ", *max_restarts);
     LaunchOptions launch;
     launch.workers = *nproc;
     launch.executable = resolve_program(rest.front());
     launch.args.assign(rest.begin() + 1, rest.end());
     launch.stopped_timeout = std::chrono::seconds(*stopped_timeout);
     launch.hold_error_lines = false;  // a program's stderr is its own
-    const LaunchResult result = launch_workers(launch);
+    const LaunchResult result =
+        launch_with_restarts(launch, *max_restarts, [&](int restart, const LaunchResult& failed) {
+          std::fprintf(stderr, "pptrain: restart %d/%d after: %s\n", restart, *max_restarts,
+                       failed.message.c_str());
+          std::fflush(stderr);
+        });
     if (result.exit_code != 0) {
-      std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
+      std::fprintf(stderr, "pptrain: error: %s\n", failure_text(result, *max_restarts).c_str());
       std::fflush(stderr);
       std::exit(result.exit_code);
     }

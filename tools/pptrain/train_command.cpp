@@ -102,32 +102,26 @@ void run_train(const TrainOptions& options) {
       if (!dir.empty()) launch.args.insert(launch.args.end(), {"--resume", dir});
     };
     resume_from(plan.resume_dir);
-    LaunchResult result = launch_workers(launch);
-    // --max-restarts: a run that failed for any reason but bad input (exit 2) starts again from
-    // the newest whole checkpoint.
-    for (int restart = 1;
-         result.exit_code != 0 && result.exit_code != 2 && restart <= options.max_restarts;
-         ++restart) {
-      std::vector<std::string> skipped;
-      const std::string dir = newest_resumable(options.save_dir, plan, &skipped);
-      for (const std::string& why : skipped) {
-        std::fprintf(stderr, "pptrain: restart %d/%d: passing over a checkpoint: %s\n", restart,
-                     options.max_restarts, why.c_str());
-      }
-      const int step = dir.empty() ? 0 : check_resume(dir, plan);
-      std::fprintf(stderr, "pptrain: restart %d/%d after: %s; resuming from step %d%s\n", restart,
-                   options.max_restarts, result.message.c_str(), step,
-                   dir.empty() ? " (no checkpoint yet)" : (" of " + dir).c_str());
-      std::fflush(stderr);
-      resume_from(dir);
-      result = launch_workers(launch);
-    }
+    // --max-restarts: a failed run starts again from the newest whole checkpoint.
+    const LaunchResult result = launch_with_restarts(
+        launch, options.max_restarts, [&](int restart, const LaunchResult& failed) {
+          std::vector<std::string> skipped;
+          const std::string dir = newest_resumable(options.save_dir, plan, &skipped);
+          for (const std::string& why : skipped) {
+            std::fprintf(stderr, "pptrain: restart %d/%d: passing over a checkpoint: %s\n", restart,
+                         options.max_restarts, why.c_str());
+          }
+          const int step = dir.empty() ? 0 : check_resume(dir, plan);
+          std::fprintf(stderr, "pptrain: restart %d/%d after: %s; resuming from step %d%s\n",
+                       restart, options.max_restarts, failed.message.c_str(), step,
+                       dir.empty() ? " (no checkpoint yet)" : (" of " + dir).c_str());
+          std::fflush(stderr);
+          resume_from(dir);
+        });
     if (!solved.empty()) std::remove(solved.c_str());
     if (result.exit_code != 0) {
-      std::fprintf(stderr, "pptrain: error: %s%s\n", result.message.c_str(),
-                   options.max_restarts > 0 && result.exit_code != 2
-                       ? (" (after " + std::to_string(options.max_restarts) + " restarts)").c_str()
-                       : "");
+      std::fprintf(stderr, "pptrain: error: %s\n",
+                   failure_text(result, options.max_restarts).c_str());
       std::fflush(stderr);
       std::exit(result.exit_code);
     }
