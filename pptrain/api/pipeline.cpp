@@ -57,6 +57,16 @@ VersionRule weight_rule(const PipelineOptions& options, const std::string& name,
 }
 
 // The schedule and weight rule `options` ask for, on P ranks.
+// The skip messages of options.skips. A schedule file that has some must have the same.
+void set_skips(const PipelineOptions& options, Schedule& schedule) {
+  const std::vector<SkipLink> links = skip_links(options.skips);
+  PPTRAIN_CHECK(schedule.skips.empty() || schedule.skips == links, "the schedule file ",
+                options.schedule_file,
+                " has skip messages between other stages than "
+                "PipelineOptions::skips");
+  schedule.skips = links;
+}
+
 PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
   if (options.planned) return *options.planned;
   PPTRAIN_CHECK(options.data_parallel >= 1, "data_parallel must be >= 1, got ",
@@ -101,6 +111,7 @@ PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
     schedule = add_grad_reductions(schedule);
   }
   const int stages = schedule.num_stages;
+  set_skips(options, schedule);
   return {validate(schedule), weight_rule(options, name, stages), averages};
 }
 
@@ -128,6 +139,7 @@ PlannedSchedule serial_reference(const PipelineOptions& options, int stages) {
   check_schedule_size(1, stages, microbatches, "microbatches");
   Schedule serial = make_serial(stages, static_cast<int>(microbatches), !asynchronous);
   serial.name = options.schedule;
+  set_skips(options, serial);
   return {validate(serial), weight_rule(options, options.schedule, stages), false};
 }
 
@@ -472,10 +484,10 @@ void PipelineSchedule::Impl::check_skips() const {
     const SkipConnection& skip = options.skips[k];
     PPTRAIN_CHECK(!asynchronous(), "skip connection '", skip.name, "': ", s.name,
                   " is asynchronous; skip connections run on synchronous schedules for now");
-    PPTRAIN_CHECK(!skip.name.empty() && skip.from >= 0 && skip.from < skip.to &&
-                      skip.to < s.num_stages,
-                  "skip connection '", skip.name, "' from stage ", skip.from, " to stage ",
-                  skip.to, ": give a name and stages 0 <= from < to <= ", s.num_stages - 1);
+    PPTRAIN_CHECK(
+        !skip.name.empty() && skip.from >= 0 && skip.from < skip.to && skip.to < s.num_stages,
+        "skip connection '", skip.name, "' from stage ", skip.from, " to stage ", skip.to,
+        ": give a name and stages 0 <= from < to <= ", s.num_stages - 1);
     for (size_t j = 0; j < k; ++j) {
       PPTRAIN_CHECK(options.skips[j].name != skip.name || options.skips[j].from != skip.from,
                     "stage ", skip.from, " has two skip connections named '", skip.name, "'");

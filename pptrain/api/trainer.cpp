@@ -61,13 +61,8 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
     if (plan.num_stages() > 1) options.tied.back().stages.push_back(plan.num_stages() - 1);
   }
   // unet: each skip tensor whose two layers are on different stages goes straight across.
-  const auto stage_of = [&plan](int layer) {
-    int s = 0;
-    while (plan.stage_layers[s].second < layer) ++s;
-    return s;
-  };
   for (const LayerSkip& skip : layer_skips(plan.model)) {
-    const int from = stage_of(skip.from_layer), to = stage_of(skip.to_layer);
+    const int from = plan.stage_of_layer(skip.from_layer), to = plan.stage_of_layer(skip.to_layer);
     if (from != to) options.skips.push_back({skip.name, from, to});
   }
   return options;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <tuple>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/semantics.h"
@@ -27,6 +29,7 @@ constexpr double kCommMinWidth = 2;
 constexpr double kReduceLane = 8;
 constexpr double kReduceHeight = 6;
 constexpr const char* kReduceColour = "#8e44ad";
+constexpr const char* kSkipColour = "#c0392b";  // a skip connection's messages
 
 std::string fmt(double value) {
   char buffer[32];
@@ -292,6 +295,8 @@ class SvgWriter {
       }
     }
 
+    skip_lines(t, x_of, [&](int rank) { return y_of(rank) + row / 2; });
+
     // Time axis under the rows.
     const double axis_y = y_of(P) - kRowGap + 4;
     body_ += "<line x1=\"" + px(kMarginLeft) + "\" y1=\"" + px(axis_y) + "\" x2=\"" +
@@ -330,6 +335,34 @@ class SvgWriter {
     }
   }
 
+  // A skip connection's message: a dashed line from its send to its receive (solid forwards,
+  // dotted for the gradient), whether or not the other transfers are shown.
+  template <typename XOf, typename YOf>
+  void skip_lines(const Timeline& t, XOf x_of, YOf y_of) {
+    std::map<std::tuple<int, int, int, int>, const TimelineEvent*> receives;
+    const auto key = [](const Action& a) {
+      return std::make_tuple(static_cast<int>(a.op), a.stage, a.microbatch, a.peer);
+    };
+    for (const auto& e : t.events) {
+      if (is_skip_message(e.action) && is_recv(e.action.op)) receives[key(e.action)] = &e;
+    }
+    for (const auto& send : t.events) {
+      if (!is_skip_message(send.action) || !is_send(send.action.op)) continue;
+      const auto found = receives.find(key(comm_peer(send.action)));
+      if (found == receives.end()) continue;
+      const TimelineEvent& recv = *found->second;
+      seen_skip_ = true;
+      const bool backward = send.action.op == Op::SEND_B;
+      body_ +=
+          "<line class=\"skip\" x1=\"" + px(x_of(send.start)) + "\" y1=\"" + px(y_of(send.rank)) +
+          "\" x2=\"" + px(x_of(recv.end)) + "\" y2=\"" + px(y_of(recv.rank)) + "\" stroke=\"" +
+          kSkipColour + "\" stroke-width=\"1.2\" stroke-dasharray=\"" + (backward ? "2,2" : "5,3") +
+          "\"><title>" +
+          escape(to_string(send.action) + " [" + fmt(send.start) + ", " + fmt(recv.end) + "]") +
+          "</title></line>\n";
+    }
+  }
+
   // One entry per kind of box drawn; returns the y below the legend.
   double legend(double top) {
     double x = kMarginLeft;
@@ -354,6 +387,14 @@ class SvgWriter {
       text(x + box + 5, y + 11, name, "11", "start");
       x += box + 5 + name.size() * 6.6 + 18;
     }
+    if (seen_skip_) {
+      body_ += "<line x1=\"" + px(x) + "\" y1=\"" + px(y + 7) + "\" x2=\"" + px(x + 24) +
+               "\" y2=\"" + px(y + 7) + "\" stroke=\"" + kSkipColour +
+               "\" stroke-width=\"1.2\" stroke-dasharray=\"5,3\"/>\n";
+      const std::string name = "skip connection message";
+      text(x + 29, y + 11, name, "11", "start");
+      x += 29 + name.size() * 6.6 + 18;
+    }
     bool several_stages = false;
     for (const auto& t : timelines_)
       several_stages = several_stages || ranks_hold_several_stages(t);
@@ -371,6 +412,7 @@ class SvgWriter {
   std::string body_;
   bool seen_ops_[static_cast<int>(Op::OVERLAP_F_B) + 1] = {};  // compute kinds drawn
   bool seen_comm_ = false;
+  bool seen_skip_ = false;
   bool seen_reduce_ = false;
 };
 

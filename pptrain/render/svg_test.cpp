@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/action.h"
 
 namespace pptrain {
 namespace {
@@ -127,6 +128,35 @@ TEST(Svg, ReductionsGoInALaneUnderTheirRankWithALegendEntry) {
 
 // Replicated stages (Chimera: rank 0 holds stages 0 and 1 of two) keep V = 1 colours but label
 // each box with its stage, which tells the two directions apart; one stage per rank does not.
+// A skip connection's messages are drawn from send to receive, with a legend entry, even when the
+// other transfers are not.
+TEST(Svg, SkipMessagesAreLinesFromSendToReceive) {
+  Timeline t;
+  t.num_ranks = 3;
+  const auto event = [&t](int rank, const char* action, double start, double end) {
+    t.events.push_back({rank, parse_action(action), start, end});
+  };
+  event(0, "0F0", 0, 1);
+  event(0, "0SEND_F0>2", 1, 1);
+  event(1, "1F0", 1, 2);
+  event(2, "2RECV_F0<0", 2, 2);
+  event(2, "2F0", 2, 3);
+  event(2, "2B0", 3, 5);
+  event(2, "2SEND_B0>0", 5, 5);
+  event(1, "1B0", 5, 7);
+  event(0, "0RECV_B0<2", 7, 7);
+  event(0, "0B0", 7, 9);
+  const std::string svg = render_svg(t);
+  EXPECT_TRUE(tags_balance(svg)) << svg;
+  EXPECT_EQ(count(svg, "<line class=\"skip\""), 2u) << svg;
+  EXPECT_EQ(count(svg, "2SEND_B0&gt;0 [5, 7]"), 1u) << svg;
+  EXPECT_EQ(count(svg, "skip connection message"), 1u);
+  EXPECT_EQ(count(svg, "class=\"comm\""), 0u);  // the other transfers: only with show_comms
+  // Without its receive, a send draws nothing.
+  t.events.erase(t.events.begin() + 3);
+  EXPECT_EQ(count(render_svg(t), "<line class=\"skip\""), 1u);
+}
+
 TEST(Svg, RanksWithTwoStagesLabelTheStage) {
   Timeline t;
   t.num_ranks = 2;

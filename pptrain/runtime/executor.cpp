@@ -5,6 +5,7 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -89,9 +90,12 @@ struct Executor::Slot {
   bool forwarded = false;    // F ran and no backward yet
   WeightGradStore weight_grads;  // I's deferred weight gradients, run by W
   // Skip connections: the tensors that came for this stage's input (merged into `input` by F),
-  // and the gradients that came for this stage's output's skipping tensors, by name.
+  // and the gradients that came for this stage's output's skipping tensors, by name; what its
+  // skip messages carry to a stage on another rank (by that stage), waiting for their SEND.
   TensorBundle skip_inputs;
   std::map<std::string, torch::Tensor> skip_output_grads;
+  std::map<int, TensorBundle> skip_outputs;
+  std::map<int, TensorBundle> skip_input_grads;
   // WeightSplit::kAutograd: the outputs and their gradients that I kept for W's pass.
   std::vector<torch::Tensor> weight_roots;
   std::vector<torch::Tensor> weight_root_grads;
@@ -104,9 +108,6 @@ struct Executor::StepState {
   size_t next_recv = 0;                       // index into recv_positions: next one to post
   std::map<size_t, BundleReceive> posted;     // position of a RECV -> its posted receive
   std::map<size_t, PendingComm> sent;         // position of a SEND -> the send in flight
-  // Skip connections' messages: receives by tag, sends waited on at the end.
-  std::map<int, BundleReceive> skip_posted;
-  std::vector<PendingComm> skip_sent;
   StepRecord record;
 };
 
@@ -131,7 +132,7 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
     if (!is_comm(mine[p].op)) continue;
     PPTRAIN_ASSERT(options_.transport != nullptr, "rank ", rank, " communicates (",
                    to_string(mine[p]), ") but has no transport");
-    tags_[p] = message_tag(mine[p], sched.num_stages, sched.num_microbatches);
+    tags_[p] = message_tag(mine[p], sched);
   }
   microbatches_per_step_ =
       options_.microbatches_per_step > 0 ? options_.microbatches_per_step : sched.num_microbatches;
@@ -140,7 +141,7 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
                  microbatches_per_step_);
   plan_send_releases();
   plan_segments();
-  plan_skip_receives();
+  check_skips();
 }
 
 Executor::~Executor() = default;
@@ -156,9 +157,8 @@ void Executor::plan_segments() {
   const MessageSegments segments = message_segments(sched, microbatches_per_step_);
   const auto& mine = sched.actions[options_.rank];
   for (size_t p = 0; p < mine.size(); ++p) {
-    if (mine[p].op != Op::SEND_F && mine[p].op != Op::SEND_B) continue;
-    const size_t index =
-        message_index(message_of(mine[p]), sched.num_stages, sched.num_microbatches);
+    if (!is_send(mine[p].op)) continue;
+    const size_t index = message_index(mine[p], sched);
     if (segments.received_in[index] > segments.sent_in[index])
       crossing_[p] = static_cast<size_t>(segments.received_in[index]);
   }
@@ -178,25 +178,22 @@ void Executor::plan_send_releases() {
     int rank = -1;
     size_t position = 0;
   };
-  const size_t count = message_count(sched.num_stages, sched.num_microbatches);
-  std::vector<End> sent_at(count), received_at(count);
-  const auto index_of = [&](const Action& comm) {
-    return message_index(message_of(comm), sched.num_stages, sched.num_microbatches);
-  };
+  std::vector<End> sent_at(message_count(sched)), received_at(message_count(sched));
+  const auto index_of = [&](const Action& comm) { return message_index(comm, sched); };
   for (int r = 0; r < sched.num_ranks; ++r) {
     for (size_t p = 0; p < sched.actions[r].size(); ++p) {
       const Action& a = sched.actions[r][p];
-      if (a.op == Op::SEND_F || a.op == Op::SEND_B) sent_at[index_of(a)] = {r, p};
-      if (a.op == Op::RECV_F || a.op == Op::RECV_B) received_at[index_of(a)] = {r, p};
+      if (is_send(a.op)) sent_at[index_of(a)] = {r, p};
+      if (is_recv(a.op)) received_at[index_of(a)] = {r, p};
     }
   }
   const auto& mine = sched.actions[options_.rank];
   for (size_t p = 0; p < mine.size(); ++p) {
-    if (mine[p].op != Op::SEND_F && mine[p].op != Op::SEND_B) continue;
+    if (!is_send(mine[p].op)) continue;
     const End& receive = received_at[index_of(mine[p])];
     PPTRAIN_ASSERT(receive.rank >= 0, to_string(mine[p]), " has no matching receive");
     for (size_t q = p + 1; q < mine.size(); ++q) {
-      if (mine[q].op != Op::RECV_F && mine[q].op != Op::RECV_B) continue;
+      if (!is_recv(mine[q].op)) continue;
       const End& send = sent_at[index_of(mine[q])];
       if (send.rank == receive.rank && send.position > receive.position) {
         release_after_[q].push_back(p);
@@ -216,11 +213,15 @@ PendingComm Executor::send(size_t position, const TensorBundle& bundle, StepStat
                      message_lengths_, &state.record.bytes_sent);
 }
 
-std::string Executor::origin_of(int stage, int mb, bool backward) const {
-  const int to = backward ? stage - 1 : stage + 1;
-  return std::string(backward ? "the gradient from stage " : "the output of stage ") +
-         std::to_string(stage) + " to stage " + std::to_string(to) + " (microbatch " +
-         std::to_string(mb) + ")";
+std::string Executor::origin_of(const Action& recv) const {
+  const bool backward = recv.op == Op::RECV_B;
+  const int from = comm_peer(recv).stage, to = recv.stage;
+  const std::string what = is_skip_message(recv) ? (backward ? "the skip gradient from stage "
+                                                             : "the skip tensors of stage ")
+                           : backward            ? "the gradient from stage "
+                                                 : "the output of stage ";
+  return what + std::to_string(from) + " to stage " + std::to_string(to) + " (microbatch " +
+         std::to_string(recv.microbatch) + ")";
 }
 
 Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
@@ -246,16 +247,23 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   replay_forwards(data, state);
   for (size_t p = begin; p < end; ++p) {
     post_receives_through(p, state);
-    post_skip_receives(p, state);
     const Action& action = actions[p];
-    if (action.op == Op::RECV_F || action.op == Op::RECV_B) {
+    if (is_recv(action.op)) {
       // The receive was posted ahead; what remains is waiting for it.
       const double begin_s = std::chrono::duration<double>(Clock::now() - state.start).count();
       auto it = state.posted.find(p);
       PPTRAIN_ASSERT(it != state.posted.end());
       Slot& s = slot(state, action.stage, action.microbatch);
-      (action.op == Op::RECV_F ? s.input : s.output_grad) = it->second.finish();
+      TensorBundle got = it->second.finish();
       state.posted.erase(it);
+      if (!is_skip_message(action)) {
+        (action.op == Op::RECV_F ? s.input : s.output_grad) = std::move(got);
+      } else {
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (action.op == Op::RECV_F) s.skip_inputs.add(got.label(i), got[i]);
+          if (action.op == Op::RECV_B) s.skip_output_grads[got.label(i)] = got[i];
+        }
+      }
       const auto released = release_after_.find(p);
       if (released != release_after_.end()) {
         for (size_t send : released->second) {
@@ -279,13 +287,11 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   if (++next_segment_ < segment_ends_.size()) return record;
   // The end of the list: everything must be delivered before the next run reuses the tags.
   for (auto& [position, sent] : state.sent) sent.wait();
-  for (auto& sent : state.skip_sent) sent.wait();
   for (auto& [key, s] : state.slots) {
     PPTRAIN_ASSERT(s.weight_grads.empty(), "stage ", key.first, " microbatch ", key.second,
                    " has weight gradients that no W ran");
   }
-  PPTRAIN_ASSERT(state.posted.empty() && state.next_recv == state.recv_positions.size() &&
-                 state.skip_posted.empty());
+  PPTRAIN_ASSERT(state.posted.empty() && state.next_recv == state.recv_positions.size());
   state_.reset();
   next_segment_ = 0;
   return record;
@@ -388,10 +394,8 @@ void Executor::post_receives_through(size_t position, StepState& state) {
          (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
     const size_t p = state.recv_positions[state.next_recv++];
     const Action& a = schedule_->actions[options_.rank][p];
-    state.posted.emplace(
-        p, BundleReceive(*options_.transport, peer_rank(a), tags_[p],
-                         origin_of(comm_peer(a).stage, a.microbatch, a.op == Op::RECV_B),
-                         message_lengths_));
+    state.posted.emplace(p, BundleReceive(*options_.transport, peer_rank(a), tags_[p], origin_of(a),
+                                          message_lengths_));
   }
 }
 
@@ -414,6 +418,10 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       weight_backward(s, mb, state);
       break;
     case Op::SEND_F: {
+      if (is_skip_message(action)) {
+        send_skip_message(action, position, state);
+        break;
+      }
       Slot& sl = slot(state, s, mb);
       PPTRAIN_ASSERT(!sl.output.empty(), to_string(action), " on rank ", options_.rank,
                      " sends an output that F has not produced");
@@ -425,6 +433,10 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       break;
     }
     case Op::SEND_B: {
+      if (is_skip_message(action)) {
+        send_skip_message(action, position, state);
+        break;
+      }
       Slot& sl = slot(state, s, mb);
       state.sent[position] = send(position, sl.input_grad, state);
       if (crossing_.count(position)) retained_[position] = sl.input_grad;
@@ -642,17 +654,12 @@ void Executor::weight_backward(int s, int mb, StepState& state) {
   sl.weight_root_grads.clear();
 }
 
-// Skip connections. Tags above the schedule's messages: two per skip and microbatch.
-int Executor::skip_tag(size_t skip, int mb, bool backward) const {
-  const Schedule& sched = *schedule_;
-  const size_t index =
-      message_count(sched.num_stages, sched.num_microbatches) +
-      (skip * static_cast<size_t>(sched.num_microbatches) + static_cast<size_t>(mb)) * 2 +
-      (backward ? 1 : 0);
-  return static_cast<int>(index);
+// Skip connections. One to the very next stage is none: its tensor rides in the ordinary message.
+bool Executor::is_skip(const SkipConnection& skip) const {
+  return skip.to > skip.from + 1;
 }
 
-void Executor::plan_skip_receives() {
+void Executor::check_skips() const {
   const Schedule& sched = *schedule_;
   if (options_.skips.empty()) return;
   PPTRAIN_ASSERT(segment_ends_.size() == 1, "skip connections on an asynchronous schedule");
@@ -661,96 +668,58 @@ void Executor::plan_skip_receives() {
                    "a skip connection from stage ", skip.from, " to stage ", skip.to, " in ",
                    sched.num_stages, " stages");
   }
-  const size_t tags = message_count(sched.num_stages, sched.num_microbatches) +
-                      options_.skips.size() * static_cast<size_t>(sched.num_microbatches) * 2;
-  PPTRAIN_CHECK(tags <= static_cast<size_t>(kControlTagBase), "a schedule of ", sched.num_stages,
-                " stages, ", sched.num_microbatches, " microbatches and ", options_.skips.size(),
-                " skip connections needs ", tags, " message tags, more than the ", kControlTagBase,
-                " there are");
-  const auto& mine = sched.actions[options_.rank];
-  size_t post_at = 0;  // after the previous compute action: one ahead of the one that takes them
-  for (size_t p = 0; p < mine.size(); ++p) {
-    if (!is_compute(mine[p].op)) continue;
-    for (const Action& atom : atoms_of(mine[p])) {
-      const int mb = atom.microbatch;
-      for (size_t k = 0; k < options_.skips.size(); ++k) {
-        const SkipConnection& skip = options_.skips[k];
-        if (atom.op == Op::F && atom.stage == skip.to && !is_local(skip.from, mb))
-          skip_posts_[post_at].push_back({k, mb, false});
-        if (is_backward(atom.op) && atom.stage == skip.from && !is_local(skip.to, mb))
-          skip_posts_[post_at].push_back({k, mb, true});
-      }
-    }
-    post_at = p + 1;
-  }
-}
-
-void Executor::post_skip_receives(size_t position, StepState& state) {
-  const auto skips = skip_posts_.find(position);
-  if (skips == skip_posts_.end()) return;
-  for (const SkipReceive& r : skips->second) {
-    const SkipConnection& skip = options_.skips[r.skip];
-    const int sender = r.backward ? skip.to : skip.from;
-    const int receiver = r.backward ? skip.from : skip.to;
-    const int tag = skip_tag(r.skip, r.microbatch, r.backward);
-    const std::string what = std::string(r.backward ? "the gradient of skip '" : "skip '") +
-                             skip.name + "' from stage " + std::to_string(sender) + " to stage " +
-                             std::to_string(receiver) + " (microbatch " +
-                             std::to_string(r.microbatch) + ")";
-    state.skip_posted.emplace(
-        tag, BundleReceive(*options_.transport, schedule_->rank_of(sender, r.microbatch), tag, what,
-                           message_lengths_));
-  }
+  PPTRAIN_ASSERT(skip_links(options_.skips) == sched.skips,
+                 "the schedule's skips are not those of ExecutorOptions::skips");
 }
 
 TensorBundle Executor::next_stage_part(int s, const TensorBundle& output) const {
   std::vector<std::string> skipping;
   for (const SkipConnection& skip : options_.skips) {
-    if (skip.from == s) skipping.push_back(skip.name);
+    if (skip.from == s && is_skip(skip)) skipping.push_back(skip.name);
   }
   return skipping.empty() ? output : output.without(skipping);
 }
 
 void Executor::send_skips(int s, int mb, const TensorBundle& output, StepState& state) {
-  for (size_t k = 0; k < options_.skips.size(); ++k) {
-    const SkipConnection& skip = options_.skips[k];
+  for (const SkipConnection& skip : options_.skips) {
     if (skip.from != s) continue;
     PPTRAIN_CHECK(output.contains(skip.name), "stage ", s, " has a skip connection '", skip.name,
                   "' to stage ", skip.to, ", but its output has no tensor of that name (",
                   output.describe(), ")");
+    if (!is_skip(skip)) continue;
     const torch::Tensor tensor = output[skip.name].detach();
     if (is_local(skip.to, mb)) {
       slot(state, skip.to, mb).skip_inputs.add(skip.name, tensor);
     } else {
-      state.skip_sent.push_back(send_bundle(
-          *options_.transport, TensorBundle({{skip.name, tensor}}), schedule_->rank_of(skip.to, mb),
-          skip_tag(k, mb, false), message_lengths_, &state.record.bytes_sent));
+      slot(state, s, mb).skip_outputs[skip.to].add(skip.name, tensor);  // for its SEND_F
     }
   }
 }
 
+void Executor::send_skip_message(const Action& send_action, size_t position, StepState& state) {
+  Slot& sl = slot(state, send_action.stage, send_action.microbatch);
+  const bool forward = send_action.op == Op::SEND_F;
+  auto& waiting = forward ? sl.skip_outputs : sl.skip_input_grads;
+  const auto it = waiting.find(send_action.peer);
+  PPTRAIN_ASSERT(it != waiting.end(), to_string(send_action), " on rank ", options_.rank,
+                 " sends what its ", forward ? "forward" : "backward", " has not produced");
+  state.sent[position] = send(position, it->second, state);
+  waiting.erase(it);
+}
+
 void Executor::take_skips(int s, int mb, StepState& state) {
   Slot& sl = slot(state, s, mb);
-  for (size_t k = 0; k < options_.skips.size(); ++k) {
-    const SkipConnection& skip = options_.skips[k];
-    if (skip.to != s) continue;
-    torch::Tensor tensor;
-    if (is_local(skip.from, mb)) {
-      tensor = sl.skip_inputs[skip.name];
-    } else {
-      auto posted = state.skip_posted.find(skip_tag(k, mb, false));
-      PPTRAIN_ASSERT(posted != state.skip_posted.end(), "skip '", skip.name, "' into ", s, "F", mb,
-                     " was never posted");
-      tensor = posted->second.finish()[skip.name];
-      state.skip_posted.erase(posted);
-    }
+  for (const SkipConnection& skip : options_.skips) {
+    if (skip.to != s || !is_skip(skip)) continue;
+    PPTRAIN_ASSERT(sl.skip_inputs.contains(skip.name), "skip '", skip.name, "' into ", s, "F", mb,
+                   " never came from stage ", skip.from);
     PPTRAIN_CHECK(sl.input.named() || sl.input.empty(), "stage ", s, " takes '", skip.name,
                   "' from stage ", skip.from, " through a skip connection, so stage ", s - 1,
                   " must send it a named bundle, not a list (", sl.input.describe(), ")");
     PPTRAIN_CHECK(!sl.input.contains(skip.name), "stage ", s, " takes '", skip.name,
                   "' from stage ", skip.from, " through a skip connection, but stage ", s - 1,
                   " sends one too");
-    sl.input.add(skip.name, tensor);
+    sl.input.add(skip.name, sl.skip_inputs[skip.name]);
   }
   sl.skip_inputs = TensorBundle();
 }
@@ -758,9 +727,8 @@ void Executor::take_skips(int s, int mb, StepState& state) {
 void Executor::return_skip_grads(int s, int mb, StepState& state) {
   Slot& sl = slot(state, s, mb);
   std::vector<std::string> skipping;
-  for (size_t k = 0; k < options_.skips.size(); ++k) {
-    const SkipConnection& skip = options_.skips[k];
-    if (skip.to != s) continue;
+  for (const SkipConnection& skip : options_.skips) {
+    if (skip.to != s || !is_skip(skip)) continue;
     skipping.push_back(skip.name);
     const torch::Tensor grad =
         sl.input_grad.contains(skip.name) ? sl.input_grad[skip.name] : torch::Tensor();
@@ -768,9 +736,7 @@ void Executor::return_skip_grads(int s, int mb, StepState& state) {
       slot(state, skip.from, mb).skip_output_grads[skip.name] = grad;
     } else {
       // Sent even when there is none (an int tensor, an unused one): the receiver expects it.
-      state.skip_sent.push_back(send_bundle(
-          *options_.transport, TensorBundle({{skip.name, grad}}), schedule_->rank_of(skip.from, mb),
-          skip_tag(k, mb, true), message_lengths_, &state.record.bytes_sent));
+      sl.skip_input_grads[skip.from].add(skip.name, grad);  // for its SEND_B
     }
   }
   if (!skipping.empty()) sl.input_grad = sl.input_grad.without(skipping);  // the rest: to s - 1
@@ -785,35 +751,33 @@ std::vector<torch::Tensor> Executor::output_grads(int s, int mb, StepState& stat
   std::vector<torch::Tensor> out;
   size_t next = 0;
   for (size_t i = 0; i < sl.output.size(); ++i) {
-    size_t k = 0;
-    while (k < options_.skips.size() &&
-           !(options_.skips[k].from == s && options_.skips[k].name == sl.output.label(i)))
-      ++k;
-    if (k == options_.skips.size()) {
+    const auto skip =
+        std::find_if(options_.skips.begin(), options_.skips.end(), [&](const SkipConnection& k) {
+          return k.from == s && is_skip(k) && k.name == sl.output.label(i);
+        });
+    if (skip == options_.skips.end()) {
       out.push_back(next_grads.at(next++));
       continue;
     }
-    const SkipConnection& skip = options_.skips[k];
-    torch::Tensor grad;
-    if (is_local(skip.to, mb)) {
-      const auto found = sl.skip_output_grads.find(skip.name);
-      PPTRAIN_ASSERT(found != sl.skip_output_grads.end(), "the gradient of skip '", skip.name,
-                     "' for ", s, "B", mb, " never came from stage ", skip.to);
-      grad = found->second;
-    } else {
-      auto posted = state.skip_posted.find(skip_tag(k, mb, true));
-      PPTRAIN_ASSERT(posted != state.skip_posted.end(), "the gradient of skip '", skip.name,
-                     "' for ", s, "B", mb, " was never posted");
-      grad = posted->second.finish()[skip.name];
-      state.skip_posted.erase(posted);
-    }
-    PPTRAIN_CHECK(!grad.defined() || grad.sizes() == sl.output[i].sizes(), "stage ", skip.to,
-                  "'s gradient of skip '", skip.name, "' has shape ", grad.sizes(), ", the tensor ",
-                  sl.output[i].sizes());
+    const auto found = sl.skip_output_grads.find(skip->name);
+    PPTRAIN_ASSERT(found != sl.skip_output_grads.end(), "the gradient of skip '", skip->name,
+                   "' for ", s, "B", mb, " never came from stage ", skip->to);
+    const torch::Tensor grad = found->second;
+    PPTRAIN_CHECK(!grad.defined() || grad.sizes() == sl.output[i].sizes(), "stage ", skip->to,
+                  "'s gradient of skip '", skip->name, "' has shape ", grad.sizes(),
+                  ", the tensor ", sl.output[i].sizes());
     out.push_back(carries_gradient(sl.output[i]) ? grad : torch::Tensor());
   }
   sl.skip_output_grads.clear();
   return out;
+}
+
+std::vector<SkipLink> skip_links(const std::vector<SkipConnection>& skips) {
+  std::set<SkipLink> links;
+  for (const SkipConnection& skip : skips) {
+    if (skip.to > skip.from + 1) links.insert({skip.from, skip.to});
+  }
+  return {links.begin(), links.end()};
 }
 
 }  // namespace pptrain

@@ -78,13 +78,17 @@ BundleLossFn bundle_loss(LossFn loss);
 
 // A skip connection: the tensor `name` of stage `from`'s output (a named bundle) goes straight to
 // stage `to` > `from`, not through the stages between: `to` takes it beside what stage to - 1
-// sends, and its gradient comes back the same way. Each runs as a message of its own (a tag
-// above the schedule's), or is handed over when both stages are on one rank.
+// sends, and its gradient comes back the same way. The tensors from one stage to another travel
+// in the skip messages of the schedule (Schedule::skips: skip_links() of these), one each way
+// per microbatch, or are handed over when both stages are on one rank. A skip to the next stage
+// (to = from + 1) is simply part of the ordinary message.
 struct SkipConnection {
   std::string name;
   int from = 0;
   int to = 0;
 };
+// The stage pairs whose skip connections need messages of their own: Schedule::skips for them.
+std::vector<SkipLink> skip_links(const std::vector<SkipConnection>& skips);
 
 struct ExecutorOptions {
   // This process's rank in the schedule, 0 .. num_ranks-1.
@@ -129,8 +133,8 @@ struct ExecutorOptions {
   // (a named bundle). They carry no gradient back.
   std::map<int, std::vector<std::string>> batch_inputs;
   // Tensors of a stage's output that go to a later stage directly. Synchronous schedules only
-  // (one segment). InternalError for a skip outside the stages or backwards; UserError when the
-  // stage's output has no tensor of that name.
+  // (one segment), whose Schedule::skips are skip_links(skips). InternalError for a skip outside
+  // the stages or backwards; UserError when the stage's output has no tensor of that name.
   std::vector<SkipConnection> skips;
   // Starts the all-reduce of `stage`'s gradients (REDUCE_GRAD) and returns without waiting.
   // Needed when the schedule has reductions (schedule/reductions.h).
@@ -203,20 +207,22 @@ class Executor {
   void post_receives_through(size_t position, StepState& state);
   // Sends `bundle` as the message of our SEND at `position`, counting its bytes in the record.
   PendingComm send(size_t position, const TensorBundle& bundle, StepState& state);
-  // "stage 1 -> stage 2" and the like, for errors about a message or an input.
-  std::string origin_of(int stage, int mb, bool backward) const;
+  // "the output of stage 1 to stage 2 (microbatch 0)" and the like, for errors about what a
+  // RECV brought.
+  std::string origin_of(const Action& recv) const;
   // `input` with the batch's tensors that stage s takes (batch_inputs).
   TensorBundle with_batch_inputs(int stage, int mb, const TensorBundle& input,
                                  const StepData& data) const;
-  // Skip connections: their tags; the receives of this rank to post after each position; the
-  // output without the tensors that skip; the skipping tensors sent or handed over after F s m
-  // and merged into the input of F s m; the gradients of I/B s m that go back, and those that
-  // came for its output.
-  int skip_tag(size_t skip, int mb, bool backward) const;
-  void plan_skip_receives();
-  void post_skip_receives(size_t position, StepState& state);
+  // Skip connections: whether one needs messages (it goes past the next stage); a check of
+  // them against the schedule; the output without the tensors that skip; the skipping tensors
+  // kept for the skip SEND_F or handed over after F s m, and merged into the input of F s m;
+  // the gradients of I/B s m that go back, and those that came for its output.
+  bool is_skip(const SkipConnection& skip) const;
+  void check_skips() const;
   TensorBundle next_stage_part(int stage, const TensorBundle& output) const;
   void send_skips(int stage, int mb, const TensorBundle& output, StepState& state);
+  // A skip message's SEND_F or SEND_B: what forward or backward left for the other end.
+  void send_skip_message(const Action& send, size_t position, StepState& state);
   void take_skips(int stage, int mb, StepState& state);
   void return_skip_grads(int stage, int mb, StepState& state);
   std::vector<torch::Tensor> output_grads(int stage, int mb, StepState& state);
@@ -251,14 +257,6 @@ class Executor {
   // (stage, microbatch) of forwards resume() took over that still need their graph.
   std::vector<std::pair<int, int>> to_replay_;
   std::unique_ptr<StepState> state_;  // the run in progress, between segments
-  struct SkipReceive {
-    size_t skip = 0;  // index into options_.skips
-    int microbatch = 0;
-    bool backward = false;
-  };
-  // Position p -> the skip receives to post once the action at p has run: one compute action
-  // ahead of the F or backward that takes them.
-  std::map<size_t, std::vector<SkipReceive>> skip_posts_;
 };
 
 }  // namespace pptrain

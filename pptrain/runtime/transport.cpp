@@ -471,13 +471,14 @@ Group make_group(Transport& world, const std::vector<int>& members) {
   return group;
 }
 
-int message_tag(const Action& comm, int num_stages, int num_microbatches) {
-  const size_t count = message_count(num_stages, num_microbatches);
-  PPTRAIN_CHECK(count <= static_cast<size_t>(kControlTagBase), "a schedule of ", num_stages,
-                " stages and ", num_microbatches, " microbatches has ", count,
-                " messages per step, more than the ", kControlTagBase,
-                " tags below the control tags (use fewer stages or microbatches)");
-  return static_cast<int>(message_index(message_of(comm), num_stages, num_microbatches));
+int message_tag(const Action& comm, const Schedule& schedule) {
+  const size_t count = message_count(schedule);
+  PPTRAIN_CHECK(count <= static_cast<size_t>(kControlTagBase), "a schedule of ",
+                schedule.num_stages, " stages and ", schedule.num_microbatches,
+                " microbatches has ", count, " messages per step",
+                schedule.skips.empty() ? "" : " (skip connections included)", ", more than the ",
+                kControlTagBase, " tags below the control tags (use fewer stages or microbatches)");
+  return static_cast<int>(message_index(comm, schedule));
 }
 
 }  // namespace pptrain

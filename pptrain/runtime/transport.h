@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "pptrain/schedule/action.h"
+#include "pptrain/schedule/schedule.h"
 
 namespace pptrain {
 
@@ -133,8 +134,8 @@ std::unique_ptr<Transport> connect_transport(const TransportOptions& options);
 // message_index(): both ends agree on it, and no two messages of a step share one. A step's
 // messages are all waited on before the next step, so reusing the tags step after step is safe.
 // Control messages use tags from kControlTagBase up; UserError when the schedule has too many
-// messages for their tags to stay below it.
-int message_tag(const Action& comm, int num_stages, int num_microbatches);
+// messages (skip messages included) for their tags to stay below it.
+int message_tag(const Action& comm, const Schedule& schedule);
 constexpr int kControlTagBase = 1 << 30;
 
 }  // namespace pptrain

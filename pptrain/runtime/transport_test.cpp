@@ -19,29 +19,42 @@ namespace {
 
 // A send and the receive at its other end carry the same tag; no two messages of a step share
 // one, and all stay below the control tags.
+// Skip messages included.
 TEST(MessageTag, BothEndsAgreeAndMessagesNeverShare) {
-  const int stages = 6, microbatches = 5;
-  std::set<int> tags;
-  for (int s = 0; s < stages; ++s) {
-    for (int m = 0; m < microbatches; ++m) {
-      for (Op op : {Op::SEND_F, Op::SEND_B}) {
-        if ((op == Op::SEND_F && s + 1 == stages) || (op == Op::SEND_B && s == 0)) continue;
-        const Action send = Action::make(op, s, m);
-        const int tag = message_tag(send, stages, microbatches);
-        EXPECT_EQ(tag, message_tag(comm_peer(send), stages, microbatches)) << to_string(send);
-        EXPECT_TRUE(tags.insert(tag).second) << to_string(send);
-        EXPECT_GE(tag, 0);
-        EXPECT_LT(tag, kControlTagBase);
-      }
+  Schedule schedule;
+  schedule.num_stages = 6;
+  schedule.num_microbatches = 5;
+  schedule.skips = {{0, 5}, {1, 4}, {1, 5}};
+  std::vector<Action> sends;
+  for (int s = 0; s < schedule.num_stages; ++s) {
+    for (int m = 0; m < schedule.num_microbatches; ++m) {
+      if (s + 1 < schedule.num_stages) sends.push_back(Action::make(Op::SEND_F, s, m));
+      if (s > 0) sends.push_back(Action::make(Op::SEND_B, s, m));
     }
   }
-  EXPECT_EQ(tags.size(), message_count(stages, microbatches));
+  for (const SkipLink& skip : schedule.skips) {
+    for (int m = 0; m < schedule.num_microbatches; ++m) {
+      sends.push_back(Action::skip(Op::SEND_F, skip.from, m, skip.to));
+      sends.push_back(Action::skip(Op::SEND_B, skip.to, m, skip.from));
+    }
+  }
+  std::set<int> tags;
+  for (const Action& send : sends) {
+    const int tag = message_tag(send, schedule);
+    EXPECT_EQ(tag, message_tag(comm_peer(send), schedule)) << to_string(send);
+    EXPECT_TRUE(tags.insert(tag).second) << to_string(send);
+    EXPECT_GE(tag, 0);
+    EXPECT_LT(tag, kControlTagBase);
+  }
+  EXPECT_EQ(tags.size(), message_count(schedule));
 }
 
 TEST(MessageTag, TooManyMessagesForTheTagsIsAUserError) {
   try {
-    message_tag(Action::make(Op::SEND_F, 0, 0), /*num_stages=*/1 << 16,
-                /*num_microbatches=*/1 << 14);
+    Schedule huge;
+    huge.num_stages = 1 << 16;
+    huge.num_microbatches = 1 << 14;
+    message_tag(Action::make(Op::SEND_F, 0, 0), huge);
     FAIL() << "no error";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("65536 stages and 16384 microbatches"), std::string::npos)

@@ -41,7 +41,7 @@ int read_number(std::string_view text, size_t& pos) {
 
 bool Action::operator==(const Action& other) const {
   return op == other.op && stage == other.stage && microbatch == other.microbatch &&
-         parts == other.parts;
+         peer == other.peer && parts == other.parts;
 }
 
 const char* op_name(Op op) {
@@ -63,6 +63,12 @@ bool is_collective(Op op) {
 bool is_backward(Op op) {
   return op == Op::I || op == Op::B;
 }
+bool is_send(Op op) {
+  return op == Op::SEND_F || op == Op::SEND_B;
+}
+bool is_recv(Op op) {
+  return op == Op::RECV_F || op == Op::RECV_B;
+}
 
 std::string to_string(const Action& action) {
   if (action.op == Op::OVERLAP_F_B) {
@@ -74,14 +80,18 @@ std::string to_string(const Action& action) {
     return text + ")" + op_name(action.op);
   }
   if (action.op == Op::REDUCE_GRAD) return std::to_string(action.stage) + op_name(action.op);
-  return std::to_string(action.stage) + op_name(action.op) + std::to_string(action.microbatch);
+  std::string text =
+      std::to_string(action.stage) + op_name(action.op) + std::to_string(action.microbatch);
+  if (is_skip_message(action))
+    text += (is_send(action.op) ? ">" : "<") + std::to_string(action.peer);
+  return text;
 }
 
 Action parse_action(std::string_view text) {
   auto fail = [&]() {
     throw UserError("'" + std::string(text) +
                     "' is not an action (expected <stage><op><microbatch> such as 0F1, 2W5, "
-                    "1SEND_F3, (0F7;7B3)OVERLAP_F_B, or <stage>REDUCE_GRAD)");
+                    "1SEND_F3, 0SEND_F3>2, (0F7;7B3)OVERLAP_F_B, or <stage>REDUCE_GRAD)");
   };
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front())))
     text.remove_prefix(1);
@@ -116,8 +126,15 @@ Action parse_action(std::string_view text) {
       return Action::make(entry.op, stage, -1);
     }
     int microbatch = read_number(text, after);
-    if (microbatch < 0 || after != text.size()) fail();
-    return Action::make(entry.op, stage, microbatch);
+    if (microbatch < 0) fail();
+    if (after == text.size()) return Action::make(entry.op, stage, microbatch);
+    // A skip message: '>' and the stage it goes to after a SEND, '<' and its sender after a RECV.
+    const char arrow = is_send(entry.op) ? '>' : is_recv(entry.op) ? '<' : 0;
+    if (!arrow || text[after] != arrow) fail();
+    ++after;
+    const int peer = read_number(text, after);
+    if (peer < 0 || after != text.size()) fail();
+    return Action::skip(entry.op, stage, microbatch, peer);
   }
   fail();
   return {};

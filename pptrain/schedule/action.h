@@ -20,10 +20,10 @@ enum class Op {
   I,            // backward for the stage's input (the zero-bubble paper's B)
   W,            // backward for the stage's weights
   B,            // full backward: I and W fused
-  SEND_F,       // stage sends its forward output to stage + 1
-  RECV_F,       // stage receives its forward input from stage - 1
-  SEND_B,       // stage sends the gradient of its input to stage - 1
-  RECV_B,       // stage receives the gradient of its output from stage + 1
+  SEND_F,       // stage sends its forward output to stage + 1 (a skip message: to `peer`)
+  RECV_F,       // stage receives its forward input from stage - 1 (a skip message: from `peer`)
+  SEND_B,       // stage sends the gradient of its input to stage - 1 (skip: to `peer`)
+  RECV_B,       // stage receives the gradient of its output from stage + 1 (skip: from `peer`)
   OVERLAP_F_B,  // composite: a forward and a backward run together (see Action::parts)
   REDUCE_GRAD,  // all-reduce the stage's weight gradients of the whole step over its
                 // data-parallel replicas (--dp); microbatch -1 (schedule/reductions.h)
@@ -34,8 +34,13 @@ struct Action {
   int stage = 0;              // global stage index, 0 .. num_stages-1 (-1 for a composite)
   int microbatch = 0;         // 0 .. num_microbatches-1 (-1 for a composite or REDUCE_GRAD)
   std::vector<Action> parts;  // only for OVERLAP_F_B: the overlapped actions, in order
+  int peer = -1;  // a SEND or RECV of a skip message: the stage at the other end; else -1
 
   static Action make(Op op, int stage, int microbatch) { return Action{op, stage, microbatch, {}}; }
+  // A SEND or RECV of the skip message between `stage` and `peer` (not adjacent stages).
+  static Action skip(Op op, int stage, int microbatch, int peer) {
+    return Action{op, stage, microbatch, {}, peer};
+  }
   bool operator==(const Action& other) const;
   bool operator!=(const Action& other) const { return !(*this == other); }
 };
@@ -46,6 +51,11 @@ bool is_compute(Op op);     // F, I, W, B, OVERLAP_F_B
 bool is_comm(Op op);        // SEND_F, RECV_F, SEND_B, RECV_B: point-to-point, one message each
 bool is_collective(Op op);  // REDUCE_GRAD: neither compute nor a message between stages
 bool is_backward(Op op);    // I or B: the action that consumes a stage's activations
+bool is_send(Op op);        // SEND_F, SEND_B
+bool is_recv(Op op);        // RECV_F, RECV_B
+inline bool is_skip_message(const Action& action) {
+  return action.peer >= 0;
+}
 
 std::string to_string(const Action& action);
 // Parses the text form. Throws UserError naming the text if it is not an action.

@@ -32,6 +32,12 @@ std::vector<int> Schedule::stages_of(int rank) const {
   return stages;
 }
 
+int Schedule::skip_index(int a, int b) const {
+  const SkipLink link{std::min(a, b), std::max(a, b)};
+  const auto it = std::lower_bound(skips.begin(), skips.end(), link);
+  return it != skips.end() && *it == link ? static_cast<int>(it - skips.begin()) : -1;
+}
+
 bool Schedule::has_comms() const {
   for (const auto& list : actions) {
     for (const auto& a : list) {
@@ -56,7 +62,8 @@ bool Schedule::has_split_backward() const {
 bool Schedule::operator==(const Schedule& other) const {
   return num_ranks == other.num_ranks && num_stages == other.num_stages &&
          num_microbatches == other.num_microbatches && stage_to_rank == other.stage_to_rank &&
-         placement == other.placement && actions == other.actions && flushes == other.flushes;
+         placement == other.placement && skips == other.skips && actions == other.actions &&
+         flushes == other.flushes;
 }
 
 Schedule strip_comms(const Schedule& schedule) {
@@ -106,11 +113,15 @@ struct CsvPlaces {
   std::map<std::pair<int, int>, int> of_pair;  // (stage, microbatch) -> rank
   std::map<int, std::set<int>> of_stage;       // stage -> ranks holding any of its microbatches
   std::map<int, std::set<int>> reductions;     // stage -> ranks with its REDUCE_GRAD
+  std::set<SkipLink> skips;                    // of the skip messages
 
   void note(const Action& atom, int rank, int row) {
     if (atom.op == Op::REDUCE_GRAD) {
       reductions[atom.stage].insert(rank);
       return;
+    }
+    if (is_skip_message(atom)) {
+      skips.insert({std::min(atom.stage, atom.peer), std::max(atom.stage, atom.peer)});
     }
     const auto [it, inserted] = of_pair.emplace(std::make_pair(atom.stage, atom.microbatch), rank);
     PPTRAIN_CHECK(inserted || it->second == rank, "schedule row ", row, ": stage ", atom.stage,
@@ -173,6 +184,7 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
   }
   schedule.num_stages = static_cast<int>(schedule.stage_to_rank.size());
   schedule.num_microbatches = max_microbatch + 1;
+  schedule.skips.assign(places.skips.begin(), places.skips.end());
   if (!replicated) {
     PPTRAIN_CHECK(schedule.num_stages % schedule.num_ranks == 0, "schedule has ",
                   schedule.num_stages, " stages on ", schedule.num_ranks,
@@ -216,14 +228,14 @@ Schedule lower(const Schedule& schedule) {
       // Receives first: everything the (possibly composite) action consumes from other ranks.
       for (const Action& atom : atoms_of(a)) {
         for (const Need& need : inputs_of(atom, schedule, /*lowered=*/true)) {
-          if (need.fact == Fact::kReceivedF || need.fact == Fact::kReceivedB) {
+          if (is_receipt(need.fact)) {
             lowered.push_back(producer_of(need));
           }
         }
       }
       lowered.push_back(a);
       for (const Action& atom : atoms_of(a)) {
-        if (const auto send = send_after(atom, schedule)) lowered.push_back(*send);
+        for (const Action& send : sends_after(atom, schedule)) lowered.push_back(send);
       }
     }
     out.actions[r] = std::move(lowered);

@@ -12,6 +12,13 @@
 // code written for one rank per stage still finds a rank, but whatever needs the rank a
 // (stage, microbatch) really runs on must ask rank_of(); stages_of() lists every replica.
 //
+// Skip connections: a model may send part of stage `from`'s output straight to stage `to`, more
+// than one stage later (a U-Net's encoder to its decoder), and take the gradient back the same
+// way. `skips` lists those pairs; lowering then adds one message each way per microbatch whose
+// two stages run on different ranks (SEND/RECV actions with Action::peer set), which the
+// validator, the simulator and the runtime treat like any other message. On one rank the tensor
+// is handed over. A skip to the very next stage is no skip: it rides in the ordinary message.
+//
 // CSV form (as torch.distributed.pipelining writes it): one row per rank, one action per cell,
 // empty cells allowed (an idle step; it carries no meaning and is dropped on import).
 //
@@ -27,6 +34,16 @@
 
 namespace pptrain {
 
+// Stage `from`'s output reaches stage `to` (from + 1 < to) directly (see above).
+struct SkipLink {
+  int from = 0;
+  int to = 0;
+  bool operator==(const SkipLink& other) const { return from == other.from && to == other.to; }
+  bool operator<(const SkipLink& other) const {
+    return from != other.from ? from < other.from : to < other.to;
+  }
+};
+
 struct Schedule {
   std::string name;                          // e.g. "1f1b"; "imported" for a file
   int num_ranks = 0;                         // P: worker processes in the pipeline
@@ -39,6 +56,8 @@ struct Schedule {
   // Optional: [num_stages][num_microbatches] -> the rank that runs that stage for that
   // microbatch (its F, I, W, B and the SEND/RECV of its messages). Empty: stage_to_rank.
   std::vector<std::vector<int>> placement;
+  // Optional: the skip connections' stage pairs, sorted and distinct (see above).
+  std::vector<SkipLink> skips;
 
   // V: stages per rank; 1 for a replicated schedule, whose every stage is one rank's share.
   int chunks() const { return replicated() ? 1 : num_ranks ? num_stages / num_ranks : 0; }
@@ -53,6 +72,8 @@ struct Schedule {
   std::vector<int> replicas_of(int stage) const;
   // Stages held by a rank (in any of their replicas), in increasing order.
   std::vector<int> stages_of(int rank) const;
+  // The index in `skips` of the link between stages a and b (either order); -1 if none.
+  int skip_index(int a, int b) const;
   // True if any rank's list holds a SEND or RECV action.
   bool has_comms() const;
   // True if the schedule splits backward into I and W anywhere.
@@ -65,8 +86,9 @@ Schedule strip_comms(const Schedule& schedule);
 
 // CSV text of the schedule (one row per rank). Composite actions keep their ';' inside one cell.
 std::string to_csv(const Schedule& schedule);
-// Parses CSV text. Infers P (rows), the number of stages and microbatches (largest index + 1)
-// and stage_to_rank (the rank whose row holds the stage's actions). A stage whose actions are
+// Parses CSV text. Infers P (rows), the number of stages and microbatches (largest index + 1),
+// stage_to_rank (the rank whose row holds the stage's actions) and the skips (from the skip
+// messages' actions). A stage whose actions are
 // on several rows is replicated: the placement is read from the row of each (stage, microbatch),
 // stage_to_rank is its lowest row. Throws UserError naming the row and cell for a bad action, a
 // (stage, microbatch) that appears on two ranks, or a REDUCE_GRAD on a rank without its stage.
@@ -75,8 +97,9 @@ Schedule read_schedule_csv(const std::string& path);
 void write_schedule_csv(const Schedule& schedule, const std::string& path);
 
 // Insert SEND/RECV actions into a compute-only schedule wherever stage s and s+1 of a microbatch
-// m live on different ranks (rank_of(s, m) != rank_of(s+1, m)): a send right after the action
-// that produces the tensor, a receive right before the action that consumes it. Sends never block
+// m live on different ranks (rank_of(s, m) != rank_of(s+1, m)), and for each skip whose two
+// stages do: a send right after the action that produces the tensor, a receive right before the
+// action that consumes it. Sends never block
 // (the runtime waits on them lazily), so if the compute order is free of cross-rank cycles, the
 // lowered schedule cannot deadlock; the validator checks that. A schedule that already has
 // communication actions is returned as is.

@@ -107,8 +107,9 @@ TEST(Lowering, ReplicatedMessagesFollowTheMicrobatch) {
   EXPECT_EQ(rank_of_peer(lowered, Action::make(Op::SEND_F, 0, 0)), 1);
   EXPECT_EQ(rank_of_peer(lowered, Action::make(Op::RECV_B, 0, 0)), 1);
   EXPECT_EQ(rank_of_peer(lowered, Action::make(Op::RECV_F, 1, 0)), 0);
-  EXPECT_FALSE(send_after(Action::make(Op::F, 0, 1), lowered).has_value());
-  EXPECT_EQ(*send_after(Action::make(Op::F, 0, 0), lowered), Action::make(Op::SEND_F, 0, 0));
+  EXPECT_TRUE(sends_after(Action::make(Op::F, 0, 1), lowered).empty());
+  EXPECT_EQ(sends_after(Action::make(Op::F, 0, 0), lowered),
+            std::vector<Action>{Action::make(Op::SEND_F, 0, 0)});
   EXPECT_EQ(inputs_of(Action::make(Op::F, 1, 1), lowered, true).size(), 1u);
   EXPECT_EQ(inputs_of(Action::make(Op::F, 1, 1), lowered, true).begin()->fact, Fact::kOutput);
   EXPECT_EQ(inputs_of(Action::make(Op::F, 1, 0), lowered, true).begin()->fact, Fact::kReceivedF);

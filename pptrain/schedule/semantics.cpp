@@ -22,12 +22,35 @@ const char* fact_name(Fact fact) {
       return "received activation";
     case Fact::kReceivedB:
       return "received gradient";
+    case Fact::kSkipSentF:
+      return "sent skip activation";
+    case Fact::kSkipSentB:
+      return "sent skip gradient";
+    case Fact::kSkipReceivedF:
+      return "received skip activation";
+    case Fact::kSkipReceivedB:
+      return "received skip gradient";
   }
   PPTRAIN_UNREACHABLE("unknown fact");
 }
 
+bool is_sent(Fact fact) {
+  return fact == Fact::kSentF || fact == Fact::kSentB || fact == Fact::kSkipSentF ||
+         fact == Fact::kSkipSentB;
+}
+
+bool is_receipt(Fact fact) {
+  return fact == Fact::kReceivedF || fact == Fact::kReceivedB || fact == Fact::kSkipReceivedF ||
+         fact == Fact::kSkipReceivedB;
+}
+
 Need produced_by(const Action& atom) {
   const int s = atom.stage, m = atom.microbatch;
+  if (is_skip_message(atom)) {
+    static constexpr Fact kSkipFact[] = {Fact::kSkipSentF, Fact::kSkipReceivedF, Fact::kSkipSentB,
+                                         Fact::kSkipReceivedB};
+    return {kSkipFact[static_cast<int>(atom.op) - static_cast<int>(Op::SEND_F)], s, m, atom.peer};
+  }
   switch (atom.op) {
     case Op::F:
       return {Fact::kOutput, s, m};
@@ -57,9 +80,12 @@ bool computes_weight_grads(Op op) {
 }
 
 Action producer_of(const Need& need) {
-  static constexpr Op kProducer[kNumFacts] = {Op::F,      Op::I,      Op::W,     Op::SEND_F,
+  static constexpr Op kProducer[kNumFacts] = {Op::F,      Op::I,      Op::W,      Op::SEND_F,
+                                              Op::SEND_B, Op::RECV_F, Op::RECV_B, Op::SEND_F,
                                               Op::SEND_B, Op::RECV_F, Op::RECV_B};
-  return Action::make(kProducer[static_cast<int>(need.fact)], need.stage, need.microbatch);
+  const Op op = kProducer[static_cast<int>(need.fact)];
+  if (is_skip_fact(need.fact)) return Action::skip(op, need.stage, need.microbatch, need.peer);
+  return Action::make(op, need.stage, need.microbatch);
 }
 
 namespace {
@@ -67,16 +93,25 @@ namespace {
 // inputs_of and send_after for any placement: `rank(stage)` is the rank that runs `stage` for the
 // atom's microbatch.
 template <typename RankOf>
-Needs inputs_with(const Action& atom, int num_stages, RankOf rank, bool lowered) {
+Needs inputs_with(const Action& atom, int num_stages, const std::vector<SkipLink>& skips,
+                  RankOf rank, bool lowered) {
   const int s = atom.stage, m = atom.microbatch;
   const int last = num_stages - 1;
   const auto across = [&](int other) { return lowered && rank(other) != rank(s); };
   Needs needs;
+  if (is_skip_message(atom) && is_recv(atom.op)) {
+    needs.push_back({atom.op == Op::RECV_F ? Fact::kSkipSentF : Fact::kSkipSentB, atom.peer, m, s});
+    return needs;
+  }
   switch (atom.op) {
     case Op::F:
       if (s > 0)
         needs.push_back(across(s - 1) ? Need{Fact::kReceivedF, s, m}
                                       : Need{Fact::kOutput, s - 1, m});
+      for (const SkipLink& skip : skips) {
+        if (skip.to == s && across(skip.from))
+          needs.push_back({Fact::kSkipReceivedF, s, m, skip.from});
+      }
       break;
     case Op::I:
     case Op::B:
@@ -84,11 +119,15 @@ Needs inputs_with(const Action& atom, int num_stages, RankOf rank, bool lowered)
       if (s < last)
         needs.push_back(across(s + 1) ? Need{Fact::kReceivedB, s, m}
                                       : Need{Fact::kInputGrad, s + 1, m});
+      for (const SkipLink& skip : skips) {
+        if (skip.from == s && across(skip.to))
+          needs.push_back({Fact::kSkipReceivedB, s, m, skip.to});
+      }
       break;
     case Op::W:
       needs.push_back({Fact::kInputGrad, s, m});
       break;
-    case Op::SEND_F:
+    case Op::SEND_F:  // a skip message's too
       needs.push_back({Fact::kOutput, s, m});
       break;
     case Op::SEND_B:
@@ -124,16 +163,17 @@ std::optional<Action> send_after_with(const Action& atom, int num_stages, RankOf
 }  // namespace
 
 Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered) {
+  static const std::vector<SkipLink> kNoSkips;
   return inputs_with(
-      atom, static_cast<int>(stage_to_rank.size()), [&](int stage) { return stage_to_rank[stage]; },
-      lowered);
+      atom, static_cast<int>(stage_to_rank.size()), kNoSkips,
+      [&](int stage) { return stage_to_rank[stage]; }, lowered);
 }
 
 Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered) {
   // Only a lowered schedule asks where stages run (and a REDUCE_GRAD has no microbatch).
   if (!lowered || atom.op == Op::REDUCE_GRAD) return inputs_of(atom, schedule.stage_to_rank, false);
   return inputs_with(
-      atom, schedule.num_stages,
+      atom, schedule.num_stages, schedule.skips,
       [&](int stage) { return schedule.rank_of(stage, atom.microbatch); }, lowered);
 }
 
@@ -142,13 +182,25 @@ std::optional<Action> send_after(const Action& atom, const std::vector<int>& sta
                          [&](int stage) { return stage_to_rank[stage]; });
 }
 
-std::optional<Action> send_after(const Action& atom, const Schedule& schedule) {
-  if (atom.op != Op::F && !is_backward(atom.op)) return std::nullopt;
-  return send_after_with(atom, schedule.num_stages,
-                         [&](int stage) { return schedule.rank_of(stage, atom.microbatch); });
+std::vector<Action> sends_after(const Action& atom, const Schedule& schedule) {
+  std::vector<Action> sends;
+  if (atom.op != Op::F && !is_backward(atom.op)) return sends;
+  const int m = atom.microbatch;
+  const auto rank = [&](int stage) { return schedule.rank_of(stage, m); };
+  if (const auto send = send_after_with(atom, schedule.num_stages, rank)) sends.push_back(*send);
+  for (const SkipLink& skip : schedule.skips) {
+    if (rank(skip.from) == rank(skip.to)) continue;
+    if (atom.op == Op::F && skip.from == atom.stage)
+      sends.push_back(Action::skip(Op::SEND_F, skip.from, m, skip.to));
+    if (atom.op != Op::F && skip.to == atom.stage)
+      sends.push_back(Action::skip(Op::SEND_B, skip.to, m, skip.from));
+  }
+  return sends;
 }
 
 Message message_of(const Action& a) {
+  PPTRAIN_ASSERT(!is_skip_message(a), "message_of() takes a message between adjacent stages, not ",
+                 to_string(a));
   switch (a.op) {
     case Op::SEND_F:
       return {false, a.stage, a.microbatch};
@@ -175,6 +227,23 @@ size_t message_count(int num_stages, int num_microbatches) {
   return 2 * boundaries * static_cast<size_t>(num_microbatches);
 }
 
+size_t message_index(const Action& comm, const Schedule& schedule) {
+  const int M = schedule.num_microbatches;
+  if (!is_skip_message(comm)) return message_index(message_of(comm), schedule.num_stages, M);
+  const int k = schedule.skip_index(comm.stage, comm.peer);
+  PPTRAIN_ASSERT(k >= 0, to_string(comm), " is not a message of one of the schedule's skips");
+  const bool backward = comm.op == Op::SEND_B || comm.op == Op::RECV_B;
+  return message_count(schedule.num_stages, M) +
+         (static_cast<size_t>(k) * static_cast<size_t>(M) + static_cast<size_t>(comm.microbatch)) *
+             2 +
+         (backward ? 1 : 0);
+}
+
+size_t message_count(const Schedule& schedule) {
+  return message_count(schedule.num_stages, schedule.num_microbatches) +
+         2 * schedule.skips.size() * static_cast<size_t>(schedule.num_microbatches);
+}
+
 std::vector<size_t> step_segment_ends(const Schedule& schedule, int rank,
                                       int microbatches_per_step) {
   PPTRAIN_ASSERT(microbatches_per_step > 0 &&
@@ -193,7 +262,7 @@ std::vector<size_t> step_segment_ends(const Schedule& schedule, int rank,
 }
 
 MessageSegments message_segments(const Schedule& lowered, int microbatches_per_step) {
-  const size_t count = message_count(lowered.num_stages, lowered.num_microbatches);
+  const size_t count = message_count(lowered);
   MessageSegments out{std::vector<int>(count, -1), std::vector<int>(count, -1)};
   for (int r = 0; r < lowered.num_ranks; ++r) {
     const std::vector<size_t> ends = step_segment_ends(lowered, r, microbatches_per_step);
@@ -202,9 +271,8 @@ MessageSegments message_segments(const Schedule& lowered, int microbatches_per_s
       while (p >= ends[segment]) ++segment;
       const Action& a = lowered.actions[r][p];
       if (!is_comm(a.op)) continue;
-      const size_t index =
-          message_index(message_of(a), lowered.num_stages, lowered.num_microbatches);
-      (a.op == Op::SEND_F || a.op == Op::SEND_B ? out.sent_in : out.received_in)[index] = segment;
+      const size_t index = message_index(a, lowered);
+      (is_send(a.op) ? out.sent_in : out.received_in)[index] = segment;
     }
   }
   return out;
@@ -226,6 +294,11 @@ int first_crossed_step(const Schedule& lowered, int microbatches_per_step) {
 }
 
 Action comm_peer(const Action& a) {
+  if (is_skip_message(a)) {
+    static constexpr Op kOther[] = {Op::RECV_F, Op::SEND_F, Op::RECV_B, Op::SEND_B};
+    return Action::skip(kOther[static_cast<int>(a.op) - static_cast<int>(Op::SEND_F)], a.peer,
+                        a.microbatch, a.stage);
+  }
   const Message m = message_of(a);
   switch (a.op) {
     case Op::SEND_F:

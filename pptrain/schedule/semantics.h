@@ -9,12 +9,21 @@
 //   W s m       kWeightGrad stage s's weight gradients for microbatch m
 //   SEND_F s m  kSentF      ...   SEND_B s m  kSentB
 //   RECV_F s m  kReceivedF  ...   RECV_B s m  kReceivedB
+// and a skip message's SEND or RECV (Action::peer = p) its own kSkip* fact, keyed by its stage,
+// microbatch and peer: SEND_F s m >p kSkipSentF, RECV_F s m <p kSkipReceivedF, and so on.
 // and waits for (inputs_of):
 //   F s m       kOutput s-1 m, or kReceivedF s m when stage s-1 is on another rank (lowered)
 //   I/B s m     kOutput s m, and kInputGrad s+1 m, or kReceivedB s m across ranks (lowered)
 //   W s m       kInputGrad s m (its I)
 //   SEND_F s m  kOutput s m            SEND_B s m  kInputGrad s m
 //   RECV_F s m  kSentF s-1 m           RECV_B s m  kSentB s+1 m
+// With skips (Schedule::skips), lowered, where the skip's two stages are on different ranks:
+//   F t m       also kSkipReceivedF t m <s for each skip s -> t
+//   I/B s m     also kSkipReceivedB s m <t for each skip s -> t
+//   SEND_F s m >t  kOutput s m         SEND_B t m >s  kInputGrad t m
+//   RECV_F t m <s  kSkipSentF s m >t   RECV_B s m <t  kSkipSentB t m >s
+// On one rank, or before lowering, a skip adds nothing: F s m comes before F t m, and the
+// backward of t before that of s, through the stages between.
 // REDUCE_GRAD s (no microbatch) is the odd one out: it leaves no Fact that another action of the
 // step waits for (the optimizer step after the flush waits for it), and it waits for the weight
 // gradients of stage s for EVERY microbatch (each W or B of s), a range no Need expresses.
@@ -33,6 +42,7 @@
 //     for (const Need& need : inputs_of(atom, schedule, /*lowered=*/true)) ...
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <optional>
@@ -71,30 +81,54 @@ enum class Fact : unsigned char {
   kSentB,
   kReceivedF,
   kReceivedB,
+  // A skip message's (Need::peer: the stage at its other end).
+  kSkipSentF,
+  kSkipSentB,
+  kSkipReceivedF,
+  kSkipReceivedB,
 };
-constexpr int kNumFacts = 7;
-const char* fact_name(Fact fact);  // "output", "input gradient", ...
+constexpr int kNumFacts = 11;
+constexpr int kNumAdjacentFacts = 7;  // those before kSkipSentF: keyed by (stage, microbatch)
+const char* fact_name(Fact fact);     // "output", "input gradient", ...
+inline bool is_skip_fact(Fact fact) {
+  return static_cast<int>(fact) >= kNumAdjacentFacts;
+}
+// A message sent (kSentF, kSentB and the skip ones) / received.
+bool is_sent(Fact fact);
+bool is_receipt(Fact fact);
 
-// One fact about one (stage, microbatch).
+// One fact about one (stage, microbatch), and for a skip message's the stage at the other end.
 struct Need {
   Fact fact = Fact::kOutput;
   int stage = 0;
   int microbatch = 0;
+  int peer = -1;
   bool operator==(const Need& other) const {
-    return fact == other.fact && stage == other.stage && microbatch == other.microbatch;
+    return fact == other.fact && stage == other.stage && microbatch == other.microbatch &&
+           peer == other.peer;
   }
 };
 
-// At most two inputs per atom; iterate with a range-for.
+// An atom's inputs: two at most, and one more per skip message it waits for. Iterate with a
+// range-for.
 class Needs {
  public:
-  void push_back(const Need& need) { items_[size_++] = need; }
-  const Need* begin() const { return items_.data(); }
-  const Need* end() const { return items_.data() + size_; }
+  void push_back(const Need& need) {
+    if (size_ < items_.size()) {
+      items_[size_++] = need;
+      return;
+    }
+    if (more_.empty()) more_.assign(items_.begin(), items_.end());
+    more_.push_back(need);
+    ++size_;
+  }
+  const Need* begin() const { return more_.empty() ? items_.data() : more_.data(); }
+  const Need* end() const { return begin() + size_; }
   size_t size() const { return size_; }
 
  private:
-  std::array<Need, 2> items_{};
+  std::array<Need, 3> items_{};
+  std::vector<Need> more_;  // all of them, once there are more than items_ holds
   size_t size_ = 0;
 };
 
@@ -117,8 +151,10 @@ Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered);
 // another rank: SEND_F after an F whose next stage lives elsewhere, SEND_B after an I or B whose
 // previous stage does. None for anything else.
 std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank);
-// The same, with the ranks of the atom's microbatch (schedule.rank_of).
-std::optional<Action> send_after(const Action& atom, const Schedule& schedule);
+// Every SEND that must follow `atom`, with the ranks of its microbatch (schedule.rank_of): the
+// one above, then the skip messages (Schedule::skips) of an F to later stages and of an I or B
+// back to earlier ones that run elsewhere.
+std::vector<Action> sends_after(const Action& atom, const Schedule& schedule);
 
 // One message between adjacent stages: the activation (forward) or its gradient (backward)
 // crossing boundary b, the cut between stages b and b+1, for one microbatch. A SEND and the RECV
@@ -132,17 +168,24 @@ struct Message {
            microbatch == other.microbatch;
   }
 };
-Message message_of(const Action& comm);  // InternalError for a compute action or REDUCE_GRAD
+// InternalError for a compute action, a REDUCE_GRAD or a skip message.
+Message message_of(const Action& comm);
 // The other end of a communication action: RECV_F s+1 m for SEND_F s m, SEND_F s-1 m for
-// RECV_F s m, RECV_B s-1 m for SEND_B s m, SEND_B s+1 m for RECV_B s m.
+// RECV_F s m, RECV_B s-1 m for SEND_B s m, SEND_B s+1 m for RECV_B s m; RECV_F t m <s for
+// SEND_F s m >t and the like for a skip message.
 Action comm_peer(const Action& comm);
 // The rank at the other end of a communication action: where comm_peer(comm) runs,
 // schedule.rank_of(peer stage, microbatch). In a replicated schedule that depends on the
 // microbatch; use this rather than stage_to_rank[comm_peer(comm).stage].
 int rank_of_peer(const Schedule& schedule, const Action& comm);
-// A dense number for a message, 0 .. message_count(...) - 1, the same on every rank.
+// A dense number for a message between adjacent stages, 0 .. message_count(...) - 1, the same on
+// every rank.
 size_t message_index(const Message& message, int num_stages, int num_microbatches);
 size_t message_count(int num_stages, int num_microbatches);
+// The same for any SEND or RECV of `schedule`, skip messages included (numbered after the
+// others), 0 .. message_count(schedule) - 1.
+size_t message_index(const Action& comm, const Schedule& schedule);
+size_t message_count(const Schedule& schedule);
 
 // An asynchronous schedule is one list over the whole run, its microbatches numbered across
 // steps of `microbatches_per_step`. Step k's segment of a rank's list ends after the rank's last
@@ -165,24 +208,43 @@ struct MessageSegments {
 MessageSegments message_segments(const Schedule& lowered, int microbatches_per_step);
 
 // A dense table of one value per (fact, stage, microbatch), for whoever tracks facts: positions
-// (validator), times (simulator), steps (generators).
+// (validator), times (simulator), steps (generators). The skip facts have a place only in a
+// table made for a schedule with skips.
 template <typename T>
 class FactTable {
  public:
   FactTable(int num_stages, int num_microbatches, T initial)
       : stages_(num_stages),
         microbatches_(num_microbatches),
-        values_(static_cast<size_t>(kNumFacts) * num_stages * num_microbatches, initial) {}
+        values_(static_cast<size_t>(kNumAdjacentFacts) * num_stages * num_microbatches, initial) {}
+  FactTable(const Schedule& schedule, T initial)
+      : stages_(schedule.num_stages),
+        microbatches_(schedule.num_microbatches),
+        skips_(schedule.skips),
+        values_((static_cast<size_t>(kNumAdjacentFacts) * schedule.num_stages +
+                 (kNumFacts - kNumAdjacentFacts) * schedule.skips.size()) *
+                    schedule.num_microbatches,
+                initial) {}
   T& operator[](const Need& need) { return values_[index(need)]; }
   const T& operator[](const Need& need) const { return values_[index(need)]; }
 
  private:
   size_t index(const Need& need) const {
-    return (static_cast<size_t>(need.fact) * stages_ + need.stage) * microbatches_ +
+    if (!is_skip_fact(need.fact)) {
+      return (static_cast<size_t>(need.fact) * stages_ + need.stage) * microbatches_ +
+             need.microbatch;
+    }
+    const SkipLink link{std::min(need.stage, need.peer), std::max(need.stage, need.peer)};
+    const size_t k =
+        static_cast<size_t>(std::lower_bound(skips_.begin(), skips_.end(), link) - skips_.begin());
+    const size_t kind = static_cast<size_t>(need.fact) - kNumAdjacentFacts;
+    return ((static_cast<size_t>(kNumAdjacentFacts) * stages_ + kind * skips_.size() + k) *
+            microbatches_) +
            need.microbatch;
   }
   int stages_;
   int microbatches_;
+  std::vector<SkipLink> skips_;
   std::vector<T> values_;
 };
 

@@ -55,6 +55,8 @@ class Validator {
     check_shape();
     M_ = s_.num_microbatches;
     seen_.assign(static_cast<size_t>(s_.num_stages) * M_, {});
+    check_skips();
+    skip_seen_.assign(s_.skips.size() * M_, {});
     with_comms_ = s_.has_comms();
     reductions_.assign(static_cast<size_t>(s_.num_stages) * s_.num_ranks, {});
     record_actions();
@@ -103,6 +105,13 @@ class Validator {
   int last_stage() const { return s_.num_stages - 1; }
   Where& slot(Op op, int stage, int microbatch) {
     return seen_[static_cast<size_t>(stage) * M_ + microbatch][op_index(op)];
+  }
+  // Where an atom is, a skip message's SEND or RECV included (check_peer made sure its link is
+  // one of the schedule's).
+  Where& slot(const Action& a) {
+    if (!is_skip_message(a)) return slot(a.op, a.stage, a.microbatch);
+    const size_t k = static_cast<size_t>(s_.skip_index(a.stage, a.peer));
+    return skip_seen_[k * M_ + a.microbatch][op_index(a.op) - op_index(Op::SEND_F)];
   }
   // The backward (B or I) of (stage, microbatch), whichever the schedule has.
   const Where& backward(int stage, int microbatch) {
@@ -181,6 +190,19 @@ class Validator {
     }
   }
 
+  // The skip links: sorted, distinct, and each between stages more than one apart.
+  void check_skips() const {
+    for (size_t k = 0; k < s_.skips.size(); ++k) {
+      const SkipLink& skip = s_.skips[k];
+      require(skip.from >= 0 && skip.from + 1 < skip.to && skip.to < s_.num_stages,
+              "a skip from stage ", skip.from, " to stage ", skip.to, " in ", s_.num_stages,
+              " stages; a skip goes from a stage to one at least two stages later");
+      require(k == 0 || s_.skips[k - 1] < skip,
+              "the schedule's skips are not sorted and distinct (stages ", skip.from, " -> ",
+              skip.to, ")");
+    }
+  }
+
   // Each action by itself: in range, on its rank, a sensible peer, and not a duplicate.
   void record_actions() {
     for (int r = 0; r < s_.num_ranks; ++r) {
@@ -231,7 +253,7 @@ class Validator {
     if (is_comm(a.op)) check_peer(a, here);
 
     const int s = a.stage, mb = a.microbatch;
-    Where& where = slot(a.op, s, mb);
+    Where& where = slot(a);
     if (where.found()) {
       fail(r, i,
            "second " + to_string(a) + " (the first is at rank " + std::to_string(where.rank) +
@@ -393,7 +415,16 @@ class Validator {
   // A communication action must have a peer stage that exists and lives on another rank.
   void check_peer(const Action& a, const Where& here) const {
     const bool to_next = a.op == Op::SEND_F || a.op == Op::RECV_B;
-    const int peer = to_next ? a.stage + 1 : a.stage - 1;
+    if (is_skip_message(a)) {
+      const bool later = a.peer > a.stage;
+      if (later != to_next || s_.skip_index(a.stage, a.peer) < 0) {
+        fail(here.rank, here.position,
+             "stage " + std::to_string(a.stage) + " has no skip connection " +
+                 (to_next ? "to later" : "from earlier") + " stage " + std::to_string(a.peer) +
+                 " (the schedule's skips: " + skips_text() + ")");
+      }
+    }
+    const int peer = is_skip_message(a) ? a.peer : to_next ? a.stage + 1 : a.stage - 1;
     if (peer < 0 || peer > last_stage()) {
       fail(here.rank, here.position,
            "stage " + std::to_string(a.stage) + " has no " + (to_next ? "next" : "previous") +
@@ -406,6 +437,15 @@ class Validator {
                std::to_string(std::max(a.stage, peer)) + " are both on rank " +
                std::to_string(here.rank) + "; nothing to communicate");
     }
+  }
+
+  std::string skips_text() const {
+    std::string text;
+    for (const SkipLink& skip : s_.skips) {
+      text +=
+          (text.empty() ? "" : ", ") + std::to_string(skip.from) + " -> " + std::to_string(skip.to);
+    }
+    return text.empty() ? "none" : text;
   }
 
   // Every (stage, microbatch) has one F and one backward (B, or I and W).
@@ -481,9 +521,8 @@ class Validator {
   void check_deps(const Action& a, const Where& here) {
     for (const Need& need : inputs_of(a, s_, with_comms_)) {
       if (s_.rank_of(need.stage, need.microbatch) != here.rank) continue;
-      const Where& dep = need.fact == Fact::kInputGrad
-                             ? backward(need.stage, need.microbatch)
-                             : slot(producer_of(need).op, need.stage, need.microbatch);
+      const Where& dep = need.fact == Fact::kInputGrad ? backward(need.stage, need.microbatch)
+                                                       : slot(producer_of(need));
       require_before(here, dep, [&] { return describe(a, need); });
     }
   }
@@ -518,6 +557,12 @@ class Validator {
       case Fact::kReceivedB:
         return {what, text_of(Op::RECV_B, s, mb),
                 from_rank("it receives the output gradient from rank ", s + 1)};
+      case Fact::kSkipReceivedF:
+        return {what, to_string(producer_of(need)),
+                from_rank("it receives the skip connection's input from rank ", need.peer)};
+      case Fact::kSkipReceivedB:
+        return {what, to_string(producer_of(need)),
+                from_rank("it receives the skip connection's gradient from rank ", need.peer)};
       default:
         PPTRAIN_UNREACHABLE(to_string(a), " cannot wait for a ", fact_name(need.fact),
                             " on its own rank");
@@ -533,7 +578,7 @@ class Validator {
         const Action& a = list[i];
         if (!is_comm(a.op)) continue;
         const Action peer = comm_peer(a);
-        if (!slot(peer.op, peer.stage, peer.microbatch).found()) {
+        if (!slot(peer).found()) {
           fail(
               r, i,
               "no matching " + to_string(peer) + " on rank " + std::to_string(rank_of_peer(s_, a)));
@@ -548,10 +593,8 @@ class Validator {
   // With `compute_only_source`, `lowered` is lower(s_) and positions are mapped back to s_.
   void check_deadlock(const Schedule& lowered, bool compute_only_source) {
     const int P = lowered.num_ranks;
-    const auto message = [&](const Action& comm) {
-      return message_index(message_of(comm), lowered.num_stages, M_);
-    };
-    const size_t messages = message_count(lowered.num_stages, M_);
+    const auto message = [&](const Action& comm) { return message_index(comm, lowered); };
+    const size_t messages = message_count(lowered);
     std::vector<char> arrived(messages, 0);
     std::vector<int> waiter(messages, -1);
     std::vector<size_t> pc(P, 0);
@@ -563,13 +606,13 @@ class Validator {
       const auto& list = lowered.actions[r];
       while (pc[r] < list.size()) {
         const Action& a = list[pc[r]];
-        if (a.op == Op::RECV_F || a.op == Op::RECV_B) {
+        if (is_recv(a.op)) {
           const size_t m = message(a);
           if (!arrived[m]) {
             waiter[m] = r;
             break;
           }
-        } else if (a.op == Op::SEND_F || a.op == Op::SEND_B) {
+        } else if (is_send(a.op)) {
           const size_t m = message(a);
           arrived[m] = 1;
           if (waiter[m] >= 0) runnable.push_back(waiter[m]);
@@ -601,9 +644,10 @@ class Validator {
       const int from = s_.rank_of(send.stage, send.microbatch);
       std::string awaited;
       if (compute_only_source) {
+        const std::string what = is_skip_message(recv) ? "its skip connection's " : "its ";
         awaited = recv.op == Op::RECV_F
-                      ? "its input from " + text_of(Op::F, send.stage, send.microbatch)
-                      : "its output gradient from " + backward_text(send.stage, send.microbatch);
+                      ? what + "input from " + text_of(Op::F, send.stage, send.microbatch)
+                      : what + "output gradient from " + backward_text(send.stage, send.microbatch);
       } else {
         awaited = to_string(send);
       }
@@ -622,6 +666,8 @@ class Validator {
   int M_ = 0;
   bool with_comms_ = false;
   std::vector<std::array<Where, kAtomOps>> seen_;  // [stage * M + microbatch][op]
+  // [skip * M + microbatch][SEND_F, RECV_F, SEND_B, RECV_B] of the skip messages
+  std::vector<std::array<Where, 4>> skip_seen_;
   std::vector<Where> reductions_;  // [stage * P + rank] the stage's REDUCE_GRAD there, if any
 };
 

@@ -7,23 +7,15 @@
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/grid.h"
 #include "pptrain/schedule/reductions.h"
+#include "pptrain/schedule/testing.h"
 
 namespace pptrain {
 namespace {
 
-// Runs validate and returns the error it throws; fails the test if it throws none.
-ScheduleError error_of(const Schedule& schedule) {
-  try {
-    validate(schedule);
-  } catch (const ScheduleError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "validate accepted:\n" << render_grid(schedule);
-  return ScheduleError(-2, -2, "", "");
-}
+using testing::contains;
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
+ScheduleError error_of(const Schedule& schedule) {
+  return testing::validation_error(schedule);
 }
 
 // 1F1B on two ranks, two microbatches, compute only.

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/metrics.h"
 
 namespace pptrain {
@@ -34,21 +35,17 @@ int kind_index(Op op) {
 // The latency samples of one step: RECV end - SEND start of every transfer whose receiver was
 // waiting before the send started.
 void comm_samples(const Timeline& step, std::vector<double>& samples) {
-  using Key = std::tuple<int, int, int>;  // op, stage, microbatch of the RECV
+  using Key = std::tuple<int, int, int, int>;  // op, stage, microbatch, peer of the RECV
+  const auto key_of = [](const Action& a) {
+    return Key{static_cast<int>(a.op), a.stage, a.microbatch, a.peer};
+  };
   std::map<Key, const TimelineEvent*> receives;
   for (const auto& e : step.events) {
-    if (e.action.op == Op::RECV_F || e.action.op == Op::RECV_B) {
-      receives[{static_cast<int>(e.action.op), e.action.stage, e.action.microbatch}] = &e;
-    }
+    if (is_recv(e.action.op)) receives[key_of(e.action)] = &e;
   }
   for (const auto& send : step.events) {
-    const Op op = send.action.op;
-    if (op != Op::SEND_F && op != Op::SEND_B) continue;
-    const Key key =
-        op == Op::SEND_F
-            ? Key{static_cast<int>(Op::RECV_F), send.action.stage + 1, send.action.microbatch}
-            : Key{static_cast<int>(Op::RECV_B), send.action.stage - 1, send.action.microbatch};
-    const auto it = receives.find(key);
+    if (!is_send(send.action.op)) continue;
+    const auto it = receives.find(key_of(comm_peer(send.action)));
     if (it == receives.end() || it->second->start > send.start) continue;
     samples.push_back(std::max(0.0, it->second->end - send.start));
   }

@@ -33,9 +33,10 @@ double per_stage(const std::vector<double>& stage_values, double whole_share, in
 const std::pair<const char*, double CostModel::*> kKeys[] = {
     {"F", &CostModel::forward},         {"I", &CostModel::backward_input},
     {"W", &CostModel::backward_weight}, {"comm", &CostModel::comm},
-    {"weights", &CostModel::weights},   {"reduce", &CostModel::reduce},
+    {"skip", &CostModel::skip_comm},    {"weights", &CostModel::weights},
+    {"reduce", &CostModel::reduce},
 };
-constexpr const char* kKeyList = "F, I, W, comm, weights or reduce";
+constexpr const char* kKeyList = "F, I, W, comm, skip, weights or reduce";
 
 }  // namespace
 
@@ -76,9 +77,11 @@ std::string CostModel::to_string() const {
   std::ostringstream out;
   const char* separator = "";
   for (const auto& [name, member] : kKeys) {
-    // weights=0 (not counted) and reduce=0 are left out, so cost models without them print as
-    // before.
-    if ((member == &CostModel::weights || member == &CostModel::reduce) && this->*member == 0)
+    // skip=0 (as comm), weights=0 (not counted) and reduce=0 are left out, so cost models
+    // without them print as before.
+    if ((member == &CostModel::skip_comm || member == &CostModel::weights ||
+         member == &CostModel::reduce) &&
+        this->*member == 0)
       continue;
     out << separator << name << '=' << this->*member;
     separator = ",";

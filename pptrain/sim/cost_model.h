@@ -40,6 +40,9 @@ struct CostModel {
   // Latency of one transfer between ranks: delays the arrival, occupies neither rank.
   // Transfers between stages on the same rank are free.
   double comm = 0;
+  // Latency of one skip connection's message (Schedule::skips), which may carry a larger tensor
+  // than the cut's; 0: the same as comm. `skip=` in the text form.
+  double skip_comm = 0;
   // Optional per-stage times [num_stages]; when non-empty they override the scalars above.
   std::vector<double> stage_forward, stage_backward_input, stage_backward_weight;
   // Optional per-stage time of the fused backward B [num_stages]; empty: B = I + W. A measured
@@ -80,12 +83,16 @@ struct CostModel {
   // non-empty it overrides `reduce` and the ring formula, whatever `replicas` is.
   std::vector<double> stage_reduce;
 
-  // Parses "F=1,I=1,W=1,comm=0,weights=4,reduce=2": any subset of the keys F, I, W, comm,
+  // Parses "F=1,I=1,W=1,comm=0,weights=4,reduce=2": any subset of the keys F, I, W, comm, skip,
   // weights, reduce in any order, values finite and >= 0. Throws UserError naming the bad piece.
   static CostModel parse(const std::string& text);
-  // "F=1,I=1,W=1,comm=0", then ",weights=4" and ",reduce=2" when non-zero (replicas and
-  // per-stage vectors are not printed).
+  // "F=1,I=1,W=1,comm=0", then ",skip=3", ",weights=4" and ",reduce=2" when non-zero (replicas
+  // and per-stage vectors are not printed).
   std::string to_string() const;
+  // The latency of the message a SEND or RECV carries.
+  double message_latency(const Action& comm_action) const {
+    return is_skip_message(comm_action) && skip_comm > 0 ? skip_comm : comm;
+  }
   // Whether the simulator's peak memory includes weights at all.
   bool counts_weights() const { return weights != 0 || !stage_weights.empty(); }
 

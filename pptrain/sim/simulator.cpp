@@ -20,7 +20,7 @@ class Simulation {
       : s_(lowered),
         cost_(cost),
         rule_(rule),
-        done_at_(s_.num_stages, s_.num_microbatches, kNotYet),
+        done_at_(s_, kNotYet),
         shares_(s_.replicated() ? s_.num_stages : s_.num_ranks) {}
 
   SimResult run() {
@@ -174,8 +174,7 @@ class Simulation {
     for (const Need& need : inputs_of(atom, s_, /*lowered=*/true)) {
       const double t = done_at_[need];
       if (t == kNotYet) return kNotYet;
-      const bool message = need.fact == Fact::kSentF || need.fact == Fact::kSentB;
-      ready = std::max(ready, message ? t + cost_.comm : t);
+      ready = std::max(ready, is_sent(need.fact) ? t + cost_.message_latency(atom) : t);
     }
     return ready;
   }
@@ -270,11 +269,13 @@ class Simulation {
   }
 
   // Queues the rank that consumes what `atom` produced: the next stage's for a forward, the
-  // previous stage's for a backward (through SEND/RECV when they are on different ranks).
+  // previous stage's for a backward (through SEND/RECV when they are on different ranks), the
+  // other end's for a skip message.
   void wake_consumer_of(const Action& atom) {
     int stage = -1;
     if (atom.op == Op::F || atom.op == Op::SEND_F) stage = atom.stage + 1;
     if (is_backward(atom.op) || atom.op == Op::SEND_B) stage = atom.stage - 1;
+    if (is_skip_message(atom)) stage = is_send(atom.op) ? atom.peer : -1;
     if (stage < 0 || stage >= s_.num_stages) return;
     const int rank = s_.rank_of(stage, atom.microbatch);
     if (!queued_[rank]) {

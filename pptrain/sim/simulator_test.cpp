@@ -572,6 +572,31 @@ TEST(Simulator, CommLatencyDelaysGpipeByHand) {
   }
 }
 
+// A skip connection's message from stage 0 to stage 2 takes `skip` (CostModel::skip_comm) to
+// arrive; 2F0 waits for it as for any input. GPipe on 3 ranks, M=1, F=1, comm=0.5:
+//   0F0 [0, 1]; 1F0 [1.5, 2.5]; 2F0 at max(3, 1 + skip).
+TEST(Simulator, ASkipMessageArrivesAfterItsOwnLatency) {
+  Schedule s = parse_csv("0F0,0B0\n1F0,1B0\n2F0,2B0\n");
+  s.skips = {{0, 2}};
+  for (const double skip : {0.0, 1.0, 5.0}) {
+    CostModel c = costs(1, 1, 1, 0.5);
+    c.skip_comm = skip;
+    const SimResult r = simulate(validate(s), c);
+    std::map<std::string, std::pair<double, double>> at;
+    for (const auto& e : r.timeline.events) at[to_string(e.action)] = {e.start, e.end};
+    const double arrives = 1 + (skip > 0 ? skip : 0.5);
+    EXPECT_NEAR(at.at("0SEND_F0>2").first, 1, kEps);
+    EXPECT_NEAR(at.at("2RECV_F0<0").first, std::max(3.0, arrives), kEps);
+    EXPECT_NEAR(at.at("2F0").first, std::max(3.0, arrives), kEps);
+    // The gradient goes back the same way: 0B0 waits for 1B0's message and the skip's.
+    const double b2_end = at.at("2B0").second;
+    EXPECT_NEAR(at.at("0B0").first,
+                std::max(at.at("1B0").second + 0.5, b2_end + (skip > 0 ? skip : 0.5)), kEps);
+  }
+  EXPECT_EQ(CostModel::parse("F=1,skip=3").skip_comm, 3);
+  EXPECT_EQ(CostModel::parse("F=1,skip=3").to_string(), "F=1,I=1,W=1,comm=0,skip=3");
+}
+
 TEST(Simulator, TimelineHasEveryActionOfTheLoweredSchedule) {
   const Schedule s = make_schedule({"zb-v", 3, 6});
   const Schedule lowered = lower(s);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/generators.h"
@@ -303,6 +304,12 @@ void plan_averaging(const TrainOptions& options, const ScheduleEntry* entry, Tra
 
 }  // namespace
 
+int stage_holding(const std::vector<LayerRange>& stage_layers, int layer) {
+  int s = 0;
+  while (s + 1 < static_cast<int>(stage_layers.size()) && stage_layers[s].second < layer) ++s;
+  return s;
+}
+
 TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
   std::string what;
@@ -332,6 +339,16 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
                 options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
                 " blocks (--layers ", options.model.layers, ")");
+  // unet: the skip connections that pass a stage get messages of their own.
+  std::vector<LayerRange> stage_layers =
+      plan_stage_layers(stage_layer_options(options, may_profile), schedule.num_stages);
+  std::set<SkipLink> skips;
+  for (const LayerSkip& skip : layer_skips(options.model)) {
+    const int from = stage_holding(stage_layers, skip.from_layer);
+    const int to = stage_holding(stage_layers, skip.to_layer);
+    if (to > from + 1) skips.insert({from, to});
+  }
+  schedule.skips.assign(skips.begin(), skips.end());
   TrainingPlan plan(validated_schedule(schedule, what));
   check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
                               options.memory_limit);
@@ -361,8 +378,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.tokens_per_sample = options.model.kind != "gpt"    ? 1
                            : options.data.min_seq_len > 0 ? 0
                                                           : options.model.seq_len;
-  plan.stage_layers =
-      plan_stage_layers(stage_layer_options(options, may_profile), plan.num_stages());
+  plan.stage_layers = std::move(stage_layers);
   plan.partition = options.partition;
   plan.steps = options.steps;
   plan.optimizer.kind = options.optimizer;

@@ -124,6 +124,9 @@ struct TrainOptions {
   bool skip_nonfinite = false;
 };
 
+// The stage of `stage_layers` that holds `layer`.
+int stage_holding(const std::vector<LayerRange>& stage_layers, int layer);
+
 // What a run is. Read-only once made.
 struct TrainingPlan {
   explicit TrainingPlan(ValidatedSchedule validated) : schedule(std::move(validated)) {}
@@ -173,6 +176,8 @@ struct TrainingPlan {
   int copy_of(int world_rank) const { return world_rank / ranks(); }
   // (The groups of a pipeline's ranks and of a stage's copies are PipelineSchedule's.)
   int num_stages() const { return schedule->num_stages; }
+  // The stage that holds `layer` (stage_layers).
+  int stage_of_layer(int layer) const { return stage_holding(stage_layers, layer); }
   int microbatches() const { return data.microbatches; }  // M, per step
   bool asynchronous() const { return weights.asynchronous(); }
   // Of a pipeline rank (0 .. P-1).
