@@ -285,6 +285,54 @@ const std::vector<std::string>& partition_methods() {
   return methods;
 }
 
+PartitionOptions partition_options(const PartitionRequest& request) {
+  check_partition_method(request.method);
+  PartitionOptions options;
+  options.method = request.method;
+  options.memory_limit_bytes = request.memory_limit;
+  PPTRAIN_CHECK(request.memory_limit >= 0, "--memory-limit must be >= 0 bytes, got ",
+                request.memory_limit);
+  if (request.method == "pipedream") {
+    PPTRAIN_CHECK(request.pp == 0,
+                  "--pp does not apply to pipedream, which chooses the stages "
+                  "itself; give --workers N and/or --levels");
+    PPTRAIN_CHECK(request.bandwidth == 0,
+                  "--bandwidth does not apply to pipedream; give the "
+                  "bandwidth of each level with --levels N:BYTES_PER_S");
+    PPTRAIN_CHECK(request.workers > 0 || !request.levels.empty(),
+                  "pipedream needs --workers N or --levels N1:BW1,N2:BW2");
+    if (request.levels.empty()) {
+      options.levels = {{request.workers, kDefaultBandwidthBytesPerS}};
+      return options;
+    }
+    options.levels = request.levels;
+    long total = 1;
+    std::ostringstream text;  // the levels as --levels writes them
+    for (const Level& l : options.levels) {
+      PPTRAIN_CHECK(l.workers >= 1 && l.workers <= 1 << 20 && l.bandwidth_bytes_per_s > 0,
+                    "--levels: bad level ", l.workers, ":", l.bandwidth_bytes_per_s,
+                    "; expected an integer >= 1 workers and bytes per second > 0");
+      text << (total == 1 && text.tellp() == 0 ? "" : ",") << l.workers << ':'
+           << l.bandwidth_bytes_per_s;
+      total *= l.workers;
+    }
+    PPTRAIN_CHECK(request.workers == 0 || request.workers == total, "--workers ", request.workers,
+                  " does not match --levels ", text.str(), ", which has ", total, " workers");
+    return options;
+  }
+  PPTRAIN_CHECK(request.workers == 0 && request.levels.empty(),
+                "--workers and --levels apply to "
+                "pipedream only; method ",
+                request.method, " takes the number of stages with --pp P");
+  PPTRAIN_CHECK(request.pp > 0, "method ", request.method,
+                " needs --pp P (the number of stages), got ", request.pp);
+  PPTRAIN_CHECK(request.bandwidth >= 0, "--bandwidth must be >= 0 bytes/s, got ",
+                request.bandwidth);
+  options.stages = request.pp;
+  options.bandwidth_bytes_per_s = request.bandwidth;
+  return options;
+}
+
 void check_partition_method(const std::string& method) {
   const auto& methods = partition_methods();
   if (std::find(methods.begin(), methods.end(), method) != methods.end()) return;

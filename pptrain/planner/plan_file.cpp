@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/render/svg.h"
 
 namespace pptrain {
 namespace {
@@ -75,6 +77,31 @@ std::string plan_json(const Profile& profile, const PlannerOptions& options,
   out["ranked"] = nlohmann::ordered_json::array();
   for (const Candidate& c : search.ranked) out["ranked"].push_back(candidate_json(c));
   return out.dump(2) + "\n";
+}
+
+std::string write_plan_folder(const std::string& folder, const Profile& profile,
+                              const PlannerOptions& options, const PlanSearch& search,
+                              const PlanFiles& files) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  PPTRAIN_CHECK(!error && std::filesystem::is_directory(folder), "--out: cannot make folder '",
+                folder, "'", error ? ": " + error.message() : std::string());
+  Candidate winner = search.ranked.front();
+  Evaluation evaluation = evaluate(profile, options, winner);
+  const std::filesystem::path out(folder);
+  write_text_file((out / files.partition).string(), to_json(winner_partition(profile, winner)),
+                  "partition file");
+  write_text_file((out / files.schedule).string(), to_csv(evaluation.schedule), "schedule file");
+  Timeline& timeline = evaluation.sim.timeline;
+  char title[160];
+  std::snprintf(title, sizeof title, "plan: %s, P=%d, V=%d, M=%d%s, %s partition, %.3f ms",
+                winner.schedule.c_str(), options.workers, winner.chunks, winner.microbatches,
+                winner.recompute ? ", recompute" : "", winner.partition.c_str(), winner.step_ms);
+  timeline.title = title;
+  write_text_file((out / files.svg).string(), render_svg(timeline), "SVG file");
+  const std::string json = plan_json(profile, options, search, files);
+  write_text_file((out / "plan.json").string(), json, "plan file");
+  return json;
 }
 
 PlanFile read_plan_file(const std::string& path) {

@@ -45,6 +45,13 @@ struct PlanFile {
 std::string plan_json(const Profile& profile, const PlannerOptions& options,
                       const PlanSearch& search, const PlanFiles& files = {});
 
+// What `pptrain plan --out FOLDER` writes: the winner's partition, schedule CSV and simulated
+// timeline, then plan.json, whose text it returns. Makes the folder; UserError naming it if it
+// cannot, or a file that cannot be written.
+std::string write_plan_folder(const std::string& folder, const Profile& profile,
+                              const PlannerOptions& options, const PlanSearch& search,
+                              const PlanFiles& files = {});
+
 // Reads plan.json. UserError naming the file and the field for anything malformed.
 PlanFile read_plan_file(const std::string& path);
 // The same from the file's text; `path` names it and locates the files beside it.

@@ -289,6 +289,26 @@ std::vector<std::string> synchronous_schedules() {
   return out;
 }
 
+double optimizer_state_factor(const std::string& optimizer) {
+  PPTRAIN_CHECK(optimizer == "adamw" || optimizer == "sgd",
+                "--optimizer must be adamw (2 bytes of state per parameter byte) or sgd (1), got '",
+                optimizer, "'");
+  return optimizer == "adamw" ? 2 : 1;
+}
+
+std::vector<bool> recompute_choices(const std::string& recompute) {
+  PPTRAIN_CHECK(recompute == "both" || recompute == "on" || recompute == "off",
+                "--recompute must be both, on or off, got '", recompute, "'");
+  if (recompute == "both") return {false, true};
+  return {recompute == "on"};
+}
+
+void check_w_fraction_applies(const Profile& profile, double w_fraction) {
+  PPTRAIN_CHECK(!profile.splits_backward(), "--w-fraction ", w_fraction,
+                " applies to a profile with one backward time per layer, but ", profile.source,
+                " gives I and W times of its own");
+}
+
 void check_planner_options(const PlannerOptions& options) {
   PPTRAIN_CHECK(options.workers >= 1 && options.workers <= kMaxRanks, "workers must be 1 .. ",
                 kMaxRanks, ", got ", options.workers);

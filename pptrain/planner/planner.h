@@ -127,6 +127,15 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options);
 // generator refuses it (the search skips those).
 Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate);
 
+// `--optimizer`: the optimizer state per parameter byte of "adamw" (2) or "sgd" (1); UserError
+// naming the flag otherwise.
+double optimizer_state_factor(const std::string& optimizer);
+// `--recompute`: "both" {false, true}, "on" {true}, "off" {false}; UserError otherwise.
+std::vector<bool> recompute_choices(const std::string& recompute);
+// `--w-fraction` given for a profile with its own I and W times (which it would not change):
+// UserError naming the value and the profile.
+void check_w_fraction_applies(const Profile& profile, double w_fraction);
+
 // The registry's synchronous schedules (the planner's default list), in registry order.
 std::vector<std::string> synchronous_schedules();
 

@@ -56,44 +56,15 @@ std::vector<Level> parse_levels(const std::string& text) {
   return levels;
 }
 
-// Turns the flags into options, rejecting combinations that mean nothing for the method.
 PartitionOptions options_from(const PartitionArgs& args) {
-  check_partition_method(args.method);
-  PartitionOptions options;
-  options.method = args.method;
-  options.memory_limit_bytes = args.memory_limit;
-  PPTRAIN_CHECK(args.memory_limit >= 0, "--memory-limit must be >= 0 bytes, got ",
-                args.memory_limit);
-  if (args.method == "pipedream") {
-    PPTRAIN_CHECK(args.pp == 0,
-                  "--pp does not apply to pipedream, which chooses the stages "
-                  "itself; give --workers N and/or --levels");
-    PPTRAIN_CHECK(args.bandwidth == 0,
-                  "--bandwidth does not apply to pipedream; give the "
-                  "bandwidth of each level with --levels N:BYTES_PER_S");
-    PPTRAIN_CHECK(args.workers > 0 || !args.levels.empty(),
-                  "pipedream needs --workers N or --levels N1:BW1,N2:BW2");
-    if (args.levels.empty()) {
-      options.levels = {{args.workers, kDefaultBandwidthBytesPerS}};
-    } else {
-      options.levels = parse_levels(args.levels);
-      long total = 1;
-      for (const Level& l : options.levels) total *= l.workers;
-      PPTRAIN_CHECK(args.workers == 0 || args.workers == total, "--workers ", args.workers,
-                    " does not match --levels ", args.levels, ", which has ", total, " workers");
-    }
-    return options;
-  }
-  PPTRAIN_CHECK(args.workers == 0 && args.levels.empty(),
-                "--workers and --levels apply to "
-                "pipedream only; method ",
-                args.method, " takes the number of stages with --pp P");
-  PPTRAIN_CHECK(args.pp > 0, "method ", args.method, " needs --pp P (the number of stages), got ",
-                args.pp);
-  PPTRAIN_CHECK(args.bandwidth >= 0, "--bandwidth must be >= 0 bytes/s, got ", args.bandwidth);
-  options.stages = args.pp;
-  options.bandwidth_bytes_per_s = args.bandwidth;
-  return options;
+  PartitionRequest request;
+  request.method = args.method;
+  request.pp = args.pp;
+  request.workers = args.workers;
+  if (!args.levels.empty()) request.levels = parse_levels(args.levels);
+  request.bandwidth = args.bandwidth;
+  request.memory_limit = args.memory_limit;
+  return partition_options(request);
 }
 
 std::string shortened(const std::string& name, size_t width) {

@@ -7,20 +7,15 @@
 //   pptrain train --plan plan/plan.json --model gpt ...
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pptrain/common/check.h"
-#include "pptrain/common/files.h"
-#include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/planner/planner.h"
-#include "pptrain/render/svg.h"
-#include "pptrain/schedule/schedule.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
@@ -74,11 +69,6 @@ PlannerOptions options_from(const PlanArgs& args) {
   PPTRAIN_CHECK(args.workers >= 1, "--workers must be >= 1, got ", args.workers);
   PPTRAIN_CHECK(args.batch >= 0, "--batch must be >= 1 samples, got ", args.batch);
   PPTRAIN_CHECK(args.top >= 1, "--top must be >= 1, got ", args.top);
-  PPTRAIN_CHECK(args.optimizer == "adamw" || args.optimizer == "sgd",
-                "--optimizer must be adamw (2 bytes of state per parameter byte) or sgd (1), got '",
-                args.optimizer, "'");
-  PPTRAIN_CHECK(args.recompute == "both" || args.recompute == "on" || args.recompute == "off",
-                "--recompute must be both, on or off, got '", args.recompute, "'");
   PlannerOptions options;
   options.workers = args.workers;
   options.memory_limit_bytes = args.memory_limit;
@@ -87,8 +77,8 @@ PlannerOptions options_from(const PlanArgs& args) {
   parse_microbatches(args.microbatches, options);
   options.partitions = split_commas(args.partitions);
   options.schedules = split_commas(args.schedules);
-  if (args.recompute != "both") options.recompute = {args.recompute == "on"};
-  options.optimizer_state_factor = args.optimizer == "adamw" ? 2 : 1;
+  options.recompute = recompute_choices(args.recompute);
+  options.optimizer_state_factor = optimizer_state_factor(args.optimizer);
   options.mem_w_ratio = args.mem_w_ratio;
   options.w_fraction = args.w_fraction;
   options.max_chunks = args.max_chunks;
@@ -135,35 +125,15 @@ void print_table(const Profile& profile, const PlannerOptions& options, const Pl
 void run_plan_command(const PlanArgs& args) {
   const PlannerOptions options = options_from(args);
   const Profile profile = read_profile(args.profile);
-  PPTRAIN_CHECK(!args.w_fraction_given || !profile.splits_backward(), "--w-fraction ",
-                args.w_fraction, " applies to a profile with one backward time per layer, but ",
-                args.profile, " gives I and W times of its own");
-  std::error_code error;
-  std::filesystem::create_directories(args.out, error);
-  PPTRAIN_CHECK(!error && std::filesystem::is_directory(args.out), "--out: cannot make folder '",
-                args.out, "'", error ? ": " + error.message() : std::string());
+  if (args.w_fraction_given) check_w_fraction_applies(profile, args.w_fraction);
 
   const auto start = std::chrono::steady_clock::now();
   const PlanSearch search = search_plans(profile, options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  Candidate winner = search.ranked.front();
-  Evaluation evaluation = evaluate(profile, options, winner);
   const PlanFiles files;
-  const std::filesystem::path out(args.out);
-  write_text_file((out / files.partition).string(), to_json(winner_partition(profile, winner)),
-                  "partition file");
-  write_text_file((out / files.schedule).string(), to_csv(evaluation.schedule), "schedule file");
-  Timeline& timeline = evaluation.sim.timeline;
-  char title[160];
-  std::snprintf(title, sizeof title, "plan: %s, P=%d, V=%d, M=%d%s, %s partition, %.3f ms",
-                winner.schedule.c_str(), options.workers, winner.chunks, winner.microbatches,
-                winner.recompute ? ", recompute" : "", winner.partition.c_str(), winner.step_ms);
-  timeline.title = title;
-  write_text_file((out / files.svg).string(), render_svg(timeline), "SVG file");
-  const std::string json = plan_json(profile, options, search, files);
-  write_text_file((out / "plan.json").string(), json, "plan file");
+  const std::string json = write_plan_folder(args.out, profile, options, search, files);
 
   if (args.json) {
     std::fputs(json.c_str(), stdout);

@@ -20,6 +20,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
+#include "pptrain/planner/schedule_request.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/generators.h"
@@ -92,10 +93,6 @@ Schedule import_schedule(const ScheduleArgs& args) {
   return s;
 }
 
-// PipeDream's round robin is not a registry entry (its shape comes from a partition): the
-// command makes it from --replicas.
-constexpr const char* kRoundRobin = "1f1b-rr";
-
 // "3,1" -> {3, 1}; a one-line UserError naming the flag for anything else.
 std::vector<int> parse_replicas(const std::string& text) {
   std::vector<int> replicas;
@@ -112,58 +109,6 @@ std::vector<int> parse_replicas(const std::string& text) {
   return replicas;
 }
 
-Schedule round_robin_schedule(const ScheduleArgs& args) {
-  PPTRAIN_CHECK(!args.replicas.empty(), "--schedule ", kRoundRobin,
-                " needs --replicas R0,R1,... (the replicas of each stage, e.g. 3,1)");
-  PPTRAIN_CHECK(args.microbatches_given,
-                "--microbatches is required with --schedule (microbatches per mini-batch)");
-  PPTRAIN_CHECK(!args.chunks_given, "--chunks does not apply to --schedule ", kRoundRobin,
-                " (one stage per rank)");
-  const std::vector<int> replicas = parse_replicas(args.replicas);
-  long long ranks = 0;
-  for (int r : replicas) ranks += r;
-  PPTRAIN_CHECK(ranks <= kMaxRanks, "--replicas ", args.replicas, " asks for more than the ",
-                kMaxRanks, " ranks pptrain plans");
-  PPTRAIN_CHECK(!args.pp_given || args.pp == ranks, "--pp ", args.pp, " does not match --replicas ",
-                args.replicas, ", which places the stages on ", ranks, " ranks");
-  check_schedule_size(static_cast<int>(ranks), 1, args.microbatches);
-  return make_1f1b_rr(replicas, args.microbatches);
-}
-
-Schedule generate_schedule(const ScheduleArgs& args, const CostModel& cost, IlpReport* ilp) {
-  PPTRAIN_CHECK(!args.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(), ", or ",
-                kRoundRobin, " with --replicas) or --import FILE.csv is required");
-  if (args.schedule == kRoundRobin) return round_robin_schedule(args);
-  PPTRAIN_CHECK(args.replicas.empty(), "--replicas applies to --schedule ", kRoundRobin,
-                " only, not '", args.schedule, "'");
-  PPTRAIN_CHECK(args.pp_given, "--pp is required with --schedule (the number of pipeline ranks)");
-  PPTRAIN_CHECK(args.microbatches_given,
-                "--microbatches is required with --schedule (microbatches per mini-batch)");
-  PPTRAIN_CHECK(args.pp >= 1, "--pp must be >= 1, got ", args.pp);
-  PPTRAIN_CHECK(args.microbatches >= 1, "--microbatches must be >= 1, got ", args.microbatches);
-  PPTRAIN_CHECK(args.chunks >= 0, "--chunks must be >= 1 (or 0 for the schedule's default), got ",
-                args.chunks);
-  PPTRAIN_CHECK(args.steps >= 1 && args.steps <= 1000, "--steps must be 1 .. 1000, got ",
-                args.steps);
-  ScheduleOptions options;
-  options.name = args.schedule;
-  options.ranks = args.pp;
-  // An asynchronous schedule never flushes: show `steps` mini-batches in one list, so the
-  // steady state across step boundaries is what the simulator and the pictures show.
-  const bool asynchronous = find_schedule(args.schedule).update != WeightUpdate::kFlush;
-  options.microbatches = asynchronous ? args.steps * args.microbatches : args.microbatches;
-  options.chunks = args.chunks;
-  // zb-auto plans for the cost model and the limit; the other generators ignore them.
-  const int stages = args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
-  options.costs = cost.stage_costs(stages, args.pp);
-  options.memory_limit = args.memory_limit;
-  options.period = args.microbatches;
-  options.solver = parse_solver(args.solver);
-  options.time_limit_s = args.time_limit_s;
-  options.ilp_report = ilp;
-  return make_schedule(options);
-}
-
 std::string percent(double ratio) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * ratio);
@@ -175,19 +120,6 @@ void print_ilp(const IlpReport& ilp) {
   std::printf("solver        ilp: span %g (heuristic %g), %s, best bound %g, gap %s, %.2f s\n",
               ilp.objective, ilp.heuristic, ilp.proven_optimal ? "proven optimal" : "not proven",
               ilp.best_bound, percent(ilp.gap).c_str(), ilp.solve_s);
-}
-
-nlohmann::ordered_json ilp_json(const IlpReport& ilp) {
-  nlohmann::ordered_json out;
-  out["proven_optimal"] = ilp.proven_optimal;
-  out["objective"] = ilp.objective;
-  out["heuristic"] = ilp.heuristic;
-  out["best_bound"] = ilp.best_bound;
-  out["gap"] = ilp.gap;
-  out["improved"] = ilp.improved;
-  out["binaries"] = ilp.binaries;
-  out["solve_s"] = ilp.solve_s;
-  return out;
 }
 
 void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& cost,
@@ -226,34 +158,6 @@ void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& 
   }
 }
 
-nlohmann::ordered_json summary_json(const Schedule& s, const VersionRule& rule,
-                                    const CostModel& cost, double memory_limit,
-                                    const SimResult& result) {
-  nlohmann::ordered_json out;
-  out["schedule"] = s.name;
-  out["weight_update"] = update_name(rule.update);
-  out["pp"] = s.num_ranks;
-  out["chunks"] = s.chunks();
-  out["microbatches"] = s.num_microbatches;
-  out["dp"] = cost.replicas;
-  out["makespan"] = result.makespan;
-  out["bubble_ratio"] = result.bubble_ratio;
-  out["mem_w_ratio"] = cost.mem_w_ratio;
-  out["memory_limit"] = memory_limit;  // 0: none
-  out["ranks"] = nlohmann::ordered_json::array();
-  for (const auto& r : result.ranks) {
-    nlohmann::ordered_json rank;
-    rank["rank"] = r.rank;
-    rank["busy"] = r.busy;
-    rank["idle"] = r.idle;
-    rank["peak_activations"] = r.peak_activations;
-    rank["peak_memory"] = r.peak_memory;
-    rank["weight_versions"] = r.weight_versions;
-    out["ranks"].push_back(std::move(rank));
-  }
-  return out;
-}
-
 // --profile: the profiled model in `stages` stages (--stage-layers, else the time partition),
 // its costs in ms.
 CostModel profile_cost(const ScheduleArgs& args, int stages) {
@@ -277,13 +181,29 @@ CostModel profile_cost(const ScheduleArgs& args, int stages) {
   return cost;
 }
 
+// The request of the flags: --schedule NAME and what goes with it.
+ScheduleRequest request_of(const ScheduleArgs& args, ScheduleSolver solver) {
+  ScheduleRequest request;
+  request.schedule = args.schedule;
+  if (args.pp_given) request.pp = args.pp;
+  if (args.microbatches_given) request.microbatches = args.microbatches;
+  request.chunks = args.chunks;
+  if (!args.replicas.empty()) request.replicas = parse_replicas(args.replicas);
+  request.steps = args.steps;
+  request.vertical_sync = args.vertical_sync;
+  request.dp = args.dp;
+  request.memory_limit = args.memory_limit;
+  request.solver = solver;
+  request.time_limit_s = args.time_limit_s;
+  return request;
+}
+
 void run_schedule_command(const ScheduleArgs& args) {
   if (args.list) {
     std::fputs(schedule_table_markdown().c_str(), stdout);
     return;
   }
-  PPTRAIN_CHECK(args.dp >= 1, "--dp must be >= 1 (data-parallel copies of the pipeline), got ",
-                args.dp);
+  check_data_parallel(args.dp);
   // An imported file or 1f1b-rr never reaches make_schedule(), which checks the same.
   const ScheduleSolver solver = parse_solver(args.solver);
   check_solver_applies(solver, args.import_path.empty() ? args.schedule : std::string());
@@ -294,7 +214,7 @@ void run_schedule_command(const ScheduleArgs& args) {
   if (!args.import_path.empty()) imported = import_schedule(args);
   if (!args.profile.empty()) {
     const int stages = imported ? imported->num_stages
-                       : args.schedule == kRoundRobin
+                       : args.schedule == kRoundRobinSchedule
                            ? static_cast<int>(parse_replicas(args.replicas).size())
                            : args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
     cost = profile_cost(args, stages);
@@ -303,36 +223,15 @@ void run_schedule_command(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.cores >= 0, "--cores must be >= 0 (0: a core per rank), got ", args.cores);
   // The D copies of the pipeline run alike, each on its share of the cores.
   cost.cores = args.cores / args.dp;
-  IlpReport ilp;
-  Schedule schedule = imported ? *imported : generate_schedule(args, cost, &ilp);
-  if (schedule.replicated()) {
-    PPTRAIN_CHECK(args.dp == 1, "--dp ", args.dp, " does not apply to '", schedule.name,
-                  "': its stages are replicated already, and its replicas sum their gradients");
-    // What runs: the replicas of each stage sum their gradients (a file may place its own).
-    if (!has_grad_reductions(schedule)) schedule = add_grad_reductions(schedule);
-  }
-  if (args.dp > 1) {
-    PPTRAIN_CHECK(schedule.flushes, "--dp ", args.dp, " needs a synchronous schedule, but ",
-                  schedule.name,
-                  " does not flush (its stages step inside the run, with no step end at which to "
-                  "all-reduce the gradients)");
-    // avgpipe's copies combine no gradients (they average weights every few steps).
-    const bool averages =
-        !imported && args.schedule != kRoundRobin && find_schedule(args.schedule).averages_copies;
-    if (!averages) schedule = add_grad_reductions(schedule);
-  }
-  // Validation lowers a compute-only schedule itself, and reports problems at the positions of
-  // the schedule as given (the user's file, for --import).
-  const VersionRule rule = version_rule_of(
-      args.schedule == kRoundRobin ? std::string() : args.schedule, args.vertical_sync,
-      schedule.num_stages, args.microbatches_given ? args.microbatches : schedule.num_microbatches);
-  const ValidatedSchedule validated = validate(schedule);
-  const Schedule& lowered = *validated;
-  SimResult result = simulate(validated, cost, rule);
-  // A replicated schedule's every stage is one rank's share (V = 1): S shares, not P.
-  const int shares = schedule.replicated() ? schedule.num_stages : schedule.num_ranks;
-  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, shares), args.memory_limit);
-  check_peak_within_limit(result, args.memory_limit, schedule.name);
+  const RequestedSchedule made =
+      imported ? prepare_schedule(*imported, std::string(), false,
+                                  args.microbatches_given ? args.microbatches
+                                                          : imported->num_microbatches,
+                                  args.dp)
+               : make_requested_schedule(request_of(args, solver), cost);
+  const Schedule& schedule = made.schedule;
+  const Schedule& lowered = *made.validated;
+  SimResult result = simulate_requested(made, cost, args.memory_limit);
 
   if (!args.export_path.empty()) {
     write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)),
@@ -346,11 +245,7 @@ void run_schedule_command(const ScheduleArgs& args) {
                args.json ? stderr : stdout);
     if (!args.json) std::fputs("\n", stdout);
   }
-  result.timeline.title = schedule.name + ": P=" + std::to_string(schedule.num_ranks) +
-                          ", V=" + std::to_string(schedule.chunks()) +
-                          ", M=" + std::to_string(schedule.num_microbatches) +
-                          (args.dp > 1 ? ", D=" + std::to_string(args.dp) : "") + ", bubble " +
-                          percent(result.bubble_ratio) + " (" + cost.to_string() + ")";
+  result.timeline.title = schedule_timeline_title(made, cost, result);
   if (!args.svg_path.empty()) {
     SvgOptions options;
     options.show_comms = args.with_comms;
@@ -360,13 +255,11 @@ void run_schedule_command(const ScheduleArgs& args) {
     write_text_file(args.trace_path, render_chrome_trace(result.timeline), "--trace file");
   }
   if (args.json) {
-    nlohmann::ordered_json out = summary_json(schedule, rule, cost, args.memory_limit, result);
-    out["solver"] = args.solver;
-    if (solver == ScheduleSolver::kIlp) out["ilp"] = ilp_json(ilp);
-    std::cout << out.dump() << std::endl;
+    std::cout << schedule_summary_json(made, cost, args.memory_limit, result, solver).dump()
+              << std::endl;
   } else {
-    print_summary(schedule, rule, cost, args.memory_limit, result);
-    if (solver == ScheduleSolver::kIlp) print_ilp(ilp);
+    print_summary(schedule, made.rule, cost, args.memory_limit, result);
+    if (made.ilp) print_ilp(*made.ilp);
   }
 }
 

@@ -1,0 +1,182 @@
+#include "pptrain/planner/schedule_request.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "pptrain/common/check.h"
+#include "pptrain/schedule/auto_schedule.h"
+#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/reductions.h"
+
+namespace pptrain {
+namespace {
+
+Schedule round_robin_schedule(const ScheduleRequest& request) {
+  PPTRAIN_CHECK(!request.replicas.empty(), "--schedule ", kRoundRobinSchedule,
+                " needs --replicas R0,R1,... (the replicas of each stage, e.g. 3,1)");
+  PPTRAIN_CHECK(request.microbatches.has_value(),
+                "--microbatches is required with --schedule (microbatches per mini-batch)");
+  PPTRAIN_CHECK(request.chunks == 0, "--chunks does not apply to --schedule ", kRoundRobinSchedule,
+                " (one stage per rank)");
+  long long ranks = 0;
+  for (int r : request.replicas) ranks += r;
+  const std::string replicas = replicas_text(request.replicas);
+  PPTRAIN_CHECK(ranks <= kMaxRanks, "--replicas ", replicas, " asks for more than the ", kMaxRanks,
+                " ranks pptrain plans");
+  PPTRAIN_CHECK(!request.pp || *request.pp == ranks, "--pp ", request.pp.value_or(0),
+                " does not match --replicas ", replicas, ", which places the stages on ", ranks,
+                " ranks");
+  check_schedule_size(static_cast<int>(ranks), 1, *request.microbatches);
+  return make_1f1b_rr(request.replicas, *request.microbatches);
+}
+
+Schedule generate_schedule(const ScheduleRequest& request, const CostModel& cost, IlpReport* ilp) {
+  PPTRAIN_CHECK(!request.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
+                ", or ", kRoundRobinSchedule, " with --replicas) or --import FILE.csv is required");
+  if (request.schedule == kRoundRobinSchedule) return round_robin_schedule(request);
+  PPTRAIN_CHECK(request.replicas.empty(), "--replicas applies to --schedule ", kRoundRobinSchedule,
+                " only, not '", request.schedule, "'");
+  PPTRAIN_CHECK(request.pp.has_value(),
+                "--pp is required with --schedule (the number of pipeline ranks)");
+  PPTRAIN_CHECK(request.microbatches.has_value(),
+                "--microbatches is required with --schedule (microbatches per mini-batch)");
+  const int pp = *request.pp, microbatches = *request.microbatches;
+  PPTRAIN_CHECK(pp >= 1, "--pp must be >= 1, got ", pp);
+  PPTRAIN_CHECK(microbatches >= 1, "--microbatches must be >= 1, got ", microbatches);
+  PPTRAIN_CHECK(request.chunks >= 0,
+                "--chunks must be >= 1 (or 0 for the schedule's default), got ", request.chunks);
+  PPTRAIN_CHECK(request.steps >= 1 && request.steps <= 1000, "--steps must be 1 .. 1000, got ",
+                request.steps);
+  const ScheduleEntry& entry = find_schedule(request.schedule);
+  ScheduleOptions options;
+  options.name = request.schedule;
+  options.ranks = pp;
+  // An asynchronous schedule never flushes: show `steps` mini-batches in one list, so the
+  // steady state across step boundaries is what the simulator and the pictures show.
+  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  options.microbatches = asynchronous ? request.steps * microbatches : microbatches;
+  options.chunks = request.chunks;
+  // zb-auto plans for the cost model and the limit; the other generators ignore them.
+  const int stages = pp * resolve_chunks(entry, request.chunks);
+  options.costs = cost.stage_costs(stages, pp);
+  options.memory_limit = request.memory_limit;
+  options.period = microbatches;
+  options.solver = request.solver;
+  options.time_limit_s = request.time_limit_s;
+  options.ilp_report = ilp;
+  return make_schedule(options);
+}
+
+}  // namespace
+
+void check_data_parallel(int dp) {
+  PPTRAIN_CHECK(dp >= 1, "--dp must be >= 1 (data-parallel copies of the pipeline), got ", dp);
+}
+
+std::string replicas_text(const std::vector<int>& replicas) {
+  std::string text;
+  for (size_t s = 0; s < replicas.size(); ++s) {
+    text += (s ? "," : "") + std::to_string(replicas[s]);
+  }
+  return text;
+}
+
+RequestedSchedule make_requested_schedule(const ScheduleRequest& request, const CostModel& cost) {
+  check_data_parallel(request.dp);
+  check_solver_applies(request.solver, request.schedule);
+  IlpReport ilp;
+  Schedule schedule = generate_schedule(request, cost, &ilp);
+  const bool round_robin = request.schedule == kRoundRobinSchedule;
+  const bool averages = !round_robin && find_schedule(request.schedule).averages_copies;
+  RequestedSchedule made =
+      prepare_schedule(std::move(schedule), round_robin ? std::string() : request.schedule,
+                       request.vertical_sync, *request.microbatches, request.dp, averages);
+  if (request.solver == ScheduleSolver::kIlp) made.ilp = ilp;
+  return made;
+}
+
+RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_name,
+                                   bool vertical_sync, int microbatches_per_step, int dp,
+                                   bool averages_copies) {
+  check_data_parallel(dp);
+  if (schedule.replicated()) {
+    PPTRAIN_CHECK(dp == 1, "--dp ", dp, " does not apply to '", schedule.name,
+                  "': its stages are replicated already, and its replicas sum their gradients");
+    // What runs: the replicas of each stage sum their gradients (a file may place its own).
+    if (!has_grad_reductions(schedule)) schedule = add_grad_reductions(schedule);
+  }
+  if (dp > 1) {
+    PPTRAIN_CHECK(schedule.flushes, "--dp ", dp, " needs a synchronous schedule, but ",
+                  schedule.name,
+                  " does not flush (its stages step inside the run, with no step end at which to "
+                  "all-reduce the gradients)");
+    if (!averages_copies) schedule = add_grad_reductions(schedule);
+  }
+  // Validation lowers a compute-only schedule itself, and reports problems at the positions of
+  // the schedule as given (the user's file, for an import).
+  VersionRule rule =
+      version_rule_of(rule_name, vertical_sync, schedule.num_stages, microbatches_per_step);
+  ValidatedSchedule validated = validate(schedule);
+  return RequestedSchedule{std::move(schedule), rule, std::move(validated), std::nullopt};
+}
+
+SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cost,
+                             double memory_limit) {
+  SimResult result = simulate(made.validated, cost, made.rule);
+  const Schedule& s = made.schedule;
+  // A replicated schedule's every stage is one rank's share (V = 1): S shares, not P.
+  const int shares = s.replicated() ? s.num_stages : s.num_ranks;
+  check_feasible_memory_limit(cost.stage_costs(s.num_stages, shares), memory_limit);
+  check_peak_within_limit(result, memory_limit, s.name);
+  return result;
+}
+
+std::string schedule_timeline_title(const RequestedSchedule& made, const CostModel& cost,
+                                    const SimResult& result) {
+  const Schedule& s = made.schedule;
+  char bubble[32];
+  std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * result.bubble_ratio);
+  return s.name + ": P=" + std::to_string(s.num_ranks) + ", V=" + std::to_string(s.chunks()) +
+         ", M=" + std::to_string(s.num_microbatches) +
+         (cost.replicas > 1 ? ", D=" + std::to_string(cost.replicas) : "") + ", bubble " + bubble +
+         " (" + cost.to_string() + ")";
+}
+
+nlohmann::ordered_json schedule_summary_json(const RequestedSchedule& made, const CostModel& cost,
+                                             double memory_limit, const SimResult& result,
+                                             ScheduleSolver solver) {
+  const Schedule& s = made.schedule;
+  nlohmann::ordered_json out;
+  out["schedule"] = s.name;
+  out["weight_update"] = update_name(made.rule.update);
+  out["pp"] = s.num_ranks;
+  out["chunks"] = s.chunks();
+  out["microbatches"] = s.num_microbatches;
+  out["dp"] = cost.replicas;
+  out["makespan"] = result.makespan;
+  out["bubble_ratio"] = result.bubble_ratio;
+  out["mem_w_ratio"] = cost.mem_w_ratio;
+  out["memory_limit"] = memory_limit;  // 0: none
+  out["ranks"] = nlohmann::ordered_json::array();
+  for (const auto& r : result.ranks) {
+    nlohmann::ordered_json rank;
+    rank["rank"] = r.rank;
+    rank["busy"] = r.busy;
+    rank["idle"] = r.idle;
+    rank["peak_activations"] = r.peak_activations;
+    rank["peak_memory"] = r.peak_memory;
+    rank["weight_versions"] = r.weight_versions;
+    out["ranks"].push_back(std::move(rank));
+  }
+  out["solver"] = solver_name(solver);
+  if (made.ilp) {
+    const IlpReport& ilp = *made.ilp;
+    out["ilp"] = {{"proven_optimal", ilp.proven_optimal}, {"objective", ilp.objective},
+                  {"heuristic", ilp.heuristic},           {"best_bound", ilp.best_bound},
+                  {"gap", ilp.gap},                       {"improved", ilp.improved},
+                  {"binaries", ilp.binaries},             {"solve_s", ilp.solve_s}};
+  }
+  return out;
+}
+
+}  // namespace pptrain
