@@ -63,6 +63,25 @@ sed 's/"schedule":"[^"]*",//' "$work/a.json" >"$work/a2.json"
 sed 's/"schedule":"[^"]*",//' "$work/b.json" >"$work/b2.json"
 cmp -s "$work/a2.json" "$work/b2.json" || fail "export/import changed the simulation: $(cat "$work/a.json") vs $(cat "$work/b.json")"
 
+# Skip connections: exported with their messages, imported back with the same skips and figures;
+# a file whose skip send lost its receive is refused naming the rank and action.
+"$pptrain" schedule --schedule 1f1b --pp 4 --microbatches 4 --skip 0:3 --skip 1:3 \
+  --cost F=1,I=1,W=1,comm=0.5,skip=2 --export "$work/skip.csv" --with-comms --json >"$work/a.json"
+grep -q '"skips":\[\[0,3\],\[1,3\]\]' "$work/a.json" || fail "no skips in the summary: $(cat "$work/a.json")"
+grep -q '0SEND_F2>3' "$work/skip.csv" || fail "no skip message in the export: $(cat "$work/skip.csv")"
+"$pptrain" schedule --import "$work/skip.csv" --cost F=1,I=1,W=1,comm=0.5,skip=2 --json >"$work/b.json"
+sed 's/"schedule":"[^"]*",//' "$work/a.json" >"$work/a2.json"
+sed 's/"schedule":"[^"]*",//' "$work/b.json" >"$work/b2.json"
+cmp -s "$work/a2.json" "$work/b2.json" || fail "skips: export/import changed the simulation: $(cat "$work/a.json") vs $(cat "$work/b.json")"
+sed 's/,3RECV_F1<0//' "$work/skip.csv" >"$work/skip_no_recv.csv"
+expect_error "skip send without its receive" "rank 3, position 10 (3F1): forward of stage 3 microbatch 1 needs 3RECV_F1<0" \
+  "$pptrain" schedule --import "$work/skip_no_recv.csv"
+expect_error "skip to the next stage" "a skip from stage 0 to stage 1 in 4 stages" \
+  "$pptrain" schedule --schedule 1f1b --pp 4 --microbatches 2 --skip 0:1
+expect_error "skip text" "--skip must be FROM:TO" "$pptrain" schedule --schedule 1f1b --pp 4 --microbatches 2 --skip 0-3
+expect_error "skip with import" "--skip does not apply to --import" \
+  "$pptrain" schedule --import "$work/skip.csv" --skip 0:3
+
 # torch.distributed.pipelining's ScheduleDualPipeV order, as its CSV writer prints it
 # (data/torch/README.md), is pptrain's dualpipev action for action.
 for csv in "$(dirname "$0")"/../data/torch/dualpipev_p*_m*.csv; do

@@ -1,6 +1,7 @@
 #include "pptrain/planner/schedule_request.h"
 
 #include <cstdio>
+#include <set>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -81,11 +82,32 @@ std::string replicas_text(const std::vector<int>& replicas) {
   return text;
 }
 
+SkipLink parse_skip(const std::string& text) {
+  const size_t colon = text.find(':');
+  const auto number = [&](const std::string& piece) {
+    size_t used = 0;
+    int value = -1;
+    try {
+      value = std::stoi(piece, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PPTRAIN_CHECK(used > 0 && used == piece.size() && value >= 0,
+                  "--skip must be FROM:TO, two stage numbers such as 0:3, got '", text, "'");
+    return value;
+  };
+  PPTRAIN_CHECK(colon != std::string::npos,
+                "--skip must be FROM:TO, two stage numbers such as 0:3, got '", text, "'");
+  return {number(text.substr(0, colon)), number(text.substr(colon + 1))};
+}
+
 RequestedSchedule make_requested_schedule(const ScheduleRequest& request, const CostModel& cost) {
   check_data_parallel(request.dp);
   check_solver_applies(request.solver, request.schedule);
   IlpReport ilp;
   Schedule schedule = generate_schedule(request, cost, &ilp);
+  const std::set<SkipLink> skips(request.skips.begin(), request.skips.end());
+  schedule.skips.assign(skips.begin(), skips.end());
   const bool round_robin = request.schedule == kRoundRobinSchedule;
   const bool averages = !round_robin && find_schedule(request.schedule).averages_copies;
   RequestedSchedule made =
@@ -168,13 +190,21 @@ nlohmann::ordered_json schedule_summary_json(const RequestedSchedule& made, cons
     rank["weight_versions"] = r.weight_versions;
     out["ranks"].push_back(std::move(rank));
   }
+  if (!s.skips.empty()) {
+    out["skips"] = nlohmann::ordered_json::array();
+    for (const SkipLink& skip : s.skips) out["skips"].push_back({skip.from, skip.to});
+  }
   out["solver"] = solver_name(solver);
   if (made.ilp) {
     const IlpReport& ilp = *made.ilp;
-    out["ilp"] = {{"proven_optimal", ilp.proven_optimal}, {"objective", ilp.objective},
-                  {"heuristic", ilp.heuristic},           {"best_bound", ilp.best_bound},
-                  {"gap", ilp.gap},                       {"improved", ilp.improved},
-                  {"binaries", ilp.binaries},             {"solve_s", ilp.solve_s}};
+    out["ilp"] = {{"proven_optimal", ilp.proven_optimal},
+                  {"objective", ilp.objective},
+                  {"heuristic", ilp.heuristic},
+                  {"best_bound", ilp.best_bound},
+                  {"gap", ilp.gap},
+                  {"improved", ilp.improved},
+                  {"binaries", ilp.binaries},
+                  {"solve_s", ilp.solve_s}};
   }
   return out;
 }

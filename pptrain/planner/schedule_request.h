@@ -49,14 +49,20 @@ struct ScheduleRequest {
   double memory_limit = 0;
   ScheduleSolver solver = ScheduleSolver::kHeuristic;  // zb-auto only
   double time_limit_s = 60;                            // kIlp: CBC's wall-time limit, seconds
+  // --skip FROM:TO: skip connections between stages (Schedule::skips), in any order; lowering
+  // adds their messages. ScheduleError (one line) for a skip that does not pass a stage.
+  std::vector<SkipLink> skips;
 };
+
+// "0:3" -> {0, 3}; UserError naming --skip for anything else.
+SkipLink parse_skip(const std::string& text);
 
 // A schedule ready to simulate or run.
 struct RequestedSchedule {
   // Compute-only, with the REDUCE_GRADs of --dp or of replicated stages: what --export writes.
   Schedule schedule;
-  VersionRule rule;             // the weight versions of its stages (asynchronous schedules)
-  ValidatedSchedule validated;  // the lowered schedule
+  VersionRule rule;              // the weight versions of its stages (asynchronous schedules)
+  ValidatedSchedule validated;   // the lowered schedule
   std::optional<IlpReport> ilp;  // what CBC did, for --solver ilp
 };
 
@@ -89,7 +95,7 @@ std::string schedule_timeline_title(const RequestedSchedule& made, const CostMod
 
 // `pptrain schedule --json`: the schedule, P, V, M, D, makespan, bubble, the memory settings and
 // each rank's busy, idle, peak activations, peak memory and weight versions; `solver` and, for
-// the ILP, what CBC proved.
+// the ILP, what CBC proved; `skips` ([[from, to], ...]) when the schedule has any.
 nlohmann::ordered_json schedule_summary_json(const RequestedSchedule& made, const CostModel& cost,
                                              double memory_limit, const SimResult& result,
                                              ScheduleSolver solver = ScheduleSolver::kHeuristic);

@@ -61,6 +61,7 @@ struct ScheduleArgs {
   double cores = 0;            // cores of the host, shared by all D x P ranks; 0: one each
   std::string solver = "heuristic";  // zb-auto: heuristic or ilp
   double time_limit_s = 60;          // --solver ilp: CBC's wall-time limit, seconds
+  std::vector<std::string> skips;    // --skip FROM:TO, repeatable
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
   bool pp_given = false, microbatches_given = false, chunks_given = false;
   bool time_limit_given = false;
@@ -80,6 +81,9 @@ Schedule import_schedule(const ScheduleArgs& args) {
                 "--schedule and --import cannot be used together (got "
                 "--schedule ",
                 args.schedule, " and --import ", args.import_path, ")");
+  PPTRAIN_CHECK(args.skips.empty(),
+                "--skip does not apply to --import: the file's skip "
+                "messages (0SEND_F3>2 ...) give its skips");
   Schedule s = read_schedule_csv(args.import_path);
   s.name = file_stem(args.import_path);
   const auto agree = [&](bool given, const char* flag, int value, int inferred, const char* what) {
@@ -195,6 +199,7 @@ ScheduleRequest request_of(const ScheduleArgs& args, ScheduleSolver solver) {
   request.memory_limit = args.memory_limit;
   request.solver = solver;
   request.time_limit_s = args.time_limit_s;
+  for (const std::string& skip : args.skips) request.skips.push_back(parse_skip(skip));
   return request;
 }
 
@@ -224,11 +229,11 @@ void run_schedule_command(const ScheduleArgs& args) {
   // The D copies of the pipeline run alike, each on its share of the cores.
   cost.cores = args.cores / args.dp;
   const RequestedSchedule made =
-      imported ? prepare_schedule(*imported, std::string(), false,
-                                  args.microbatches_given ? args.microbatches
-                                                          : imported->num_microbatches,
-                                  args.dp)
-               : make_requested_schedule(request_of(args, solver), cost);
+      imported
+          ? prepare_schedule(
+                *imported, std::string(), false,
+                args.microbatches_given ? args.microbatches : imported->num_microbatches, args.dp)
+          : make_requested_schedule(request_of(args, solver), cost);
   const Schedule& schedule = made.schedule;
   const Schedule& lowered = *made.validated;
   SimResult result = simulate_requested(made, cost, args.memory_limit);
@@ -324,6 +329,10 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--cores", args->cores,
                   "Cores of the host all D x P ranks run on (e.g. 2 for --pp 2 --dp 2 on 2 cores): "
                   "computing ranks share them evenly; 0 (default): a core per rank");
+  cmd->add_option("--skip", args->skips,
+                  "A skip connection FROM:TO (stages, TO > FROM + 1; repeatable): lowering adds "
+                  "its messages (0SEND_F3>2 ...), which --with-comms shows; not with --import, "
+                  "whose file has its own");
   cmd->add_option("--dp", args->dp,
                   "Data-parallel copies of the pipeline (D): above 1, each stage all-reduces its "
                   "gradients (REDUCE_GRAD) after its last W or B, taking reduce= of --cost")
