@@ -825,6 +825,10 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
   return torch::tensor(record.loss, torch::kFloat64);
 }
 
+void PipelineSchedule::abandon() {
+  impl_->finished = true;
+}
+
 void PipelineSchedule::finish() {
   Impl& impl = *impl_;
   if (impl.finished) return;

@@ -60,9 +60,9 @@
 #include <utility>
 #include <vector>
 
+#include "pptrain/models/tensor_bundle.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/stage.h"
-#include "pptrain/models/tensor_bundle.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
@@ -282,8 +282,12 @@ class PipelineSchedule {
   // The same, with the batches from a source: any schedule.
   torch::Tensor step(const BatchSource& batches);
   // Waits for the ranks, then tells the observers the run is over. Called by the destructor if
-  // not before (unless an exception is on its way out).
+  // not before (unless an exception is on its way out, or abandon() was called).
   void finish();
+  // The run ends without finish(): after a failure, when the other ranks may never reach it, so
+  // that nothing waits for them. A wrapper that cannot tell how its owner ends (the Python
+  // package) calls it before it lets go.
+  void abandon();
 
   // The lowered schedule every rank runs (with its SEND and RECV actions).
   const Schedule& schedule() const;

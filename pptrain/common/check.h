@@ -53,6 +53,13 @@ class UserError : public std::runtime_error {
   explicit UserError(const std::string& message) : std::runtime_error(detail::printable(message)) {}
 };
 
+// An error raised by the user's own module code (a Python forward, say), already worded for
+// the user: passed on as it is, not taken for a problem with the stage's input.
+class ModuleError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // A broken invariant inside pptrain: a bug, not a user mistake.
 class InternalError : public std::logic_error {
  public:

@@ -465,6 +465,8 @@ TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, co
     output = stage.forward(with_batch_inputs(s, mb, input, data));
   } catch (const InternalError&) {
     throw;
+  } catch (const ModuleError&) {
+    throw;
   } catch (const std::exception& e) {
     // The module's own error, on this input: name the stage and where the input came from.
     const std::string from = s == 0 ? "the batch"

@@ -1,0 +1,19 @@
+"""pptrain: pipeline-parallel training for PyTorch models (docs/PYTHON.md).
+
+The runtime's names (PipelineStage, schedule, split, world, placement) load torch on first use,
+so that a module which only plans (pptrain.plan) never imports it.
+"""
+
+_RUNTIME_NAMES = {"world", "placement", "split", "PipelineStage", "Schedule", "schedule",
+                  "PipelineError"}
+
+
+def __getattr__(name):
+    if name in _RUNTIME_NAMES:
+        from . import runtime
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'pptrain' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted(set(globals()) | _RUNTIME_NAMES)

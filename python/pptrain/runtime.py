@@ -1,0 +1,98 @@
+"""Pipeline-parallel training of your own torch.nn.Module, shaped after torch.distributed.pipelining.
+
+    import torch, pptrain
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    rank, size = pptrain.world()                      # torchrun's (or `pptrain run`'s) environment
+    stage = pptrain.PipelineStage(pptrain.split(model, [2])[rank], rank, size)
+    schedule = pptrain.schedule("zb-h1", [stage], n_microbatches=4,
+                                loss_fn=torch.nn.functional.mse_loss)
+    loss = schedule.step(x, target=y)   # the mean loss on the last stage's rank, else None
+    optimizer.step()                    # the gradients are in the module's own parameters
+
+Every rank builds the same model (same seed) and calls step() with the same batch; the first
+stage's rank reads the inputs, the last stage's rank the targets. A stage's input and output may
+be a tensor, a tuple of tensors or a dict of them (ids and masks travel forward only); their
+shapes may change from batch to batch. Any synchronous schedule of `pptrain schedule --list` runs;
+the zero-bubble ones split each backward through autograd. Errors in your module or loss stop
+the run with the Python traceback on that rank and a ValueError naming the stage.
+"""
+
+import torch
+
+from . import _runtime
+
+PipelineError = _runtime.PipelineError
+
+
+def world():
+    """(rank, size) of this process; joins the run on first use."""
+    return _runtime.world()
+
+
+def placement(name, n_microbatches, chunks=0, schedule_file=""):
+    """(number of stages, the stages this rank holds) for the schedule: with zb-v on 2 ranks,
+    (4, [0, 3]) on rank 0 and (4, [1, 2]) on rank 1."""
+    num_stages, local = _runtime.placement(name, n_microbatches, chunks, schedule_file)
+    return num_stages, list(local)
+
+
+def split(model, split_points):
+    """Cuts an nn.Sequential (or a list of modules) before each split point: [2, 5] gives the
+    parts [0, 2), [2, 5) and [5, len). The parts share the modules of `model`."""
+    layers = list(model)
+    bounds = [0] + list(split_points) + [len(layers)]
+    if any(b <= a for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"split points {list(split_points)} must be ascending in 1..{len(layers) - 1}")
+    return [torch.nn.Sequential(*layers[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+class PipelineStage:
+    """Stage `stage_index` of `num_stages`: `module` runs it on the rank that makes it."""
+
+    def __init__(self, module, stage_index, num_stages):
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+        self.module = module
+        self._stage = _runtime.Stage(module, stage_index, num_stages)
+
+    @property
+    def index(self):
+        return self._stage.index
+
+    @property
+    def num_stages(self):
+        return self._stage.num_stages
+
+
+class Schedule:
+    """A schedule running this rank's stages; make it with pptrain.schedule()."""
+
+    def __init__(self, name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="",
+                 recompute=False):
+        if isinstance(stages, PipelineStage):
+            stages = [stages]
+        self.stages = list(stages)
+        self._schedule = _runtime.Schedule([s._stage for s in self.stages], name, n_microbatches,
+                                           loss_fn, chunks, schedule_file, recompute)
+
+    def step(self, *args, target=None):
+        """One training step on a mini-batch split into the microbatches; returns the mean loss on
+        the rank holding the last stage, None elsewhere. The gradients of the mini-batch mean
+        are left in the stages' parameters for your optimizer."""
+        inputs = None if not args else args[0] if len(args) == 1 else tuple(args)
+        return self._schedule.step(inputs, target)
+
+    def finish(self):
+        """Waits until every rank is done with the schedule (optional: dropping it waits for
+        nobody, so that a rank that failed never hangs the others)."""
+        self._schedule.finish()
+
+    def csv(self):
+        """The schedule every rank runs, with its SEND and RECV actions, in torch's CSV form."""
+        return self._schedule.csv()
+
+
+def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False):
+    """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", ...), or a CSV
+    file in torch's format, over this rank's stages."""
+    return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute)

@@ -1,0 +1,262 @@
+// pptrain._runtime: the pipeline runtime for a Python torch.nn.Module (python/pptrain/runtime.py
+// is its Python face). The library's PipelineStage and PipelineSchedule (pptrain/api/pipeline.h)
+// run it; this file only carries tensors, modules and errors across.
+//
+// Python and this extension share one libtorch (Debian builds python3-torch and libtorch-dev
+// from the same source), so a tensor crosses without a copy and the module's parameters are the
+// very tensors the executor's backward accumulates into.
+//
+// The GIL: step() releases it while the schedule runs (waits on messages included), and the
+// module's forward and the loss take it back for as long as they run Python code.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pptrain/api/pipeline.h"
+#include "pptrain/common/check.h"
+
+namespace py = pybind11;
+
+namespace pptrain::python {
+namespace {
+
+// A stage's input or output as Python sees it: one tensor, a tuple of them, or a dict.
+py::object to_python(const TensorBundle& bundle) {
+  if (bundle.named()) {
+    py::dict out;
+    for (size_t i = 0; i < bundle.size(); ++i) out[py::str(bundle.names()[i])] = bundle[i];
+    return std::move(out);
+  }
+  if (bundle.size() == 1) return py::cast(bundle[0]);
+  py::tuple out(bundle.size());
+  for (size_t i = 0; i < bundle.size(); ++i) out[i] = py::cast(bundle[i]);
+  return std::move(out);
+}
+
+std::string type_name(py::handle object) {
+  return py::str(py::type::handle_of(object).attr("__name__"));
+}
+
+// What Python gave (a tensor, a tuple or list of tensors, a dict of them) as a bundle; UserError
+// starting with `what` otherwise.
+TensorBundle from_python(py::handle object, const std::string& what) {
+  const auto tensor_of = [&](py::handle item, const std::string& where) {
+    PPTRAIN_CHECK(THPVariable_Check(item.ptr()), what, " holds a ", type_name(item), where,
+                  "; expected tensors");
+    return THPVariable_Unpack(item.ptr());
+  };
+  if (THPVariable_Check(object.ptr())) return TensorBundle(THPVariable_Unpack(object.ptr()));
+  if (py::isinstance<py::dict>(object)) {
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(object)) {
+      PPTRAIN_CHECK(py::isinstance<py::str>(key), what, " is a dict whose keys are not all str");
+      const std::string name = py::str(key);
+      named.emplace_back(name, tensor_of(value, " under '" + name + "'"));
+    }
+    return TensorBundle(std::move(named));
+  }
+  if (py::isinstance<py::tuple>(object) || py::isinstance<py::list>(object)) {
+    std::vector<torch::Tensor> tensors;
+    size_t i = 0;
+    for (const auto& item : py::reinterpret_borrow<py::sequence>(object)) {
+      tensors.push_back(tensor_of(item, " at index " + std::to_string(i++)));
+    }
+    return TensorBundle(std::move(tensors));
+  }
+  throw UserError(what + " is a " + type_name(object) +
+                  "; expected a tensor, a tuple or list of tensors, or a dict of them");
+}
+
+// A Python exception raised by the user's code: its traceback goes to stderr now (the rank's
+// log shows where it happened), and it continues as a ModuleError that names `where`.
+[[noreturn]] void rethrow_python_error(py::error_already_set& error, const std::string& where) {
+  std::string text = py::str(error.value());
+  const std::string kind = py::str(error.type().attr("__name__"));
+  py::module_::import("traceback")
+      .attr("print_exception")(error.type(), error.value(), error.trace());
+  py::module_::import("sys").attr("stderr").attr("flush")();
+  throw ModuleError(where + " raised " + kind + ": " + text);
+}
+
+// The user's module as one layer of a runtime Stage: its parameters registered as the layer's own
+// (the same tensors), its forward called with the stage's input.
+class PythonModuleImpl : public torch::nn::Module {
+ public:
+  PythonModuleImpl(py::object module, int stage) : module_(std::move(module)), stage_(stage) {
+    int n = 0;
+    for (const auto& item : module_.attr("named_parameters")()) {
+      const auto pair = py::reinterpret_borrow<py::tuple>(item);
+      const torch::Tensor parameter = THPVariable_Unpack(pair[1].ptr());
+      // Module names may not hold dots; the number keeps them distinct.
+      std::string name = py::str(pair[0]);
+      for (char& c : name) c = c == '.' ? '_' : c;
+      register_parameter(std::to_string(n++) + "_" + name, parameter, parameter.requires_grad());
+    }
+  }
+  ~PythonModuleImpl() override {
+    py::gil_scoped_acquire gil;
+    module_ = py::object();
+  }
+
+  TensorBundle forward(const TensorBundle& input) {
+    py::gil_scoped_acquire gil;
+    const std::string where = "the module of stage " + std::to_string(stage_);  // its forward
+    try {
+      py::object out;
+      if (input.named()) {
+        out = module_(**py::reinterpret_borrow<py::dict>(to_python(input)));
+      } else {
+        py::tuple args(input.size());
+        for (size_t i = 0; i < input.size(); ++i) args[i] = py::cast(input[i]);
+        out = module_(*args);
+      }
+      return from_python(out, "the output of stage " + std::to_string(stage_));
+    } catch (py::error_already_set& error) {
+      rethrow_python_error(error, where);
+    }
+  }
+
+ private:
+  py::object module_;
+  int stage_;
+};
+TORCH_MODULE(PythonModule);
+
+// The process's world, joined once (torchrun's environment, or `pptrain run`'s).
+World& world() {
+  static std::optional<World> joined;
+  if (!joined) joined = init_from_env();
+  return *joined;
+}
+
+// A stage for the Python side: the library's PipelineStage over the user's module, which it
+// keeps alive.
+struct PyStage {
+  PyStage(py::object module, int index, int num_stages)
+      : module(module),
+        stage(std::make_unique<PipelineStage>(torch::nn::AnyModule(PythonModule(module, index)),
+                                              index, num_stages,
+                                              /*takes_bundle=*/true)) {}
+  py::object module;
+  std::unique_ptr<PipelineStage> stage;
+};
+
+// A schedule for the Python side, holding its stages and loss.
+class PySchedule {
+ public:
+  PySchedule(std::vector<std::shared_ptr<PyStage>> stages, PipelineOptions options,
+             py::object loss_fn)
+      : stages_(std::move(stages)), loss_fn_(std::move(loss_fn)) {
+    std::vector<PipelineStage*> pointers;
+    for (const auto& s : stages_) pointers.push_back(s->stage.get());
+    py::object loss = loss_fn_;
+    const BundleLossFn bundle_loss = [loss](const TensorBundle& output,
+                                            const TensorBundle& target) {
+      py::gil_scoped_acquire gil;
+      try {
+        py::object value = loss(to_python(output), to_python(target));
+        PPTRAIN_CHECK(THPVariable_Check(value.ptr()), "loss_fn returned a ", type_name(value),
+                      "; expected a scalar tensor");
+        return THPVariable_Unpack(value.ptr());
+      } catch (py::error_already_set& error) {
+        rethrow_python_error(error, "loss_fn");
+      }
+    };
+    schedule_ =
+        std::make_unique<PipelineSchedule>(world(), pointers, std::move(options), bundle_loss);
+  }
+  // Without an explicit finish(), nothing waits for the other ranks: Python drops the schedule
+  // the same way after the last step and after an exception.
+  ~PySchedule() {
+    if (!schedule_) return;
+    schedule_->abandon();
+    schedule_.reset();
+  }
+
+  void finish() {
+    py::gil_scoped_release release;  // waits for the other ranks
+    schedule_->finish();
+  }
+
+  py::object step(py::object inputs, py::object target) {
+    const TensorBundle in = inputs.is_none() ? TensorBundle() : from_python(inputs, "the input");
+    const TensorBundle targets =
+        target.is_none() ? TensorBundle() : from_python(target, "the target");
+    torch::Tensor loss;
+    {
+      py::gil_scoped_release release;
+      loss = schedule_->step(in, targets);
+    }
+    if (!loss.defined()) return py::none();
+    return py::cast(loss);
+  }
+
+  std::string schedule_csv() const { return to_csv(schedule_->schedule()); }
+
+ private:
+  std::vector<std::shared_ptr<PyStage>> stages_;
+  py::object loss_fn_;
+  std::unique_ptr<PipelineSchedule> schedule_;
+};
+
+PipelineOptions options_of(const std::string& name, int microbatches, int chunks,
+                           const std::string& schedule_file, bool recompute) {
+  PipelineOptions options;
+  options.schedule = name;
+  options.microbatches = microbatches;
+  options.chunks = chunks;
+  options.schedule_file = schedule_file;
+  options.recompute = recompute;
+  return options;
+}
+
+}  // namespace
+}  // namespace pptrain::python
+
+PYBIND11_MODULE(_runtime, m) {
+  using namespace pptrain;
+  using namespace pptrain::python;
+  m.doc() = "pptrain's pipeline runtime for torch.nn.Module (see pptrain.runtime)";
+  py::register_exception<UserError>(m, "PipelineError", PyExc_ValueError);
+
+  m.def(
+      "world", [] { return py::make_tuple(world().rank, world().size); },
+      "(rank, size) of this process, joining the run (torchrun's environment) on first use");
+  m.def(
+      "placement",
+      [](const std::string& name, int microbatches, int chunks, const std::string& file) {
+        const StagePlacement placed =
+            place_stages(world(), options_of(name, microbatches, chunks, file, false));
+        return py::make_tuple(placed.num_stages, placed.local);
+      },
+      py::arg("name"), py::arg("microbatches"), py::arg("chunks") = 0,
+      py::arg("schedule_file") = "", "(number of stages, this rank's stages) of the schedule");
+
+  py::class_<PyStage, std::shared_ptr<PyStage>>(m, "Stage")
+      .def(py::init<py::object, int, int>(), py::arg("module"), py::arg("stage_index"),
+           py::arg("num_stages"))
+      .def_property_readonly("index", [](const PyStage& s) { return s.stage->index(); })
+      .def_property_readonly("num_stages", [](const PyStage& s) { return s.stage->num_stages(); })
+      .def_readonly("module", &PyStage::module);
+
+  py::class_<PySchedule>(m, "Schedule")
+      .def(py::init([](std::vector<std::shared_ptr<PyStage>> stages, const std::string& name,
+                       int microbatches, py::object loss_fn, int chunks,
+                       const std::string& schedule_file, bool recompute) {
+             return std::make_unique<PySchedule>(
+                 std::move(stages),
+                 options_of(name, microbatches, chunks, schedule_file, recompute),
+                 std::move(loss_fn));
+           }),
+           py::arg("stages"), py::arg("name"), py::arg("microbatches"), py::arg("loss_fn"),
+           py::arg("chunks") = 0, py::arg("schedule_file") = "", py::arg("recompute") = false)
+      .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))
+      .def("finish", &PySchedule::finish)
+      .def("csv", &PySchedule::schedule_csv);
+}

@@ -1,0 +1,89 @@
+"""One rank of a Python training run on pptrain's runtime (started by `pptrain run`).
+
+    runtime_worker.py SCHEDULE OUT [--fail-forward STAGE | --bad-output STAGE]
+
+Trains the MLP of mlp() for 3 steps with SGD and writes OUT.<rank>.json: the losses this rank
+saw (the last stage's) and the parameters of its stages, by stage and name.
+"""
+import argparse
+import json
+
+import torch
+
+import pptrain
+
+MICROBATCHES = 4
+STEPS = 3
+
+
+LAYERS = 8
+
+
+def mlp():
+    """Eight blocks of Linear and Tanh: up to 8 stages, each with weights."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+                                 for _ in range(LAYERS)])
+
+
+def batches():
+    g = torch.Generator().manual_seed(1)
+    for _ in range(STEPS):
+        yield torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+
+
+class Failing(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        raise ZeroDivisionError("the user's forward failed on purpose")
+
+
+class WrongOutput(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return {"hidden": self.inner(x)}, 3  # a tuple holding a dict and an int
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("schedule")
+    parser.add_argument("out")
+    parser.add_argument("--fail-forward", type=int, default=-1)
+    parser.add_argument("--bad-output", type=int, default=-1)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rank, _ = pptrain.world()
+    num_stages, local = pptrain.placement(args.schedule, MICROBATCHES)
+    # Stage s of S holds blocks [s * 8 // S, (s + 1) * 8 // S).
+    points = [s * LAYERS // num_stages for s in range(1, num_stages)]
+    parts = pptrain.split(mlp(), points)
+    modules = {s: parts[s] for s in local}
+    if args.fail_forward in modules:
+        modules[args.fail_forward] = Failing(modules[args.fail_forward])
+    if args.bad_output in modules:
+        modules[args.bad_output] = WrongOutput(modules[args.bad_output])
+    stages = [pptrain.PipelineStage(modules[s], s, num_stages) for s in local]
+    schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
+                                loss_fn=torch.nn.functional.mse_loss)
+    optimizer = torch.optim.SGD([p for s in stages for p in s.module.parameters()], lr=0.1)
+    losses = []
+    for x, y in batches():
+        optimizer.zero_grad()
+        loss = schedule.step(x, target=y)
+        optimizer.step()
+        if loss is not None:
+            losses.append(float(loss))
+    params = {f"{s.index}/{name}": p.detach().tolist()
+              for s in stages for name, p in s.module.named_parameters()}
+    with open(f"{args.out}.{rank}.json", "w") as f:
+        json.dump({"losses": losses, "params": params, "stages": local}, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""pptrain's runtime from Python: a user's torch.nn.Sequential trained by `pptrain run` ranks
+equals plain torch in one process, on every kind of synchronous schedule; errors in the user's
+code stop every rank with the traceback and a line naming the stage."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import runtime_worker  # noqa: E402
+
+PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
+
+
+def run(command, timeout=240, env=None):
+    """Runs `command` in a process group of its own, killed whole if it outlives `timeout`;
+    returns (exit status, stdout, stderr)."""
+    env = dict(os.environ if env is None else env, PPTRAIN_COMM_TIMEOUT_S="20")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"{' '.join(command)} did not finish in {timeout} s")
+    return process.returncode, out, err
+
+
+def launch(nproc, *args):
+    """`pptrain run --nproc N python3 runtime_worker.py ARGS`."""
+    return run([PPTRAIN, "run", "--nproc", str(nproc), sys.executable,
+                os.path.join(HERE, "runtime_worker.py"), *args])
+
+
+def reference():
+    """Plain torch, one process: each step's mean loss over the microbatches, and the weights."""
+    torch.set_num_threads(1)
+    model = runtime_worker.mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    m = runtime_worker.MICROBATCHES
+    for x, y in runtime_worker.batches():
+        optimizer.zero_grad()
+        total = 0.0
+        for xm, ym in zip(x.chunk(m), y.chunk(m)):
+            loss = torch.nn.functional.mse_loss(model(xm), ym) / m
+            loss.backward()
+            total += float(loss)
+        optimizer.step()
+        losses.append(total)
+    return losses, [p.detach() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("schedule,nproc", [
+    ("gpipe", 2), ("1f1b", 2), ("interleaved-1f1b", 2), ("zb-h1", 2), ("zb-v", 2),
+    ("1f1b", 4), ("zb-v", 4),
+])
+def test_equals_one_process(tmp_path, schedule, nproc):
+    out = str(tmp_path / "run")
+    code, stdout, stderr = launch(nproc, schedule, out)
+    assert code == 0, stderr
+    ranks = [json.load(open(f"{out}.{r}.json")) for r in range(nproc)]
+    ref_losses, ref_params = reference()
+    losses = [loss for r in ranks for loss in r["losses"]]
+    assert losses == pytest.approx(ref_losses, rel=1e-5)
+    # The stages' parameters, in stage order, are the model's parameters in order.
+    by_stage = {}
+    for r in ranks:
+        for key, value in r["params"].items():
+            stage, name = key.split("/", 1)
+            by_stage.setdefault(int(stage), []).append(torch.tensor(value))
+    got = [p for s in sorted(by_stage) for p in by_stage[s]]
+    assert len(got) == len(ref_params)
+    for g, ref in zip(got, ref_params):
+        assert torch.allclose(g, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_an_exception_in_forward_stops_every_rank_with_its_traceback(tmp_path):
+    code, _, stderr = launch(2, "1f1b", str(tmp_path / "run"), "--fail-forward", "1")
+    assert code != 0
+    assert "Traceback" in stderr and "ZeroDivisionError" in stderr, stderr
+    assert "the module of stage 1 raised ZeroDivisionError: the user's forward failed on purpose" \
+        in stderr, stderr
+
+
+def test_an_output_that_is_not_tensors_names_the_stage(tmp_path):
+    code, _, stderr = launch(2, "1f1b", str(tmp_path / "run"), "--bad-output", "0")
+    assert code != 0
+    assert "the output of stage 0 holds a dict at index 0; expected tensors" in stderr, stderr
+
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
+EXAMPLE = os.path.join(ROOT, "examples", "python", "01_two_stage_mlp.py")
+
+
+def test_the_readme_shows_example_01_which_runs_the_same_on_two_ranks():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    block = readme.split("<!-- python-program:begin -->\n```python\n")[1]
+    block = block.split("```\n<!-- python-program:end -->")[0]
+    example = open(EXAMPLE).read()
+    assert block == example
+    assert len(example.splitlines()) < 40
+    alone = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    code, one, err = run([sys.executable, EXAMPLE], env=alone)
+    assert code == 0, err
+    code, two, err = run([PPTRAIN, "run", "--nproc", "2", sys.executable, EXAMPLE])
+    assert code == 0, err
+    steps = one.splitlines()
+    assert len(steps) == 5 and all(line.startswith("step ") for line in steps), one
+    got = [float(line.split()[3]) for line in two.splitlines()]
+    want = [float(line.split()[3]) for line in steps]
+    assert got == pytest.approx(want, rel=1e-5)
