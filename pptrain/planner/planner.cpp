@@ -340,6 +340,7 @@ void check_planner_options(const PlannerOptions& options) {
         ")");
   }
   PPTRAIN_CHECK(options.max_chunks >= 1, "max chunks must be >= 1, got ", options.max_chunks);
+  PPTRAIN_CHECK(options.keep >= 1, "--top (candidates kept) must be >= 1, got ", options.keep);
   PPTRAIN_CHECK(options.optimizer_state_factor >= 0,
                 "optimizer state per parameter byte must be >= 0, got ",
                 options.optimizer_state_factor);

@@ -68,7 +68,6 @@ PlannerOptions options_from(const PlanArgs& args) {
                 "--memory-limit must be >= 0 bytes per rank (0: none), got ", args.memory_limit);
   PPTRAIN_CHECK(args.workers >= 1, "--workers must be >= 1, got ", args.workers);
   PPTRAIN_CHECK(args.batch >= 0, "--batch must be >= 1 samples, got ", args.batch);
-  PPTRAIN_CHECK(args.top >= 1, "--top must be >= 1, got ", args.top);
   PlannerOptions options;
   options.workers = args.workers;
   options.memory_limit_bytes = args.memory_limit;

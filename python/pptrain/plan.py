@@ -1,0 +1,89 @@
+"""pptrain's schedules from Python, without torch: make one by name, look at it, simulate it, and
+hand its CSV to torch.distributed.pipelining (docs/PYTHON.md).
+
+    from pptrain import plan
+    s = plan.schedule("zb-v", pp=4, microbatches=8)
+    s.actions()[0][:4]              # ['0F0', '0F1', '0F2', '0F3']
+    s.simulate("F=1,I=1,W=1")       # {'makespan': ..., 'bubble_ratio': ..., 'ranks': [...]}
+    open("zb-v.csv", "w").write(s.to_csv())
+    plan.from_csv(open("zb-v.csv").read()).simulate()
+
+Errors are ValueError (pptrain.plan.PlanError) with the CLI's one-line message; an invalid
+schedule's names the rank, the position and the action, then shows the grid.
+"""
+
+import json
+
+from . import _plan
+
+PlanError = _plan.PlanError
+DEFAULT_COST = "F=1,I=1,W=1,comm=0"
+
+
+class Schedule:
+    """A validated schedule: its actions per rank (torch's text form), and what the simulator
+    makes of it under a cost model ("F=1,I=1,W=1,comm=0": `pptrain schedule --cost`)."""
+
+    def __init__(self, planned, cost=DEFAULT_COST, mem_w_ratio=0.5, memory_limit=0):
+        self._planned = planned
+        self._cost = cost
+        self._mem_w_ratio = mem_w_ratio
+        self._memory_limit = memory_limit
+
+    name = property(lambda self: self._planned.name)
+    num_ranks = property(lambda self: self._planned.num_ranks)
+    num_stages = property(lambda self: self._planned.num_stages)
+    num_microbatches = property(lambda self: self._planned.num_microbatches)
+    chunks = property(lambda self: self._planned.chunks)
+    synchronous = property(lambda self: self._planned.synchronous)
+    skips = property(lambda self: self._planned.skips)
+
+    def actions(self, with_comms=False):
+        """Each rank's actions in order, e.g. '0F1', '2I0', '1SEND_F3' (with_comms)."""
+        return self._planned.actions(with_comms)
+
+    def simulate(self, cost=None, memory_limit=None, cores=0):
+        """What `pptrain schedule --json` prints: makespan, bubble_ratio, and per rank busy,
+        idle, peak_activations, peak_memory and weight_versions."""
+        return json.loads(self._planned.summary_json(
+            cost or self._cost, self._mem_w_ratio,
+            self._memory_limit if memory_limit is None else memory_limit, cores))
+
+    def to_csv(self, with_comms=False):
+        """torch.distributed.pipelining's CSV: one row per rank (compute only, or lowered)."""
+        return self._planned.to_csv(with_comms)
+
+    def svg(self, cost=None, with_comms=False, cores=0):
+        """The simulated timeline as an SVG picture."""
+        return self._planned.svg(cost or self._cost, self._mem_w_ratio, with_comms, cores)
+
+    def grid(self, with_comms=False):
+        """The text grid of `pptrain schedule --grid`."""
+        return self._planned.grid(with_comms)
+
+    def __repr__(self):
+        return (f"<pptrain.plan.Schedule {self.name}: P={self.num_ranks}, V={self.chunks}, "
+                f"M={self.num_microbatches}>")
+
+
+def schedule_names():
+    """Every schedule of the registry, in its order (`pptrain schedule --list`)."""
+    return list(_plan.schedule_names())
+
+
+def schedule(name, pp=None, microbatches=None, chunks=0, cost=DEFAULT_COST, mem_w_ratio=0.5,
+             memory_limit=0, solver="heuristic", time_limit_s=60, dp=1, steps=3,
+             vertical_sync=False, replicas=(), skips=()):
+    """The schedule `pptrain schedule --schedule NAME` makes with these flags: zb-auto plans
+    under `cost` and `memory_limit` (solver "ilp": its integer program), `dp` adds the
+    data-parallel reductions, `skips` ((from, to) stage pairs) the skip connections' messages."""
+    planned = _plan.make_schedule(name, pp, microbatches, chunks, cost, mem_w_ratio, memory_limit,
+                                  solver, time_limit_s, dp, steps, vertical_sync, list(replicas),
+                                  [tuple(s) for s in skips])
+    return Schedule(planned, cost, mem_w_ratio, memory_limit)
+
+
+def from_csv(text, name="imported", dp=1, cost=DEFAULT_COST, mem_w_ratio=0.5):
+    """A schedule from CSV text in torch's format (`Schedule.to_csv`, or torch's own writer),
+    validated: a ValueError names the rank, the position and the action of a problem."""
+    return Schedule(_plan.import_csv(text, name, dp), cost, mem_w_ratio)

@@ -1,0 +1,77 @@
+"""pptrain.plan: the registry's schedules from Python, equal to `pptrain schedule` (figures,
+CSV, errors), without torch."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pptrain import plan
+
+PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
+COST = "F=1,I=2,W=1,comm=0.25"
+
+
+def cli_json(*flags):
+    out = subprocess.run([PPTRAIN, "schedule", *flags, "--json"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("name", plan.schedule_names())
+def test_every_schedule_equals_the_cli_and_round_trips_through_csv(name, tmp_path):
+    s = plan.schedule(name, pp=2, microbatches=4, cost=COST)
+    assert s.name == name and s.num_ranks == 2 and s.num_microbatches % 4 == 0
+    assert s.simulate() == cli_json("--schedule", name, "--pp", "2", "--microbatches", "4",
+                                    "--cost", COST)
+    for with_comms in (False, True):
+        again = plan.from_csv(s.to_csv(with_comms), name=name, cost=COST)
+        assert again.actions(with_comms) == s.actions(with_comms)
+        if s.synchronous:  # a file carries no weight rule: it is simulated as synchronous
+            assert again.simulate()["makespan"] == s.simulate()["makespan"]
+    assert s.svg().startswith("<?xml") and "</svg>" in s.svg()
+    assert s.grid().startswith("rank 0 |")
+
+
+def test_skips_and_solver_options_reach_the_schedule():
+    s = plan.schedule("1f1b", pp=4, microbatches=2, skips=[(0, 3)], cost="F=1,comm=0.5,skip=2")
+    assert s.skips == [(0, 3)]
+    assert "0SEND_F0>3" in s.actions(with_comms=True)[0]
+    assert s.simulate()["skips"] == [[0, 3]]
+    assert "0SEND_F0>3" in s.to_csv(with_comms=True)
+    auto = plan.schedule("zb-auto", pp=4, microbatches=8, memory_limit=4, cost=COST)
+    assert auto.simulate() == cli_json("--schedule", "zb-auto", "--pp", "4", "--microbatches",
+                                       "8", "--memory-limit", "4", "--cost", COST)
+
+
+def test_errors_are_value_errors_with_the_cli_message():
+    with pytest.raises(ValueError, match="unknown schedule 'nope'.*1f1b"):
+        plan.schedule("nope", pp=2, microbatches=2)
+    with pytest.raises(ValueError, match="--dp must be >= 1"):
+        plan.schedule("1f1b", pp=2, microbatches=2, dp=0)
+    # A backward before its forward: rank, position and action, then the grid.
+    with pytest.raises(plan.PlanError) as error:
+        plan.from_csv("0F0,0F1,0B0,0B1\n1B0,1F0,1F1,1B1\n")
+    assert str(error.value).startswith("rank 1, position 0 (1B0): backward of stage 1 microbatch 0")
+    assert "[1B0]" in str(error.value)
+
+
+def test_importing_the_planner_loads_no_torch():
+    code = "import sys, pptrain.plan; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_example_03_plans_and_writes_a_csv_that_reads_back(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    example = os.path.join(root, "examples", "python", "03_plan_for_torch.py")
+    out = tmp_path / "best.csv"
+    run = subprocess.run([sys.executable, example, str(out)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "wrote zb-auto" in run.stdout, run.stdout
+    again = plan.from_csv(out.read_text())
+    assert again.num_ranks == 4 and again.num_microbatches == 8
