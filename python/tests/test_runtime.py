@@ -116,3 +116,19 @@ def test_the_readme_shows_example_01_which_runs_the_same_on_two_ranks():
     got = [float(line.split()[3]) for line in two.splitlines()]
     want = [float(line.split()[3]) for line in steps]
     assert got == pytest.approx(want, rel=1e-5)
+
+
+def losses_of(output):
+    return [float(line.split()[3]) for line in output.splitlines() if line.startswith("step ")]
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_example_02_a_transformer_passing_a_dict_equals_plain_torch(nproc):
+    # Hidden states (float32), positions (int64) and a padding mask (bool) cross every cut.
+    example = os.path.join(ROOT, "examples", "python", "02_transformer_zero_bubble.py")
+    code, plain, err = run([sys.executable, example, "--reference"])
+    assert code == 0, err
+    code, piped, err = run([PPTRAIN, "run", "--nproc", str(nproc), sys.executable, example])
+    assert code == 0, err
+    assert len(losses_of(plain)) == 4
+    assert losses_of(piped) == pytest.approx(losses_of(plain), rel=1e-5)
