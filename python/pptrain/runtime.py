@@ -68,17 +68,25 @@ class Schedule:
     """A schedule running this rank's stages; make it with pptrain.schedule()."""
 
     def __init__(self, name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="",
-                 recompute=False):
+                 recompute=False, optimizer=None, steps=0, one_process=False):
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
         self._schedule = _runtime.Schedule([s._stage for s in self.stages], name, n_microbatches,
-                                           loss_fn, chunks, schedule_file, recompute)
+                                           loss_fn, chunks, schedule_file, recompute, optimizer,
+                                           steps, one_process)
 
     def step(self, *args, target=None):
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
-        the rank holding the last stage, None elsewhere. The gradients of the mini-batch mean
-        are left in the stages' parameters for your optimizer."""
+        the rank holding the last stage, None elsewhere. Without `optimizer`, the gradients of
+        the mini-batch mean are left in the stages' parameters for your optimizer; with it,
+        pptrain has stepped them.
+
+        step(source), with `source(step)` returning (inputs, target), takes each step's batch
+        from the source instead: what the asynchronous schedules need, since their first stage
+        runs ahead into later steps' microbatches."""
+        if len(args) == 1 and target is None and callable(args[0]):
+            return self._schedule.step_from(args[0])
         inputs = None if not args else args[0] if len(args) == 1 else tuple(args)
         return self._schedule.step(inputs, target)
 
@@ -92,7 +100,16 @@ class Schedule:
         return self._schedule.csv()
 
 
-def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False):
-    """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", ...), or a CSV
-    file in torch's format, over this rank's stages."""
-    return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute)
+def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False,
+             optimizer=None, steps=0, one_process=False):
+    """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
+    ...), or a CSV file in torch's format, over this rank's stages.
+
+    optimizer: pptrain steps the stages itself, e.g. {"kind": "sgd", "lr": 0.05, "momentum": 0.9,
+    "warmup_steps": 0, "clip": 1.0} ("adamw" too). The asynchronous schedules (pipedream, 2bw,
+    pipemare, ...) need it, and `steps`, the run's length: they step each stage between
+    microbatches, on weight versions. one_process: run the schedule's rule with every stage on
+    this one process, one microbatch after the other (what an asynchronous pipeline must
+    reproduce; give it all the stages)."""
+    return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute,
+                    optimizer, steps, one_process)

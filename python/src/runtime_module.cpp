@@ -135,14 +135,22 @@ World& world() {
   return *joined;
 }
 
+// The user's module as a runtime Stage of one layer.
+Stage stage_of(py::object module, int index) {
+  return Stage(index, 0, {torch::nn::AnyModule(PythonModule(std::move(module), index))},
+               /*bundle_layers=*/{true});
+}
+
 // A stage for the Python side: the library's PipelineStage over the user's module, which it
-// keeps alive.
+// keeps alive. The copies an asynchronous schedule keeps its weight versions in are deep copies
+// of the module (copy.deepcopy).
 struct PyStage {
   PyStage(py::object module, int index, int num_stages)
       : module(module),
-        stage(std::make_unique<PipelineStage>(torch::nn::AnyModule(PythonModule(module, index)),
-                                              index, num_stages,
-                                              /*takes_bundle=*/true)) {}
+        stage(std::make_unique<PipelineStage>(stage_of(module, index), num_stages, [module, index] {
+          py::gil_scoped_acquire gil;
+          return stage_of(py::module_::import("copy").attr("deepcopy")(module), index);
+        })) {}
   py::object module;
   std::unique_ptr<PipelineStage> stage;
 };
@@ -171,11 +179,13 @@ class PySchedule {
     schedule_ =
         std::make_unique<PipelineSchedule>(world(), pointers, std::move(options), bundle_loss);
   }
-  // Without an explicit finish(), nothing waits for the other ranks: Python drops the schedule
-  // the same way after the last step and after an exception.
+  // Dropped after its last step, the schedule waits for the other ranks (finish(): a rank that
+  // left early would break their last transfers); after a failed step it waits for nobody, so
+  // that a rank that failed never holds the others.
   ~PySchedule() {
     if (!schedule_) return;
-    schedule_->abandon();
+    if (failed_) schedule_->abandon();
+    py::gil_scoped_release release;
     schedule_.reset();
   }
 
@@ -184,15 +194,33 @@ class PySchedule {
     schedule_->finish();
   }
 
+  // The batches from `source`, called with the step number and returning (inputs, target): what
+  // an asynchronous schedule needs.
+  py::object step_from(py::object source) {
+    const BatchSource batches = [source](int step) {
+      py::gil_scoped_acquire gil;
+      try {
+        const py::object batch = source(step);
+        PPTRAIN_CHECK(py::isinstance<py::tuple>(batch) && py::len(batch) == 2,
+                      "the batch source returned a ", type_name(batch), " for step ", step,
+                      "; expected a tuple (inputs, target)");
+        const auto pair = py::reinterpret_borrow<py::tuple>(batch);
+        return Batch{from_python(pair[0], "the inputs of step " + std::to_string(step)),
+                     from_python(pair[1], "the target of step " + std::to_string(step))};
+      } catch (py::error_already_set& error) {
+        rethrow_python_error(error, "the batch source");
+      }
+    };
+    const torch::Tensor loss = run([&] { return schedule_->step(batches); });
+    if (!loss.defined()) return py::none();
+    return py::cast(loss);
+  }
+
   py::object step(py::object inputs, py::object target) {
     const TensorBundle in = inputs.is_none() ? TensorBundle() : from_python(inputs, "the input");
     const TensorBundle targets =
         target.is_none() ? TensorBundle() : from_python(target, "the target");
-    torch::Tensor loss;
-    {
-      py::gil_scoped_release release;
-      loss = schedule_->step(in, targets);
-    }
+    const torch::Tensor loss = run([&] { return schedule_->step(in, targets); });
     if (!loss.defined()) return py::none();
     return py::cast(loss);
   }
@@ -200,9 +228,22 @@ class PySchedule {
   std::string schedule_csv() const { return to_csv(schedule_->schedule()); }
 
  private:
+  // One step without the GIL; a step that fails marks the schedule failed.
+  template <typename Step>
+  torch::Tensor run(Step step) {
+    py::gil_scoped_release release;
+    try {
+      return step();
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+  }
+
   std::vector<std::shared_ptr<PyStage>> stages_;
   py::object loss_fn_;
   std::unique_ptr<PipelineSchedule> schedule_;
+  bool failed_ = false;
 };
 
 PipelineOptions options_of(const std::string& name, int microbatches, int chunks,
@@ -214,6 +255,32 @@ PipelineOptions options_of(const std::string& name, int microbatches, int chunks
   options.schedule_file = schedule_file;
   options.recompute = recompute;
   return options;
+}
+
+// pptrain's optimizer from Python's keywords (pptrain.runtime.schedule's `optimizer` dict).
+OptimizerOptions optimizer_of(const py::dict& given) {
+  OptimizerOptions out;
+  for (const auto& [key, value] : given) {
+    const std::string name = py::str(key);
+    if (name == "kind") {
+      out.kind = py::str(value);
+    } else if (name == "lr") {
+      out.lr = value.cast<double>();
+    } else if (name == "momentum") {
+      out.momentum = value.cast<double>();
+    } else if (name == "warmup_steps") {
+      out.warmup_steps = value.cast<int>();
+    } else if (name == "clip") {
+      out.clip = value.cast<double>();
+    } else {
+      throw UserError("optimizer: unknown option '" + name +
+                      "' (expected kind, lr, momentum, warmup_steps, clip)");
+    }
+  }
+  PPTRAIN_CHECK(out.kind == "sgd" || out.kind == "adamw",
+                "optimizer: kind must be sgd or adamw, got '", out.kind, "'");
+  PPTRAIN_CHECK(out.lr > 0, "optimizer: lr must be > 0, got ", out.lr);
+  return out;
 }
 
 }  // namespace
@@ -231,8 +298,9 @@ PYBIND11_MODULE(_runtime, m) {
   m.def(
       "placement",
       [](const std::string& name, int microbatches, int chunks, const std::string& file) {
-        const StagePlacement placed =
-            place_stages(world(), options_of(name, microbatches, chunks, file, false));
+        PipelineOptions options = options_of(name, microbatches, chunks, file, false);
+        options.steps = 1;  // an asynchronous schedule's run length does not move its stages
+        const StagePlacement placed = place_stages(world(), options);
         return py::make_tuple(placed.num_stages, placed.local);
       },
       py::arg("name"), py::arg("microbatches"), py::arg("chunks") = 0,
@@ -248,14 +316,24 @@ PYBIND11_MODULE(_runtime, m) {
   py::class_<PySchedule>(m, "Schedule")
       .def(py::init([](std::vector<std::shared_ptr<PyStage>> stages, const std::string& name,
                        int microbatches, py::object loss_fn, int chunks,
-                       const std::string& schedule_file, bool recompute) {
-             return std::make_unique<PySchedule>(
-                 std::move(stages),
-                 options_of(name, microbatches, chunks, schedule_file, recompute),
-                 std::move(loss_fn));
+                       const std::string& schedule_file, bool recompute, py::object optimizer,
+                       int steps, bool one_process) {
+             PipelineOptions options =
+                 options_of(name, microbatches, chunks, schedule_file, recompute);
+             if (!optimizer.is_none()) options.optimizer = optimizer_of(optimizer.cast<py::dict>());
+             options.steps = steps;
+             // The rule an asynchronous pipeline must reproduce: every stage on this one rank,
+             // one microbatch after the other.
+             if (one_process) {
+               options.planned = serial_reference(options, static_cast<int>(stages.size()));
+             }
+             return std::make_unique<PySchedule>(std::move(stages), std::move(options),
+                                                 std::move(loss_fn));
            }),
            py::arg("stages"), py::arg("name"), py::arg("microbatches"), py::arg("loss_fn"),
-           py::arg("chunks") = 0, py::arg("schedule_file") = "", py::arg("recompute") = false)
+           py::arg("chunks") = 0, py::arg("schedule_file") = "", py::arg("recompute") = false,
+           py::arg("optimizer") = py::none(), py::arg("steps") = 0, py::arg("one_process") = false)
+      .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))
       .def("finish", &PySchedule::finish)
       .def("csv", &PySchedule::schedule_csv);

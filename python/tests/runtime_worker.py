@@ -1,9 +1,12 @@
 """One rank of a Python training run on pptrain's runtime (started by `pptrain run`).
 
     runtime_worker.py SCHEDULE OUT [--fail-forward STAGE | --bad-output STAGE]
+                      [--pptrain-sgd [--one-process STAGES]]
 
-Trains the MLP of mlp() for 3 steps with SGD and writes OUT.<rank>.json: the losses this rank
-saw (the last stage's) and the parameters of its stages, by stage and name.
+Trains the MLP of mlp() for 3 steps with SGD (the program's own torch.optim.SGD, or with
+--pptrain-sgd pptrain's, which the asynchronous schedules need, fed by a batch source) and writes
+OUT.<rank>.json: the losses this rank saw (the last stage's) and the parameters of its stages, by
+stage and name. --one-process S runs the schedule's one-process rule over S stages.
 """
 import argparse
 import json
@@ -56,10 +59,15 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--fail-forward", type=int, default=-1)
     parser.add_argument("--bad-output", type=int, default=-1)
+    parser.add_argument("--pptrain-sgd", action="store_true")
+    parser.add_argument("--one-process", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     rank, _ = pptrain.world()
-    num_stages, local = pptrain.placement(args.schedule, MICROBATCHES)
+    if args.one_process:
+        num_stages, local = args.one_process, list(range(args.one_process))
+    else:
+        num_stages, local = pptrain.placement(args.schedule, MICROBATCHES)
     # Stage s of S holds blocks [s * 8 // S, (s + 1) * 8 // S).
     points = [s * LAYERS // num_stages for s in range(1, num_stages)]
     parts = pptrain.split(mlp(), points)
@@ -69,16 +77,27 @@ def main():
     if args.bad_output in modules:
         modules[args.bad_output] = WrongOutput(modules[args.bad_output])
     stages = [pptrain.PipelineStage(modules[s], s, num_stages) for s in local]
-    schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
-                                loss_fn=torch.nn.functional.mse_loss)
-    optimizer = torch.optim.SGD([p for s in stages for p in s.module.parameters()], lr=0.1)
     losses = []
-    for x, y in batches():
-        optimizer.zero_grad()
-        loss = schedule.step(x, target=y)
-        optimizer.step()
-        if loss is not None:
-            losses.append(float(loss))
+    if args.pptrain_sgd:
+        schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
+                                    loss_fn=torch.nn.functional.mse_loss,
+                                    optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0},
+                                    steps=STEPS, one_process=args.one_process > 0)
+        data = list(batches())
+        for _ in range(STEPS):
+            loss = schedule.step(lambda step: data[step])
+            if loss is not None:
+                losses.append(float(loss))
+    else:
+        schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
+                                    loss_fn=torch.nn.functional.mse_loss)
+        optimizer = torch.optim.SGD([p for s in stages for p in s.module.parameters()], lr=0.1)
+        for x, y in batches():
+            optimizer.zero_grad()
+            loss = schedule.step(x, target=y)
+            optimizer.step()
+            if loss is not None:
+                losses.append(float(loss))
     params = {f"{s.index}/{name}": p.detach().tolist()
               for s in stages for name, p in s.module.named_parameters()}
     with open(f"{args.out}.{rank}.json", "w") as f:

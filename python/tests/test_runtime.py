@@ -69,16 +69,51 @@ def test_equals_one_process(tmp_path, schedule, nproc):
     ref_losses, ref_params = reference()
     losses = [loss for r in ranks for loss in r["losses"]]
     assert losses == pytest.approx(ref_losses, rel=1e-5)
-    # The stages' parameters, in stage order, are the model's parameters in order.
-    by_stage = {}
-    for r in ranks:
-        for key, value in r["params"].items():
-            stage, name = key.split("/", 1)
-            by_stage.setdefault(int(stage), []).append(torch.tensor(value))
-    got = [p for s in sorted(by_stage) for p in by_stage[s]]
+    got = params_of(ranks)
     assert len(got) == len(ref_params)
     for g, ref in zip(got, ref_params):
         assert torch.allclose(g, ref, rtol=1e-5, atol=1e-6)
+
+
+def params_of(ranks):
+    """The parameters of the runs' stages, in stage order: the model's parameters in order."""
+    by_stage = {}
+    for r in ranks:
+        for key, value in r["params"].items():
+            stage, _ = key.split("/", 1)
+            by_stage.setdefault(int(stage), []).append(torch.tensor(value))
+    return [p for s in sorted(by_stage) for p in by_stage[s]]
+
+
+def test_pptrain_steps_the_optimizer_of_a_synchronous_schedule_as_plain_torch(tmp_path):
+    out = str(tmp_path / "run")
+    code, _, stderr = launch(2, "zb-h1", out, "--pptrain-sgd")
+    assert code == 0, stderr
+    ranks = [json.load(open(f"{out}.{r}.json")) for r in range(2)]
+    ref_losses, ref_params = reference()
+    assert [l for r in ranks for l in r["losses"]] == pytest.approx(ref_losses, rel=1e-5)
+    for got, ref in zip(params_of(ranks), ref_params):
+        assert torch.allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("schedule", ["pipedream", "2bw"])
+def test_asynchronous_schedules_equal_their_one_process_rule(tmp_path, schedule):
+    out, rule = str(tmp_path / "run"), str(tmp_path / "rule")
+    code, _, stderr = launch(2, schedule, out, "--pptrain-sgd")
+    assert code == 0, stderr
+    alone = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    code, _, stderr = run([sys.executable, os.path.join(HERE, "runtime_worker.py"), schedule,
+                           rule, "--pptrain-sgd", "--one-process", "2"], env=alone)
+    assert code == 0, stderr
+    ranks = [json.load(open(f"{out}.{r}.json")) for r in range(2)]
+    serial = [json.load(open(f"{rule}.0.json"))]
+    assert [l for r in ranks for l in r["losses"]] == pytest.approx(serial[0]["losses"], rel=1e-5)
+    got = params_of(ranks)
+    for g, want in zip(got, params_of(serial)):
+        assert torch.allclose(g, want, rtol=1e-5, atol=1e-6)
+    # ... and not synchronous training.
+    _, sync_params = reference()
+    assert max(float((g - p).abs().max()) for g, p in zip(got, sync_params)) > 1e-4
 
 
 def test_an_exception_in_forward_stops_every_rank_with_its_traceback(tmp_path):
