@@ -66,21 +66,25 @@ void MetricsWriter::on_start(const RunInfo&) {
   PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
 }
 
+nlohmann::ordered_json step_metrics_json(const StepReport& r) {
+  return {{"step", r.step},
+          {"loss", r.loss},
+          {"step_time_s", r.step_seconds},
+          {"samples_per_s", r.samples_per_s},
+          {"tokens_per_s", r.tokens_per_s},
+          {"bubble_ratio", r.stats.bubble_ratio},
+          {"grad_norm", r.grad_norm},
+          {"peak_activation_bytes", r.peak_activation_bytes},
+          {"weight_versions", r.weight_versions},
+          {"optimizer_state_bytes", r.optimizer_state_bytes},
+          {"compute_s", r.compute_s},
+          {"bytes_sent", r.bytes_sent},
+          {"weight_bytes", r.weight_bytes},
+          {"rollbacks", r.rollbacks}};
+}
+
 void MetricsWriter::on_step(const StepReport& r) {
-  nlohmann::ordered_json line = {{"step", r.step},
-                                 {"loss", r.loss},
-                                 {"step_time_s", r.step_seconds},
-                                 {"samples_per_s", r.samples_per_s},
-                                 {"tokens_per_s", r.tokens_per_s},
-                                 {"bubble_ratio", r.stats.bubble_ratio},
-                                 {"grad_norm", r.grad_norm},
-                                 {"peak_activation_bytes", r.peak_activation_bytes},
-                                 {"weight_versions", r.weight_versions},
-                                 {"optimizer_state_bytes", r.optimizer_state_bytes},
-                                 {"compute_s", r.compute_s},
-                                 {"bytes_sent", r.bytes_sent},
-                                 {"weight_bytes", r.weight_bytes},
-                                 {"rollbacks", r.rollbacks}};
+  nlohmann::ordered_json line = step_metrics_json(r);
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
   }

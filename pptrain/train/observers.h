@@ -15,6 +15,7 @@
 
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ class SimComparison : public StepObserver {
   std::vector<Timeline> measured_;
   std::optional<Comparison> result_;
 };
+
+// One step's figures as a line of --metrics: step, loss, step_time_s, samples_per_s,
+// tokens_per_s, bubble_ratio, grad_norm and the per-rank lists (peak_activation_bytes, ...).
+nlohmann::ordered_json step_metrics_json(const StepReport& report);
 
 class MetricsWriter : public StepObserver {
  public:

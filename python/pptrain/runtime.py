@@ -68,13 +68,14 @@ class Schedule:
     """A schedule running this rank's stages; make it with pptrain.schedule()."""
 
     def __init__(self, name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="",
-                 recompute=False, optimizer=None, steps=0, one_process=False):
+                 recompute=False, optimizer=None, steps=0, one_process=False, metrics="",
+                 svg="", trace=""):
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
         self._schedule = _runtime.Schedule([s._stage for s in self.stages], name, n_microbatches,
                                            loss_fn, chunks, schedule_file, recompute, optimizer,
-                                           steps, one_process)
+                                           steps, one_process, metrics, svg, trace)
 
     def step(self, *args, target=None):
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
@@ -90,6 +91,12 @@ class Schedule:
         inputs = None if not args else args[0] if len(args) == 1 else tuple(args)
         return self._schedule.step(inputs, target)
 
+    def report(self):
+        """The latest step's figures on rank 0 (None on the others, and before the first step):
+        the dict of a `pptrain train --metrics` line (step, loss, step_time_s, samples_per_s,
+        bubble_ratio, grad_norm, and per rank peak_activation_bytes, bytes_sent, ...)."""
+        return self._schedule.report()
+
     def finish(self):
         """Waits until every rank is done with the schedule (optional: dropping it waits for
         nobody, so that a rank that failed never hangs the others)."""
@@ -101,7 +108,7 @@ class Schedule:
 
 
 def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False,
-             optimizer=None, steps=0, one_process=False):
+             optimizer=None, steps=0, one_process=False, metrics="", svg="", trace=""):
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -110,6 +117,8 @@ def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", 
     pipemare, ...) need it, and `steps`, the run's length: they step each stage between
     microbatches, on weight versions. one_process: run the schedule's rule with every stage on
     this one process, one microbatch after the other (what an asynchronous pipeline must
-    reproduce; give it all the stages)."""
+    reproduce; give it all the stages). metrics, svg, trace: files rank 0 writes as `pptrain
+    train` does (a JSON line per step; the measured timeline of the last step as an SVG picture
+    and as a Chrome trace), the last two when the schedule is finished or dropped."""
     return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute,
-                    optimizer, steps, one_process)
+                    optimizer, steps, one_process, metrics, svg, trace)

@@ -20,6 +20,7 @@
 
 #include "pptrain/api/pipeline.h"
 #include "pptrain/common/check.h"
+#include "pptrain/train/observers.h"
 
 namespace py = pybind11;
 
@@ -155,12 +156,33 @@ struct PyStage {
   std::unique_ptr<PipelineStage> stage;
 };
 
-// A schedule for the Python side, holding its stages and loss.
+// Keeps the latest step's report (rank 0 gets them all) as its --metrics line.
+class LatestReport : public StepObserver {
+ public:
+  void on_step(const StepReport& report) override { latest_ = step_metrics_json(report).dump(); }
+  const std::string& latest() const { return latest_; }
+
+ private:
+  std::string latest_;
+};
+
+// Where a schedule's observers write: `pptrain train`'s --metrics, --svg and --trace files.
+struct ReportFiles {
+  std::string metrics, svg, trace;
+};
+
+// A schedule for the Python side, holding its stages, loss and observers.
 class PySchedule {
  public:
   PySchedule(std::vector<std::shared_ptr<PyStage>> stages, PipelineOptions options,
-             py::object loss_fn)
+             py::object loss_fn, const ReportFiles& files)
       : stages_(std::move(stages)), loss_fn_(std::move(loss_fn)) {
+    observers_.push_back(std::make_unique<LatestReport>());
+    if (!files.metrics.empty())
+      observers_.push_back(std::make_unique<MetricsWriter>(files.metrics));
+    if (!files.svg.empty()) observers_.push_back(std::make_unique<SvgWriter>(files.svg));
+    if (!files.trace.empty()) observers_.push_back(std::make_unique<TraceWriter>(files.trace));
+    for (const auto& o : observers_) options.observers.push_back(o.get());
     std::vector<PipelineStage*> pointers;
     for (const auto& s : stages_) pointers.push_back(s->stage.get());
     py::object loss = loss_fn_;
@@ -227,6 +249,13 @@ class PySchedule {
 
   std::string schedule_csv() const { return to_csv(schedule_->schedule()); }
 
+  // The latest step's figures as a dict (its --metrics line) on rank 0; None elsewhere.
+  py::object report() const {
+    const std::string& line = static_cast<const LatestReport&>(*observers_.front()).latest();
+    if (line.empty()) return py::none();
+    return py::module_::import("json").attr("loads")(line);
+  }
+
  private:
   // One step without the GIL; a step that fails marks the schedule failed.
   template <typename Step>
@@ -242,6 +271,7 @@ class PySchedule {
 
   std::vector<std::shared_ptr<PyStage>> stages_;
   py::object loss_fn_;
+  std::vector<std::unique_ptr<StepObserver>> observers_;  // outlive the schedule, which ends them
   std::unique_ptr<PipelineSchedule> schedule_;
   bool failed_ = false;
 };
@@ -317,7 +347,8 @@ PYBIND11_MODULE(_runtime, m) {
       .def(py::init([](std::vector<std::shared_ptr<PyStage>> stages, const std::string& name,
                        int microbatches, py::object loss_fn, int chunks,
                        const std::string& schedule_file, bool recompute, py::object optimizer,
-                       int steps, bool one_process) {
+                       int steps, bool one_process, const std::string& metrics,
+                       const std::string& svg, const std::string& trace) {
              PipelineOptions options =
                  options_of(name, microbatches, chunks, schedule_file, recompute);
              if (!optimizer.is_none()) options.optimizer = optimizer_of(optimizer.cast<py::dict>());
@@ -328,11 +359,14 @@ PYBIND11_MODULE(_runtime, m) {
                options.planned = serial_reference(options, static_cast<int>(stages.size()));
              }
              return std::make_unique<PySchedule>(std::move(stages), std::move(options),
-                                                 std::move(loss_fn));
+                                                 std::move(loss_fn),
+                                                 ReportFiles{metrics, svg, trace});
            }),
            py::arg("stages"), py::arg("name"), py::arg("microbatches"), py::arg("loss_fn"),
            py::arg("chunks") = 0, py::arg("schedule_file") = "", py::arg("recompute") = false,
-           py::arg("optimizer") = py::none(), py::arg("steps") = 0, py::arg("one_process") = false)
+           py::arg("optimizer") = py::none(), py::arg("steps") = 0, py::arg("one_process") = false,
+           py::arg("metrics") = "", py::arg("svg") = "", py::arg("trace") = "")
+      .def("report", &PySchedule::report)
       .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))
       .def("finish", &PySchedule::finish)

@@ -61,6 +61,7 @@ def main():
     parser.add_argument("--bad-output", type=int, default=-1)
     parser.add_argument("--pptrain-sgd", action="store_true")
     parser.add_argument("--one-process", type=int, default=0)
+    parser.add_argument("--reports", help="also write FILE.jsonl, FILE.svg and FILE.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rank, _ = pptrain.world()
@@ -77,7 +78,7 @@ def main():
     if args.bad_output in modules:
         modules[args.bad_output] = WrongOutput(modules[args.bad_output])
     stages = [pptrain.PipelineStage(modules[s], s, num_stages) for s in local]
-    losses = []
+    losses, reports = [], []
     if args.pptrain_sgd:
         schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
                                     loss_fn=torch.nn.functional.mse_loss,
@@ -89,8 +90,12 @@ def main():
             if loss is not None:
                 losses.append(float(loss))
     else:
+        files = {}
+        if args.reports:
+            files = dict(metrics=args.reports + ".jsonl", svg=args.reports + ".svg",
+                         trace=args.reports + ".json")
         schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
-                                    loss_fn=torch.nn.functional.mse_loss)
+                                    loss_fn=torch.nn.functional.mse_loss, **files)
         optimizer = torch.optim.SGD([p for s in stages for p in s.module.parameters()], lr=0.1)
         for x, y in batches():
             optimizer.zero_grad()
@@ -98,10 +103,13 @@ def main():
             optimizer.step()
             if loss is not None:
                 losses.append(float(loss))
+            if schedule.report() is not None:
+                reports.append(schedule.report())
+        del schedule  # writes the SVG and the trace
     params = {f"{s.index}/{name}": p.detach().tolist()
               for s in stages for name, p in s.module.named_parameters()}
     with open(f"{args.out}.{rank}.json", "w") as f:
-        json.dump({"losses": losses, "params": params, "stages": local}, f)
+        json.dump({"losses": losses, "params": params, "stages": local, "reports": reports}, f)
 
 
 if __name__ == "__main__":

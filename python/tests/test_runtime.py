@@ -116,6 +116,21 @@ def test_asynchronous_schedules_equal_their_one_process_rule(tmp_path, schedule)
     assert max(float((g - p).abs().max()) for g, p in zip(got, sync_params)) > 1e-4
 
 
+def test_reports_reach_python_and_the_metrics_svg_and_trace_files(tmp_path):
+    out, files = str(tmp_path / "run"), str(tmp_path / "reports")
+    code, _, stderr = launch(2, "1f1b", out, "--reports", files)
+    assert code == 0, stderr
+    rank0, rank1 = (json.load(open(f"{out}.{r}.json")) for r in range(2))
+    assert rank1["reports"] == []  # the reports gather on rank 0
+    assert [r["step"] for r in rank0["reports"]] == [1, 2, 3]
+    assert [r["loss"] for r in rank0["reports"]] == pytest.approx(rank1["losses"], rel=1e-12)
+    assert len(rank0["reports"][0]["peak_activation_bytes"]) == 2
+    lines = [json.loads(line) for line in open(files + ".jsonl")]
+    assert lines == rank0["reports"]
+    assert "</svg>" in open(files + ".svg").read()
+    assert json.load(open(files + ".json"))["traceEvents"]
+
+
 def test_an_exception_in_forward_stops_every_rank_with_its_traceback(tmp_path):
     code, _, stderr = launch(2, "1f1b", str(tmp_path / "run"), "--fail-forward", "1")
     assert code != 0
