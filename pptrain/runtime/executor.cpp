@@ -465,14 +465,16 @@ TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, co
     output = stage.forward(with_batch_inputs(s, mb, input, data));
   } catch (const InternalError&) {
     throw;
-  } catch (const ModuleError&) {
-    throw;
   } catch (const std::exception& e) {
     // The module's own error, on this input: name the stage and where the input came from.
     const std::string from = s == 0 ? "the batch"
                              : stages_.count(s - 1) && is_local(s - 1, mb)
                                  ? "stage " + std::to_string(s - 1) + " on this rank"
                                  : "stage " + std::to_string(s - 1);
+    if (dynamic_cast<const ModuleError*>(&e)) {
+      throw ModuleError(std::string(e.what()) + "; its input came from " + from + " (" +
+                        input.describe() + ")");
+    }
     throw UserError("stage " + std::to_string(s) + " cannot take its input from " + from + " (" +
                     input.describe() + "): " + first_line(e));
   }

@@ -120,6 +120,10 @@ class PythonModuleImpl : public torch::nn::Module {
       return from_python(out, "the output of stage " + std::to_string(stage_));
     } catch (py::error_already_set& error) {
       rethrow_python_error(error, where);
+    } catch (const ModuleError&) {
+      throw;
+    } catch (const UserError& error) {
+      throw ModuleError(error.what());  // the module's output: its own doing, not its input's
     }
   }
 

@@ -5,8 +5,9 @@
 
 Trains the MLP of mlp() for 3 steps with SGD (the program's own torch.optim.SGD, or with
 --pptrain-sgd pptrain's, which the asynchronous schedules need, fed by a batch source) and writes
-OUT.<rank>.json: the losses this rank saw (the last stage's) and the parameters of its stages, by
-stage and name. --one-process S runs the schedule's one-process rule over S stages.
+OUT.<rank>.json: the loss this rank saw at each step (None but on a last stage's rank; each
+replica of a replicated last stage sees its share) and the parameters of its stages, by stage
+and name. --one-process S runs the schedule's one-process rule over S stages.
 """
 import argparse
 import json
@@ -15,7 +16,7 @@ import torch
 
 import pptrain
 
-MICROBATCHES = 4
+MICROBATCHES = 8  # dualpipev on 4 ranks needs 8
 STEPS = 3
 
 
@@ -87,8 +88,7 @@ def main():
         data = list(batches())
         for _ in range(STEPS):
             loss = schedule.step(lambda step: data[step])
-            if loss is not None:
-                losses.append(float(loss))
+            losses.append(None if loss is None else float(loss))
     else:
         files = {}
         if args.reports:
@@ -101,8 +101,7 @@ def main():
             optimizer.zero_grad()
             loss = schedule.step(x, target=y)
             optimizer.step()
-            if loss is not None:
-                losses.append(float(loss))
+            losses.append(None if loss is None else float(loss))
             if schedule.report() is not None:
                 reports.append(schedule.report())
         del schedule  # writes the SVG and the trace
