@@ -346,7 +346,6 @@ void check_planner_options(const PlannerOptions& options) {
                 options.optimizer_state_factor);
   PPTRAIN_CHECK(options.mem_w_ratio >= 0 && options.mem_w_ratio <= 1,
                 "mem-w-ratio must be in [0, 1], got ", options.mem_w_ratio);
-  PPTRAIN_CHECK(options.keep >= 1, "keep must be >= 1, got ", options.keep);
   PPTRAIN_CHECK(options.w_fraction >= 0 && options.w_fraction <= 1,
                 "w-fraction must be in [0, 1] (the share of a layer's backward time that W takes), "
                 "got ",
