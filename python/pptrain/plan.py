@@ -87,3 +87,19 @@ def from_csv(text, name="imported", dp=1, cost=DEFAULT_COST, mem_w_ratio=0.5):
     """A schedule from CSV text in torch's format (`Schedule.to_csv`, or torch's own writer),
     validated: a ValueError names the rank, the position and the action of a problem."""
     return Schedule(_plan.import_csv(text, name, dp), cost, mem_w_ratio)
+
+
+def plan(profile, workers, memory_limit=0, batch=0, microbatches=(), partitions=(),
+         schedules=(), recompute=(False, True), optimizer="adamw", mem_w_ratio=0.5,
+         w_fraction=None, max_chunks=4, top=10, out=None):
+    """`pptrain plan`: partition x schedule x microbatches x recomputation for a profile (ours
+    or PipeDream's graph.txt) on `workers` ranks under `memory_limit` bytes per rank (0: none),
+    ranked by simulated step time. Returns plan.json as a dict: the search's settings, how many
+    candidates it "evaluated" and how many were "fitting", the "winner" and the "ranked" best
+    `top` (each with its partition, stage layers, schedule, chunks, microbatches, recompute,
+    simulated step time, bubble and per-rank peak bytes); with `out`, also writes the folder that
+    `pptrain train --plan OUT/plan.json` runs. Errors: ValueError with the CLI's message."""
+    text = _plan.plan(str(profile), workers, memory_limit, batch, list(microbatches),
+                      list(partitions), list(schedules), [bool(r) for r in recompute], optimizer,
+                      mem_w_ratio, w_fraction, max_chunks, top, "" if out is None else str(out))
+    return json.loads(text)

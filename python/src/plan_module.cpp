@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/partition/profile.h"
+#include "pptrain/planner/plan_file.h"
+#include "pptrain/planner/planner.h"
 #include "pptrain/planner/schedule_request.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/grid.h"
@@ -153,6 +156,39 @@ PYBIND11_MODULE(_plan, m) {
       py::arg("mem_w_ratio"), py::arg("memory_limit"), py::arg("solver"), py::arg("time_limit_s"),
       py::arg("dp"), py::arg("steps"), py::arg("vertical_sync"), py::arg("replicas"),
       py::arg("skips"));
+
+  // The joint planner (`pptrain plan`): plan.json's text, and with `out` its folder written.
+  m.def(
+      "plan",
+      [](const std::string& profile_path, int workers, double memory_limit, int batch,
+         std::vector<int> microbatches, std::vector<std::string> partitions,
+         std::vector<std::string> schedules, std::vector<bool> recompute,
+         const std::string& optimizer, double mem_w_ratio, std::optional<double> w_fraction,
+         int max_chunks, int top, const std::string& out) {
+        PlannerOptions options;
+        options.workers = workers;
+        options.memory_limit_bytes = memory_limit;
+        options.batch_size = batch;
+        options.microbatches = std::move(microbatches);
+        options.partitions = std::move(partitions);
+        options.schedules = std::move(schedules);
+        options.recompute = std::move(recompute);
+        options.optimizer_state_factor = optimizer_state_factor(optimizer);
+        options.mem_w_ratio = mem_w_ratio;
+        options.w_fraction = w_fraction.value_or(0);
+        options.max_chunks = max_chunks;
+        options.keep = top;
+        check_planner_options(options);
+        const Profile profile = read_profile(profile_path);
+        if (w_fraction) check_w_fraction_applies(profile, *w_fraction);
+        const PlanSearch search = search_plans(profile, options);
+        return out.empty() ? plan_json(profile, options, search)
+                           : write_plan_folder(out, profile, options, search, PlanFiles{});
+      },
+      py::arg("profile"), py::arg("workers"), py::arg("memory_limit"), py::arg("batch"),
+      py::arg("microbatches"), py::arg("partitions"), py::arg("schedules"), py::arg("recompute"),
+      py::arg("optimizer"), py::arg("mem_w_ratio"), py::arg("w_fraction"), py::arg("max_chunks"),
+      py::arg("top"), py::arg("out"));
 
   m.def(
       "import_csv",

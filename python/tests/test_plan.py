@@ -75,3 +75,21 @@ def test_example_03_plans_and_writes_a_csv_that_reads_back(tmp_path):
     assert "wrote zb-auto" in run.stdout, run.stdout
     again = plan.from_csv(out.read_text())
     assert again.num_ranks == 4 and again.num_microbatches == 8
+
+
+def test_the_joint_planner_equals_pptrain_plan(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    profile = os.path.join(root, "data", "pipedream", "vgg16", "graph.txt")
+    got = plan.plan(profile, workers=4, batch=16, memory_limit=20e9, top=3,
+                    out=tmp_path / "py")
+    cli = subprocess.run([PPTRAIN, "plan", "--profile", profile, "--workers", "4", "--batch", "16",
+                          "--memory-limit", "20e9", "--top", "3", "--out", str(tmp_path / "cli"),
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert got == json.loads(cli.stdout)
+    assert len(got["ranked"]) == 3 and got["winner"] == got["ranked"][0]
+    assert sorted(os.listdir(tmp_path / "py")) == sorted(os.listdir(tmp_path / "cli"))
+    with pytest.raises(ValueError, match="workers must be 1 .. 1024, got 0"):
+        plan.plan(profile, workers=0)
+    with pytest.raises(ValueError, match="asynchronous"):
+        plan.plan(profile, workers=2, schedules=["pipedream"])
