@@ -60,11 +60,7 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
     options.tied.push_back({"embedding", {0}});
     if (plan.num_stages() > 1) options.tied.back().stages.push_back(plan.num_stages() - 1);
   }
-  // unet: each skip tensor whose two layers are on different stages goes straight across.
-  for (const LayerSkip& skip : layer_skips(plan.model)) {
-    const int from = plan.stage_of_layer(skip.from_layer), to = plan.stage_of_layer(skip.to_layer);
-    if (from != to) options.skips.push_back({skip.name, from, to});
-  }
+  options.skips = plan.skips;  // unet's, between stages
   return options;
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <set>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/generators.h"
@@ -302,13 +301,14 @@ void plan_averaging(const TrainOptions& options, const ScheduleEntry* entry, Tra
                 plan.average_alpha);
 }
 
-}  // namespace
-
+// The stage of `stage_layers` that holds `layer`.
 int stage_holding(const std::vector<LayerRange>& stage_layers, int layer) {
   int s = 0;
   while (s + 1 < static_cast<int>(stage_layers.size()) && stage_layers[s].second < layer) ++s;
   return s;
 }
+
+}  // namespace
 
 TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
@@ -339,17 +339,19 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
                 options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
                 " blocks (--layers ", options.model.layers, ")");
-  // unet: the skip connections that pass a stage get messages of their own.
+  // unet: each skip tensor whose two layers are on different stages goes straight across; those
+  // that pass a stage get messages of their own in the schedule.
   std::vector<LayerRange> stage_layers =
       plan_stage_layers(stage_layer_options(options, may_profile), schedule.num_stages);
-  std::set<SkipLink> skips;
+  std::vector<SkipConnection> skips;
   for (const LayerSkip& skip : layer_skips(options.model)) {
     const int from = stage_holding(stage_layers, skip.from_layer);
     const int to = stage_holding(stage_layers, skip.to_layer);
-    if (to > from + 1) skips.insert({from, to});
+    if (from != to) skips.push_back({skip.name, from, to});
   }
-  schedule.skips.assign(skips.begin(), skips.end());
+  schedule.skips = skip_links(skips);
   TrainingPlan plan(validated_schedule(schedule, what));
+  plan.skips = std::move(skips);
   check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
                               options.memory_limit);
   // One process has no pipeline to cap (its reference run holds every microbatch).

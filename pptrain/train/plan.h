@@ -23,6 +23,7 @@
 #include "pptrain/data/data.h"
 #include "pptrain/models/model.h"
 #include "pptrain/planner/plan_file.h"
+#include "pptrain/runtime/executor.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/optimizer.h"
@@ -124,9 +125,6 @@ struct TrainOptions {
   bool skip_nonfinite = false;
 };
 
-// The stage of `stage_layers` that holds `layer`.
-int stage_holding(const std::vector<LayerRange>& stage_layers, int layer);
-
 // What a run is. Read-only once made.
 struct TrainingPlan {
   explicit TrainingPlan(ValidatedSchedule validated) : schedule(std::move(validated)) {}
@@ -149,6 +147,9 @@ struct TrainingPlan {
   int average_every = 0;
   double average_alpha = 0;
   std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
+  // The model's skip connections between stages (unet), by the stages of their two layers;
+  // schedule->skips are their skip_links().
+  std::vector<SkipConnection> skips;
   std::string partition;                 // how stage_layers was chosen, for the log
   int64_t microbatch_size = 0;           // samples per microbatch: batch_size / (D x M)
   double tokens_per_sample = 1;  // gpt: seq_len (0 with --seq-len-range: each batch's); mlp: 1
@@ -176,8 +177,6 @@ struct TrainingPlan {
   int copy_of(int world_rank) const { return world_rank / ranks(); }
   // (The groups of a pipeline's ranks and of a stage's copies are PipelineSchedule's.)
   int num_stages() const { return schedule->num_stages; }
-  // The stage that holds `layer` (stage_layers).
-  int stage_of_layer(int layer) const { return stage_holding(stage_layers, layer); }
   int microbatches() const { return data.microbatches; }  // M, per step
   bool asynchronous() const { return weights.asynchronous(); }
   // Of a pipeline rank (0 .. P-1).
