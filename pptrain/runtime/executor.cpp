@@ -178,7 +178,8 @@ void Executor::plan_send_releases() {
     int rank = -1;
     size_t position = 0;
   };
-  std::vector<End> sent_at(message_count(sched)), received_at(message_count(sched));
+  const size_t count = message_count(sched);
+  std::vector<End> sent_at(count), received_at(count);
   const auto index_of = [&](const Action& comm) { return message_index(comm, sched); };
   for (int r = 0; r < sched.num_ranks; ++r) {
     for (size_t p = 0; p < sched.actions[r].size(); ++p) {
