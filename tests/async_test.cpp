@@ -143,6 +143,50 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
     });
 
+// --tie-embeddings under pipedream and 2bw: the token table's copy on the first stage takes
+// each update with both copies' gradients, the head's copy the same update some updates later
+// (train/tied_parameters.h); pipelines equal the one-process run of that rule, the saved copies
+// are equal bit for bit after the run, and the runs are not secretly synchronous.
+TEST(TiedEmbeddings, AsynchronousPipelinesEqualTheirOneProcessRule) {
+  ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common =
+      model_args(model) + " --tie-embeddings --batch-size 8 --microbatches 4 --steps 6 --quiet";
+  const auto sync =
+      run_train(common + " --pp 1 --schedule 1f1b --metrics " + (dir / "sync.jsonl").string(), dir);
+  ASSERT_EQ(sync.exit_code, 0) << sync.err;
+  const auto sync_losses = read_losses(dir / "sync.jsonl");
+  model.tie_embeddings = true;
+  for (const auto& [schedule, first_stale] :
+       {std::pair<std::string, int>{"pipedream", 1}, std::pair<std::string, int>{"2bw", 2}}) {
+    for (int stages : {2, 4}) {
+      const std::string s = std::to_string(stages), tag = schedule + s;
+      SCOPED_TRACE("--schedule " + schedule + " on " + s + " ranks");
+      const auto ref = run_train(common + " --schedule " + schedule + " --pp 1 --stages " + s +
+                                     " --metrics " + (dir / (tag + "ref.jsonl")).string() +
+                                     " --save " + (dir / (tag + "ref")).string(),
+                                 dir);
+      ASSERT_EQ(ref.exit_code, 0) << ref.err;
+      const auto run =
+          run_train(common + " --schedule " + schedule + " --pp " + s + " --metrics " +
+                        (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
+                    dir);
+      ASSERT_EQ(run.exit_code, 0) << run.err;
+      const auto losses = read_losses(dir / (tag + ".jsonl"));
+      expect_same_losses(losses, read_losses(dir / (tag + "ref.jsonl")));
+      expect_same_parameters(model, dir / tag, dir / (tag + "ref"));
+      expect_tied_copies_equal(model, dir / tag);
+      ASSERT_EQ(losses.size(), sync_losses.size());
+      for (int step = 1; step < first_stale; ++step) {
+        EXPECT_NEAR(losses[step - 1], sync_losses[step - 1],
+                    1e-5 * std::abs(sync_losses[step - 1]));
+      }
+      EXPECT_GT(std::abs(losses[first_stale - 1] - sync_losses[first_stale - 1]),
+                1e-4 * std::abs(sync_losses[first_stale - 1]));
+    }
+  }
+}
+
 // 2bw's rule computed by hand, apart from the runtime's weight versions: one stage, one
 // microbatch per step, plain SGD without clipping. Step k's loss is f(W^(k-1); batch k) and
 // W^(k+1) = W^(k) - lr * grad f(W^(k-1); batch k), with W^(-1) = W^(0).

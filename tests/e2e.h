@@ -156,6 +156,19 @@ inline void expect_same_parameters(const ModelOptions& model, const fs::path& di
   }
 }
 
+// A gpt checkpoint of --tie-embeddings: its two copies of the token table (layer 0's, the
+// head's) are equal bit for bit.
+inline void expect_tied_copies_equal(ModelOptions model, const fs::path& dir) {
+  model.tie_embeddings = true;
+  auto embedding = make_layer(model, 0).ptr();
+  auto head = make_layer(model, num_layers(model) - 1).ptr();
+  torch::load(embedding, layer_file(dir.string(), 0));
+  torch::load(head, layer_file(dir.string(), num_layers(model) - 1));
+  EXPECT_TRUE(torch::equal(embedding->named_parameters()["token"],
+                           head->named_parameters()["lm_head.weight"]))
+      << "the tied copies in " << dir.string() << " differ";
+}
+
 // Runs `pptrain train <args>` (the --pp 1 reference) writing DIR/ref.jsonl and DIR/ref, which
 // expect_run_matches_reference() compares with.
 inline void run_reference(const std::string& args, const TempDir& dir) {

@@ -435,16 +435,18 @@ void PipelineSchedule::Impl::make_ties() {
     PPTRAIN_CHECK(!tie.name.empty() && std::count(names.begin(), names.end(), tie.name) == 0,
                   "tied parameter names must be non-empty and distinct, got '", tie.name, "'");
     names.push_back(tie.name);
-    PPTRAIN_CHECK(!asynchronous() && !s.replicated(), "tied parameter '", tie.name, "': ", s.name,
-                  " is ", asynchronous() ? "asynchronous" : "replicated",
-                  "; tied parameters run on synchronous schedules without replicas for now");
+    PPTRAIN_CHECK(!s.replicated(), "tied parameter '", tie.name, "': ", s.name,
+                  " is replicated; tied parameters run on schedules without replicas for now");
+    PPTRAIN_CHECK(planned.weights.ties_parameters(), "tied parameter '", tie.name, "': ", s.name,
+                  " has no rule for tied parameters; they run on synchronous schedules, "
+                  "pipedream and 2bw");
     std::vector<int> stages = tie.stages;
     std::sort(stages.begin(), stages.end());
     PPTRAIN_CHECK(!stages.empty() && stages.front() >= 0 && stages.back() < s.num_stages &&
                       std::adjacent_find(stages.begin(), stages.end()) == stages.end(),
                   "tied parameter '", tie.name, "' names stages ", list_text(stages),
                   "; give distinct stages of 0..", s.num_stages - 1);
-    TiedCopies copies{tie.name, stages, {}, nullptr};
+    TiedCopies copies{tie.name, stages, {}, nullptr, {}};
     std::vector<int> members;
     for (int stage : stages) members.push_back(s.stage_to_rank[stage]);
     std::sort(members.begin(), members.end());
@@ -465,6 +467,10 @@ void PipelineSchedule::Impl::make_ties() {
     if (members.size() > 1) {
       tie_groups.push_back(make_group(*pipeline, members));
       copies.group = tie_groups.back().view;
+      for (int stage : stages) {
+        const auto at = std::find(members.begin(), members.end(), s.stage_to_rank[stage]);
+        copies.ranks.push_back(static_cast<int>(at - members.begin()));
+      }
     }
     ties.push_back(std::move(copies));
   }
@@ -534,7 +540,7 @@ void PipelineSchedule::Impl::make_weights() {
     const bool serial = ranks() == 1 && asynchronous();
     weights.emplace(runtime_stages, make_copy, planned.weights, *options.optimizer,
                     options.pipemare, keeps, serial);
-    if (asynchronous()) async.emplace(planned.weights, *options.optimizer, *weights);
+    if (asynchronous()) async.emplace(planned.weights, *options.optimizer, *weights, &tied);
   }
   for (size_t l = 0; l < stages.size(); ++l) {
     const Stage& stage = stages[l]->stage();
@@ -738,6 +744,10 @@ RankCheckpoint PipelineSchedule::checkpoint() const {
     out.in_flight = [impl] {
       PPTRAIN_CHECK(impl->executor,
                     "a checkpoint of an asynchronous schedule after its first step");
+      PPTRAIN_CHECK(impl->tied.empty() || impl->next_step == impl->options.steps,
+                    "tied parameters under ", impl->schedule().name,
+                    " are checkpointed after the run's last step only (the updates their copies "
+                    "still owe each other are not saved yet)");
       NamedTensors state = impl->executor->in_flight();
       impl->async->save_state(state);
       return state;
@@ -752,6 +762,8 @@ void PipelineSchedule::resume_from(const std::string& dir) {
   PPTRAIN_CHECK(!impl.executor, "resume_from() after the first step");
   for (auto& optimizer : impl.weights->optimizers) optimizer.load(dir);
   if (!impl.asynchronous()) return;
+  PPTRAIN_CHECK(impl.tied.empty(), "tied parameters under ", impl.schedule().name,
+                " cannot resume: their checkpoints are taken after the run's last step only");
   NamedTensors state = read_tensor_file(in_flight_file(dir, impl.pipeline_rank), "--resume");
   impl.async->load_state(state, "--resume");
   impl.resumed = std::move(state);
@@ -797,6 +809,7 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
     mine.grad_norm_squared = impl.async->grad_norm_squared();
     mine.weight_versions = impl.async->take_most_held();
     mine.weight_bytes = impl.async->take_weight_bytes();
+    if (step + 1 == impl.options.steps) impl.async->finish(impl.options.steps);
   }
   mine.bytes_sent = record.bytes_sent + impl.combine->take_bytes_sent();
   mine.compute_s = record.compute_cpu_s;

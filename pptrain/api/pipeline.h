@@ -166,7 +166,9 @@ class PipelineStage {
 // PipelineStage::tie). pptrain makes the copies equal before the first step (the lowest stage's
 // values), and after each step's backwards sums their gradients over all copies (one all-reduce
 // over the ranks that hold them), before clipping and the optimizer step; so the copies stay
-// equal bit for bit, and training equals one process with one shared tensor.
+// equal bit for bit, and training equals one process with one shared tensor. Under pipedream
+// and 2bw (with PipelineOptions::optimizer) the first stage's copy takes each update and the
+// others follow it a few updates late, equal again after the last step (docs/ASYNC.md).
 struct TiedParameter {
   std::string name;
   std::vector<int> stages;
@@ -205,7 +207,7 @@ struct PipelineOptions {
   // Set: pptrain steps the optimizer (see the top of this file). Unset: step() leaves the
   // gradients to the program's optimizer.
   std::optional<OptimizerOptions> optimizer;
-  // Parameters shared between stages (synchronous, unreplicated schedules).
+  // Parameters shared between stages (unreplicated schedules: synchronous, pipedream, 2bw).
   std::vector<TiedParameter> tied;
   // Skip connections (synchronous schedules): the tensor `name` of stage `from`'s output (a
   // named bundle) goes straight to stage `to` > `from`, beside what stage to - 1 sends it, and

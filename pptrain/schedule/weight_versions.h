@@ -104,6 +104,12 @@ struct VersionRule {
   // fewer than S - 1 microbatches per step (its stage 0 would run two steps ahead). (wpipe has
   // its own order, make_wpipe, which waits for the versions.)
   bool fits_1f1b() const;
+  // Whether a parameter tied between stages can follow the rule (train/tied_parameters.h):
+  // synchronous, pipedream and 2bw.
+  bool ties_parameters() const {
+    return update == WeightUpdate::kFlush || update == WeightUpdate::kPipeDream ||
+           update == WeightUpdate::kTwoBW;
+  }
   // wpipe: stage `stage` is in the first group (the first half of the stages, S / 2 of them).
   bool in_first_group(int stage) const { return stage < stages / 2; }
 };

@@ -16,6 +16,9 @@ enum class ControlTag : int {
   kVerdict,
   kPartialNorm,  // train/updates.cpp, --post-validation: the partial sum of squared gradient norms
   kFullNorm,     // ... and the full one, from the last rank back to the others
+  // train/tied_parameters.cpp, asynchronous schedules: a tied parameter's gradients, two tags
+  // per tie from this one up (to its first copy, from it); keep it last.
+  kTiedGradients,
 };
 
 inline int tag_of(ControlTag tag) {

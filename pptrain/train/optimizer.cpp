@@ -11,17 +11,6 @@
 namespace pptrain {
 namespace {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerOptions& options,
-                                                        const std::vector<torch::Tensor>& params) {
-  if (params.empty()) return nullptr;
-  if (options.kind == "adamw") {
-    return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(options.lr).weight_decay(0.01));
-  }
-  return std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(options.lr).momentum(options.momentum));
-}
-
 // The key under which a torch optimizer keeps a parameter's state: its TensorImpl's address,
 // as a string in LibTorch 1.13 and 2.x's releases so far, as the pointer should a release change
 // the map's key type.
@@ -36,6 +25,21 @@ typename StateMap::key_type state_key(const torch::Tensor& p) {
 
 }  // namespace
 
+std::unique_ptr<torch::optim::Optimizer> make_torch_optimizer(
+    const OptimizerOptions& options, const std::vector<torch::Tensor>& params) {
+  if (params.empty()) return nullptr;
+  if (options.kind == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(options.lr).weight_decay(0.01));
+  }
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
 std::string optimizer_file(const std::string& dir, int layer) {
   return (std::filesystem::path(dir) / ("optim_" + std::to_string(layer) + ".pt")).string();
 }
@@ -45,7 +49,7 @@ StageOptimizer::StageOptimizer(const OptimizerOptions& options, const Stage& sta
     : first_layer_(stage.first_layer()) {
   for (int i = 0; i < stage.num_layers(); ++i) {
     const bool kept = !keeps || keeps(first_layer_ + i);
-    layers_.push_back(kept ? make_optimizer(options, stage.layer_parameters(i)) : nullptr);
+    layers_.push_back(kept ? make_torch_optimizer(options, stage.layer_parameters(i)) : nullptr);
   }
 }
 
@@ -100,8 +104,7 @@ std::vector<torch::Tensor> StageOptimizer::direction(const Stage& stage) const {
 
 void StageOptimizer::set_lr(double lr) {
   for (auto& optimizer : layers_) {
-    if (!optimizer) continue;
-    for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+    if (optimizer) set_learning_rate(*optimizer, lr);
   }
 }
 
@@ -152,7 +155,8 @@ void undo_adamw(torch::optim::AdamWParamState& state, const torch::optim::AdamWO
   state.step(state.step() - 1);
 }
 
-// Undoes the last SGD step (no dampening, Nesterov or weight decay, as make_optimizer makes it).
+// Undoes the last SGD step (no dampening, Nesterov or weight decay, as make_torch_optimizer makes
+// it).
 void undo_sgd(torch::optim::SGDParamState* state, const torch::optim::SGDOptions& o,
               torch::Tensor& p) {
   if (!state) {  // no momentum: p -= lr g

@@ -97,6 +97,13 @@ class StageOptimizer {
   std::optional<Undo> undo_;
 };
 
+// The torch optimizer `options` names over `params` (null when there are none): what each layer
+// of a StageOptimizer holds, and a tied parameter's own under an asynchronous schedule.
+std::unique_ptr<torch::optim::Optimizer> make_torch_optimizer(
+    const OptimizerOptions& options, const std::vector<torch::Tensor>& params);
+// Sets the learning rate of every parameter group of `optimizer`.
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
 // Path of one layer's optimizer-state file in a checkpoint folder.
 std::string optimizer_file(const std::string& dir, int layer);
 

@@ -252,6 +252,16 @@ void check_checkpoint_flags(const TrainOptions& options, const TrainingPlan& pla
   PPTRAIN_CHECK(!averages || (options.save_every == 0 && options.resume_dir.empty()),
                 options.save_every ? "--save-every" : "--resume", ": avgpipe's copies and their ",
                 "centre are not all in a checkpoint (--save writes the first copy's weights)");
+  // Under an asynchronous schedule the tied copies owe each other updates until the run ends.
+  PPTRAIN_CHECK(
+      !options.model.tie_embeddings || !plan.asynchronous() ||
+          (options.save_every == 0 && options.resume_dir.empty() && options.max_restarts == 0),
+      options.save_every     ? "--save-every"
+      : options.max_restarts ? "--max-restarts"
+                             : "--resume",
+      ": ", name,
+      " with --tie-embeddings saves only after the run's last step (the "
+      "updates the tied copies owe each other are not in a checkpoint yet)");
   // An asynchronous run saved mid-way stops every rank after the same step, with microbatches in
   // flight: each rank's step must end before any work of the others' later steps.
   PPTRAIN_CHECK(options.save_every == 0 || !plan.asynchronous() ||
@@ -361,11 +371,13 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   }
 
   plan.weights = rule;
-  PPTRAIN_CHECK(
-      !options.model.tie_embeddings || (!rule.asynchronous() && !plan.schedule->replicated()),
-      "--tie-embeddings: ", plan.schedule->name, " is ",
-      rule.asynchronous() ? "asynchronous" : "replicated",
-      "; tied embeddings run on synchronous schedules without replicas for now");
+  PPTRAIN_CHECK(!options.model.tie_embeddings || !plan.schedule->replicated(),
+                "--tie-embeddings: ", plan.schedule->name,
+                " is replicated; tied embeddings run on schedules without replicas for now");
+  PPTRAIN_CHECK(!options.model.tie_embeddings || rule.ties_parameters(),
+                "--tie-embeddings: ", plan.schedule->name,
+                " has no rule for tied parameters; they run on synchronous schedules, pipedream "
+                "and 2bw");
   PPTRAIN_CHECK(options.model.kind != "unet" || !rule.asynchronous(),
                 "--model unet: ", plan.schedule->name,
                 " is asynchronous; skip connections run on synchronous schedules for now");

@@ -150,8 +150,8 @@ struct TrainingPlan {
   // The model's skip connections between stages (unet), by the stages of their two layers;
   // schedule->skips are their skip_links().
   std::vector<SkipConnection> skips;
-  std::string partition;                 // how stage_layers was chosen, for the log
-  int64_t microbatch_size = 0;           // samples per microbatch: batch_size / (D x M)
+  std::string partition;         // how stage_layers was chosen, for the log
+  int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
   double tokens_per_sample = 1;  // gpt: seq_len (0 with --seq-len-range: each batch's); mlp: 1
   int steps = 0;
   // --optimizer (its lr resolved: never 0), --momentum, --warmup-steps, --clip,

@@ -4,6 +4,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/models/tensor_bundle.h"
+#include "pptrain/train/control_tags.h"
 
 namespace pptrain {
 namespace {
@@ -24,6 +25,11 @@ std::string kind_text(const std::vector<int64_t>& words) {
   std::string text = dtype_name(static_cast<c10::ScalarType>(words[0])) + " [";
   for (int64_t d = 0; d < words[1]; ++d) text += (d ? ", " : "") + std::to_string(words[2 + d]);
   return text + "]";
+}
+
+// The tag of tie t's gradients to its first copy (or from it).
+int gradient_tag(size_t t, bool from_first) {
+  return tag_of(ControlTag::kTiedGradients) + 2 * static_cast<int>(t) + (from_first ? 1 : 0);
 }
 
 }  // namespace
@@ -96,6 +102,138 @@ bool TiedParameters::is_extra_copy(const torch::Tensor& tensor) const {
     }
   }
   return false;
+}
+
+std::vector<torch::Tensor> TiedParameters::copies_on(size_t t, int stage) const {
+  std::vector<torch::Tensor> out;
+  for (const auto& [s, tensor] : ties_[t].local) {
+    if (s != stage) continue;
+    const bool seen = std::any_of(out.begin(), out.end(),
+                                  [&](const torch::Tensor& o) { return o.is_same(tensor); });
+    if (!seen) out.push_back(tensor);
+  }
+  return out;
+}
+
+void TiedParameters::use_asynchronously(const OptimizerOptions& optimizer, int lag,
+                                        std::function<double(int update)> rate) {
+  PPTRAIN_ASSERT(lag >= 1, "a follower applies an update after it was taken");
+  optimizer_ = &optimizer;
+  lag_ = lag;
+  rate_ = std::move(rate);
+  for (size_t t = 0; t < ties_.size(); ++t) {
+    for (const auto& [stage, tensor] : ties_[t].local) {
+      if (stage == ties_[t].stages.front() || followers_.count({t, stage})) continue;
+      Follower& follower = followers_[{t, stage}];
+      follower.copies = copies_on(t, stage);
+      follower.optimizer = make_torch_optimizer(optimizer, follower.copies);
+    }
+  }
+}
+
+void TiedParameters::deliver(size_t t, int from, int to, int update, torch::Tensor gradient) {
+  const TiedCopies& tie = ties_[t];
+  const auto index = [&tie](int stage) {
+    return std::find(tie.stages.begin(), tie.stages.end(), stage) - tie.stages.begin();
+  };
+  const bool local = std::any_of(tie.local.begin(), tie.local.end(),
+                                 [to](const auto& copy) { return copy.first == to; });
+  if (local) {
+    local_mail_[{t, from, to, update}] = std::move(gradient);
+    return;
+  }
+  const int peer = tie.ranks[index(to)];
+  sends_.emplace_back(update, tie.group->send(gradient.contiguous(), peer,
+                                              gradient_tag(t, from == tie.stages.front())));
+}
+
+torch::Tensor TiedParameters::collect(size_t t, int from, int to, int update,
+                                      const torch::Tensor& like) {
+  const TiedCopies& tie = ties_[t];
+  const auto found = local_mail_.find({t, from, to, update});
+  if (found != local_mail_.end()) {
+    torch::Tensor gradient = std::move(found->second);
+    local_mail_.erase(found);
+    return gradient;
+  }
+  const auto at = std::find(tie.stages.begin(), tie.stages.end(), from) - tie.stages.begin();
+  const bool local = std::any_of(tie.local.begin(), tie.local.end(),
+                                 [from](const auto& copy) { return copy.first == from; });
+  PPTRAIN_ASSERT(!local && tie.group, "tied parameter '", tie.name, "': stage ", to,
+                 " needs update ", update, " of stage ", from, " before it was taken");
+  torch::Tensor gradient = torch::empty_like(like, at::MemoryFormat::Contiguous);
+  tie.group->recv(gradient, tie.ranks[at], gradient_tag(t, from == tie.stages.front())).wait();
+  return gradient;
+}
+
+void TiedParameters::before_async_step(int stage, int update) {
+  torch::NoGradGuard no_grad;
+  for (size_t t = 0; t < ties_.size(); ++t) {
+    const TiedCopies& tie = ties_[t];
+    const std::vector<torch::Tensor> here = copies_on(t, stage);
+    if (here.empty()) continue;
+    torch::Tensor sum = torch::zeros_like(here.front());
+    for (const auto& copy : here) {
+      if (copy.grad().defined()) sum += copy.grad();
+    }
+    if (stage == tie.stages.front()) {
+      for (size_t i = 1; i < tie.stages.size(); ++i) {
+        sum += collect(t, tie.stages[i], stage, update, sum);
+      }
+      for (const auto& copy : here) copy.mutable_grad() = sum.clone();
+    } else {
+      deliver(t, stage, tie.stages.front(), update, sum);
+      for (const auto& copy : here) copy.mutable_grad() = torch::Tensor();
+    }
+  }
+}
+
+void TiedParameters::after_async_step(int stage, int update, bool stepped) {
+  torch::NoGradGuard no_grad;
+  for (size_t t = 0; t < ties_.size(); ++t) {
+    const TiedCopies& tie = ties_[t];
+    const std::vector<torch::Tensor> here = copies_on(t, stage);
+    if (here.empty()) continue;
+    if (stage == tie.stages.front()) {
+      // What the copy applied (clipped); not finite when the stage skipped the update.
+      const torch::Tensor applied =
+          stepped ? here.front().grad().detach().clone() : torch::full_like(here.front(), NAN);
+      for (size_t i = 1; i < tie.stages.size(); ++i) {
+        deliver(t, stage, tie.stages[i], update, applied);
+      }
+    } else {
+      if (update >= lag_) apply_update(t, stage, update - lag_);
+      for (const auto& copy : here) copy.mutable_grad() = torch::zeros_like(copy);
+    }
+  }
+  // A send is waited on once its receiver has surely taken it (2 lags on).
+  while (!sends_.empty() && sends_.front().first < update - 2 * lag_) {
+    sends_.front().second.wait();
+    sends_.pop_front();
+  }
+}
+
+void TiedParameters::apply_update(size_t t, int stage, int update) {
+  Follower& follower = followers_.at({t, stage});
+  const torch::Tensor gradient =
+      collect(t, ties_[t].stages.front(), stage, update, follower.copies.front());
+  if (!torch::isfinite(gradient).all().item<bool>()) return;  // the first copy skipped it
+  for (const auto& copy : follower.copies) copy.mutable_grad() = gradient.clone();
+  set_learning_rate(*follower.optimizer, rate_(update));
+  follower.optimizer->step();
+}
+
+void TiedParameters::finish_async(int last_update) {
+  torch::NoGradGuard no_grad;
+  for (auto& [key, follower] : followers_) {
+    const auto [t, stage] = key;
+    for (int u = std::max(0, last_update - lag_ + 1); u <= last_update; ++u) {
+      apply_update(t, stage, u);
+    }
+    for (const auto& copy : follower.copies) copy.mutable_grad() = torch::zeros_like(copy);
+  }
+  for (auto& [update, send] : sends_) send.wait();
+  sends_.clear();
 }
 
 }  // namespace pptrain

@@ -123,6 +123,27 @@ double post_validated_step(const OptimizerOptions& optimizer, int step, RankWeig
   return norm;
 }
 
+AsyncUpdates::AsyncUpdates(const VersionRule& rule, const OptimizerOptions& optimizer,
+                           RankWeights& weights, TiedParameters* tied)
+    : rule_(rule), optimizer_(optimizer), model_(weights), tied_(tied) {
+  if (!tied_ || tied_->empty()) return;
+  // Update u of a stage follows its backward of microbatch (u + 1) x period - 1. The first
+  // stage of a 1F1B order runs the forward of microbatch i + S after its backward of i, so the
+  // last stage's update u + ceil(S / period) comes after the first stage's update u: the lag at
+  // which the other copies never wait for it.
+  const int period = rule_.period();
+  const int lag = (rule_.stages + period - 1) / period;
+  tied_->use_asynchronously(optimizer_, lag, [this, period](int update) {
+    return optimizer_.lr_at(((update + 1) * period - 1) / rule_.microbatches_per_step);
+  });
+}
+
+void AsyncUpdates::finish(int steps) {
+  if (!tied_ || tied_->empty() || steps <= 0) return;
+  const int updates = steps * rule_.microbatches_per_step / rule_.period();
+  tied_->finish_async(updates - 1);
+}
+
 Stage& AsyncUpdates::weights(int stage, int mb, bool backward) {
   const int version =
       backward ? rule_.backward_version(mb, stage) : rule_.forward_version(mb, stage);
@@ -158,9 +179,12 @@ void AsyncUpdates::after_backward(int stage, int mb) {
   note_held(l);
   versions.release_older_than(oldest);
   const auto params = model_.stages[l]->parameters();
+  const int update = mb / rule_.period();
+  if (tied_) tied_->before_async_step(stage, update);
   const double norm = clip_grad_norm(params, optimizer_.clip, nullptr);  // this stage's own
   latest_squared_[stage] = norm * norm;
-  if (std::isfinite(norm)) {
+  const bool finite = std::isfinite(norm);
+  if (finite) {
     step(l, mb / rule_.microbatches_per_step);
   } else if (!optimizer_.skip_nonfinite) {
     throw std::runtime_error("step " + std::to_string(mb / rule_.microbatches_per_step + 1) +
@@ -169,6 +193,7 @@ void AsyncUpdates::after_backward(int stage, int mb) {
                              "; stopped before its optimizer step (a smaller --lr may help; "
                              "--skip-nonfinite skips such steps instead)");
   }
+  if (tied_) tied_->after_async_step(stage, update, finite);
   for (auto& p : params) p.mutable_grad().zero_();
   versions.stepped();
   note_held(l);

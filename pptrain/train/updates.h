@@ -28,6 +28,7 @@
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/pipemare.h"
+#include "pptrain/train/tied_parameters.h"
 #include "pptrain/train/weight_prediction.h"
 
 namespace pptrain {
@@ -82,13 +83,17 @@ double post_validated_step(const OptimizerOptions& optimizer, int step, RankWeig
 // steps, and keeps or frees versions as the rule needs them.
 class AsyncUpdates {
  public:
-  // Neither is owned.
-  AsyncUpdates(const VersionRule& rule, const OptimizerOptions& optimizer, RankWeights& weights)
-      : rule_(rule), optimizer_(optimizer), model_(weights) {}
+  // None is owned. `tied`: the rank's tied parameters (pipedream and 2bw), or null; their
+  // updates follow the rule of train/tied_parameters.h, and finish() ends them.
+  AsyncUpdates(const VersionRule& rule, const OptimizerOptions& optimizer, RankWeights& weights,
+               TiedParameters* tied = nullptr);
 
   // The weights a forward or backward of microbatch `mb` runs on at `stage`.
   Stage& weights(int stage, int mb, bool backward);
   void after_backward(int stage, int mb);
+  // After the run's last step (`steps` of them): the tied parameters' copies take the updates
+  // they still owe, and are equal.
+  void finish(int steps);
 
   // The squared norm of each stage's latest step, summed over this rank's stages.
   double grad_norm_squared() const;
@@ -109,6 +114,7 @@ class AsyncUpdates {
   const VersionRule& rule_;
   const OptimizerOptions& optimizer_;
   RankWeights& model_;
+  TiedParameters* tied_;
   std::map<int, double> latest_squared_;
   std::map<int, int> pending_version_;  // stage -> version of its backwards since its last step
   int most_held_ = 1;
