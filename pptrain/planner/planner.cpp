@@ -164,10 +164,11 @@ std::vector<double> auto_schedule_limits(const Profile& profile, const PlannerOp
 Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candidate& c,
                    const ValidatedSchedule& validated, Schedule schedule) {
   // Recomputation keeps less between F and B when the backward is not split.
-  const CostModel cost =
-      candidate_cost(scaled, c, options.mem_w_ratio, !c.recompute || validated->has_split_backward());
+  const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
+                                        !c.recompute || validated->has_split_backward());
   Evaluation out;
   out.schedule = std::move(schedule);
+  out.cost = cost;
   out.sim = simulate(validated, cost);
   out.peak_bytes = fixed_bytes(scaled, options, c, *validated);
   for (size_t r = 0; r < out.peak_bytes.size(); ++r) {
@@ -355,7 +356,8 @@ void check_planner_options(const PlannerOptions& options) {
 Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate) {
   const Resolved resolved = resolve(profile, options);
   candidate.microbatch_size = static_cast<double>(resolved.batch) / candidate.microbatches;
-  const Profile scaled = scaled_profile(profile, candidate.microbatch_size / resolved.profile_size, options);
+  const Profile scaled =
+      scaled_profile(profile, candidate.microbatch_size / resolved.profile_size, options);
   return evaluate_with(scaled, options, candidate, nullptr);
 }
 

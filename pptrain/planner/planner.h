@@ -80,7 +80,7 @@ struct PlannerOptions {
   // whole backward in I (every W free), so ZB-H1 times as 1F1B; the zero-bubble paper's T_I = T_W
   // is 0.5. A profile with its own I and W times ignores it.
   double w_fraction = 0;
-  int keep = 10;                      // candidates kept in PlanSearch::ranked
+  int keep = 10;  // candidates kept in PlanSearch::ranked
 };
 
 // One point of the search and, once evaluated, its predicted figures.
@@ -110,6 +110,7 @@ struct PlanSearch {
 // A candidate's schedule (compute only, as `--schedule-file` reads it) and its simulation.
 struct Evaluation {
   Schedule schedule;
+  CostModel cost;  // the candidate's, under which `sim` was simulated
   SimResult sim;
   std::vector<double> peak_bytes;  // [P]
 };

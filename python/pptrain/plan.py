@@ -9,20 +9,24 @@ hand its CSV to torch.distributed.pipelining (docs/PYTHON.md).
     plan.from_csv(open("zb-v.csv").read()).simulate()
 
 Errors are ValueError (pptrain.plan.PlanError) with the CLI's one-line message; an invalid
-schedule's names the rank, the position and the action, then shows the grid.
+schedule's (ScheduleError, a PlanError) names the rank, the position and the action, then shows
+the grid, and carries them as `rank`, `position` and `reason`.
 """
 
 import json
+import os
 
 from . import _plan
 
 PlanError = _plan.PlanError
+ScheduleError = _plan.ScheduleError
 DEFAULT_COST = "F=1,I=1,W=1,comm=0"
 
 
 class Schedule:
     """A validated schedule: its actions per rank (torch's text form), and what the simulator
-    makes of it under a cost model ("F=1,I=1,W=1,comm=0": `pptrain schedule --cost`)."""
+    makes of it under a cost model ("F=1,I=1,W=1,comm=0": `pptrain schedule --cost`; a planned
+    candidate's schedule simulates under the candidate's own costs unless given one)."""
 
     def __init__(self, planned, cost=DEFAULT_COST, mem_w_ratio=0.5, memory_limit=0):
         self._planned = planned
@@ -48,6 +52,11 @@ class Schedule:
         return json.loads(self._planned.summary_json(
             cost or self._cost, self._mem_w_ratio,
             self._memory_limit if memory_limit is None else memory_limit, cores))
+
+    def trace(self, cost=None, cores=0):
+        """The simulated timeline as Chrome trace-event JSON text (chrome://tracing,
+        Perfetto), as `pptrain schedule --trace` writes it."""
+        return self._planned.trace(cost or self._cost, self._mem_w_ratio, cores)
 
     def to_csv(self, with_comms=False):
         """torch.distributed.pipelining's CSV: one row per rank (compute only, or lowered)."""
@@ -89,17 +98,45 @@ def from_csv(text, name="imported", dp=1, cost=DEFAULT_COST, mem_w_ratio=0.5):
     return Schedule(_plan.import_csv(text, name, dp), cost, mem_w_ratio)
 
 
+def partition(profile, method, pp=0, workers=0, levels=(), bandwidth=0, memory_limit=0):
+    """`pptrain partition --json` as a dict: a profile (ours or PipeDream's graph.txt) cut into
+    `pp` stages by method "uniform", "params" or "time" (`bandwidth`: bytes/s between stages), or
+    by "pipedream" for `workers` (or `levels`: [(workers, bytes_per_s), ...], innermost first;
+    `memory_limit`: bytes per worker). The dict has "method", "stages" (each "first_layer",
+    "last_layer", "replicas", "compute_s"), "time_per_minibatch_s" and "speedup_vs_single"."""
+    text = _plan.partition_json(os.fspath(profile), method, pp, workers,
+                                [(int(n), float(b)) for n, b in levels], bandwidth, memory_limit)
+    return json.loads(text)
+
+
+class Plan(dict):
+    """A finished joint search: plan.json as a dict ("winner", "ranked", "evaluated",
+    "fitting", the settings), and each ranked candidate's schedule."""
+
+    def __init__(self, result):
+        super().__init__(json.loads(result.json))
+        self._result = result
+
+    def schedule(self, index=0):
+        """The schedule of ranked[index] (the winner by default), compute only as the plan
+        folder's schedule.csv, with the candidate's own cost model (ms and bytes from the
+        profile): simulate()["makespan"] is its step_ms."""
+        return Schedule(self._result.candidate(index), cost="")
+
+
 def plan(profile, workers, memory_limit=0, batch=0, microbatches=(), partitions=(),
          schedules=(), recompute=(False, True), optimizer="adamw", mem_w_ratio=0.5,
          w_fraction=None, max_chunks=4, top=10, out=None):
     """`pptrain plan`: partition x schedule x microbatches x recomputation for a profile (ours
     or PipeDream's graph.txt) on `workers` ranks under `memory_limit` bytes per rank (0: none),
-    ranked by simulated step time. Returns plan.json as a dict: the search's settings, how many
+    ranked by simulated step time. Returns plan.json as a dict (a Plan, whose schedule(i) is
+    the i-th ranked candidate's schedule): the search's settings, how many
     candidates it "evaluated" and how many were "fitting", the "winner" and the "ranked" best
     `top` (each with its partition, stage layers, schedule, chunks, microbatches, recompute,
     simulated step time, bubble and per-rank peak bytes); with `out`, also writes the folder that
     `pptrain train --plan OUT/plan.json` runs. Errors: ValueError with the CLI's message."""
-    text = _plan.plan(str(profile), workers, memory_limit, batch, list(microbatches),
-                      list(partitions), list(schedules), [bool(r) for r in recompute], optimizer,
-                      mem_w_ratio, w_fraction, max_chunks, top, "" if out is None else str(out))
-    return json.loads(text)
+    result = _plan.plan(os.fspath(profile), workers, memory_limit, batch, list(microbatches),
+                        list(partitions), list(schedules), [bool(r) for r in recompute],
+                        optimizer, mem_w_ratio, w_fraction, max_chunks, top,
+                        "" if out is None else os.fspath(out))
+    return Plan(result)

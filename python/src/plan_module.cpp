@@ -11,10 +11,12 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/planner/planner.h"
 #include "pptrain/planner/schedule_request.h"
+#include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/grid.h"
 #include "pptrain/sim/cost_model.h"
@@ -29,8 +31,11 @@ struct PlannedSchedule {
   RequestedSchedule made;
   ScheduleSolver solver = ScheduleSolver::kHeuristic;
   int dp = 1;
+  // A planned candidate's own cost model (from the profile), used when no cost text is given.
+  std::optional<CostModel> own_cost;
 
   CostModel cost(const std::string& text, double mem_w_ratio, double cores) const {
+    if (text.empty() && own_cost) return *own_cost;
     CostModel c = cost_model_from_flags(text, mem_w_ratio);
     c.replicas = dp;
     PPTRAIN_CHECK(cores >= 0, "cores must be >= 0 (0: a core per rank), got ", cores);
@@ -46,14 +51,24 @@ struct PlannedSchedule {
     return schedule_summary_json(made, c, memory_limit, result, solver).dump();
   }
 
-  std::string svg(const std::string& text, double mem_w_ratio, bool with_comms,
-                  double cores) const {
+  // The simulated timeline, titled as `pptrain schedule` titles it.
+  Timeline timeline(const std::string& text, double mem_w_ratio, double cores) const {
     const CostModel c = cost(text, mem_w_ratio, cores);
     SimResult result = simulate_requested(made, c, 0);
     result.timeline.title = schedule_timeline_title(made, c, result);
+    return std::move(result.timeline);
+  }
+
+  std::string svg(const std::string& text, double mem_w_ratio, bool with_comms,
+                  double cores) const {
     SvgOptions options;
     options.show_comms = with_comms;
-    return render_svg(result.timeline, options);
+    return render_svg(timeline(text, mem_w_ratio, cores), options);
+  }
+
+  // Chrome's trace-event JSON of the simulated timeline (chrome://tracing, Perfetto).
+  std::string trace(const std::string& text, double mem_w_ratio, double cores) const {
+    return render_chrome_trace(timeline(text, mem_w_ratio, cores));
   }
 
   const Schedule& shown(bool with_comms) const {
@@ -70,6 +85,44 @@ std::vector<std::vector<std::string>> action_texts(const Schedule& schedule) {
   return out;
 }
 
+// A finished search of the joint planner: plan.json's text, and what evaluating one of its
+// ranked candidates again needs.
+struct PlanResult {
+  Profile profile;
+  PlannerOptions options;
+  PlanSearch search;
+  std::string json;
+
+  // The ranked candidate's schedule (compute only, as the plan folder's schedule.csv) with its
+  // own cost model: simulating it gives the candidate's step_ms as the makespan.
+  PlannedSchedule candidate(int index) const {
+    const int count = static_cast<int>(search.ranked.size());
+    PPTRAIN_CHECK(index >= 0 && index < count, "candidate index must be 0 .. ", count - 1, ", got ",
+                  index);
+    Candidate c = search.ranked[static_cast<size_t>(index)];
+    Evaluation evaluation = evaluate(profile, options, c);
+    PlannedSchedule out{
+        prepare_schedule(std::move(evaluation.schedule), std::string(), false, c.microbatches, 1),
+        ScheduleSolver::kHeuristic, 1, std::move(evaluation.cost)};
+    return out;
+  }
+};
+
+// `pptrain partition --json` as text.
+std::string partition_json(const std::string& profile_path, const std::string& method, int pp,
+                           int workers, const std::vector<std::pair<int, double>>& levels,
+                           double bandwidth, double memory_limit) {
+  PartitionRequest request;
+  request.method = method;
+  request.pp = pp;
+  request.workers = workers;
+  for (const auto& [n, bytes_per_s] : levels) request.levels.push_back({n, bytes_per_s});
+  request.bandwidth = bandwidth;
+  request.memory_limit = memory_limit;
+  const PartitionOptions options = partition_options(request);
+  return to_json(make_partition(read_profile(profile_path), options));
+}
+
 }  // namespace
 }  // namespace pptrain::python
 
@@ -78,7 +131,28 @@ PYBIND11_MODULE(_plan, m) {
   using namespace pptrain::python;
   m.doc() = "pptrain's schedules for Python, without torch (see pptrain.plan)";
   // A bad option or an invalid schedule: the CLI's one line (and the grid) as a ValueError.
-  py::register_exception<UserError>(m, "PlanError", PyExc_ValueError);
+  // An invalid schedule: ScheduleError, a PlanError that also carries `rank`, `position` (in
+  // that rank's list; -1 for none) and `reason` (the line without location and grid). The
+  // classes live as long as the module (raw objects: no destructor at interpreter exit).
+  static PyObject* plan_error =
+      PyErr_NewException("pptrain._plan.PlanError", PyExc_ValueError, nullptr);
+  static PyObject* schedule_error =
+      PyErr_NewException("pptrain._plan.ScheduleError", plan_error, nullptr);
+  m.add_object("PlanError", py::handle(plan_error));
+  m.add_object("ScheduleError", py::handle(schedule_error));
+  py::register_local_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const ScheduleError& e) {
+      py::object raised = py::reinterpret_borrow<py::object>(schedule_error)(e.what());
+      raised.attr("rank") = e.rank();
+      raised.attr("position") = e.position();
+      raised.attr("reason") = e.message();
+      PyErr_SetObject(schedule_error, raised.ptr());
+    } catch (const UserError& e) {
+      PyErr_SetString(plan_error, e.what());
+    }
+  });
 
   m.def("schedule_names", &schedule_names, "The registry's schedules, in its order");
 
@@ -126,7 +200,16 @@ PYBIND11_MODULE(_plan, m) {
       .def("summary_json", &PlannedSchedule::summary_json, py::arg("cost"), py::arg("mem_w_ratio"),
            py::arg("memory_limit"), py::arg("cores"))
       .def("svg", &PlannedSchedule::svg, py::arg("cost"), py::arg("mem_w_ratio"),
-           py::arg("with_comms"), py::arg("cores"));
+           py::arg("with_comms"), py::arg("cores"))
+      .def("trace", &PlannedSchedule::trace, py::arg("cost"), py::arg("mem_w_ratio"),
+           py::arg("cores"));
+
+  py::class_<PlanResult>(m, "PlanResult")
+      .def_readonly("json", &PlanResult::json)
+      .def("candidate", &PlanResult::candidate, py::arg("index"));
+
+  m.def("partition_json", &partition_json, py::arg("profile"), py::arg("method"), py::arg("pp"),
+        py::arg("workers"), py::arg("levels"), py::arg("bandwidth"), py::arg("memory_limit"));
 
   m.def(
       "make_schedule",
@@ -149,7 +232,7 @@ PYBIND11_MODULE(_plan, m) {
         for (const auto& [from, to] : skips) request.skips.push_back({from, to});
         CostModel c = cost_model_from_flags(cost, mem_w_ratio);
         c.replicas = dp;
-        PlannedSchedule out{make_requested_schedule(request, c), request.solver, dp};
+        PlannedSchedule out{make_requested_schedule(request, c), request.solver, dp, std::nullopt};
         return out;
       },
       py::arg("name"), py::arg("pp"), py::arg("microbatches"), py::arg("chunks"), py::arg("cost"),
@@ -179,11 +262,13 @@ PYBIND11_MODULE(_plan, m) {
         options.max_chunks = max_chunks;
         options.keep = top;
         check_planner_options(options);
-        const Profile profile = read_profile(profile_path);
+        Profile profile = read_profile(profile_path);
         if (w_fraction) check_w_fraction_applies(profile, *w_fraction);
-        const PlanSearch search = search_plans(profile, options);
-        return out.empty() ? plan_json(profile, options, search)
-                           : write_plan_folder(out, profile, options, search, PlanFiles{});
+        PlanSearch search = search_plans(profile, options);
+        std::string json = out.empty()
+                               ? plan_json(profile, options, search)
+                               : write_plan_folder(out, profile, options, search, PlanFiles{});
+        return PlanResult{profile, options, std::move(search), std::move(json)};
       },
       py::arg("profile"), py::arg("workers"), py::arg("memory_limit"), py::arg("batch"),
       py::arg("microbatches"), py::arg("partitions"), py::arg("schedules"), py::arg("recompute"),
@@ -197,7 +282,7 @@ PYBIND11_MODULE(_plan, m) {
         const int microbatches = s.num_microbatches;
         return PlannedSchedule{
             prepare_schedule(std::move(s), std::string(), false, microbatches, dp),
-            ScheduleSolver::kHeuristic, dp};
+            ScheduleSolver::kHeuristic, dp, std::nullopt};
       },
       py::arg("text"), py::arg("name"), py::arg("dp"));
 }

@@ -56,6 +56,23 @@ def test_errors_are_value_errors_with_the_cli_message():
         plan.from_csv("0F0,0F1,0B0,0B1\n1B0,1F0,1F1,1B1\n")
     assert str(error.value).startswith("rank 1, position 0 (1B0): backward of stage 1 microbatch 0")
     assert "[1B0]" in str(error.value)
+    assert isinstance(error.value, plan.ScheduleError)
+    assert (error.value.rank, error.value.position) == (1, 0)
+    assert error.value.reason.startswith("backward of stage 1 microbatch 0")
+    # A CSV whose rank lost a backward.
+    with pytest.raises(plan.ScheduleError) as error:
+        plan.from_csv("0F0,0F1,0B0,0B1\n1F0,1B0,1F1\n")
+    assert error.value.rank >= 0 and "1B1" in str(error.value).splitlines()[0]
+
+
+def test_trace_equals_the_cli_trace(tmp_path):
+    out = tmp_path / "zbv.json"
+    cli = subprocess.run([PPTRAIN, "schedule", "--schedule", "zb-v", "--pp", "2",
+                          "--microbatches", "4", "--cost", COST, "--trace", str(out)],
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    s = plan.schedule("zb-v", pp=2, microbatches=4, cost=COST)
+    assert json.loads(s.trace()) == json.loads(out.read_text())
 
 
 def test_importing_the_planner_loads_no_torch():
@@ -89,7 +106,31 @@ def test_the_joint_planner_equals_pptrain_plan(tmp_path):
     assert got == json.loads(cli.stdout)
     assert len(got["ranked"]) == 3 and got["winner"] == got["ranked"][0]
     assert sorted(os.listdir(tmp_path / "py")) == sorted(os.listdir(tmp_path / "cli"))
+    # Each ranked candidate's schedule: the plan folder's CSV, simulated under its own costs.
+    best = got.schedule()
+    assert best.to_csv() == (tmp_path / "py" / "schedule.csv").read_text()
+    assert best.simulate()["makespan"] == pytest.approx(got["winner"]["step_ms"], rel=1e-9)
+    third = got.schedule(2)
+    assert third.simulate()["makespan"] == pytest.approx(got["ranked"][2]["step_ms"], rel=1e-9)
+    with pytest.raises(ValueError, match="candidate index must be 0 .. 2, got 3"):
+        got.schedule(3)
     with pytest.raises(ValueError, match="workers must be 1 .. 1024, got 0"):
         plan.plan(profile, workers=0)
     with pytest.raises(ValueError, match="asynchronous"):
         plan.plan(profile, workers=2, schedules=["pipedream"])
+
+
+def test_partitions_equal_pptrain_partition():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    profile = os.path.join(root, "data", "pipedream", "vgg16", "graph.txt")
+    for flags, kwargs in ((["--method", "time", "--pp", "4"], dict(method="time", pp=4)),
+                          (["--method", "pipedream", "--workers", "4"],
+                           dict(method="pipedream", workers=4)),
+                          (["--method", "pipedream", "--levels", "2:1e9,2:1e8"],
+                           dict(method="pipedream", levels=[(2, 1e9), (2, 1e8)]))):
+        cli = subprocess.run([PPTRAIN, "partition", "--profile", profile, *flags, "--json"],
+                             capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        assert plan.partition(profile, **kwargs) == json.loads(cli.stdout)
+    with pytest.raises(ValueError, match="--pp"):
+        plan.partition(profile, "time")
