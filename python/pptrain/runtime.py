@@ -69,13 +69,13 @@ class Schedule:
 
     def __init__(self, name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="",
                  recompute=False, optimizer=None, steps=0, one_process=False, metrics="",
-                 svg="", trace=""):
+                 svg="", trace="", pipemare=None):
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
         self._schedule = _runtime.Schedule([s._stage for s in self.stages], name, n_microbatches,
                                            loss_fn, chunks, schedule_file, recompute, optimizer,
-                                           steps, one_process, metrics, svg, trace)
+                                           steps, one_process, metrics, svg, trace, pipemare)
 
     def step(self, *args, target=None):
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
@@ -108,7 +108,8 @@ class Schedule:
 
 
 def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False,
-             optimizer=None, steps=0, one_process=False, metrics="", svg="", trace=""):
+             optimizer=None, steps=0, one_process=False, metrics="", svg="", trace="",
+             pipemare=None):
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -119,6 +120,8 @@ def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", 
     this one process, one microbatch after the other (what an asynchronous pipeline must
     reproduce; give it all the stages). metrics, svg, trace: files rank 0 writes as `pptrain
     train` does (a JSON line per step; the measured timeline of the last step as an SVG picture
-    and as a Chrome trace), the last two when the schedule is finished or dropped."""
+    and as a Chrome trace), the last two when the schedule is finished or dropped. pipemare:
+    PipeMare's fixes, e.g. {"lr_reschedule": True, "correction": True, "warmup_steps": 100,
+    "decay": 0.1} (the defaults; `pptrain train`'s --no-lr-reschedule, ...)."""
     return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute,
-                    optimizer, steps, one_process, metrics, svg, trace)
+                    optimizer, steps, one_process, metrics, svg, trace, pipemare)

@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -291,29 +292,59 @@ PipelineOptions options_of(const std::string& name, int microbatches, int chunks
   return options;
 }
 
-// pptrain's optimizer from Python's keywords (pptrain.runtime.schedule's `optimizer` dict).
-OptimizerOptions optimizer_of(const py::dict& given) {
-  OptimizerOptions out;
+// Fills `out` from a Python dict of keywords, each a field `fields` names; UserError naming
+// `what` and the keywords it takes for any other.
+template <typename Options>
+void read_keywords(
+    const py::dict& given, const std::string& what,
+    const std::vector<std::pair<std::string, void (*)(Options&, py::handle)>>& fields,
+    Options& out) {
   for (const auto& [key, value] : given) {
     const std::string name = py::str(key);
-    if (name == "kind") {
-      out.kind = py::str(value);
-    } else if (name == "lr") {
-      out.lr = value.cast<double>();
-    } else if (name == "momentum") {
-      out.momentum = value.cast<double>();
-    } else if (name == "warmup_steps") {
-      out.warmup_steps = value.cast<int>();
-    } else if (name == "clip") {
-      out.clip = value.cast<double>();
-    } else {
-      throw UserError("optimizer: unknown option '" + name +
-                      "' (expected kind, lr, momentum, warmup_steps, clip)");
+    const auto field = std::find_if(fields.begin(), fields.end(),
+                                    [&name](const auto& f) { return f.first == name; });
+    if (field == fields.end()) {
+      std::string names;
+      for (const auto& f : fields) names += (names.empty() ? "" : ", ") + f.first;
+      throw UserError(what + ": unknown option '" + name + "' (expected " + names + ")");
     }
+    field->second(out, value);
   }
+}
+
+// pptrain's optimizer from Python's keywords (pptrain.runtime.schedule's `optimizer` dict).
+OptimizerOptions optimizer_of(const py::dict& given) {
+  using O = OptimizerOptions;
+  OptimizerOptions out;
+  read_keywords<O>(given, "optimizer",
+                   {{"kind", [](O& o, py::handle v) { o.kind = py::str(v); }},
+                    {"lr", [](O& o, py::handle v) { o.lr = v.cast<double>(); }},
+                    {"momentum", [](O& o, py::handle v) { o.momentum = v.cast<double>(); }},
+                    {"warmup_steps", [](O& o, py::handle v) { o.warmup_steps = v.cast<int>(); }},
+                    {"clip", [](O& o, py::handle v) { o.clip = v.cast<double>(); }}},
+                   out);
   PPTRAIN_CHECK(out.kind == "sgd" || out.kind == "adamw",
                 "optimizer: kind must be sgd or adamw, got '", out.kind, "'");
   PPTRAIN_CHECK(out.lr > 0, "optimizer: lr must be > 0, got ", out.lr);
+  return out;
+}
+
+// PipeMare's fixes from Python's keywords (pptrain.runtime.schedule's `pipemare` dict), as
+// `pptrain train`'s --no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup and
+// --pipemare-decay set them.
+PipeMareOptions pipemare_of(const py::dict& given) {
+  using O = PipeMareOptions;
+  PipeMareOptions out;
+  read_keywords<O>(given, "pipemare",
+                   {{"lr_reschedule", [](O& o, py::handle v) { o.lr_reschedule = v.cast<bool>(); }},
+                    {"correction", [](O& o, py::handle v) { o.correction = v.cast<bool>(); }},
+                    {"warmup_steps", [](O& o, py::handle v) { o.warmup_steps = v.cast<int>(); }},
+                    {"decay", [](O& o, py::handle v) { o.decay = v.cast<double>(); }}},
+                   out);
+  PPTRAIN_CHECK(out.warmup_steps >= 0, "pipemare: warmup_steps must be >= 0, got ",
+                out.warmup_steps);
+  PPTRAIN_CHECK(out.decay >= 0 && out.decay < 1, "pipemare: decay must be in [0, 1), got ",
+                out.decay);
   return out;
 }
 
@@ -352,10 +383,11 @@ PYBIND11_MODULE(_runtime, m) {
                        int microbatches, py::object loss_fn, int chunks,
                        const std::string& schedule_file, bool recompute, py::object optimizer,
                        int steps, bool one_process, const std::string& metrics,
-                       const std::string& svg, const std::string& trace) {
+                       const std::string& svg, const std::string& trace, py::object pipemare) {
              PipelineOptions options =
                  options_of(name, microbatches, chunks, schedule_file, recompute);
              if (!optimizer.is_none()) options.optimizer = optimizer_of(optimizer.cast<py::dict>());
+             if (!pipemare.is_none()) options.pipemare = pipemare_of(pipemare.cast<py::dict>());
              options.steps = steps;
              // The rule an asynchronous pipeline must reproduce: every stage on this one rank,
              // one microbatch after the other.
@@ -369,7 +401,8 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("stages"), py::arg("name"), py::arg("microbatches"), py::arg("loss_fn"),
            py::arg("chunks") = 0, py::arg("schedule_file") = "", py::arg("recompute") = false,
            py::arg("optimizer") = py::none(), py::arg("steps") = 0, py::arg("one_process") = false,
-           py::arg("metrics") = "", py::arg("svg") = "", py::arg("trace") = "")
+           py::arg("metrics") = "", py::arg("svg") = "", py::arg("trace") = "",
+           py::arg("pipemare") = py::none())
       .def("report", &PySchedule::report)
       .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))

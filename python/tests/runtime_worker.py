@@ -11,6 +11,7 @@ and name. --one-process S runs the schedule's one-process rule over S stages.
 """
 import argparse
 import json
+import os
 
 import torch
 
@@ -62,6 +63,10 @@ def main():
     parser.add_argument("--bad-output", type=int, default=-1)
     parser.add_argument("--pptrain-sgd", action="store_true")
     parser.add_argument("--one-process", type=int, default=0)
+    parser.add_argument("--pipemare-warmup", type=int, default=100)
+    parser.add_argument("--microbatches", type=int, default=MICROBATCHES)
+    parser.add_argument("--forever", action="store_true",
+                        help="train until stopped, after writing OUT.RANK.pid at the first step")
     parser.add_argument("--reports", help="also write FILE.jsonl, FILE.svg and FILE.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -69,7 +74,7 @@ def main():
     if args.one_process:
         num_stages, local = args.one_process, list(range(args.one_process))
     else:
-        num_stages, local = pptrain.placement(args.schedule, MICROBATCHES)
+        num_stages, local = pptrain.placement(args.schedule, args.microbatches)
     # Stage s of S holds blocks [s * 8 // S, (s + 1) * 8 // S).
     points = [s * LAYERS // num_stages for s in range(1, num_stages)]
     parts = pptrain.split(mlp(), points)
@@ -81,10 +86,11 @@ def main():
     stages = [pptrain.PipelineStage(modules[s], s, num_stages) for s in local]
     losses, reports = [], []
     if args.pptrain_sgd:
-        schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
+        schedule = pptrain.schedule(args.schedule, stages, n_microbatches=args.microbatches,
                                     loss_fn=torch.nn.functional.mse_loss,
                                     optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0},
-                                    steps=STEPS, one_process=args.one_process > 0)
+                                    steps=STEPS, one_process=args.one_process > 0,
+                                    pipemare={"warmup_steps": args.pipemare_warmup})
         data = list(batches())
         for _ in range(STEPS):
             loss = schedule.step(lambda step: data[step])
@@ -97,6 +103,13 @@ def main():
         schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
                                     loss_fn=torch.nn.functional.mse_loss, **files)
         optimizer = torch.optim.SGD([p for s in stages for p in s.module.parameters()], lr=0.1)
+        if args.forever:
+            x, y = next(iter(batches()))
+            schedule.step(x, target=y)
+            with open(f"{args.out}.{rank}.pid", "w") as f:
+                f.write(str(os.getpid()))
+            while True:
+                schedule.step(x, target=y)
         for x, y in batches():
             optimizer.zero_grad()
             loss = schedule.step(x, target=y)
