@@ -268,3 +268,13 @@ def test_bad_input_is_a_one_line_value_error():
         pptrain.schedule("1f1b", [whole], 4, mse, optimizer={"kind": "lion"})
     with pytest.raises(ValueError, match="pipemare: unknown option 'tau'"):
         pptrain.schedule("1f1b", [whole], 4, mse, pipemare={"tau": 2})
+    # A schedule file whose rank lost the backward of microbatch 3.
+    csv = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"missing_b_{os.getpid()}.csv")
+    with open(csv, "w") as f:
+        f.write("0F0,0F1,0F2,0F3,0B0,0B1,0B2\n")
+    try:
+        with pytest.raises(ValueError) as error:
+            pptrain.schedule("", [whole], 4, mse, schedule_file=csv)
+        assert "0B3" in str(error.value).splitlines()[0], str(error.value)
+    finally:
+        os.remove(csv)
