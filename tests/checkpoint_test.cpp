@@ -204,10 +204,12 @@ struct ResumeCase {
   int save_pp;    // the run that saves after 3 steps
   int resume_pp;  // the run that resumes it to step 6
   std::string optimizer;
+  bool tied = false;  // --tie-embeddings: the table is stored once, in layer 0's file
 };
 
 void PrintTo(const ResumeCase& c, std::ostream* out) {
-  *out << c.schedule << " pp " << c.save_pp << " -> " << c.resume_pp << " " << c.optimizer;
+  *out << c.schedule << " pp " << c.save_pp << " -> " << c.resume_pp << " " << c.optimizer
+       << (c.tied ? " tied" : "");
 }
 
 class Resume : public ::testing::TestWithParam<ResumeCase> {};
@@ -219,9 +221,10 @@ class Resume : public ::testing::TestWithParam<ResumeCase> {};
 TEST_P(Resume, ThreeStepsSavedAndResumedEqualSixSteps) {
   const ResumeCase& c = GetParam();
   TempDir dir;
-  const ModelOptions model = small_model("gpt");
-  const std::string common = model_args(model) + " --schedule " + c.schedule + " --optimizer " +
-                             c.optimizer +
+  ModelOptions model = small_model("gpt");
+  model.tie_embeddings = c.tied;
+  const std::string common = model_args(model) + (c.tied ? " --tie-embeddings" : "") +
+                             " --schedule " + c.schedule + " --optimizer " + c.optimizer +
                              " --batch-size 8 --microbatches 4 --warmup-steps 6 --quiet";
   const auto pp = [](int p) { return " --pp " + std::to_string(p); };
   auto run = run_train(common + pp(c.resume_pp) + " --steps 6 --metrics " +
@@ -232,6 +235,7 @@ TEST_P(Resume, ThreeStepsSavedAndResumedEqualSixSteps) {
                       " --save " + (dir / "half").string(),
                   dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
+  if (c.tied) expect_table_stored_once(model, dir / "half");
   run = run_train(common + pp(c.resume_pp) + " --steps 6 --resume " + (dir / "half").string() +
                       " --metrics " + (dir / "b.jsonl").string() + " --save " +
                       (dir / "resumed").string(),
@@ -247,7 +251,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, Resume,
                          ::testing::Values(ResumeCase{"1f1b", 2, 2, "sgd"},
                                            ResumeCase{"zb-v", 2, 2, "adamw"},
                                            ResumeCase{"1f1b", 4, 2, "adamw"},
-                                           ResumeCase{"zb-v", 4, 2, "sgd"}));
+                                           ResumeCase{"zb-v", 4, 2, "sgd"},
+                                           ResumeCase{"1f1b", 2, 4, "adamw", true},
+                                           ResumeCase{"zb-v", 4, 1, "sgd", true}));
 
 // Resharding in every direction: to one process, to more ranks, and from one process.
 INSTANTIATE_TEST_SUITE_P(Reshard, Resume,

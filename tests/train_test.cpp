@@ -98,6 +98,7 @@ TEST(VariableLengths, EachBatchHasItsOwnLengthAndPipelinesEqualOneProcess) {
 // process, where both copies sit in one stage, and the saved copies are equal bit for bit.
 TEST(TiedEmbeddings, PipelinesEqualOneProcessAndTheCopiesStayEqual) {
   ModelOptions model = small_model("gpt");
+  model.tie_embeddings = true;
   TempDir dir;
   const std::string common =
       model_args(model) + " --tie-embeddings --batch-size 8 --microbatches 4 --steps 5 --quiet";
@@ -108,7 +109,7 @@ TEST(TiedEmbeddings, PipelinesEqualOneProcessAndTheCopiesStayEqual) {
     std::string tag = flags;
     for (char& c : tag) c = c == ' ' ? '_' : c;
     expect_run_matches_reference(model, common + " " + flags, tag, dir);
-    expect_tied_copies_equal(model, dir / tag);
+    expect_table_stored_once(model, dir / tag);
   }
 }
 

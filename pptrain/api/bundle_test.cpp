@@ -70,8 +70,8 @@ struct ToyLayerImpl : torch::nn::Module {
       return out;
     }
     // The head adds what the embedding sent it past the blocks (a skip connection).
-    const torch::Tensor hidden = kind >= 2 && in.contains("early") ? in["hidden"] + in["early"]
-                                                                    : in["hidden"];
+    const torch::Tensor hidden =
+        kind >= 2 && in.contains("early") ? in["hidden"] + in["early"] : in["hidden"];
     if (kind == 2) return linear(norm(hidden));
     if (kind == 3) return torch::linear(norm(hidden), table, bias);
     const torch::Tensor where = in["mask"].unsqueeze(-1).to(torch::kFloat32);

@@ -552,7 +552,14 @@ void PipelineSchedule::Impl::make_weights() {
     }
     // The first copy of the pipeline writes the checkpoints (the others hold the same weights,
     // and unless zero 1 gave each copy its own layers' state, the same optimizer state).
-    if (first_replica && copy == 0) saved.stages.push_back(&stage);
+    if (first_replica && copy == 0) {
+      saved.stages.push_back(&stage);
+      for (const auto& p : stage.parameters()) {
+        if (!tied.is_extra_copy(p)) continue;  // a tied parameter is stored once
+        const auto [layer, name] = stage.find_parameter(p);
+        if (layer >= 0) saved.left_out[layer].push_back(name);
+      }
+    }
     if (weights && first_replica && (copy == 0 || options.zero == 1)) {
       saved.optimizers.push_back(&weights->optimizers[l]);
     }

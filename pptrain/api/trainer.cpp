@@ -64,6 +64,21 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
   return options;
 }
 
+// The tied copies a checkpoint stores with their first copy, not in their own layer's file:
+// every one but layer 0's (the model ties gpt's head to the embedding); the schedule then makes
+// them equal to it (PipelineOptions::tied).
+LeftOut stored_elsewhere(const ModelOptions& model, const Stage& stage) {
+  LeftOut out;
+  for (int i = 0; i < stage.num_layers(); ++i) {
+    const int layer = stage.first_layer() + i;
+    if (layer == 0) continue;
+    for (const auto& [name, tensor] : tied_parameters(model, layer, *stage.layers()[i].ptr())) {
+      out[layer].push_back(stage.find_parameter(tensor).second);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<StepObserver*> raw_pointers(const std::vector<std::unique_ptr<StepObserver>>& owned) {
@@ -88,7 +103,7 @@ void train(const TrainingPlan& plan, Transport& transport,
     const ModelOptions& model = plan.model;
     const LayerRange layers = plan.stage_layers[s];
     Stage stage = make_stage(model, s, layers);
-    if (!plan.start_dir().empty()) stage.load(plan.start_dir());
+    if (!plan.start_dir().empty()) stage.load(plan.start_dir(), stored_elsewhere(model, stage));
     stages.push_back(std::make_unique<PipelineStage>(
         std::move(stage), plan.num_stages(),
         [model, s, layers] { return make_stage(model, s, layers); }));

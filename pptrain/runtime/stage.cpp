@@ -1,5 +1,6 @@
 #include "pptrain/runtime/stage.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "pptrain/common/check.h"
@@ -54,32 +55,119 @@ std::string layer_file(const std::string& dir, int layer) {
   return (std::filesystem::path(dir) / ("layer_" + std::to_string(layer) + ".pt")).string();
 }
 
-void Stage::save(const std::string& dir) const {
+namespace {
+
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// What Module::save writes (its parameters, its buffers, then each child's archive under the
+// child's name), leaving out the parameters whose dotted names `left_out` lists.
+void write_module(const torch::nn::Module& module, torch::serialize::OutputArchive& archive,
+                  const std::string& prefix, const std::vector<std::string>& left_out) {
+  for (const auto& parameter : module.named_parameters(/*recurse=*/false)) {
+    if (!listed(left_out, prefix + parameter.key())) archive.write(parameter.key(), *parameter);
+  }
+  for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
+    archive.write(buffer.key(), *buffer, /*is_buffer=*/true);
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::OutputArchive nested(archive.compilation_unit());
+    write_module(*child.value(), nested, prefix + child.key() + ".", left_out);
+    archive.write(child.key(), nested);
+  }
+}
+
+// What Module::load reads, where the parameters `left_out` lists may be missing. Returns the
+// dotted name of a parameter or buffer the archive lacks ("" when none).
+std::string read_module(torch::nn::Module& module, torch::serialize::InputArchive& archive,
+                        const std::string& prefix, const std::vector<std::string>& left_out) {
+  torch::NoGradGuard no_grad;
+  for (auto& parameter : module.named_parameters(/*recurse=*/false)) {
+    const bool found = archive.try_read(parameter.key(), parameter.value());
+    if (!found && !listed(left_out, prefix + parameter.key())) return prefix + parameter.key();
+  }
+  for (auto& buffer : module.named_buffers(/*recurse=*/false)) {
+    if (!archive.try_read(buffer.key(), buffer.value(), /*is_buffer=*/true)) {
+      return prefix + buffer.key();
+    }
+  }
+  for (const auto& child : module.named_children()) {
+    if (!child.value()->is_serializable()) continue;
+    torch::serialize::InputArchive nested;
+    if (!archive.try_read(child.key(), nested)) return prefix + child.key();
+    const std::string missing =
+        read_module(*child.value(), nested, prefix + child.key() + ".", left_out);
+    if (!missing.empty()) return missing;
+  }
+  return "";
+}
+
+const std::vector<std::string>& left_out_of(const LeftOut& left_out, int layer) {
+  static const std::vector<std::string> kNone;
+  const auto found = left_out.find(layer);
+  return found == left_out.end() ? kNone : found->second;
+}
+
+}  // namespace
+
+void save_layer(const torch::nn::Module& module, const std::string& path,
+                const std::vector<std::string>& left_out) {
+  try {
+    torch::serialize::OutputArchive archive;
+    write_module(module, archive, "", left_out);
+    archive.save_to(path);
+  } catch (const c10::Error& e) {
+    PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
+  }
+}
+
+void load_layer(torch::nn::Module& module, const std::string& path,
+                const std::vector<std::string>& left_out, const std::string& flag) {
+  PPTRAIN_CHECK(std::filesystem::exists(path), flag, ": missing parameter file '", path, "'");
+  std::string missing;
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    missing = read_module(module, archive, "", left_out);
+  } catch (const c10::Error& e) {
+    PPTRAIN_CHECK(false, flag, ": cannot read '", path, "': ", e.what_without_backtrace());
+  }
+  PPTRAIN_CHECK(missing.empty(), flag, ": '", path, "' has no '", missing, "'");
+}
+
+void Stage::save(const std::string& dir, const LeftOut& left_out) const {
   std::error_code error;
   std::filesystem::create_directories(dir, error);  // another rank may create it at the same time
   PPTRAIN_CHECK(std::filesystem::is_directory(dir), "cannot create the --save folder '", dir, "'");
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const std::string path = layer_file(dir, first_layer_ + static_cast<int>(i));
+    const int layer = first_layer_ + static_cast<int>(i);
+    save_layer(*layers_[i].ptr(), layer_file(dir, layer), left_out_of(left_out, layer));
+  }
+}
+
+void Stage::load(const std::string& dir, const LeftOut& left_out) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const int layer = first_layer_ + static_cast<int>(i);
+    const std::string path = layer_file(dir, layer);
     try {
-      torch::save(layers_[i].ptr(), path);
-    } catch (const c10::Error& e) {
-      PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
+      load_layer(*layers_[i].ptr(), path, left_out_of(left_out, layer));
+    } catch (const UserError& e) {
+      PPTRAIN_CHECK(false, e.what(), " (layer ", layer, ")");
     }
   }
 }
 
-void Stage::load(const std::string& dir) {
+std::pair<int, std::string> Stage::find_parameter(const torch::Tensor& tensor) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const std::string path = layer_file(dir, first_layer_ + static_cast<int>(i));
-    PPTRAIN_CHECK(std::filesystem::exists(path), "--load: missing parameter file '", path, "'");
-    try {
-      auto module = layers_[i].ptr();
-      torch::load(module, path);
-    } catch (const c10::Error& e) {
-      PPTRAIN_CHECK(false, "--load: cannot read '", path, "' into layer ", first_layer_ + i, ": ",
-                    e.what_without_backtrace());
+    for (const auto& parameter : layers_[i].ptr()->named_parameters()) {
+      if (parameter.value().is_same(tensor)) {
+        return {first_layer_ + static_cast<int>(i), parameter.key()};
+      }
     }
   }
+  return {-1, ""};
 }
 
 Stage make_stage(const ModelOptions& model, int index, std::pair<int, int> layers) {

@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,10 @@
 #include "pptrain/models/tensor_bundle.h"
 
 namespace pptrain {
+
+// Parameters a checkpoint does not store in their own layer's file: model layer -> the names
+// of its parameters (as named_parameters() gives them, "lm_head.weight").
+using LeftOut = std::map<int, std::vector<std::string>>;
 
 class Stage {
  public:
@@ -50,9 +55,14 @@ class Stage {
   std::vector<std::shared_ptr<torch::nn::Module>> modules() const;
 
   // One file per layer: DIR/layer_<model layer index>.pt. UserError if a file cannot be written
-  // or read, or does not match the layer.
-  void save(const std::string& dir) const;
-  void load(const std::string& dir);
+  // or read, or does not match the layer. `left_out`: parameters that are stored elsewhere (a
+  // tied copy, stored once with the first copy), which save() leaves out of their layer's file
+  // and load() reads only when the file has them.
+  void save(const std::string& dir, const LeftOut& left_out = {}) const;
+  void load(const std::string& dir, const LeftOut& left_out = {});
+  // Where `tensor` is among the stage's parameters: (model layer, its name in that layer's
+  // named_parameters()); (-1, "") when it is none of them.
+  std::pair<int, std::string> find_parameter(const torch::Tensor& tensor) const;
 
  private:
   int index_;
@@ -66,5 +76,13 @@ Stage make_stage(const ModelOptions& model, int index, std::pair<int, int> layer
 
 // Path of one layer's parameter file in a --save/--load folder.
 std::string layer_file(const std::string& dir, int layer);
+
+// One layer's file as torch::save(module) writes it, without the parameters named in
+// `left_out`; and back into `module`, where those may be missing (they keep their values).
+// UserError naming the file when it cannot be written or read, or lacks another parameter.
+void save_layer(const torch::nn::Module& module, const std::string& path,
+                const std::vector<std::string>& left_out);
+void load_layer(torch::nn::Module& module, const std::string& path,
+                const std::vector<std::string>& left_out, const std::string& flag = "--load");
 
 }  // namespace pptrain

@@ -327,7 +327,7 @@ void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int s
   }
   transport.barrier();
   for (const Stage* stage : mine.stages) {
-    stage->save(partial.string());
+    stage->save(partial.string(), mine.left_out);
     pause_for_test();
   }
   for (const StageOptimizer* optimizer : mine.optimizers) {

@@ -70,7 +70,8 @@ void check_save_path(const std::string& dir);
 
 // What one rank holds of a checkpoint: its stages and their optimizers, in the same order.
 struct RankCheckpoint {
-  std::vector<const Stage*> stages;               // whose layers this rank writes
+  std::vector<const Stage*> stages;  // whose layers this rank writes
+  LeftOut left_out;  // their tied copies other than the first: stored once, with the first
   std::vector<const StageOptimizer*> optimizers;  // whose state this rank writes
   // An asynchronous schedule's state between two steps (weight versions, microbatches and
   // messages in flight), written as in_flight_file(dir, pipeline_rank) by a save before the

@@ -225,12 +225,28 @@ void TiedParameters::apply_update(size_t t, int stage, int update) {
 
 void TiedParameters::finish_async(int last_update) {
   torch::NoGradGuard no_grad;
+  // The first copies send their values, which each follower checks once it has caught up: the
+  // rule makes them equal bit for bit, and a run that broke it must not pass for one that kept
+  // it (update -1 marks the message).
+  for (size_t t = 0; t < ties_.size(); ++t) {
+    const std::vector<torch::Tensor> first = copies_on(t, ties_[t].stages.front());
+    if (first.empty()) continue;
+    for (size_t i = 1; i < ties_[t].stages.size(); ++i) {
+      deliver(t, ties_[t].stages.front(), ties_[t].stages[i], -1, first.front().detach().clone());
+    }
+  }
   for (auto& [key, follower] : followers_) {
     const auto [t, stage] = key;
     for (int u = std::max(0, last_update - lag_ + 1); u <= last_update; ++u) {
       apply_update(t, stage, u);
     }
     for (const auto& copy : follower.copies) copy.mutable_grad() = torch::zeros_like(copy);
+    const torch::Tensor first =
+        collect(t, ties_[t].stages.front(), stage, -1, follower.copies.front());
+    for (const auto& copy : follower.copies) {
+      PPTRAIN_ASSERT(torch::equal(copy, first), "tied parameter '", ties_[t].name,
+                     "': the copy on stage ", stage, " differs from the first after the run");
+    }
   }
   for (auto& [update, send] : sends_) send.wait();
   sends_.clear();
