@@ -28,6 +28,7 @@
 #include "pptrain/common/check.h"
 #include "pptrain/models/model.h"
 #include "pptrain/runtime/stage.h"
+#include "pptrain/train/optimizer.h"
 
 namespace pptrain::e2e {
 
@@ -165,9 +166,22 @@ inline void expect_same_parameters(const ModelOptions& model, const fs::path& di
 }
 
 // A gpt checkpoint of --tie-embeddings stores the token table once: in layer 0's file, not in
-// the head's.
-inline void expect_table_stored_once(ModelOptions model, const fs::path& dir) {
+// the head's; and its optimizer state (of `optimizer`, "sgd" with momentum or "adamw") too.
+inline void expect_table_stored_once(ModelOptions model, const fs::path& dir,
+                                     const std::string& optimizer) {
   model.tie_embeddings = true;
+  const int last = num_layers(model) - 1;
+  OptimizerOptions options;
+  options.kind = optimizer;
+  for (int layer : {0, last}) {
+    Stage stage = make_stage(model, 0, {layer, layer});
+    StageOptimizer state(options, stage);
+    state.load(dir.string());
+    const torch::Tensor table =
+        stage.layers()[0].ptr()->named_parameters()[layer == 0 ? "token" : "lm_head.weight"];
+    EXPECT_EQ(state.state_of(table).empty(), layer == last)
+        << "layer " << layer << "'s optimizer file in " << dir.string();
+  }
   auto embedding = make_layer(model, 0).ptr();
   auto head = make_layer(model, num_layers(model) - 1).ptr();
   load_layer(*embedding, layer_file(dir.string(), 0), {});

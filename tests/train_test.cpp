@@ -109,7 +109,7 @@ TEST(TiedEmbeddings, PipelinesEqualOneProcessAndTheCopiesStayEqual) {
     std::string tag = flags;
     for (char& c : tag) c = c == ' ' ? '_' : c;
     expect_run_matches_reference(model, common + " " + flags, tag, dir);
-    expect_table_stored_once(model, dir / tag);
+    expect_table_stored_once(model, dir / tag, "sgd");
   }
 }
 

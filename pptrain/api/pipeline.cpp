@@ -562,6 +562,9 @@ void PipelineSchedule::Impl::make_weights() {
     }
     if (weights && first_replica && (copy == 0 || options.zero == 1)) {
       saved.optimizers.push_back(&weights->optimizers[l]);
+      for (const auto& p : stage.parameters()) {
+        if (tied.is_extra_copy(p)) weights->optimizers[l].store_elsewhere(p);  // as its values
+      }
     }
   }
 }
@@ -768,6 +771,10 @@ void PipelineSchedule::resume_from(const std::string& dir) {
   PPTRAIN_CHECK(impl.weights, "optimizer state: set PipelineOptions::optimizer");
   PPTRAIN_CHECK(!impl.executor, "resume_from() after the first step");
   for (auto& optimizer : impl.weights->optimizers) optimizer.load(dir);
+  // A tied parameter's state is stored once, with its first copy.
+  std::vector<StageOptimizer*> optimizers;
+  for (auto& optimizer : impl.weights->optimizers) optimizers.push_back(&optimizer);
+  impl.tied.agree_state(optimizers);
   if (!impl.asynchronous()) return;
   PPTRAIN_CHECK(impl.tied.empty(), "tied parameters under ", impl.schedule().name,
                 " cannot resume: their checkpoints are taken after the run's last step only");

@@ -235,13 +235,78 @@ void StageOptimizer::save(const std::string& dir) const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]) continue;
     const std::string path = optimizer_file(dir, first_layer_ + static_cast<int>(i));
+    // The states stored elsewhere step out of the map while the file is written.
+    auto& state = layers_[i]->state();
+    using Key = std::decay_t<decltype(state)>::key_type;
+    std::vector<std::pair<Key, std::unique_ptr<torch::optim::OptimizerParamState>>> aside;
+    for (const auto& p : elsewhere_) {
+      const auto found = state.find(state_key<std::decay_t<decltype(state)>>(p));
+      if (found == state.end()) continue;
+      aside.emplace_back(found->first, std::move(found->second));
+      state.erase(found);
+    }
     try {
       torch::serialize::OutputArchive archive;
       layers_[i]->save(archive);
       archive.save_to(path);
     } catch (const c10::Error& e) {
+      for (auto& [key, value] : aside) state[key] = std::move(value);
       PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
     }
+    for (auto& [key, value] : aside) state[key] = std::move(value);
+  }
+}
+
+torch::optim::Optimizer* StageOptimizer::optimizer_of(const torch::Tensor& parameter) const {
+  for (const auto& optimizer : layers_) {
+    if (!optimizer) continue;
+    for (const auto& p : optimizer->param_groups().front().params()) {
+      if (p.is_same(parameter)) return optimizer.get();
+    }
+  }
+  return nullptr;
+}
+
+std::vector<torch::Tensor> StageOptimizer::state_of(const torch::Tensor& parameter) const {
+  torch::optim::Optimizer* optimizer = optimizer_of(parameter);
+  if (!optimizer) return {};
+  auto& state = optimizer->state();
+  const auto found = state.find(state_key<std::decay_t<decltype(state)>>(parameter));
+  if (found == state.end()) return {};
+  std::vector<torch::Tensor> out = state_tensors(*found->second);
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(found->second.get())) {
+    out.push_back(torch::full({1}, static_cast<double>(adamw->step()), torch::kFloat64));
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> StageOptimizer::state_like(const torch::Tensor& parameter) const {
+  torch::optim::Optimizer* optimizer = optimizer_of(parameter);
+  if (!optimizer) return {};
+  const auto zeros = torch::zeros_like(parameter, at::MemoryFormat::Contiguous);
+  if (dynamic_cast<torch::optim::AdamW*>(optimizer)) {
+    return {zeros, zeros.clone(), torch::zeros({1}, torch::kFloat64)};
+  }
+  return {zeros};
+}
+
+void StageOptimizer::set_state(const torch::Tensor& parameter,
+                               const std::vector<torch::Tensor>& values) {
+  torch::optim::Optimizer* optimizer = optimizer_of(parameter);
+  PPTRAIN_ASSERT(optimizer && values.size() == state_like(parameter).size(),
+                 "a state of the optimizer's kind for one of its parameters");
+  auto& state = optimizer->state();
+  const auto key = state_key<std::decay_t<decltype(state)>>(parameter);
+  if (dynamic_cast<torch::optim::AdamW*>(optimizer)) {
+    auto made = std::make_unique<torch::optim::AdamWParamState>();
+    made->exp_avg(values[0].clone());
+    made->exp_avg_sq(values[1].clone());
+    made->step(static_cast<int64_t>(values[2].item<double>()));
+    state[key] = std::move(made);
+  } else {
+    auto made = std::make_unique<torch::optim::SGDParamState>();
+    made->momentum_buffer(values[0].clone());
+    state[key] = std::move(made);
   }
 }
 

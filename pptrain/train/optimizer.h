@@ -78,14 +78,28 @@ class StageOptimizer {
   int64_t state_bytes() const;
 
   // One file per layer: DIR/optim_<model layer index>.pt. UserError if a file cannot be written
-  // or read, or does not fit the layer's parameters.
+  // or read, or does not fit the layer's parameters. The state of a parameter stored_elsewhere()
+  // is left out of its file (a tied copy's, stored once with the first copy's).
   void save(const std::string& dir) const;
   void load(const std::string& dir);
+  void store_elsewhere(const torch::Tensor& parameter) { elsewhere_.push_back(parameter); }
+
+  // The state of `parameter` as tensors (SGD: the momentum buffer; AdamW: the two moments and
+  // the step count as a float64 scalar); empty when it has none yet, or is not one of this
+  // optimizer's parameters. state_like() is zeros of those shapes; set_state() gives a
+  // parameter that state, making it when there is none.
+  std::vector<torch::Tensor> state_of(const torch::Tensor& parameter) const;
+  std::vector<torch::Tensor> state_like(const torch::Tensor& parameter) const;
+  void set_state(const torch::Tensor& parameter, const std::vector<torch::Tensor>& state);
+  bool holds(const torch::Tensor& parameter) const { return optimizer_of(parameter) != nullptr; }
 
  private:
   int first_layer_;
   // [layer of the stage]; null for a layer without parameters.
   std::vector<std::unique_ptr<torch::optim::Optimizer>> layers_;
+  std::vector<torch::Tensor> elsewhere_;  // parameters whose state save() leaves out
+
+  torch::optim::Optimizer* optimizer_of(const torch::Tensor& parameter) const;
   // What undo_step() needs of the last step_undoably(), per parameter of every kept layer.
   struct Undo {
     bool exact = false;

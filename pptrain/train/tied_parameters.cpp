@@ -72,6 +72,39 @@ void TiedParameters::agree() {
   }
 }
 
+void TiedParameters::agree_state(const std::vector<StageOptimizer*>& optimizers) {
+  torch::NoGradGuard no_grad;
+  const auto holder = [&optimizers](const torch::Tensor& p) -> StageOptimizer* {
+    for (StageOptimizer* o : optimizers) {
+      if (o->holds(p)) return o;
+    }
+    return nullptr;
+  };
+  for (TiedCopies& tie : ties_) {
+    // The first copy's state, if this rank holds it; the others add zeros (as agree() does).
+    const auto& [stage, first] = tie.local.front();
+    StageOptimizer* first_optimizer = stage == tie.stages.front() ? holder(first) : nullptr;
+    std::vector<torch::Tensor> state =
+        first_optimizer ? first_optimizer->state_of(first) : std::vector<torch::Tensor>{};
+    auto has_state = torch::full({1}, state.empty() ? 0 : 1, torch::kInt64);
+    if (tie.group) tie.group->allreduce_sum(has_state);
+    if (has_state.item<int64_t>() == 0) continue;  // a fresh optimizer: nothing to agree on
+    StageOptimizer* any = holder(first);
+    PPTRAIN_ASSERT(any, "tied parameter '", tie.name, "': no optimizer holds this rank's copy");
+    if (state.empty()) {
+      state = any->state_like(first);
+    } else {
+      for (auto& t : state) t = t.clone();
+    }
+    for (auto& t : state) {
+      if (tie.group) tie.group->allreduce_sum(t);
+    }
+    for (const auto& [s, copy] : tie.local) {
+      if (StageOptimizer* o = holder(copy)) o->set_state(copy, state);
+    }
+  }
+}
+
 void TiedParameters::sum_gradients() {
   for (TiedCopies& tie : ties_) {
     torch::Tensor sum;

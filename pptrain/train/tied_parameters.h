@@ -62,6 +62,10 @@ class TiedParameters {
   // A collective over each tie's group. UserError naming the tie and the two stages when copies
   // differ in shape or dtype; then every copy takes the values of the copy on the lowest stage.
   void agree();
+  // After optimizer state was loaded from a checkpoint, which stores a tied parameter's state
+  // once (with the first copy): every copy takes the first copy's state, from whichever of
+  // `optimizers` holds it. A collective over each tie's group, as agree().
+  void agree_state(const std::vector<StageOptimizer*>& optimizers);
   // Every copy's gradient becomes the sum of all copies' gradients (undefined ones count as 0).
   void sum_gradients();
   // Whether `tensor` is a copy other than the first of its tie: the gradient norm counts a tied
