@@ -89,8 +89,8 @@ for round in $(seq "$ROUNDS"); do
       cli) run "$name" "$PPTRAIN" train $MODEL $args --steps "$STEPS" --quiet --metrics "$out" ;;
       py) run "$name" "$PPTRAIN" run --nproc 2 "$python" bench/python_speed.py pptrain "$args" \
                 "$out" $MODEL --steps "$STEPS" ;;
-      pipe) OPENBLAS_NUM_THREADS=$args OMP_NUM_THREADS=$args \
-              run "$name" "$python" bench/python_speed.py pipe "$args" "$out" $MODEL --steps "$STEPS" ;;
+      pipe) OPENBLAS_NUM_THREADS=$args OMP_NUM_THREADS=$args run "$name" \
+              "$python" bench/python_speed.py pipe "$args" "$out" $MODEL --steps "$STEPS" ;;
     esac
   done
 done
