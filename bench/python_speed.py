@@ -22,8 +22,8 @@ import time
 
 VOCAB = 256  # pptrain's gpt: byte-level characters
 # The configurations of bench/python_speed.sh, in the order the table lists them.
-CONFIGS = ["cli-1f1b", "py-1f1b", "cli-zb-v", "cli-zb-v-autograd", "py-zb-v", "cli-gpipe",
-           "py-gpipe", "pipe-1thread", "pipe-2threads"]
+CONFIGS = ["cli-1f1b", "py-1f1b", "cli-zb-v", "cli-zb-v-autograd", "py-zb-v", "py-zb-v-deferred",
+           "cli-gpipe", "py-gpipe", "pipe-1thread", "pipe-2threads"]
 LR, MOMENTUM, CLIP = 0.05, 0.9, 1.0  # `pptrain train`'s defaults: sgd with momentum, clip 1
 
 
@@ -40,10 +40,12 @@ def model_flags(argv):
     return parser.parse_args(argv)
 
 
-def gpt_layers(o):
+def gpt_layers(o, linear=None):
     """pptrain's gpt (pptrain/models/model.cpp) layer for layer: [embedding, block 0 .. block N-1,
-    head]. Its PipeLinear is torch.nn.Linear's computation and initialisation."""
+    head]. Its PipeLinear is torch.nn.Linear's computation and initialisation; `linear` (default
+    torch.nn.Linear) may be pptrain.Linear, the same layer whose weight products can wait for W."""
     import torch
+    linear = linear or torch.nn.Linear
     import torch.nn.functional as F
 
     class Embedding(torch.nn.Module):
@@ -63,8 +65,8 @@ def gpt_layers(o):
         def __init__(self):
             super().__init__()
             self.norm = torch.nn.LayerNorm(o.d_model)
-            self.qkv = torch.nn.Linear(o.d_model, 3 * o.d_model)
-            self.proj = torch.nn.Linear(o.d_model, o.d_model)
+            self.qkv = linear(o.d_model, 3 * o.d_model)
+            self.proj = linear(o.d_model, o.d_model)
 
         def forward(self, x):
             batch, tokens, d_model = x.shape
@@ -84,8 +86,8 @@ def gpt_layers(o):
         def __init__(self):
             super().__init__()
             self.norm = torch.nn.LayerNorm(o.d_model)
-            self.fc1 = torch.nn.Linear(o.d_model, 4 * o.d_model)
-            self.fc2 = torch.nn.Linear(4 * o.d_model, o.d_model)
+            self.fc1 = linear(o.d_model, 4 * o.d_model)
+            self.fc2 = linear(4 * o.d_model, o.d_model)
 
         def forward(self, x):
             return x + self.fc2(F.gelu(self.fc1(self.norm(x))))
@@ -106,7 +108,7 @@ def gpt_layers(o):
         def __init__(self):
             super().__init__()
             self.norm = torch.nn.LayerNorm(o.d_model)
-            self.lm_head = torch.nn.Linear(o.d_model, VOCAB)
+            self.lm_head = linear(o.d_model, VOCAB)
 
         def forward(self, x):
             return self.lm_head(self.norm(x))
@@ -157,12 +159,16 @@ def run_pptrain(name, path, o):
     import torch
     import pptrain
     torch.set_num_threads(1)
+    # "zb-v-deferred": zb-v with pptrain.Linear layers and weight_split="deferred".
+    deferred = name.endswith("-deferred")
+    name = name[: -len("-deferred")] if deferred else name
     num_stages, mine = pptrain.placement(name, o.microbatches)
-    model = torch.nn.Sequential(*gpt_layers(o))
+    model = torch.nn.Sequential(*gpt_layers(o, pptrain.Linear if deferred else None))
     parts = pptrain.split(model, split_points(o, num_stages))
     stages = [pptrain.PipelineStage(parts[s], s, num_stages) for s in mine]
     optimizer = {"kind": "sgd", "lr": LR, "momentum": MOMENTUM, "clip": CLIP}
-    schedule = pptrain.schedule(name, stages, o.microbatches, loss_fn, optimizer=optimizer)
+    schedule = pptrain.schedule(name, stages, o.microbatches, loss_fn, optimizer=optimizer,
+                                weight_split="deferred" if deferred else "autograd")
     data = batches(o)
     out = open(path, "w") if pptrain.world()[0] == 0 else None
     for step, (x, y) in enumerate(data):
@@ -312,6 +318,7 @@ def summary(work, warmup):
     ratio("  1f1b: py-1f1b / cli-1f1b", "py-1f1b", "cli-1f1b")
     ratio("  zb-v: py-zb-v / cli-zb-v", "py-zb-v", "cli-zb-v")
     ratio("  zb-v: py-zb-v / cli-zb-v-autograd", "py-zb-v", "cli-zb-v-autograd")
+    ratio("  zb-v: py-zb-v-deferred / cli-zb-v", "py-zb-v-deferred", "cli-zb-v")
     ratio("  gpipe: py-gpipe / cli-gpipe", "py-gpipe", "cli-gpipe")
     for name, why in errors.items():
         print(f"{name}: torch Pipe cannot run on CPU here: {why}")

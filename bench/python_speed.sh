@@ -5,7 +5,8 @@
 #           gradients; and --weight-split autograd, the split a Python module gets) and gpipe;
 #   py-*    the same gpt written as a Python torch.nn module (bench/python_speed.py), the same
 #           two (zb-v: four) stages and sgd, driven through pptrain.runtime under
-#           `pptrain run --nproc 2 /usr/bin/python3`, with 1f1b, zb-v and gpipe;
+#           `pptrain run --nproc 2 /usr/bin/python3`, with 1f1b, zb-v and gpipe; and zb-v with
+#           pptrain.Linear layers and weight_split="deferred" (the CLI's split, from Python);
 #   pipe-*  torch 1.13's torch.distributed.pipeline.sync.Pipe (GPipe) on the same module and
 #           stages, batch and chunks, in one process with both partitions on "cpu" (RPC
 #           initialised for a world of one), with one and with two compute threads.
@@ -74,6 +75,7 @@ configs=("cli-1f1b:cli --pp 2 --schedule 1f1b"
          "cli-zb-v:cli --pp 2 --schedule zb-v"
          "cli-zb-v-autograd:cli --pp 2 --schedule zb-v --weight-split autograd"
          "py-zb-v:py zb-v"
+         "py-zb-v-deferred:py zb-v-deferred"
          "cli-gpipe:cli --pp 2 --schedule gpipe"
          "py-gpipe:py gpipe"
          "pipe-1thread:pipe 1"

@@ -116,10 +116,15 @@ void PipeLinearImpl::reset_parameters() {
   if (bias.defined()) bias.uniform_(-bound, bound);
 }
 
-torch::Tensor PipeLinearImpl::forward(const torch::Tensor& input) {
+torch::Tensor pipe_linear(const torch::Tensor& input, const torch::Tensor& weight,
+                          const torch::Tensor& bias) {
   c10::optional<torch::Tensor> maybe_bias;
   if (bias.defined()) maybe_bias = bias;
   return PipeLinearFunction::apply(input, weight, maybe_bias);
+}
+
+torch::Tensor PipeLinearImpl::forward(const torch::Tensor& input) {
+  return pipe_linear(input, weight, bias);
 }
 
 void PipeLinearImpl::pretty_print(std::ostream& stream) const {

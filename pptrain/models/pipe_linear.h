@@ -42,4 +42,10 @@ class PipeLinearImpl : public torch::nn::Cloneable<PipeLinearImpl> {
 };
 TORCH_MODULE(PipeLinear);
 
+// y = x W^T + b with PipeLinear's backward (its weight gradients deferred under a
+// DeferWeightGrads guard): the layer's forward for parameters held elsewhere (the Python
+// package's pptrain.Linear). `bias` may be undefined.
+torch::Tensor pipe_linear(const torch::Tensor& input, const torch::Tensor& weight,
+                          const torch::Tensor& bias);
+
 }  // namespace pptrain

@@ -46,6 +46,17 @@ def split(model, split_points):
     return [torch.nn.Sequential(*layers[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
+class Linear(torch.nn.Linear):
+    """torch.nn.Linear (the same parameters, initialisation and state_dict) whose backward can
+    leave its weight gradients to the W of a zero-bubble schedule: with
+    `schedule(..., weight_split="deferred")` the I of a backward computes only the input's
+    gradient through these layers and W their weights' later, without autograd walking the
+    graph twice (docs/PYTHON.md). Elsewhere it computes what torch.nn.Linear does."""
+
+    def forward(self, input):
+        return _runtime.linear(input, self.weight, self.bias)
+
+
 class PipelineStage:
     """Stage `stage_index` of `num_stages`: `module` runs it on the rank that makes it."""
 
@@ -69,13 +80,14 @@ class Schedule:
 
     def __init__(self, name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="",
                  recompute=False, optimizer=None, steps=0, one_process=False, metrics="",
-                 svg="", trace="", pipemare=None):
+                 svg="", trace="", pipemare=None, weight_split="autograd", tokens_per_sample=1):
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
         self._schedule = _runtime.Schedule([s._stage for s in self.stages], name, n_microbatches,
                                            loss_fn, chunks, schedule_file, recompute, optimizer,
-                                           steps, one_process, metrics, svg, trace, pipemare)
+                                           steps, one_process, metrics, svg, trace, pipemare,
+                                           weight_split, tokens_per_sample)
 
     def step(self, *args, target=None):
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
@@ -109,7 +121,7 @@ class Schedule:
 
 def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False,
              optimizer=None, steps=0, one_process=False, metrics="", svg="", trace="",
-             pipemare=None):
+             pipemare=None, weight_split="autograd", tokens_per_sample=1):
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -122,6 +134,11 @@ def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", 
     train` does (a JSON line per step; the measured timeline of the last step as an SVG picture
     and as a Chrome trace), the last two when the schedule is finished or dropped. pipemare:
     PipeMare's fixes, e.g. {"lr_reschedule": True, "correction": True, "warmup_steps": 100,
-    "decay": 0.1} (the defaults; `pptrain train`'s --no-lr-reschedule, ...)."""
+    "decay": 0.1} (the defaults; `pptrain train`'s --no-lr-reschedule, ...). weight_split: how
+    a zero-bubble schedule splits a backward into I and W, "autograd" (any module) or "deferred"
+    (pptrain.Linear layers defer their weight products to W, the others compute theirs in I).
+    tokens_per_sample: what the reports' tokens_per_s counts per sample (0: the length of the
+    input's dimension 1, batch by batch)."""
     return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute,
-                    optimizer, steps, one_process, metrics, svg, trace, pipemare)
+                    optimizer, steps, one_process, metrics, svg, trace, pipemare, weight_split,
+                    tokens_per_sample)

@@ -21,6 +21,7 @@
 
 #include "pptrain/api/pipeline.h"
 #include "pptrain/common/check.h"
+#include "pptrain/models/pipe_linear.h"
 #include "pptrain/train/observers.h"
 
 namespace py = pybind11;
@@ -354,6 +355,15 @@ PipeMareOptions pipemare_of(const py::dict& given) {
 PYBIND11_MODULE(_runtime, m) {
   using namespace pptrain;
   using namespace pptrain::python;
+  m.def(
+      "linear",
+      [](const torch::Tensor& input, const torch::Tensor& weight,
+         const std::optional<torch::Tensor>& bias) {
+        return pipe_linear(input, weight, bias.value_or(torch::Tensor()));
+      },
+      py::arg("input"), py::arg("weight"), py::arg("bias"),
+      "y = x W^T + b whose weight gradients a zero-bubble schedule's W computes "
+      "(weight_split='deferred')");
   m.doc() = "pptrain's pipeline runtime for torch.nn.Module (see pptrain.runtime)";
   py::register_exception<UserError>(m, "PipelineError", PyExc_ValueError);
 
@@ -383,9 +393,18 @@ PYBIND11_MODULE(_runtime, m) {
                        int microbatches, py::object loss_fn, int chunks,
                        const std::string& schedule_file, bool recompute, py::object optimizer,
                        int steps, bool one_process, const std::string& metrics,
-                       const std::string& svg, const std::string& trace, py::object pipemare) {
+                       const std::string& svg, const std::string& trace, py::object pipemare,
+                       const std::string& weight_split, double tokens_per_sample) {
              PipelineOptions options =
                  options_of(name, microbatches, chunks, schedule_file, recompute);
+             PPTRAIN_CHECK(weight_split == "autograd" || weight_split == "deferred",
+                           "weight_split must be autograd or deferred, got '", weight_split, "'");
+             if (weight_split == "deferred") {
+               options.weight_split = ExecutorOptions::WeightSplit::kDeferredLayers;
+             }
+             PPTRAIN_CHECK(tokens_per_sample >= 0, "tokens_per_sample must be >= 0, got ",
+                           tokens_per_sample);
+             options.tokens_per_sample = tokens_per_sample;
              if (!optimizer.is_none()) options.optimizer = optimizer_of(optimizer.cast<py::dict>());
              if (!pipemare.is_none()) options.pipemare = pipemare_of(pipemare.cast<py::dict>());
              options.steps = steps;
@@ -402,7 +421,8 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("chunks") = 0, py::arg("schedule_file") = "", py::arg("recompute") = false,
            py::arg("optimizer") = py::none(), py::arg("steps") = 0, py::arg("one_process") = false,
            py::arg("metrics") = "", py::arg("svg") = "", py::arg("trace") = "",
-           py::arg("pipemare") = py::none())
+           py::arg("pipemare") = py::none(), py::arg("weight_split") = "autograd",
+           py::arg("tokens_per_sample") = 1.0)
       .def("report", &PySchedule::report)
       .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))

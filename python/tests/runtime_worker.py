@@ -24,10 +24,11 @@ STEPS = 3
 LAYERS = 8
 
 
-def mlp():
-    """Eight blocks of Linear and Tanh: up to 8 stages, each with weights."""
+def mlp(linear=torch.nn.Linear):
+    """Eight blocks of Linear and Tanh: up to 8 stages, each with weights. `linear`:
+    torch.nn.Linear or pptrain.Linear (the same parameters)."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    return torch.nn.Sequential(*[torch.nn.Sequential(linear(8, 8), torch.nn.Tanh())
                                  for _ in range(LAYERS)])
 
 
@@ -65,6 +66,8 @@ def main():
     parser.add_argument("--one-process", type=int, default=0)
     parser.add_argument("--pipemare-warmup", type=int, default=100)
     parser.add_argument("--microbatches", type=int, default=MICROBATCHES)
+    parser.add_argument("--deferred", action="store_true",
+                        help="pptrain.Linear layers, weight_split='deferred'")
     parser.add_argument("--forever", action="store_true",
                         help="train until stopped, after writing OUT.RANK.pid at the first step")
     parser.add_argument("--reports", help="also write FILE.jsonl, FILE.svg and FILE.json")
@@ -77,7 +80,7 @@ def main():
         num_stages, local = pptrain.placement(args.schedule, args.microbatches)
     # Stage s of S holds blocks [s * 8 // S, (s + 1) * 8 // S).
     points = [s * LAYERS // num_stages for s in range(1, num_stages)]
-    parts = pptrain.split(mlp(), points)
+    parts = pptrain.split(mlp(pptrain.Linear if args.deferred else torch.nn.Linear), points)
     modules = {s: parts[s] for s in local}
     if args.fail_forward in modules:
         modules[args.fail_forward] = Failing(modules[args.fail_forward])
@@ -101,7 +104,9 @@ def main():
             files = dict(metrics=args.reports + ".jsonl", svg=args.reports + ".svg",
                          trace=args.reports + ".json")
         schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
-                                    loss_fn=torch.nn.functional.mse_loss, **files)
+                                    loss_fn=torch.nn.functional.mse_loss,
+                                    weight_split="deferred" if args.deferred else "autograd",
+                                    **files)
         optimizer = torch.optim.SGD([p for s in stages for p in s.module.parameters()], lr=0.1)
         if args.forever:
             x, y = next(iter(batches()))

@@ -83,6 +83,20 @@ def test_equals_one_process(tmp_path, schedule, nproc):
         assert torch.allclose(g, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "zb-v"])
+def test_pptrain_linear_defers_its_weight_gradients_and_equals_one_process(tmp_path, schedule):
+    """pptrain.Linear with weight_split="deferred": W computes its weight products, and the
+    training equals plain torch with torch.nn.Linear."""
+    out = str(tmp_path / "run")
+    code, _, stderr = launch(2, schedule, out, "--deferred")
+    assert code == 0, stderr
+    ranks = [json.load(open(f"{out}.{r}.json")) for r in range(2)]
+    ref_losses, ref_params = reference()
+    assert step_losses(ranks) == pytest.approx(ref_losses, rel=1e-5)
+    for g, ref in zip(params_of(ranks), ref_params):
+        assert torch.allclose(g, ref, rtol=1e-5, atol=1e-6)
+
+
 def params_of(ranks):
     """The parameters of the runs' stages, in stage order: the model's parameters in order (of a
     replicated stage, its replica on the lowest rank: the replicas are equal)."""
@@ -266,6 +280,8 @@ def test_bad_input_is_a_one_line_value_error():
         schedule.step(torch.randn(6, 8), target=torch.randn(6, 8))
     with pytest.raises(ValueError, match="optimizer: kind must be sgd or adamw"):
         pptrain.schedule("1f1b", [whole], 4, mse, optimizer={"kind": "lion"})
+    with pytest.raises(ValueError, match="weight_split must be autograd or deferred, got 'x'"):
+        pptrain.schedule("1f1b", [whole], 4, mse, weight_split="x")
     with pytest.raises(ValueError, match="pipemare: unknown option 'tau'"):
         pptrain.schedule("1f1b", [whole], 4, mse, pipemare={"tau": 2})
     # A schedule file whose rank lost the backward of microbatch 3.
