@@ -68,11 +68,11 @@ def step_losses(ranks):
             for k in range(len(ranks[0]["losses"]))]
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
-@pytest.mark.parametrize("schedule", SYNCHRONOUS)
-def test_equals_one_process(tmp_path, schedule, nproc):
+def expect_equals_plain_torch(tmp_path, nproc, schedule, *flags):
+    """`pptrain run --nproc N` of the worker with `flags` trains as plain torch in one process:
+    every step's loss and every parameter to 1e-5."""
     out = str(tmp_path / "run")
-    code, stdout, stderr = launch(nproc, schedule, out)
+    code, _, stderr = launch(nproc, schedule, out, *flags)
     assert code == 0, stderr
     ranks = [json.load(open(f"{out}.{r}.json")) for r in range(nproc)]
     ref_losses, ref_params = reference()
@@ -83,18 +83,17 @@ def test_equals_one_process(tmp_path, schedule, nproc):
         assert torch.allclose(g, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("nproc", [2, 4])
+@pytest.mark.parametrize("schedule", SYNCHRONOUS)
+def test_equals_one_process(tmp_path, schedule, nproc):
+    expect_equals_plain_torch(tmp_path, nproc, schedule)
+
+
 @pytest.mark.parametrize("schedule", ["1f1b", "zb-h1", "zb-v"])
 def test_pptrain_linear_defers_its_weight_gradients_and_equals_one_process(tmp_path, schedule):
     """pptrain.Linear with weight_split="deferred": W computes its weight products, and the
     training equals plain torch with torch.nn.Linear."""
-    out = str(tmp_path / "run")
-    code, _, stderr = launch(2, schedule, out, "--deferred")
-    assert code == 0, stderr
-    ranks = [json.load(open(f"{out}.{r}.json")) for r in range(2)]
-    ref_losses, ref_params = reference()
-    assert step_losses(ranks) == pytest.approx(ref_losses, rel=1e-5)
-    for g, ref in zip(params_of(ranks), ref_params):
-        assert torch.allclose(g, ref, rtol=1e-5, atol=1e-6)
+    expect_equals_plain_torch(tmp_path, 2, schedule, "--deferred")
 
 
 def params_of(ranks):
@@ -112,14 +111,7 @@ def params_of(ranks):
 
 
 def test_pptrain_steps_the_optimizer_of_a_synchronous_schedule_as_plain_torch(tmp_path):
-    out = str(tmp_path / "run")
-    code, _, stderr = launch(2, "zb-h1", out, "--pptrain-sgd")
-    assert code == 0, stderr
-    ranks = [json.load(open(f"{out}.{r}.json")) for r in range(2)]
-    ref_losses, ref_params = reference()
-    assert step_losses(ranks) == pytest.approx(ref_losses, rel=1e-5)
-    for got, ref in zip(params_of(ranks), ref_params):
-        assert torch.allclose(got, ref, rtol=1e-5, atol=1e-6)
+    expect_equals_plain_torch(tmp_path, 2, "zb-h1", "--pptrain-sgd")
 
 
 # pipemare's learning rate anneals from near zero over its warm-up (100 steps by default), which
