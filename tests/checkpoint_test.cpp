@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "pptrain/runtime/tensor_file.h"
 #include "tests/e2e.h"
 
 namespace pptrain {
@@ -85,19 +86,6 @@ TEST(Checkpoint, AKilledSaveKeepsThePreviousOne) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(read_text(ckpt / "manifest.json"), manifest);
   EXPECT_FALSE(fs::exists(dir / "ckpt.partial"));
-}
-
-// The ids of the running processes whose command line contains `text`.
-std::vector<pid_t> processes_mentioning(const std::string& text) {
-  std::vector<pid_t> found;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = read_text(entry.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(text) != std::string::npos) found.push_back(std::stoi(name));
-  }
-  return found;
 }
 
 // Every file of `dir` and its bytes, by name.
@@ -311,6 +299,7 @@ TEST(Checkpoint, ResumeRefusesWhatCannotContinue) {
   refused(" --pp 2 --batch-size 8 --schedule pipedream --steps 4" + resume,
           "the checkpoint is of a synchronous run (1f1b)");
   refused(one_rank + " --steps 4 --save-every 2", "--save-every and --keep need --save DIR");
+  refused(one_rank + " --steps 4 --sync-save", "--sync-save needs --save DIR");
   fs::create_directories(dir / "notes");
   std::ofstream(dir / "notes" / "todo.txt") << "mine";
   refused(one_rank + " --steps 1 --save " + (dir / "notes").string(),
@@ -320,7 +309,9 @@ TEST(Checkpoint, ResumeRefusesWhatCannotContinue) {
 struct AsyncResumeCase {
   std::string schedule;
   std::string ranks;  // --pp and, for the one-process rule, --stages
-  bool crash;         // the saving run dies at the start of step 5 instead of ending
+  // The saving run dies at the start of step 5 instead of ending (its saves synchronous, so
+  // that the one of step 3 is surely written by then).
+  bool crash;
 };
 
 void PrintTo(const AsyncResumeCase& c, std::ostream* out) {
@@ -344,8 +335,9 @@ TEST_P(AsyncResume, ASixStepRunSavedAfterStepThreeContinuesExactly) {
                        dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const fs::path ckpt = dir / "ckpt";
-  run = run_train(common + " --save-every 3 --keep 2 --save " + ckpt.string(), dir,
-                  c.crash ? "PPTRAIN_TEST_CRASH_RANK=0 PPTRAIN_TEST_CRASH_STEP=4 " : "");
+  run = run_train(
+      common + " --save-every 3 --keep 2 --save " + ckpt.string() + (c.crash ? " --sync-save" : ""),
+      dir, c.crash ? "PPTRAIN_TEST_CRASH_RANK=0 PPTRAIN_TEST_CRASH_STEP=4 " : "");
   if (c.crash) {
     ASSERT_NE(run.exit_code, 0);
   } else {
@@ -375,7 +367,9 @@ INSTANTIATE_TEST_SUITE_P(
 // --max-restarts: a worker killed (abort) at step 4 of 6 once; the launcher stops the others,
 // starts the group again from the newest whole checkpoint (step 2, --save-every 2) and the run
 // ends where an uninterrupted one does, synchronous (1f1b) and asynchronous (pipedream, which
-// continues its microbatches in flight).
+// continues its microbatches in flight). The saves are synchronous here: a background save of
+// step 2 may still be on its way when the worker dies at the start of step 4 (the soak covers
+// that: tests/soak_test.cpp).
 TEST(Restarts, AFailedRunStartsAgainFromTheNewestCheckpoint) {
   for (const std::string schedule : {"1f1b", "pipedream"}) {
     SCOPED_TRACE(schedule);
@@ -385,10 +379,11 @@ TEST(Restarts, AFailedRunStartsAgainFromTheNewestCheckpoint) {
                                " --pp 2 --batch-size 8 --microbatches 4 --quiet --steps 6";
     auto run = run_train(common + " --save " + (dir / "whole").string(), dir);
     ASSERT_EQ(run.exit_code, 0) << run.err;
-    run = run_train(common + " --save-every 2 --max-restarts 2 --save " + (dir / "ckpt").string(),
-                    dir,
-                    "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=3 PPTRAIN_TEST_CRASH_ONCE=" +
-                        (dir / "crashed").string() + " ");
+    run = run_train(
+        common + " --save-every 2 --sync-save --max-restarts 2 --save " + (dir / "ckpt").string(),
+        dir,
+        "PPTRAIN_TEST_CRASH_RANK=1 PPTRAIN_TEST_CRASH_STEP=3 PPTRAIN_TEST_CRASH_ONCE=" +
+            (dir / "crashed").string() + " ");
     ASSERT_EQ(run.exit_code, 0) << run.err;
     EXPECT_NE(run.err.find("pptrain: restart 1/2 after: worker rank 1 was killed by signal 6"),
               std::string::npos)
@@ -467,6 +462,105 @@ TEST(Restarts, PptrainRunStartsTheProgramAgain) {
   run = run_pptrain("run --nproc 2 --max-restarts 3 sh -c 'exit 2'", dir);
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_EQ(run.err.find("restart"), std::string::npos) << run.err;
+}
+
+// A background save (the default) writes what a synchronous one (--sync-save) writes, although
+// training goes on while it writes (PPTRAIN_TEST_SAVE_DELAY_MS holds the writing back for more
+// than a step): the checkpoint after step 2 has the same parameter files (and state in flight)
+// byte for byte, and runs resumed from the two end with the same parameters bit for bit; 1f1b
+// with AdamW's moments, pipedream with its weight versions and microbatches in flight. Every
+// metrics line has checkpoint_stall_s, above 0 where the step saved.
+TEST(BackgroundSave, WritesWhatASynchronousSaveWrites) {
+  for (const std::string schedule : {"1f1b --optimizer adamw", "pipedream"}) {
+    SCOPED_TRACE(schedule);
+    TempDir dir;
+    const std::string common = model_args(small_model("gpt")) + " --schedule " + schedule +
+                               " --pp 2 --batch-size 8 --microbatches 4 --quiet --steps 4";
+    for (const std::string mode : {"background", "sync"}) {
+      const std::string flags = mode == "sync" ? " --sync-save" : "";
+      auto run =
+          run_train(common + flags + " --save-every 2 --keep 2 --metrics " +
+                        (dir / (mode + ".jsonl")).string() + " --save " + (dir / mode).string(),
+                    dir, "PPTRAIN_TEST_SAVE_DELAY_MS=300 ");
+      ASSERT_EQ(run.exit_code, 0) << run.err;
+      run = run_train(common + " --resume " + (dir / (mode + ".step-2")).string() + " --save " +
+                          (dir / (mode + "-resumed")).string(),
+                      dir);
+      ASSERT_EQ(run.exit_code, 0) << run.err;
+    }
+    const auto background = folder_contents(dir / "background.step-2");
+    const auto sync = folder_contents(dir / "sync.step-2");
+    EXPECT_TRUE(same_parameters(background, sync));
+    // The state in flight, tensor by tensor (a copy does not share storage as the originals
+    // may, so the files' bytes can differ).
+    for (const auto& [name, bytes] : background) {
+      if (name.rfind("in_flight", 0) != 0) continue;
+      const NamedTensors got = read_tensor_file((dir / "background.step-2" / name).string(), "");
+      const NamedTensors want = read_tensor_file((dir / "sync.step-2" / name).string(), "");
+      ASSERT_EQ(got.size(), want.size()) << name;
+      for (const auto& [key, tensor] : want) {
+        EXPECT_TRUE(got.count(key) && torch::equal(got.at(key), tensor)) << name << " " << key;
+      }
+    }
+    EXPECT_TRUE(same_parameters(folder_contents(dir / "background-resumed"),
+                                folder_contents(dir / "sync-resumed")));
+    EXPECT_TRUE(same_parameters(folder_contents(dir / "background-resumed"),
+                                folder_contents(dir / "background")));
+    const auto stalls = read_field(dir / "background.jsonl", "checkpoint_stall_s");
+    ASSERT_EQ(stalls.size(), 4u);
+    EXPECT_EQ(stalls[0], 0);
+    EXPECT_GT(stalls[1], 0);
+    EXPECT_EQ(stalls[2], 0);
+    EXPECT_GT(stalls[3], 0);
+  }
+}
+
+// A save into a full file system (a small tmpfs mounted in the test's own mount namespace): the
+// run stops with one line naming the file and the room left, exit status 1, with a background
+// and a synchronous save; the checkpoint before it stays whole and loads. Skipped where a mount
+// namespace cannot be made (no unshare, not root).
+TEST(BackgroundSave, AFullDiskStopsTheRunAndKeepsThePreviousCheckpoint) {
+  TempDir dir;
+  const std::string common =
+      model_args(small_model("gpt")) + " --pp 2 --batch-size 8 --microbatches 4 --quiet";
+  if (std::system("unshare -m true 2>/dev/null") != 0) {
+    GTEST_SKIP() << "cannot make a mount namespace here (unshare -m)";
+  }
+  // One checkpoint's size (with its optimizer state), to size the file system at 1.5 of them.
+  auto run = run_train(common + " --steps 1 --save " + (dir / "sized").string(), dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  uintmax_t bytes = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "sized")) bytes += entry.file_size();
+  const fs::path disk = dir / "disk";
+  fs::create_directories(disk);
+  for (const std::string flags : {"", " --sync-save"}) {
+    SCOPED_TRACE(flags.empty() ? "background" : "sync");
+    const fs::path ckpt = disk / "ckpt";
+    const std::string inside =
+        "mount -t tmpfs -o size=" + std::to_string(bytes * 3 / 2 / 1024) + "k tmpfs " +
+        disk.string() + " || exit 77; " + PPTRAIN_BINARY + " train " + common + flags +
+        " --steps 3 --save-every 1 --save " + ckpt.string() + " 2> " + (dir / "err").string() +
+        "; echo $? > " + (dir / "code").string() + "; " + PPTRAIN_BINARY + " train " + common +
+        " --steps 1 --load " + ckpt.string() + " 2> " + (dir / "load_err").string() +
+        "; echo $? > " + (dir / "load_code").string() + "; cat " + ckpt.string() +
+        "/manifest.json > " + (dir / "manifest").string() + "; exit 0";
+    const int status = std::system(("unshare -m sh -c '" + inside + "'").c_str());
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+      GTEST_SKIP() << "cannot mount a tmpfs in a mount namespace of its own here";
+    }
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    const std::string err = read_text(dir / "err");
+    EXPECT_EQ(read_text(dir / "code"), "1\n") << err;
+    EXPECT_EQ(err.rfind("pptrain: error: ", 0), 0u) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find("cannot write checkpoint file '" + ckpt.string() + ".partial/"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("No space left on device ("), std::string::npos) << err;
+    EXPECT_NE(err.find(" free of "), std::string::npos) << err;
+    EXPECT_EQ(read_text(dir / "load_code"), "0\n") << read_text(dir / "load_err");
+    EXPECT_NE(read_text(dir / "manifest").find("\"step\": 1"), std::string::npos);
+  }
 }
 
 // What an asynchronous checkpoint cannot continue is refused with exit status 2 before

@@ -214,6 +214,19 @@ inline void expect_run_matches_reference(const ModelOptions& model, const std::s
   expect_same_parameters(model, dir / tag, dir / "ref");
 }
 
+// The ids of the running processes whose command line contains `text`.
+inline std::vector<pid_t> processes_mentioning(const std::string& text) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_text(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(text) != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
 // Bad input gets exit status 2 and one line on stderr, "pptrain: error: ...", containing
 // `expected`, and nothing on stdout.
 inline void expect_one_line_error(const RunResult& run, const std::string& expected) {

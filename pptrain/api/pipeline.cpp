@@ -825,6 +825,8 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
     mine.weight_bytes = impl.async->take_weight_bytes();
     if (step + 1 == impl.options.steps) impl.async->finish(impl.options.steps);
   }
+  if (impl.options.at_step_end) mine.checkpoint_stall_s = impl.options.at_step_end(step + 1);
+  mine.resident_bytes = resident_bytes();
   mine.bytes_sent = record.bytes_sent + impl.combine->take_bytes_sent();
   mine.compute_s = record.compute_cpu_s;
   mine.seconds = seconds_since(impl.step_start);

@@ -233,6 +233,10 @@ struct PipelineOptions {
   double tokens_per_sample = 1;
   // What the observers are told of the run; unset: the library's own description.
   std::optional<RunInfo> run_info;
+  // Called on every rank at the end of each step, after its updates and before its report is
+  // gathered, with the steps done so far; returns the seconds it held the step, which the report
+  // gives as checkpoint_stall_s. `pptrain train` saves its checkpoints there.
+  std::function<double(int steps_done)> at_step_end;
 };
 
 // The one-process run of `options`' schedule on `stages` stages, all on one rank, one

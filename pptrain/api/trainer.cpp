@@ -123,7 +123,19 @@ void train(const TrainingPlan& plan, Transport& transport,
   // The schedule needs a World; the transport is the caller's.
   World world{rank, transport.world_size(),
               std::shared_ptr<Transport>(&transport, [](Transport*) {})};
-  PipelineSchedule schedule(world, pointers, pipeline_options(plan, observers), loss);
+  // Checkpoints are saved at the end of a step, inside it, so that its report carries the time
+  // the step loop waited for them (checkpoint_stall_s).
+  CheckpointWriter writer(plan, transport);
+  std::optional<RankCheckpoint> to_save;
+  PipelineOptions options = pipeline_options(plan, observers);
+  options.at_step_end = [&plan, &writer, &to_save](int done) {
+    if (plan.save_dir.empty()) return 0.0;
+    if (done == plan.steps) return writer.save(*to_save, done) + writer.wait();
+    if (plan.save_every > 0 && done % plan.save_every == 0) return writer.save(*to_save, done);
+    writer.check();
+    return 0.0;
+  };
+  PipelineSchedule schedule(world, pointers, options, loss);
   if (!plan.resume_dir.empty()) schedule.resume_from(plan.resume_dir);
 
   // The batch of step k is the same on every rank (a function of the seed and k); copy d of D
@@ -143,15 +155,11 @@ void train(const TrainingPlan& plan, Transport& transport,
     return Batch{share(batch.inputs), share(batch.targets)};
   };
 
-  const RankCheckpoint to_save = schedule.checkpoint();
+  if (!plan.save_dir.empty()) to_save = schedule.checkpoint();
   for (int step = plan.first_step; step < plan.steps; ++step) {
     maybe_crash_for_test(rank, step);
     schedule.step(batches);
-    if (plan.save_every > 0 && (step + 1) % plan.save_every == 0 && step + 1 < plan.steps) {
-      save_checkpoint(plan, to_save, step + 1, transport);
-    }
   }
-  if (!plan.save_dir.empty()) save_checkpoint(plan, to_save, plan.steps, transport);
   schedule.finish();
 }
 

@@ -3,8 +3,10 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <torch/version.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -98,6 +100,15 @@ int64_t peak_bytes() {
 }
 void reset_peak() {
   g_peak.store(g_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+int64_t resident_bytes() {
+  std::FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (!statm) return 0;
+  long long pages = 0, resident = 0;
+  const int read = std::fscanf(statm, "%lld %lld", &pages, &resident);
+  std::fclose(statm);
+  return read == 2 ? resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace pptrain

@@ -30,6 +30,11 @@ int64_t allocated_bytes();  // bytes currently held through the counting allocat
 int64_t peak_bytes();       // highest allocated_bytes() since the last reset_peak()
 void reset_peak();          // peak := current
 
+// The process's resident memory (RSS, from /proc/self/statm): everything it holds in RAM, LibTorch
+// and its libraries included; 0 where it cannot be read. What a leak check watches over a long
+// run.
+int64_t resident_bytes();
+
 // Bytes of a tensor's elements; 0 for an undefined tensor.
 inline int64_t tensor_bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;

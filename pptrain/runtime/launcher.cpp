@@ -81,7 +81,8 @@ bool is_error_line(const std::string& line) {
 // An error a worker reports only because a peer went away first (transport.cpp's waiter): a
 // consequence, never the cause of a run's failure.
 bool is_consequence(const std::string& line) {
-  return line.find("the connection broke") != std::string::npos;
+  return line.find("the connection broke") != std::string::npos ||
+         line.find(kAnotherRankFailed) != std::string::npos;
 }
 
 // The workers' stderr, read through one pipe each. Lines pass on to our stderr as they come,
@@ -405,11 +406,11 @@ LaunchResult launch_workers(const LaunchOptions& options) {
 
 LaunchResult launch_with_restarts(
     LaunchOptions& options, int max_restarts,
-    const std::function<void(int restart, const LaunchResult& failed)>& before_restart) {
+    const std::function<bool(int restart, const LaunchResult& failed)>& before_restart) {
   LaunchResult result = launch_workers(options);
   for (int restart = 1; result.exit_code != 0 && result.exit_code != 2 && restart <= max_restarts;
        ++restart) {
-    before_restart(restart, result);
+    if (!before_restart(restart, result)) return LaunchResult{};
     options.restart_count = restart;
     result = launch_workers(options);
   }

@@ -34,6 +34,10 @@ struct LaunchOptions {
   int restart_count = 0;
 };
 
+// A worker's error message that contains these words is a consequence of another rank's
+// failure, never taken for the cause of the run's (LaunchResult::message).
+inline constexpr const char* kAnotherRankFailed = "another rank failed";
+
 // What happened to the workers.
 struct LaunchResult {
   int exit_code = 0;  // 0 if every worker exited with 0; else the code the launcher exits with
@@ -58,10 +62,11 @@ LaunchResult launch_workers(const LaunchOptions& options);
 
 // launch_workers(), and while the run fails for any reason but bad input (exit status 2), at
 // most `max_restarts` times: before_restart(k, failed) (which may change `options`, say to
-// resume from a checkpoint) and the group started again, k = 1, 2, ... Returns the last result.
+// resume from a checkpoint) and the group started again, k = 1, 2, ... Returns the last result;
+// a success when before_restart() returns false (the failed run had nothing left to do).
 LaunchResult launch_with_restarts(
     LaunchOptions& options, int max_restarts,
-    const std::function<void(int restart, const LaunchResult& failed)>& before_restart);
+    const std::function<bool(int restart, const LaunchResult& failed)>& before_restart);
 // What a failed run of launch_with_restarts() says: its message, and "(after N restarts)" when
 // it used them up.
 std::string failure_text(const LaunchResult& result, int max_restarts);

@@ -85,6 +85,15 @@ class Hub {
     return hub;
   }
 
+  // The hub of an independent transport among the same ranks, named `name`: made by the first
+  // rank to ask, shared with the others.
+  std::shared_ptr<Hub> independent(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_ptr<Hub>& hub = independent_[name];
+    if (!hub) hub = std::make_shared<Hub>(world_size_, timeout_);
+    return hub;
+  }
+
   // One collective of `rank`: adds `part` (undefined for a barrier) to the current round and
   // waits until every rank has; returns the sum over the ranks (undefined for a barrier).
   torch::Tensor gather(int rank, const torch::Tensor& part, const char* what) {
@@ -146,6 +155,7 @@ class Hub {
   std::map<std::tuple<int, int, int>, Mailbox> mailboxes_;      // (source, destination, tag)
   std::shared_ptr<Round> round_;                                // the collective being gathered
   std::map<std::vector<int>, std::shared_ptr<Hub>> subgroups_;  // members -> their hub
+  std::map<std::string, std::shared_ptr<Hub>> independent_;     // name -> its hub
 };
 
 class LoopbackTransport : public Transport {
@@ -194,6 +204,10 @@ class LoopbackTransport : public Transport {
     PPTRAIN_ASSERT(position != members.end(), "rank ", rank_, " is not in its group");
     return std::make_unique<LoopbackTransport>(hub_->subgroup(members),
                                                static_cast<int>(position - members.begin()));
+  }
+
+  std::unique_ptr<Transport> independent(const std::string& name) override {
+    return std::make_unique<LoopbackTransport>(hub_->independent(name), rank_);
   }
 
  private:

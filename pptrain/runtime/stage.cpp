@@ -63,18 +63,22 @@ bool listed(const std::vector<std::string>& names, const std::string& name) {
 
 // What Module::save writes (its parameters, its buffers, then each child's archive under the
 // child's name), leaving out the parameters whose dotted names `left_out` lists.
+// With `copy`, of copies of the tensors (kept by `file`).
 void write_module(const torch::nn::Module& module, torch::serialize::OutputArchive& archive,
-                  const std::string& prefix, const std::vector<std::string>& left_out) {
+                  const std::string& prefix, const std::vector<std::string>& left_out, bool copy,
+                  ArchiveFile& file) {
   for (const auto& parameter : module.named_parameters(/*recurse=*/false)) {
-    if (!listed(left_out, prefix + parameter.key())) archive.write(parameter.key(), *parameter);
+    if (!listed(left_out, prefix + parameter.key())) {
+      archive.write(parameter.key(), file.keep(*parameter, copy));
+    }
   }
   for (const auto& buffer : module.named_buffers(/*recurse=*/false)) {
-    archive.write(buffer.key(), *buffer, /*is_buffer=*/true);
+    archive.write(buffer.key(), file.keep(*buffer, copy), /*is_buffer=*/true);
   }
   for (const auto& child : module.named_children()) {
     if (!child.value()->is_serializable()) continue;
     torch::serialize::OutputArchive nested(archive.compilation_unit());
-    write_module(*child.value(), nested, prefix + child.key() + ".", left_out);
+    write_module(*child.value(), nested, prefix + child.key() + ".", left_out, copy, file);
     archive.write(child.key(), nested);
   }
 }
@@ -112,15 +116,11 @@ const std::vector<std::string>& left_out_of(const LeftOut& left_out, int layer) 
 
 }  // namespace
 
-void save_layer(const torch::nn::Module& module, const std::string& path,
-                const std::vector<std::string>& left_out) {
-  try {
-    torch::serialize::OutputArchive archive;
-    write_module(module, archive, "", left_out);
-    archive.save_to(path);
-  } catch (const c10::Error& e) {
-    PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
-  }
+ArchiveFile layer_archive(const torch::nn::Module& module, const std::string& name,
+                          const std::vector<std::string>& left_out, bool copy) {
+  ArchiveFile file(name);
+  write_module(module, *file.archive, "", left_out, copy, file);
+  return file;
 }
 
 void load_layer(torch::nn::Module& module, const std::string& path,
@@ -137,14 +137,21 @@ void load_layer(torch::nn::Module& module, const std::string& path,
   PPTRAIN_CHECK(missing.empty(), flag, ": '", path, "' has no '", missing, "'");
 }
 
+std::vector<ArchiveFile> Stage::archives(const LeftOut& left_out, bool copy) const {
+  std::vector<ArchiveFile> files;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const int layer = first_layer_ + static_cast<int>(i);
+    files.push_back(layer_archive(*layers_[i].ptr(), layer_file("", layer),
+                                  left_out_of(left_out, layer), copy));
+  }
+  return files;
+}
+
 void Stage::save(const std::string& dir, const LeftOut& left_out) const {
   std::error_code error;
   std::filesystem::create_directories(dir, error);  // another rank may create it at the same time
   PPTRAIN_CHECK(std::filesystem::is_directory(dir), "cannot create the --save folder '", dir, "'");
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const int layer = first_layer_ + static_cast<int>(i);
-    save_layer(*layers_[i].ptr(), layer_file(dir, layer), left_out_of(left_out, layer));
-  }
+  for (const ArchiveFile& file : archives(left_out, /*copy=*/false)) write_archive_file(file, dir);
 }
 
 void Stage::load(const std::string& dir, const LeftOut& left_out) {

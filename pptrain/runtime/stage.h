@@ -20,6 +20,7 @@
 
 #include "pptrain/models/model.h"
 #include "pptrain/models/tensor_bundle.h"
+#include "pptrain/runtime/archive_file.h"
 
 namespace pptrain {
 
@@ -54,10 +55,13 @@ class Stage {
   // The layers' modules, in order (to switch them between training and eval mode).
   std::vector<std::shared_ptr<torch::nn::Module>> modules() const;
 
-  // One file per layer: DIR/layer_<model layer index>.pt. UserError if a file cannot be written
-  // or read, or does not match the layer. `left_out`: parameters that are stored elsewhere (a
-  // tied copy, stored once with the first copy), which save() leaves out of their layer's file
-  // and load() reads only when the file has them.
+  // One file per layer: DIR/layer_<model layer index>.pt. archives() are those files in memory
+  // (with `copy`, of copies of the parameters, which training may go on changing); save()
+  // writes them (std::runtime_error naming the file when it cannot). load() reads them back:
+  // UserError if a file cannot be read or does not match the layer. `left_out`: parameters that
+  // are stored elsewhere (a tied copy, stored once with the first copy), which the files leave
+  // out and load() reads only when the file has them.
+  std::vector<ArchiveFile> archives(const LeftOut& left_out, bool copy) const;
   void save(const std::string& dir, const LeftOut& left_out = {}) const;
   void load(const std::string& dir, const LeftOut& left_out = {});
   // Where `tensor` is among the stage's parameters: (model layer, its name in that layer's
@@ -78,10 +82,11 @@ Stage make_stage(const ModelOptions& model, int index, std::pair<int, int> layer
 std::string layer_file(const std::string& dir, int layer);
 
 // One layer's file as torch::save(module) writes it, without the parameters named in
-// `left_out`; and back into `module`, where those may be missing (they keep their values).
-// UserError naming the file when it cannot be written or read, or lacks another parameter.
-void save_layer(const torch::nn::Module& module, const std::string& path,
-                const std::vector<std::string>& left_out);
+// `left_out` (of copies of the tensors with `copy`); and back into `module`, where those may be
+// missing (they keep their values). UserError naming the file when it cannot be read, or lacks
+// another parameter.
+ArchiveFile layer_archive(const torch::nn::Module& module, const std::string& name,
+                          const std::vector<std::string>& left_out, bool copy);
 void load_layer(torch::nn::Module& module, const std::string& path,
                 const std::vector<std::string>& left_out, const std::string& flag = "--load");
 

@@ -35,6 +35,9 @@ class CountingTransport : public Transport {
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override {
     return inner_.subgroup(members);
   }
+  std::unique_ptr<Transport> independent(const std::string& name) override {
+    return inner_.independent(name);
+  }
   int sends = 0;
 
  private:

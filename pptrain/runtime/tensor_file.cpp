@@ -6,16 +6,6 @@
 
 namespace pptrain {
 
-void write_tensor_file(const std::string& path, const NamedTensors& tensors) {
-  try {
-    torch::serialize::OutputArchive archive;
-    for (const auto& [name, tensor] : tensors) archive.write(name, tensor);
-    archive.save_to(path);
-  } catch (const c10::Error& e) {
-    PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
-  }
-}
-
 NamedTensors read_tensor_file(const std::string& path, const std::string& flag) {
   PPTRAIN_CHECK(std::filesystem::is_regular_file(path), flag, ": missing file '", path, "'");
   NamedTensors out;

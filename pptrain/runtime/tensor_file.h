@@ -2,7 +2,7 @@
 // steps of an asynchronous schedule (weight versions, microbatches, messages), for a checkpoint.
 //
 //   NamedTensors state{{"stage1/live_version", torch::tensor(3)}};
-//   write_tensor_file(dir + "/in_flight_rank0.pt", state);
+//   write_archive_file(archive_of("in_flight_rank0.pt", state, /*copy=*/false), dir);
 //   NamedTensors back = read_tensor_file(dir + "/in_flight_rank0.pt", "--resume");
 #pragma once
 
@@ -13,14 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/runtime/archive_file.h"
 #include "pptrain/runtime/stage.h"
 
 namespace pptrain {
 
-using NamedTensors = std::map<std::string, torch::Tensor>;
-
-// UserError naming the file when it cannot be written.
-void write_tensor_file(const std::string& path, const NamedTensors& tensors);
+// NamedTensors and the file's writing: runtime/archive_file.h.
 // UserError starting with `flag` and naming the file when it is missing or unreadable.
 NamedTensors read_tensor_file(const std::string& path, const std::string& flag);
 

@@ -263,6 +263,7 @@ class C10dTransport : public Transport {
   }
 
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
+  std::unique_ptr<Transport> independent(const std::string& name) override;
 
   // Once every rank has joined: from then on, each one's silence means something.
   void start_heartbeat() { heartbeat_ = std::make_unique<Heartbeat>(options_); }
@@ -426,6 +427,21 @@ std::unique_ptr<Transport> C10dTransport::subgroup(const std::vector<int>& membe
     throw std::runtime_error("rank " + std::to_string(options_.rank) + ": the group " +
                              prefix.substr(5) + " did not form within " +
                              std::to_string(options.timeout.count() / 1000) + " s: " + brief(e));
+  }
+}
+
+// An independent transport meets in the store under a prefix of its own name, with this one's
+// ranks.
+std::unique_ptr<Transport> C10dTransport::independent(const std::string& name) {
+  const std::string prefix = "independent/" + name;
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
+  try {
+    return std::make_unique<C10dTransport>(store, make_process_group(store, options_), options_,
+                                           world_ranks_);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(options_.rank) + ": the transport '" + name +
+                             "' did not form within " +
+                             std::to_string(options_.timeout.count() / 1000) + " s: " + brief(e));
   }
 }
 

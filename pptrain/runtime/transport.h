@@ -94,6 +94,11 @@ class Transport {
   // the same list, at the same point of its run; the other ranks do not call it. Use
   // make_group(), which also covers one rank and all ranks.
   virtual std::unique_ptr<Transport> subgroup(const std::vector<int>& members) = 0;
+  // A transport among the same ranks whose operations never order with this one's: for a
+  // thread of its own (a checkpoint written in the background) that must not interleave its
+  // collectives with the pipeline's. Every rank calls it with the same `name`, at the same
+  // point of its run.
+  virtual std::unique_ptr<Transport> independent(const std::string& name) = 0;
 };
 
 // A transport among `members` of `world` (see Transport::subgroup): `world` itself when they are

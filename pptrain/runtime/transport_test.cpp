@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pptrain/common/check.h"
@@ -129,23 +130,67 @@ void check_groups(const std::function<Transport&(int rank)>& world_of) {
   }
 }
 
-TEST(Transport, GlooGroupsOfReplicas) {
+// The `world_of(rank)` of a check over Gloo: rank's world transport among `worlds.size()`
+// ranks on a free port, connected on the rank's own thread.
+std::function<Transport&(int rank)> gloo_worlds(std::vector<std::unique_ptr<Transport>>& worlds) {
   const int port = find_free_port();
-  std::vector<std::unique_ptr<Transport>> worlds(4);
-  check_groups([&](int rank) -> Transport& {
+  return [&worlds, port](int rank) -> Transport& {
     TransportOptions options;
     options.rank = rank;
-    options.world_size = 4;
+    options.world_size = static_cast<int>(worlds.size());
     options.master_port = port;
     options.timeout = std::chrono::seconds(30);
     worlds[rank] = connect_transport(options);
     return *worlds[rank];
-  });
+  };
+}
+
+TEST(Transport, GlooGroupsOfReplicas) {
+  std::vector<std::unique_ptr<Transport>> worlds(4);
+  check_groups(gloo_worlds(worlds));
 }
 
 TEST(Transport, LoopbackGroupsOfReplicas) {
   auto transports = make_loopback_transports(4, std::chrono::seconds(30));
   check_groups([&](int rank) -> Transport& { return *transports[rank]; });
+}
+
+// An independent transport's collectives never pair with the world's: rank 0 sums on the world
+// first, rank 1 on the independent transport first (from a thread of its own), and each sum
+// still adds its own values.
+void check_independent(const std::function<Transport&(int rank)>& world_of) {
+  std::vector<double> world_sums(2), own_sums(2);
+  const std::string errors = testing::run_rank_threads(2, [&](int rank) {
+    Transport& world = world_of(rank);
+    std::unique_ptr<Transport> own = world.independent("checkpoint");
+    EXPECT_EQ(own->rank(), rank);
+    auto on_world = torch::full({4}, rank + 1.0, torch::kFloat64);
+    auto on_own = torch::full({4}, 10.0 * (rank + 1), torch::kFloat64);
+    std::thread background([&] {
+      if (rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      own->allreduce_sum(on_own);
+    });
+    world.allreduce_sum(on_world);
+    background.join();
+    world_sums[rank] = on_world[0].item<double>();
+    own_sums[rank] = on_own[0].item<double>();
+    world.barrier();
+  });
+  ASSERT_EQ(errors, "");
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(world_sums[rank], 3.0);
+    EXPECT_EQ(own_sums[rank], 30.0);
+  }
+}
+
+TEST(Transport, GlooIndependentTransport) {
+  std::vector<std::unique_ptr<Transport>> worlds(2);
+  check_independent(gloo_worlds(worlds));
+}
+
+TEST(Transport, LoopbackIndependentTransport) {
+  auto transports = make_loopback_transports(2, std::chrono::seconds(30));
+  check_independent([&](int rank) -> Transport& { return *transports[rank]; });
 }
 
 TEST(Transport, FromEnvNamesWhatIsMissing) {

@@ -136,6 +136,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--save", plan.save_dir.empty() ? "(none)" : plan.save_dir},
       {"--save-every", std::to_string(plan.save_every)},
       {"--keep", std::to_string(plan.keep)},
+      {"--sync-save", plan.background_save ? "off" : "on"},
   };
 }
 

@@ -10,10 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <thread>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/runtime/archive_file.h"
+#include "pptrain/runtime/launcher.h"
 #include "pptrain/train/partition_plan.h"
 
 namespace pptrain {
@@ -145,9 +148,11 @@ void maybe_crash_for_test(const char* moment) {
 }
 
 // A test hook: PPTRAIN_TEST_SAVE_PAUSE_MS=N sleeps N ms after each stage's files and around the
-// manifest and the swap, so that a test killing the run from outside can aim at each moment.
-void pause_for_test() {
-  const char* pause = std::getenv("PPTRAIN_TEST_SAVE_PAUSE_MS");
+// manifest and the swap, so that a test killing the run from outside can aim at each moment;
+// PPTRAIN_TEST_SAVE_DELAY_MS=N sleeps before a save starts writing (a background save's copy is
+// then written while later steps run).
+void pause_for_test(const char* variable = "PPTRAIN_TEST_SAVE_PAUSE_MS") {
+  const char* pause = std::getenv(variable);
   if (pause && *pause) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(pause)));
 }
 
@@ -273,12 +278,38 @@ void check_checkpoint(const std::string& dir, const ModelOptions& model, const s
   expect_whole_files(m, dir, model, flag);
 }
 
-int check_resume(const std::string& dir, const TrainingPlan& plan) {
-  // The manifest's settings first, then the files (reading every file is the slow part).
+namespace {
+
+// The manifest of `dir` when its model and the settings a resume shares are the plan's;
+// UserError starting with --resume otherwise.
+nlohmann::json manifest_of_same_run(const std::string& dir, const TrainingPlan& plan) {
   const nlohmann::json m = read_manifest(dir, "--resume");
   expect_fields(m.value("model", nlohmann::json::object()), model_json(plan.model), "--resume",
                 dir);
   expect_fields(m.value("resume", nlohmann::json::object()), resume_json(plan), "--resume", dir);
+  return m;
+}
+
+}  // namespace
+
+bool holds_finished_run(const std::string& dir, const TrainingPlan& plan) {
+  if (!fs::is_directory(dir)) return false;
+  try {
+    const nlohmann::json m = manifest_of_same_run(dir, plan);
+    if (m.value("step", -1) != plan.steps) return false;
+    const nlohmann::json async = m.value("asynchronous", nlohmann::json());
+    if (async.is_object() != plan.asynchronous()) return false;
+    if (plan.asynchronous()) expect_fields(async, asynchronous_json(plan), "--resume", dir);
+    expect_whole_files(m, dir, plan.model, "--resume");
+    return true;
+  } catch (const UserError&) {
+    return false;
+  }
+}
+
+int check_resume(const std::string& dir, const TrainingPlan& plan) {
+  // The manifest's settings first, then the files (reading every file is the slow part).
+  const nlohmann::json m = manifest_of_same_run(dir, plan);
   const int step = m.value("step", -1);
   PPTRAIN_CHECK(step >= 0, "--resume '", dir, "': the manifest has no step");
   // An asynchronous run saved before its last step has microbatches in flight, which only the
@@ -313,44 +344,162 @@ int check_resume(const std::string& dir, const TrainingPlan& plan) {
   return step;
 }
 
-void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int steps_done,
-                     Transport& transport) {
+namespace {
+
+// Seconds since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// This rank's files of the checkpoint after `steps_done` steps, in memory, in groups (a stage's
+// layers, an optimizer's state, the state in flight): of copies of the tensors with `copy`.
+std::vector<std::vector<ArchiveFile>> files_of(const TrainingPlan& plan, const RankCheckpoint& mine,
+                                               int steps_done, bool copy) {
+  std::vector<std::vector<ArchiveFile>> groups;
+  for (const Stage* stage : mine.stages) groups.push_back(stage->archives(mine.left_out, copy));
+  for (const StageOptimizer* optimizer : mine.optimizers) {
+    groups.push_back(optimizer->archives(copy));
+  }
+  if (mine.in_flight && steps_done < plan.steps) {
+    const std::string name = fs::path(in_flight_file("", mine.pipeline_rank)).filename().string();
+    groups.push_back({archive_of(name, mine.in_flight(), copy)});
+  }
+  return groups;
+}
+
+// Collective: whether every rank did its part (`mine_ok` on each); the ranks then all go on or
+// all stop, so none waits for a rank that gave up.
+bool all_succeeded(bool mine_ok, Transport& transport) {
+  auto failures = torch::tensor({mine_ok ? 0.0 : 1.0}, torch::kFloat64);
+  transport.allreduce_sum(failures);
+  return failures.item<double>() == 0;
+}
+
+// Runs `part` unless an earlier one failed, keeping the first failure's message.
+template <typename Part>
+void attempt(std::string& failure, Part&& part) {
+  if (!failure.empty()) return;
+  try {
+    part();
+  } catch (const std::exception& e) {
+    failure = e.what();
+    if (failure.empty()) failure = "an unknown error";
+  }
+}
+
+// Writes this rank's `groups` of the checkpoint after `steps_done` steps, as every rank does
+// over `transport`: DIR.partial made by rank 0, every rank's files, then rank 0's manifest and
+// swap. A rank that fails says so to the others at the next of the three collectives; then
+// every rank throws std::runtime_error: its own error (naming the file), or that another rank
+// failed. The previous checkpoint stays whole either way.
+void write_checkpoint(const TrainingPlan& plan, const std::vector<std::vector<ArchiveFile>>& groups,
+                      int steps_done, Transport& transport) {
   const fs::path dir(plan.save_dir);
   const fs::path partial = dir.string() + ".partial";
   const bool leader = transport.rank() == 0;
+  std::string failure;
+  pause_for_test("PPTRAIN_TEST_SAVE_DELAY_MS");
+  const auto stop_unless_all_succeeded = [&] {
+    if (all_succeeded(failure.empty(), transport)) return;
+    throw std::runtime_error(
+        !failure.empty() ? failure
+                         : "the checkpoint after step " + std::to_string(steps_done) +
+                               " was not saved: " + kAnotherRankFailed + " to write its part; " +
+                               dir.string() + " still holds the previous one");
+  };
   if (leader) {
-    std::error_code error;
-    fs::remove_all(partial, error);  // what an interrupted save left
-    fs::create_directories(partial, error);
-    PPTRAIN_CHECK(fs::is_directory(partial), "cannot create the folder '", partial.string(),
-                  "' for --save");
+    attempt(failure, [&] {
+      std::error_code error;
+      fs::remove_all(partial, error);  // what an interrupted save left
+      fs::create_directories(partial, error);
+      if (!fs::is_directory(partial)) {
+        throw std::runtime_error("cannot create the folder '" + partial.string() +
+                                 "' for --save: " + error.message());
+      }
+    });
   }
-  transport.barrier();
-  for (const Stage* stage : mine.stages) {
-    stage->save(partial.string(), mine.left_out);
-    pause_for_test();
+  stop_unless_all_succeeded();
+  for (const auto& group : groups) {
+    attempt(failure, [&] {
+      for (const ArchiveFile& file : group) write_archive_file(file, partial.string());
+      pause_for_test();
+    });
   }
-  for (const StageOptimizer* optimizer : mine.optimizers) {
-    optimizer->save(partial.string());
-    pause_for_test();
-  }
-  if (mine.in_flight && steps_done < plan.steps) {
-    write_tensor_file(in_flight_file(partial.string(), mine.pipeline_rank), mine.in_flight());
-  }
-  transport.barrier();  // every file is on disk
+  stop_unless_all_succeeded();  // every file is on disk
   if (leader) {
-    maybe_crash_for_test("layers");
-    pause_for_test();
-    write_text_file(manifest_path(partial).string(),
-                    manifest_of(plan, steps_done, partial).dump(2) + "\n", "checkpoint manifest");
-    maybe_crash_for_test("manifest");
-    pause_for_test();
-    const bool replaced = fs::exists(dir);
-    swap_into_place(partial, dir);
-    pause_for_test();
-    if (replaced) retire(partial, dir, plan.keep);  // the previous checkpoint
+    attempt(failure, [&] {
+      maybe_crash_for_test("layers");
+      pause_for_test();
+      write_file_to_disk(manifest_path(partial).string(),
+                         manifest_of(plan, steps_done, partial).dump(2) + "\n",
+                         "checkpoint manifest");
+      sync_folder(partial.string());
+      maybe_crash_for_test("manifest");
+      pause_for_test();
+      const bool replaced = fs::exists(dir);
+      swap_into_place(partial, dir);
+      sync_folder(dir.parent_path().empty() ? "." : dir.parent_path().string());
+      pause_for_test();
+      if (replaced) retire(partial, dir, plan.keep);  // the previous checkpoint
+    });
   }
-  transport.barrier();  // DIR is whole before any rank returns
+  stop_unless_all_succeeded();  // DIR is whole before any rank returns
+}
+
+}  // namespace
+
+void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int steps_done,
+                     Transport& transport) {
+  write_checkpoint(plan, files_of(plan, mine, steps_done, /*copy=*/false), steps_done, transport);
+}
+
+CheckpointWriter::CheckpointWriter(const TrainingPlan& plan, Transport& transport)
+    : plan_(plan), transport_(transport) {
+  if (plan.background_save && !plan.save_dir.empty()) {
+    own_transport_ = transport.independent("checkpoint");
+  }
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void CheckpointWriter::join() {
+  if (!thread_.joinable()) return;
+  thread_.join();
+  writing_ = false;
+  if (!failure_.empty()) throw std::runtime_error(failure_);
+}
+
+double CheckpointWriter::save(const RankCheckpoint& mine, int steps_done) {
+  const auto start = std::chrono::steady_clock::now();
+  join();  // the previous save, which may have failed
+  if (!own_transport_) {
+    save_checkpoint(plan_, mine, steps_done, transport_);
+    return seconds_since(start);
+  }
+  // Copies now; the files are made and written while training goes on.
+  auto groups = files_of(plan_, mine, steps_done, /*copy=*/true);
+  writing_ = true;
+  thread_ = std::thread([this, groups = std::move(groups), steps_done] {
+    try {
+      write_checkpoint(plan_, groups, steps_done, *own_transport_);
+    } catch (const std::exception& e) {
+      failure_ = e.what();
+    }
+    writing_ = false;
+  });
+  return seconds_since(start);
+}
+
+double CheckpointWriter::wait() {
+  const auto start = std::chrono::steady_clock::now();
+  join();
+  return seconds_since(start);
+}
+
+void CheckpointWriter::check() {
+  if (thread_.joinable() && !writing_) join();
 }
 
 }  // namespace pptrain

@@ -20,19 +20,26 @@
 // with the same steps, schedule, pp, microbatches and stage layout.
 //
 // A save never changes the previous checkpoint until the new one is whole: every rank writes its
-// layers into DIR.partial, rank 0 adds the manifest and then swaps DIR.partial and DIR in one
-// rename (renameat2 RENAME_EXCHANGE; a plain rename when DIR does not exist yet) and removes
-// the old one. A kill at any moment leaves either the old checkpoint or the new one at DIR, and
-// no layer file of an earlier, larger model survives a save. With `--keep K` (K > 1) the
-// checkpoint a save replaces is kept beside it as DIR.step-<its step>, up to K - 1 of them.
+// layers into DIR.partial (each file on the disk, fsync'd, before the manifest lists it), rank 0
+// adds the manifest and then swaps DIR.partial and DIR in one rename (renameat2
+// RENAME_EXCHANGE; a plain rename when DIR does not exist yet) and removes the old one. A rank
+// that cannot write (a full disk) says so at the save's next collective, and every rank stops
+// with the previous checkpoint whole. A kill at any moment leaves either the old checkpoint or the
+// new one at DIR, and no layer file of an earlier, larger model survives a save. With `--keep K` (K
+// > 1) the checkpoint a save replaces is kept beside it as DIR.step-<its step>, up to K - 1 of
+// them.
 //
 //   check_checkpoint(plan.load_dir, plan.model, "--load");   // before any worker starts
 //   int done = check_resume(options.resume_dir, plan);      // --resume: the steps it holds
 //   save_checkpoint(plan, {stages, optimizers}, 6, transport);   // every rank
+//   CheckpointWriter writer(plan, transport);                    // or in the background
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pptrain/models/model.h"
@@ -64,6 +71,10 @@ int check_resume(const std::string& dir, const TrainingPlan& plan);
 std::string newest_resumable(const std::string& save_dir, const TrainingPlan& plan,
                              std::vector<std::string>* skipped = nullptr);
 
+// True when `dir` is a whole checkpoint of `plan`'s run saved after its last step: a restart or
+// --resume auto has nothing left to run.
+bool holds_finished_run(const std::string& dir, const TrainingPlan& plan);
+
 // UserError unless `dir` can become a checkpoint folder: not an existing file, not a folder
 // holding something other than a checkpoint, and its parent folder exists or can be created.
 void check_save_path(const std::string& dir);
@@ -84,8 +95,45 @@ struct RankCheckpoint {
 std::string in_flight_file(const std::string& dir, int pipeline_rank);
 
 // Every rank of the run calls it after `steps_done` steps; returns once plan.save_dir holds
-// the new checkpoint (and at most plan.keep - 1 older ones are kept beside it).
+// the new checkpoint (and at most plan.keep - 1 older ones are kept beside it). When a rank
+// cannot write its part, every rank throws std::runtime_error (that rank's names the file and
+// the room left on its file system), and plan.save_dir keeps the previous checkpoint.
 void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int steps_done,
                      Transport& transport);
+
+// The saves of one run. With plan.background_save, save() copies the rank's state to memory
+// (the step boundary's only cost) and a thread of its own writes, checksums and swaps it into
+// place while training goes on, over a transport of its own (made by the constructor: every
+// rank constructs the writer at the same point); the next save, wait() or check() takes up a
+// failed write's error. Without it, save() is save_checkpoint().
+//
+//   CheckpointWriter writer(plan, transport);
+//   double stall = writer.save(schedule.checkpoint(), step + 1);   // every rank
+//   stall += writer.wait();                                        // at the run's end
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const TrainingPlan& plan, Transport& transport);
+  ~CheckpointWriter();  // waits for a save in flight (its error is lost: call wait() first)
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Saves `mine` as the checkpoint after `steps_done` steps, after the previous save is done.
+  // Throws the previous background save's error. Returns the seconds it kept the caller.
+  double save(const RankCheckpoint& mine, int steps_done);
+  // Waits for the save in flight; throws its error. Returns the seconds it waited.
+  double wait();
+  // Throws the error of a background save that has ended; never waits.
+  void check();
+
+ private:
+  void join();
+
+  const TrainingPlan& plan_;
+  Transport& transport_;
+  std::unique_ptr<Transport> own_transport_;  // the background saves'
+  std::thread thread_;
+  std::atomic<bool> writing_{false};
+  std::string failure_;  // the thread's error; read after it is joined
+};
 
 }  // namespace pptrain

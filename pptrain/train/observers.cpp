@@ -80,7 +80,9 @@ nlohmann::ordered_json step_metrics_json(const StepReport& r) {
           {"compute_s", r.compute_s},
           {"bytes_sent", r.bytes_sent},
           {"weight_bytes", r.weight_bytes},
-          {"rollbacks", r.rollbacks}};
+          {"rollbacks", r.rollbacks},
+          {"checkpoint_stall_s", r.checkpoint_stall_s},
+          {"resident_bytes", r.resident_bytes}};
 }
 
 void MetricsWriter::on_step(const StepReport& r) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/memory.h"
@@ -128,6 +129,27 @@ std::vector<torch::Tensor> state_tensors(torch::optim::OptimizerParamState& stat
   return {};
 }
 
+// A copy of one parameter's state whose tensors are copies too (OptimizerParamState::clone()
+// shares them).
+std::unique_ptr<torch::optim::OptimizerParamState> deep_copy(
+    const torch::optim::OptimizerParamState& state) {
+  const auto copied = [](const torch::Tensor& t) { return t.defined() ? t.clone() : t; };
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
+    auto out = std::make_unique<torch::optim::AdamWParamState>(*adamw);
+    out->exp_avg(copied(adamw->exp_avg()));
+    out->exp_avg_sq(copied(adamw->exp_avg_sq()));
+    out->max_exp_avg_sq(copied(adamw->max_exp_avg_sq()));
+    return out;
+  }
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
+    auto out = std::make_unique<torch::optim::SGDParamState>(*sgd);
+    out->momentum_buffer(copied(sgd->momentum_buffer()));
+    return out;
+  }
+  PPTRAIN_UNREACHABLE("an optimizer state of an unknown kind");
+  return nullptr;
+}
+
 // Calls `visit(optimizer, parameter, index)` for every parameter of every kept layer, in order.
 template <typename Visit>
 void for_each_parameter(std::vector<std::unique_ptr<torch::optim::Optimizer>>& layers,
@@ -231,11 +253,13 @@ void StageOptimizer::undo_step() {
   undo_.reset();
 }
 
-void StageOptimizer::save(const std::string& dir) const {
+std::vector<ArchiveFile> StageOptimizer::archives(bool copy) const {
+  std::vector<ArchiveFile> files;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (!layers_[i]) continue;
-    const std::string path = optimizer_file(dir, first_layer_ + static_cast<int>(i));
-    // The states stored elsewhere step out of the map while the file is written.
+    ArchiveFile file(optimizer_file("", first_layer_ + static_cast<int>(i)));
+    // While the archive is made, the states stored elsewhere step out of the map, and with
+    // `copy` the others are swapped for copies (the archive keeps the tensors it is given).
     auto& state = layers_[i]->state();
     using Key = std::decay_t<decltype(state)>::key_type;
     std::vector<std::pair<Key, std::unique_ptr<torch::optim::OptimizerParamState>>> aside;
@@ -245,16 +269,32 @@ void StageOptimizer::save(const std::string& dir) const {
       aside.emplace_back(found->first, std::move(found->second));
       state.erase(found);
     }
-    try {
-      torch::serialize::OutputArchive archive;
-      layers_[i]->save(archive);
-      archive.save_to(path);
-    } catch (const c10::Error& e) {
-      for (auto& [key, value] : aside) state[key] = std::move(value);
-      PPTRAIN_CHECK(false, "cannot write '", path, "': ", e.what_without_backtrace());
+    if (copy) {
+      for (auto& [key, value] : state) {
+        std::unique_ptr<torch::optim::OptimizerParamState> copied = deep_copy(*value);
+        for (const torch::Tensor& t : state_tensors(*copied)) file.copies.push_back(t);
+        aside.emplace_back(key, std::exchange(value, std::move(copied)));
+      }
     }
-    for (auto& [key, value] : aside) state[key] = std::move(value);
+    const auto restore = [&] {
+      for (size_t k = 0; k < aside.size(); ++k) {
+        state[aside[k].first] = std::move(aside[k].second);
+      }
+    };
+    try {
+      layers_[i]->save(*file.archive);
+    } catch (...) {
+      restore();
+      throw;
+    }
+    restore();
+    files.push_back(std::move(file));
   }
+  return files;
+}
+
+void StageOptimizer::save(const std::string& dir) const {
+  for (const ArchiveFile& file : archives(/*copy=*/false)) write_archive_file(file, dir);
 }
 
 torch::optim::Optimizer* StageOptimizer::optimizer_of(const torch::Tensor& parameter) const {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/runtime/archive_file.h"
 #include "pptrain/runtime/stage.h"
 
 namespace pptrain {
@@ -77,9 +78,12 @@ class StageOptimizer {
   // the first step.
   int64_t state_bytes() const;
 
-  // One file per layer: DIR/optim_<model layer index>.pt. UserError if a file cannot be written
-  // or read, or does not fit the layer's parameters. The state of a parameter stored_elsewhere()
-  // is left out of its file (a tied copy's, stored once with the first copy's).
+  // One file per layer: DIR/optim_<model layer index>.pt. archives() are those files in memory
+  // (with `copy`, of copies of the state, which later steps leave alone); save() writes them
+  // (std::runtime_error naming the file when it cannot). load(): UserError if a file cannot be
+  // read or does not fit the layer's parameters. The state of a parameter store_elsewhere()
+  // names is left out of its file (a tied copy's, stored once with the first copy's).
+  std::vector<ArchiveFile> archives(bool copy) const;
   void save(const std::string& dir) const;
   void load(const std::string& dir);
   void store_elsewhere(const torch::Tensor& parameter) { elsewhere_.push_back(parameter); }

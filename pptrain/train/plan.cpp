@@ -237,6 +237,7 @@ void check_checkpoint_flags(const TrainOptions& options, const TrainingPlan& pla
   PPTRAIN_CHECK(options.keep >= 1, "--keep must be >= 1, got ", options.keep);
   PPTRAIN_CHECK(!options.save_dir.empty() || (options.save_every == 0 && options.keep == 1),
                 "--save-every and --keep need --save DIR");
+  PPTRAIN_CHECK(!options.sync_save || !options.save_dir.empty(), "--sync-save needs --save DIR");
   PPTRAIN_CHECK(options.max_restarts >= 0, "--max-restarts must be >= 0, got ",
                 options.max_restarts);
   PPTRAIN_CHECK(options.max_restarts == 0 || !options.save_dir.empty(),
@@ -423,6 +424,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.save_dir = options.save_dir;
   plan.save_every = options.save_every;
   plan.keep = options.keep;
+  plan.background_save = !options.sync_save;
 
   // Reads (and so checks) the data source before any worker starts.
   Dataset check_data(options.model, options.data);
@@ -433,6 +435,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_checkpoint_flags(options, plan);
   if (!options.load_dir.empty()) check_checkpoint(options.load_dir, options.model, "--load");
   if (options.resume_dir == "auto") {
+    plan.finished = holds_finished_run(options.save_dir, plan);
+    if (plan.finished) return plan;
     plan.resume_dir = newest_resumable(options.save_dir, plan, &plan.resume_skipped);
   }
   if (!plan.resume_dir.empty()) plan.first_step = check_resume(plan.resume_dir, plan);

@@ -94,6 +94,7 @@ struct TrainOptions {
   std::string save_dir;           // a checkpoint after the last step (train/checkpoint.h)
   int save_every = 0;             // also after every this many steps; 0: at the end only
   int keep = 1;                   // checkpoints kept: DIR and up to keep - 1 DIR.step-<k>
+  bool sync_save = false;         // write checkpoints in the step loop, not in the background
   std::string load_dir;           // parameters to start from (a checkpoint), at step 0
   std::string resume_dir;         // a checkpoint to continue: parameters, optimizer, step;
                                   // "auto": the newest whole one in save_dir, or none
@@ -162,12 +163,17 @@ struct TrainingPlan {
   int threads = 1;                     // compute threads per process
   std::string load_dir;                // empty: start from the seeded initialisation
   std::string resume_dir;  // empty: no resume; else also the optimizer state and the step
-  // --resume auto: the checkpoints passed over (why each could not be continued).
+  // --resume auto: the checkpoints passed over (why each could not be continued); `finished`:
+  // save_dir holds the checkpoint of the run's last step, so nothing is left to run.
   std::vector<std::string> resume_skipped;
+  bool finished = false;
   int first_step = 0;    // the step the run starts at: the resumed checkpoint's step
   std::string save_dir;  // empty: do not save
   int save_every = 0;    // see TrainOptions
   int keep = 1;          // see TrainOptions
+  // Checkpoints are copied at the step boundary and written by a thread while training goes on
+  // (train/checkpoint.h's CheckpointWriter); false: in the step loop (--sync-save).
+  bool background_save = true;
   // The checkpoint whose parameters the run starts from; empty: the seeded initialisation.
   const std::string& start_dir() const { return resume_dir.empty() ? load_dir : resume_dir; }
 

@@ -44,6 +44,10 @@ struct RankStep {
   double compute_s = 0;
   // --post-validation: 1 when this rank took its optimizer step back (and redid it clipped).
   int rollbacks = 0;
+  // Seconds the step loop waited for a checkpoint at the end of the step (PipelineOptions::
+  // at_step_end): the copy of a background save, or the whole of a synchronous one.
+  double checkpoint_stall_s = 0;
+  int64_t resident_bytes = 0;         // the process's RSS at the step's end (device/memory.h)
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -63,6 +67,8 @@ struct StepReport {
   std::vector<int64_t> weight_bytes;           // [rank]: RankStep::weight_bytes
   std::vector<double> compute_s;               // [rank]: RankStep::compute_s
   int rollbacks = 0;                           // ranks that took their optimizer step back
+  double checkpoint_stall_s = 0;               // the longest RankStep::checkpoint_stall_s
+  std::vector<int64_t> resident_bytes;         // [rank]: RankStep::resident_bytes
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 

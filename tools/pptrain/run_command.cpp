@@ -87,6 +87,7 @@ void add_run_command(CLI::App& app) {
           std::fprintf(stderr, "pptrain: restart %d/%d after: %s\n", restart, *max_restarts,
                        failed.message.c_str());
           std::fflush(stderr);
+          return true;
         });
     if (result.exit_code != 0) {
       std::fprintf(stderr, "pptrain: error: %s\n", failure_text(result, *max_restarts).c_str());

@@ -66,6 +66,14 @@ void run_train(const TrainOptions& options) {
   // time the layers the way the others would, so it does not profile (plan.h).
   const int world = options.pp * options.dp;
   const TrainingPlan plan = plan_training(options, /*may_profile=*/!worker || world == 1);
+  if (plan.finished) {
+    if (!worker) {
+      std::fprintf(stderr,
+                   "pptrain: --resume auto: %s already holds step %d of %d: the run is complete\n",
+                   options.save_dir.c_str(), plan.steps, plan.steps);
+    }
+    return;
+  }
   if (options.resume_dir == "auto" && !worker) {
     for (const std::string& why : plan.resume_skipped) {
       std::fprintf(stderr, "pptrain: --resume auto: passing over a checkpoint: %s\n", why.c_str());
@@ -105,6 +113,15 @@ void run_train(const TrainOptions& options) {
     // --max-restarts: a failed run starts again from the newest whole checkpoint.
     const LaunchResult result = launch_with_restarts(
         launch, options.max_restarts, [&](int restart, const LaunchResult& failed) {
+          // Killed after its last save: nothing is left to run.
+          if (holds_finished_run(options.save_dir, plan)) {
+            std::fprintf(stderr,
+                         "pptrain: no restart after: %s; %s already holds the run's last step "
+                         "(%d): the run is complete\n",
+                         failed.message.c_str(), options.save_dir.c_str(), plan.steps);
+            std::fflush(stderr);
+            return false;
+          }
           std::vector<std::string> skipped;
           const std::string dir = newest_resumable(options.save_dir, plan, &skipped);
           for (const std::string& why : skipped) {
@@ -117,6 +134,7 @@ void run_train(const TrainOptions& options) {
                        dir.empty() ? " (no checkpoint yet)" : (" of " + dir).c_str());
           std::fflush(stderr);
           resume_from(dir);
+          return true;
         });
     if (!solved.empty()) std::remove(solved.c_str());
     if (result.exit_code != 0) {
@@ -301,6 +319,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--keep", o.keep,
                   "Checkpoints to keep: --save DIR and the K-1 before it as DIR.step-<step>")
       ->capture_default_str();
+  cmd->add_flag("--sync-save", o.sync_save,
+                "Write checkpoints in the step loop; by default a save copies each rank's state "
+                "to memory and a thread writes it while training goes on");
   cmd->add_option("--load", o.load_dir,
                   "Start from the parameters of a checkpoint (step 0, a fresh optimizer)");
   cmd->add_option("--resume", o.resume_dir,

@@ -1,0 +1,36 @@
+#include "pptrain/runtime/archive_file.h"
+
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include "pptrain/common/files.h"
+
+namespace pptrain {
+
+torch::Tensor ArchiveFile::keep(const torch::Tensor& tensor, bool copy) {
+  if (!copy || !tensor.defined()) return tensor;
+  // As the tensor itself would be written: the archive records requires_grad.
+  copies.push_back(tensor.detach().clone().requires_grad_(tensor.requires_grad()));
+  return copies.back();
+}
+
+ArchiveFile archive_of(const std::string& name, const NamedTensors& tensors, bool copy) {
+  ArchiveFile file(name);
+  for (const auto& [key, tensor] : tensors) file.archive->write(key, file.keep(tensor, copy));
+  return file;
+}
+
+std::string write_archive_file(const ArchiveFile& file, const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / file.name).string();
+  std::ostringstream bytes;
+  try {
+    file.archive->save_to(bytes);
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("cannot write '" + path + "': " + e.what_without_backtrace());
+  }
+  write_file_to_disk(path, bytes.str(), "checkpoint file");
+  return path;
+}
+
+}  // namespace pptrain
