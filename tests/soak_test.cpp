@@ -106,11 +106,11 @@ struct SoakResult {
 // checkpoints; returns what happened. The run is slowed down only by
 // PPTRAIN_TEST_SAVE_PAUSE_MS (each save takes a few hundred ms), so that a kill can land
 // during a save.
-SoakResult soak(const std::string& args, const fs::path& ckpt, const TempDir& dir, int steps,
-                int save_every, int kills, unsigned seed) {
+SoakResult soak(const std::string& args, const fs::path& ckpt, int steps, int save_every, int kills,
+                unsigned seed) {
   std::mt19937 random(seed);
   const fs::path partial = ckpt.string() + ".partial";
-  const std::string log = (dir / "soak.log").string();
+  const std::string log = ckpt.string() + ".log";  // one per soaked run
   const std::string command = "env PPTRAIN_TEST_SAVE_PAUSE_MS=60 " + std::string(PPTRAIN_BINARY) +
                               " train " + args + " --save-every " + std::to_string(save_every) +
                               " --max-restarts 10 --save " + ckpt.string() + " >/dev/null 2>>" +
@@ -186,7 +186,7 @@ TEST(Soak, ARunKilledManyTimesEndsWhereAnUninterruptedOneDoes) {
       SCOPED_TRACE(schedule + ", seed " + std::to_string(seed));
       const fs::path ckpt = dir / ("soaked-" + std::to_string(seed));
       const SoakResult soaked =
-          soak(args, ckpt, dir, steps, save_every, kills,
+          soak(args, ckpt, steps, save_every, kills,
                static_cast<unsigned>(seed * 1000 + std::hash<std::string>()(schedule) % 1000));
       std::printf("soak %s seed %d: %d workers and %d launchers killed, exit %d\n",
                   schedule.c_str(), seed, soaked.worker_kills, soaked.launcher_kills,
