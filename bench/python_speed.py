@@ -23,7 +23,8 @@ import time
 VOCAB = 256  # pptrain's gpt: byte-level characters
 # The configurations of bench/python_speed.sh, in the order the table lists them.
 CONFIGS = ["cli-1f1b", "py-1f1b", "cli-zb-v", "cli-zb-v-autograd", "py-zb-v", "py-zb-v-deferred",
-           "cli-gpipe", "py-gpipe", "pipe-1thread", "pipe-2threads"]
+           "cli-gpipe", "py-gpipe", "cli-1f1b-glibc", "py-1f1b-glibc", "pipe-1thread",
+           "pipe-2threads"]
 LR, MOMENTUM, CLIP = 0.05, 0.9, 1.0  # `pptrain train`'s defaults: sgd with momentum, clip 1
 
 
@@ -320,6 +321,11 @@ def summary(work, warmup):
     ratio("  zb-v: py-zb-v / cli-zb-v-autograd", "py-zb-v", "cli-zb-v-autograd")
     ratio("  zb-v: py-zb-v-deferred / cli-zb-v", "py-zb-v-deferred", "cli-zb-v")
     ratio("  gpipe: py-gpipe / cli-gpipe", "py-gpipe", "cli-gpipe")
+    label = "pptrain's malloc settings / glibc's own"
+    print(f"{label:<42} {'tokens/s':>8} {'compute s':>12}")
+    ratio("  cli: cli-1f1b / cli-1f1b-glibc", "cli-1f1b", "cli-1f1b-glibc")
+    ratio("  py: py-1f1b / py-1f1b-glibc", "py-1f1b", "py-1f1b-glibc")
+    ratio("  glibc's own: py-1f1b-glibc / cli-1f1b-glibc", "py-1f1b-glibc", "cli-1f1b-glibc")
     for name, why in errors.items():
         print(f"{name}: torch Pipe cannot run on CPU here: {why}")
     print(f"{'pptrain from Python / torch Pipe (wall clock)':<42} {'tokens/s':>8}")

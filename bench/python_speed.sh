@@ -7,9 +7,13 @@
 #           two (zb-v: four) stages and sgd, driven through pptrain.runtime under
 #           `pptrain run --nproc 2 /usr/bin/python3`, with 1f1b, zb-v and gpipe; and zb-v with
 #           pptrain.Linear layers and weight_split="deferred" (the CLI's split, from Python);
+#   *-glibc the 1f1b runs again with PPTRAIN_MALLOC=system, i.e. glibc's own malloc settings
+#           instead of pptrain's (keep_freed_memory in pptrain/device/memory.h), to show what
+#           those are worth on each side;
 #   pipe-*  torch 1.13's torch.distributed.pipeline.sync.Pipe (GPipe) on the same module and
 #           stages, batch and chunks, in one process with both partitions on "cpu" (RPC
-#           initialised for a world of one), with one and with two compute threads.
+#           initialised for a world of one), with one and with two compute threads, and
+#           GLIBC_TUNABLES giving its malloc the settings pptrain's workers give theirs.
 # One compute thread per worker process (OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1));
 # configurations alternated ROUNDS times so a noisy neighbour hurts them alike; the first WARMUP
 # steps of every run excluded; medians over the other steps of every round. Prints tokens/s (as
@@ -78,20 +82,26 @@ configs=("cli-1f1b:cli --pp 2 --schedule 1f1b"
          "py-zb-v-deferred:py zb-v-deferred"
          "cli-gpipe:cli --pp 2 --schedule gpipe"
          "py-gpipe:py gpipe"
+         "cli-1f1b-glibc:cli --pp 2 --schedule 1f1b"
+         "py-1f1b-glibc:py 1f1b"
          "pipe-1thread:pipe 1"
          "pipe-2threads:pipe 2")
 
+# keep_freed_memory()'s settings, in glibc's words.
+pipe_malloc=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483647
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($cores cores)"
 for round in $(seq "$ROUNDS"); do
   for config in "${configs[@]}"; do
     name=${config%%:*}
     read -r kind args <<<"${config#*:}"
     out=$work/$name.$round.jsonl
+    malloc=pptrain
+    [[ $name == *-glibc ]] && malloc=system
     case $kind in
-      cli) run "$name" "$PPTRAIN" train $MODEL $args --steps "$STEPS" --quiet --metrics "$out" ;;
-      py) run "$name" "$PPTRAIN" run --nproc 2 "$python" bench/python_speed.py pptrain "$args" \
+      cli) PPTRAIN_MALLOC=$malloc run "$name" "$PPTRAIN" train $MODEL $args --steps "$STEPS" --quiet --metrics "$out" ;;
+      py) PPTRAIN_MALLOC=$malloc run "$name" "$PPTRAIN" run --nproc 2 "$python" bench/python_speed.py pptrain "$args" \
                 "$out" $MODEL --steps "$STEPS" ;;
-      pipe) OPENBLAS_NUM_THREADS=$args OMP_NUM_THREADS=$args run "$name" \
+      pipe) OPENBLAS_NUM_THREADS=$args OMP_NUM_THREADS=$args GLIBC_TUNABLES=$pipe_malloc run "$name" \
               "$python" bench/python_speed.py pipe "$args" "$out" $MODEL --steps "$STEPS" ;;
     esac
   done

@@ -607,6 +607,7 @@ StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches)
 
 void PipelineSchedule::Impl::start(int64_t batch_size) {
   install_counting_allocator();
+  keep_freed_memory();  // the steps' tensors reuse the memory of the last ones (memory.h)
   ExecutorOptions executor_options;
   executor_options.rank = pipeline_rank;
   for (PipelineStage* stage : stages) executor_options.stages.push_back(&stage->stage());

@@ -95,6 +95,7 @@ ModelProfile profile_model(const ProfileOptions& options) {
 
   set_compute_threads(1);        // thread CPU time must see all the work (compute_threads.h)
   install_counting_allocator();  // for stash_bytes
+  keep_freed_memory();           // as in a run, so fresh pages are not counted as compute
   ModelProfile profile;
   profile.options = options;
   profile.threads = torch::get_num_threads();
