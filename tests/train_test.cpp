@@ -271,7 +271,8 @@ TEST(Outputs, MetricsTraceSvgAndLoad) {
   EXPECT_LT(again[0], first[0]);
 }
 
-// The cost columns of the metrics: bytes sent, weight bytes, compute seconds, per rank.
+// The cost columns of the metrics: bytes sent, weight bytes, compute seconds, peak memory, per
+// rank.
 TEST(Outputs, MetricsCountBytesSentWeightsAndCompute) {
   TempDir dir;
   const std::string common =
@@ -293,10 +294,26 @@ TEST(Outputs, MetricsCountBytesSentWeightsAndCompute) {
     EXPECT_GT(seconds, 0);
     EXPECT_LE(seconds, plain.at("step_time_s").get<double>());
   }
+  // The peak of what a rank holds: its weights, their gradients and sgd's momentum, which
+  // persist from the first step on, and on top of them the step's activations. The peak sees
+  // more (the batch, messages), but not much more for this small model.
+  const auto expect_peak_holds = [](const nlohmann::json& line, int rank, int64_t persistent) {
+    const auto peak = line.at("peak_memory_bytes").at(rank).get<int64_t>();
+    const auto activations = line.at("peak_activation_bytes").at(rank).get<int64_t>();
+    EXPECT_GE(peak, persistent + activations) << "rank " << rank;
+    EXPECT_LE(peak, 2 * (persistent + activations)) << "rank " << rank;
+  };
+  const auto state = plain.at("optimizer_state_bytes").get<std::vector<int64_t>>();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(state[r], weights[r]) << "rank " << r;  // sgd: one momentum per parameter
+    expect_peak_holds(plain, r, 3 * weights[r]);
+  }
   // PipeDream stashes 2 versions on stage 0 of 2, 1 on stage 1.
-  const auto stashed = run("--schedule pipedream", "stashed").at("weight_bytes");
+  const auto pipedream = run("--schedule pipedream", "stashed");
+  const auto stashed = pipedream.at("weight_bytes");
   EXPECT_EQ(stashed.at(0).get<int64_t>(), 2 * weights[0]);
   EXPECT_EQ(stashed.at(1).get<int64_t>(), weights[1]);
+  for (int r = 0; r < 2; ++r) expect_peak_holds(pipedream, r, (r == 0 ? 4 : 3) * weights[r]);
   // Two copies: half the microbatch each, and a ring all-reduce of every stage's gradients,
   // 2 (D-1) / D x its bytes = its bytes at D = 2.
   const auto copies = run("--schedule 1f1b --dp 2", "copies");

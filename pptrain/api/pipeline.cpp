@@ -288,7 +288,10 @@ struct PipelineSchedule::Impl {
   int64_t batch_rows = 0;        // of the latest step's batch on this rank (0: none read)
   int64_t batch_tokens = 1;      // its second dimension (a sequence length), for the reports
   bool finished = false;
-  int64_t weight_bytes = 0;      // of a synchronous rank's stages (and avgpipe's centre)
+  int64_t weight_bytes = 0;  // of a synchronous rank's stages (and avgpipe's centre)
+  // Its stages' parameter (and gradient) bytes made before the counting allocator was installed
+  // (a module built before its pipeline): added to the peak the allocator measures.
+  int64_t uncounted_parameter_bytes = 0;
   Clock::time_point step_start;  // of the step, or of the asynchronous segment
   // An asynchronous pipeline's step reports are sent without waiting, and waited on a step later.
   std::vector<PendingComm> unsent_reports, older_reports;
@@ -340,6 +343,18 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
       copies(std::max(options.data_parallel, 1)),
       planned(plan_pipeline(world, options)),
       run(planned.schedule) {
+  // From here on every tensor of the run is counted (its gradients, optimizer state, versions);
+  // the stages' parameters, and gradients a program made before, are added.
+  install_counting_allocator();
+  keep_freed_memory();  // the steps' tensors reuse the memory of the last ones (memory.h)
+  std::vector<torch::Tensor> made_before;
+  for (PipelineStage* stage : stages) {
+    for (const torch::Tensor& p : stage->stage().parameters()) {
+      made_before.push_back(p);
+      made_before.push_back(p.grad());
+    }
+  }
+  uncounted_parameter_bytes = uncounted_bytes(made_before);
   PPTRAIN_CHECK(world.size == copies * ranks(), schedule().name, " runs on ", ranks(),
                 " ranks per pipeline x ", copies, " copies, but the world has ", world.size);
   pipeline_rank = world.rank % ranks();
@@ -606,8 +621,6 @@ StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches)
 }
 
 void PipelineSchedule::Impl::start(int64_t batch_size) {
-  install_counting_allocator();
-  keep_freed_memory();  // the steps' tensors reuse the memory of the last ones (memory.h)
   ExecutorOptions executor_options;
   executor_options.rank = pipeline_rank;
   for (PipelineStage* stage : stages) executor_options.stages.push_back(&stage->stage());
@@ -826,6 +839,7 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
     mine.weight_bytes = impl.async->take_weight_bytes();
     if (step + 1 == impl.options.steps) impl.async->finish(impl.options.steps);
   }
+  mine.peak_memory_bytes = peak_bytes() + impl.uncounted_parameter_bytes;  // before a save's copies
   if (impl.options.at_step_end) mine.checkpoint_stall_s = impl.options.at_step_end(step + 1);
   mine.resident_bytes = resident_bytes();
   mine.bytes_sent = record.bytes_sent + impl.combine->take_bytes_sent();

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "pptrain/common/check.h"
@@ -138,6 +139,20 @@ bool keep_freed_memory() {
            mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
   }();
   return kept;
+}
+
+int64_t uncounted_bytes(const std::vector<torch::Tensor>& tensors) {
+  std::set<const c10::StorageImpl*> seen;
+  int64_t bytes = 0;
+  for (const torch::Tensor& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    const c10::Storage& storage = t.storage();
+    if (!seen.insert(storage.unsafeGetStorageImpl()).second) continue;
+    if (storage.data_ptr().get_deleter() != &delete_counted) {
+      bytes += static_cast<int64_t>(storage.nbytes());
+    }
+  }
+  return bytes;
 }
 
 int64_t resident_bytes() {

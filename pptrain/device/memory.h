@@ -20,6 +20,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace pptrain {
 
@@ -29,6 +30,10 @@ bool counting_allocator_installed();
 int64_t allocated_bytes();  // bytes currently held through the counting allocator
 int64_t peak_bytes();       // highest allocated_bytes() since the last reset_peak()
 void reset_peak();          // peak := current
+// Bytes of the distinct storages among `tensors` that the counting allocator did not allocate
+// (made before it was installed): what allocated_bytes() misses of them. A rank adds those of its
+// parameters, which a program may have built before its pipeline started.
+int64_t uncounted_bytes(const std::vector<torch::Tensor>& tensors);
 
 // The process's resident memory (RSS, from /proc/self/statm): everything it holds in RAM, LibTorch
 // and its libraries included; 0 where it cannot be read. What a leak check watches over a long

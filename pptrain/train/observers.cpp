@@ -82,7 +82,8 @@ nlohmann::ordered_json step_metrics_json(const StepReport& r) {
           {"weight_bytes", r.weight_bytes},
           {"rollbacks", r.rollbacks},
           {"checkpoint_stall_s", r.checkpoint_stall_s},
-          {"resident_bytes", r.resident_bytes}};
+          {"resident_bytes", r.resident_bytes},
+          {"peak_memory_bytes", r.peak_memory_bytes}};
 }
 
 void MetricsWriter::on_step(const StepReport& r) {

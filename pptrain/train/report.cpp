@@ -11,8 +11,8 @@ namespace {
 
 // has_loss, loss, peak bytes, seconds, event count, start_s, grad_norm_squared, weight_versions,
 // optimizer state bytes, bytes sent, weight bytes, compute CPU seconds, rollbacks, checkpoint
-// stall seconds, resident bytes
-constexpr int kHeaderFields = 15;
+// stall seconds, resident bytes, peak memory bytes
+constexpr int kHeaderFields = 16;
 constexpr int kEventFields = 5;  // op, stage, microbatch, start, end
 
 // Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
@@ -26,7 +26,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
        static_cast<double>(mine.weight_versions), static_cast<double>(mine.optimizer_state_bytes),
        static_cast<double>(mine.bytes_sent), static_cast<double>(mine.weight_bytes), mine.compute_s,
        static_cast<double>(mine.rollbacks), mine.checkpoint_stall_s,
-       static_cast<double>(mine.resident_bytes)},
+       static_cast<double>(mine.resident_bytes), static_cast<double>(mine.peak_memory_bytes)},
       torch::kFloat64);
   if (rank != 0) {
     auto events =
@@ -71,6 +71,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
     r.rollbacks = static_cast<int>(h[12].item<double>());
     r.checkpoint_stall_s = h[13].item<double>();
     r.resident_bytes = static_cast<int64_t>(h[14].item<double>());
+    r.peak_memory_bytes = static_cast<int64_t>(h[15].item<double>());
     auto events =
         torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
     transport.recv(events, peer, tag_of(ControlTag::kReportEvents)).wait();
@@ -156,6 +157,7 @@ std::optional<StepReport> gather_step_report(const RunInfo& run, int step, doubl
     report.rollbacks += r.rollbacks;
     report.checkpoint_stall_s = std::max(report.checkpoint_stall_s, r.checkpoint_stall_s);
     report.resident_bytes.push_back(r.resident_bytes);
+    report.peak_memory_bytes.push_back(r.peak_memory_bytes);
     if (run.asynchronous) squared_norm += r.grad_norm_squared;
     // Each rank timed its events from its own start after the barrier; on rank 0's clock they
     // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady

@@ -47,7 +47,12 @@ struct RankStep {
   // Seconds the step loop waited for a checkpoint at the end of the step (PipelineOptions::
   // at_step_end): the copy of a background save, or the whole of a synchronous one.
   double checkpoint_stall_s = 0;
-  int64_t resident_bytes = 0;         // the process's RSS at the step's end (device/memory.h)
+  int64_t resident_bytes = 0;  // the process's RSS at the step's end (device/memory.h)
+  // The most bytes of tensors the rank held at once from the step's start to its optimizer step
+  // done (the counting allocator, device/memory.h): weights and their versions, gradients,
+  // optimizer state, activations kept for backward, temporaries and messages. Not counted:
+  // tensors made before the allocator was installed, and a checkpoint's copies (at_step_end).
+  int64_t peak_memory_bytes = 0;
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -69,6 +74,7 @@ struct StepReport {
   int rollbacks = 0;                           // ranks that took their optimizer step back
   double checkpoint_stall_s = 0;               // the longest RankStep::checkpoint_stall_s
   std::vector<int64_t> resident_bytes;         // [rank]: RankStep::resident_bytes
+  std::vector<int64_t> peak_memory_bytes;      // [rank]: RankStep::peak_memory_bytes
   Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
   TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
 

@@ -148,6 +148,13 @@ def test_reports_reach_python_and_the_metrics_svg_and_trace_files(tmp_path):
     assert [r["loss"] for r in rank0["reports"]] == pytest.approx(rank1["losses"], rel=1e-12)
     assert rank0["losses"] == [None] * 3
     assert len(rank0["reports"][0]["peak_activation_bytes"]) == 2
+    # Each rank's peak holds its weights, which the module made before pptrain counted anything,
+    # and on top of them what the step allocated (activations, gradients).
+    for r, ranked in enumerate((rank0, rank1)):
+        weights = 4 * sum(torch.tensor(p).numel() for p in ranked["params"].values())
+        for report in rank0["reports"]:
+            peak, step = report["peak_memory_bytes"][r], report["peak_activation_bytes"][r]
+            assert weights + step <= peak <= 2 * (2 * weights + step), (r, report["step"])
     lines = [json.loads(line) for line in open(files + ".jsonl")]
     assert lines == rank0["reports"]
     assert "</svg>" in open(files + ".svg").read()
