@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages pptrain needs, if any is missing.
 set -euo pipefail
 packages=(build-essential cmake ccache libtorch-dev libgloo-dev libopenblas0-pthread libgtest-dev
-          libcli11-dev nlohmann-json3-dev librsvg2-bin coinor-libcbc-dev pkg-config
+          libcli11-dev libbenchmark-dev nlohmann-json3-dev librsvg2-bin coinor-libcbc-dev pkg-config
           python3-dev python3-torch python3-pybind11 pybind11-dev python3-pytest)
 missing=()
 for p in "${packages[@]}"; do

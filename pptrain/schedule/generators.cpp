@@ -91,7 +91,10 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   FactTable<int> done_at(S, M, kNotYet);
   std::vector<int> next_f(S, 0), next_i(S, 0);
   std::vector<int> stashes(P, 0);
-  std::vector<std::deque<Action>> waiting_w(P);
+  // Per rank, the W's waiting, of its upper and of its lower chunk, each in the order of their
+  // I's. A W needs only its I, and a rank's I's are done in the order it started them, so the
+  // ready W's of a chunk are a prefix of its queue: its front says whether any is ready.
+  std::vector<std::deque<Action>> waiting_upper(P), waiting_lower(P);
   // Everything `a` waits for has happened by `step`.
   const auto inputs_done = [&](const Action& a, int step) {
     for (const Need& need : inputs_of(a, s.stage_to_rank, /*lowered=*/false)) {
@@ -114,21 +117,19 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
         const int m = next_i[stage];
         return m < M && inputs_done(Action::make(Op::I, stage, m), step);
       };
-      // W's ready at this step, upper chunk first (waiting_w holds them in I order).
-      const auto pick_w = [&]() -> int {
-        int best = -1;
-        for (int k = 0; k < static_cast<int>(waiting_w[r].size()); ++k) {
-          const Action& w = waiting_w[r][k];
-          if (!inputs_done(w, step)) continue;
-          if (best < 0 || (w.stage == upper && waiting_w[r][best].stage != upper)) best = k;
+      // A W ready at this step, upper chunk first: the queue it is the front of, or none.
+      const auto pick_w = [&]() -> std::deque<Action>* {
+        for (std::deque<Action>* queue : {&waiting_upper[r], &waiting_lower[r]}) {
+          if (!queue->empty() && inputs_done(queue->front(), step)) return queue;
         }
-        return best;
+        return nullptr;
       };
 
       Action chosen;
-      const int w_index = pick_w();
-      if (w_index >= 0 && static_cast<int>(waiting_w[r].size()) >= S) {
-        chosen = waiting_w[r][w_index];
+      std::deque<Action>* const w_queue = pick_w();
+      const size_t waiting = waiting_upper[r].size() + waiting_lower[r].size();
+      if (w_queue && waiting >= static_cast<size_t>(S)) {
+        chosen = w_queue->front();
       } else if (f_ready(upper)) {
         chosen = Action::make(Op::F, upper, next_f[upper]);
       } else if (f_ready(lower)) {
@@ -137,8 +138,8 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
         chosen = Action::make(Op::I, lower, next_i[lower]);
       } else if (i_ready(upper)) {
         chosen = Action::make(Op::I, upper, next_i[upper]);
-      } else if (w_index >= 0) {
-        chosen = waiting_w[r][w_index];
+      } else if (w_queue) {
+        chosen = w_queue->front();
       } else {
         continue;  // nothing ready: this rank idles for one step
       }
@@ -151,9 +152,9 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
       } else if (chosen.op == Op::I) {
         ++next_i[st];
         --stashes[r];
-        waiting_w[r].push_back(Action::make(Op::W, st, mb));
+        (st == upper ? waiting_upper : waiting_lower)[r].push_back(Action::make(Op::W, st, mb));
       } else {
-        waiting_w[r].erase(waiting_w[r].begin() + w_index);
+        w_queue->pop_front();
       }
       s.actions[r].push_back(chosen);
       ++scheduled;

@@ -31,6 +31,9 @@ class Simulation {
     waiting_reductions_.assign(P, {});
     memory_events_.assign(P, {});
     queued_.assign(P, false);
+    size_t actions = 0;  // every action is one event: grown one by one, the copies cost more
+    for (const auto& list : s_.actions) actions += list.size();
+    events_.reserve(actions);
     if (cost_.cores > 0) return run_on_shared_cores();
 
     // Each rank's list is a fixed order, so an action's start is fixed once its inputs are
