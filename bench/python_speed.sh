@@ -98,11 +98,13 @@ for round in $(seq "$ROUNDS"); do
     malloc=pptrain
     [[ $name == *-glibc ]] && malloc=system
     case $kind in
-      cli) PPTRAIN_MALLOC=$malloc run "$name" "$PPTRAIN" train $MODEL $args --steps "$STEPS" --quiet --metrics "$out" ;;
-      py) PPTRAIN_MALLOC=$malloc run "$name" "$PPTRAIN" run --nproc 2 "$python" bench/python_speed.py pptrain "$args" \
-                "$out" $MODEL --steps "$STEPS" ;;
-      pipe) OPENBLAS_NUM_THREADS=$args OMP_NUM_THREADS=$args GLIBC_TUNABLES=$pipe_malloc run "$name" \
-              "$python" bench/python_speed.py pipe "$args" "$out" $MODEL --steps "$STEPS" ;;
+      cli) PPTRAIN_MALLOC=$malloc run "$name" "$PPTRAIN" train $MODEL $args --steps "$STEPS" \
+             --quiet --metrics "$out" ;;
+      py) PPTRAIN_MALLOC=$malloc run "$name" "$PPTRAIN" run --nproc 2 "$python" \
+            bench/python_speed.py pptrain "$args" "$out" $MODEL --steps "$STEPS" ;;
+      pipe) OPENBLAS_NUM_THREADS=$args OMP_NUM_THREADS=$args GLIBC_TUNABLES=$pipe_malloc \
+              run "$name" "$python" bench/python_speed.py pipe "$args" "$out" $MODEL \
+              --steps "$STEPS" ;;
     esac
   done
 done

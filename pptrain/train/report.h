@@ -50,8 +50,9 @@ struct RankStep {
   int64_t resident_bytes = 0;  // the process's RSS at the step's end (device/memory.h)
   // The most bytes of tensors the rank held at once from the step's start to its optimizer step
   // done (the counting allocator, device/memory.h): weights and their versions, gradients,
-  // optimizer state, activations kept for backward, temporaries and messages. Not counted:
-  // tensors made before the allocator was installed, and a checkpoint's copies (at_step_end).
+  // optimizer state, activations kept for backward, temporaries and messages. The stages'
+  // parameters (and gradients) made before the allocator was installed are added; a
+  // checkpoint's copies (at_step_end) are not counted.
   int64_t peak_memory_bytes = 0;
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
