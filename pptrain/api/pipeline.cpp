@@ -16,6 +16,7 @@
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/sim/memory_model.h"
 #include "pptrain/train/stage_copies.h"
 #include "pptrain/train/tied_parameters.h"
 #include "pptrain/train/updates.h"
@@ -308,6 +309,9 @@ struct PipelineSchedule::Impl {
   StepData step_data(int step, const BatchSource& batches);
   void start(int64_t batch_size);
   double update(int step, const StepRecord& record, RankStep& mine);
+  void predict_memory(const StepRecord& record, const StepData& data, bool fresh_state,
+                      RankStep& mine);
+  std::optional<RankMemory> async_prediction;  // an asynchronous run's, from its first step
   std::string nonfinite_message(int step, double grad_norm, const StepRecord& record) const;
 
   PipelineStage* local(int index) const {
@@ -780,6 +784,52 @@ RankCheckpoint PipelineSchedule::checkpoint() const {
   return out;
 }
 
+// The memory model's parts for this rank (sim/memory_model.h): its stages' parameters, the state
+// its optimizers keep, and what a microbatch held on each in this step. An asynchronous
+// schedule is one list over the run, simulated once, from its first step's bytes.
+void PipelineSchedule::Impl::predict_memory(const StepRecord& record, const StepData& data,
+                                            bool fresh_state, RankStep& mine) {
+  if (!counting_allocator_installed()) return;
+  if (!asynchronous() || !async_prediction) {
+    std::vector<StageBytes> bytes =
+        measured_stage_bytes(record.action_bytes, schedule().num_stages);
+    const double state_per_byte =
+        options.optimizer ? state_bytes_per_parameter_byte(*options.optimizer) : 0;
+    // The batch is read by the first stage (inputs) and the last (targets); a rank holding both
+    // (or batch inputs of a later stage) counts it once.
+    double batch = 0;
+    for (const auto* part : {&data.inputs, &data.targets}) {
+      for (const TensorBundle& bundle : *part) batch += static_cast<double>(bundle_bytes(bundle));
+    }
+    bytes[stages.front()->index()].data = batch;
+    for (PipelineStage* stage : stages) {
+      StageBytes& b = bytes[stage->index()];
+      for (const torch::Tensor& p : stage->stage().parameters()) b.weights += tensor_bytes(p);
+    }
+    if (weights) {
+      for (const auto& [index, local] : weights->local) {
+        bytes[index].optimizer_state =
+            state_per_byte * weights->optimizers[local].kept_parameter_bytes();
+      }
+    }
+    MemoryRules rules;
+    // Each stage's flat gradient buffer, when its copies sum their gradients (stage_copies.h).
+    rules.gradient_buffers = copies > 1 || schedule().replicated();
+    rules.recv_ahead = ExecutorOptions().recv_ahead;
+    const RankMemory rank =
+        pptrain::predict_memory(executor->lowered(), bytes, planned.weights, rules)[pipeline_rank];
+    if (!asynchronous()) {
+      mine.predicted_memory = rank;
+    } else {
+      async_prediction = rank;
+    }
+  }
+  if (asynchronous()) mine.predicted_memory = *async_prediction;
+  // An asynchronous rule steps between backwards: its state is there at the activations' peak.
+  mine.predicted_memory.fresh_state = fresh_state && !asynchronous();
+  mine.predicted_peak_memory_bytes = std::llround(mine.predicted_memory.total());
+}
+
 void PipelineSchedule::resume_from(const std::string& dir) {
   Impl& impl = *impl_;
   PPTRAIN_CHECK(impl.weights, "optimizer state: set PipelineOptions::optimizer");
@@ -823,6 +873,12 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
     transport.barrier();  // a common start, so the ranks' timelines line up
     impl.step_start = Clock::now();
   }
+  bool fresh_state = true;  // no optimizer state yet: the update makes it (memory_model.h)
+  if (impl.weights) {
+    for (const auto& optimizer : impl.weights->optimizers) {
+      if (optimizer.state_bytes() > 0) fresh_state = false;
+    }
+  }
   const int64_t base_bytes = allocated_bytes();
   reset_peak();
   StepRecord record = impl.executor->run_step(data, impl.step_start);
@@ -840,6 +896,7 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
     if (step + 1 == impl.options.steps) impl.async->finish(impl.options.steps);
   }
   mine.peak_memory_bytes = peak_bytes() + impl.uncounted_parameter_bytes;  // before a save's copies
+  impl.predict_memory(record, data, fresh_state, mine);
   if (impl.options.at_step_end) mine.checkpoint_stall_s = impl.options.at_step_end(step + 1);
   mine.resident_bytes = resident_bytes();
   mine.bytes_sent = record.bytes_sent + impl.combine->take_bytes_sent();

@@ -23,6 +23,13 @@ namespace {
 
 std::atomic<int64_t> g_allocated{0};
 std::atomic<int64_t> g_peak{0};
+std::atomic<int64_t> g_window_peak{0};
+
+void raise_to(std::atomic<int64_t>& peak, int64_t now) {
+  int64_t seen = peak.load(std::memory_order_relaxed);
+  while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+  }
+}
 std::atomic<bool> g_installed{false};
 
 // Each counted block carries its size in a header in front of the data, so the data pointer can
@@ -60,9 +67,8 @@ class CountingAllocator : public c10::Allocator {
     std::memcpy(block, &bytes, sizeof(bytes));
     char* data = block + kHeaderBytes;
     const int64_t now = g_allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    int64_t peak = g_peak.load(std::memory_order_relaxed);
-    while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-    }
+    raise_to(g_peak, now);
+    raise_to(g_window_peak, now);
     return c10::DataPtr(data, data, &delete_counted, device);
   }
 
@@ -107,6 +113,12 @@ int64_t peak_bytes() {
 }
 void reset_peak() {
   g_peak.store(g_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+int64_t window_peak_bytes() {
+  return g_window_peak.load(std::memory_order_relaxed);
+}
+void reset_window_peak() {
+  g_window_peak.store(g_allocated.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 namespace {

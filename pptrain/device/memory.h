@@ -30,6 +30,10 @@ bool counting_allocator_installed();
 int64_t allocated_bytes();  // bytes currently held through the counting allocator
 int64_t peak_bytes();       // highest allocated_bytes() since the last reset_peak()
 void reset_peak();          // peak := current
+// A second peak with its own reset, for a part of a step (one action) without disturbing the
+// step's: the highest allocated_bytes() since the last reset_window_peak().
+int64_t window_peak_bytes();
+void reset_window_peak();
 // Bytes of the distinct storages among `tensors` that the counting allocator did not allocate
 // (made before it was installed): what allocated_bytes() misses of them. A rank adds those of its
 // parameters, which a program may have built before its pipeline started.

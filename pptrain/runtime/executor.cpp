@@ -172,36 +172,8 @@ void Executor::plan_segments() {
 // right after the first of our receives that carries such a message; a send without one is
 // waited on at the step end.
 void Executor::plan_send_releases() {
-  const Schedule& sched = *schedule_;
-  // Where the two ends of each message run, by message_index().
-  struct End {
-    int rank = -1;
-    size_t position = 0;
-  };
-  const size_t count = message_count(sched);
-  std::vector<End> sent_at(count), received_at(count);
-  const auto index_of = [&](const Action& comm) { return message_index(comm, sched); };
-  for (int r = 0; r < sched.num_ranks; ++r) {
-    for (size_t p = 0; p < sched.actions[r].size(); ++p) {
-      const Action& a = sched.actions[r][p];
-      if (is_send(a.op)) sent_at[index_of(a)] = {r, p};
-      if (is_recv(a.op)) received_at[index_of(a)] = {r, p};
-    }
-  }
-  const auto& mine = sched.actions[options_.rank];
-  for (size_t p = 0; p < mine.size(); ++p) {
-    if (!is_send(mine[p].op)) continue;
-    const End& receive = received_at[index_of(mine[p])];
-    PPTRAIN_ASSERT(receive.rank >= 0, to_string(mine[p]), " has no matching receive");
-    for (size_t q = p + 1; q < mine.size(); ++q) {
-      if (!is_recv(mine[q].op)) continue;
-      const End& send = sent_at[index_of(mine[q])];
-      if (send.rank == receive.rank && send.position > receive.position) {
-        release_after_[q].push_back(p);
-        break;
-      }
-    }
-  }
+  release_after_ = send_releases(*schedule_, options_.rank);
+  posted_before_ = receives_posted(schedule_->actions[options_.rank], options_.recv_ahead);
 }
 
 int Executor::peer_rank(const Action& comm) const {
@@ -258,6 +230,9 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
       TensorBundle got = it->second.finish();
       state.posted.erase(it);
       if (!is_skip_message(action)) {
+        if (action.op == Op::RECV_F && counting_allocator_installed()) {
+          state.record.action_bytes.push_back({action, message_bytes(got), 0});
+        }
         (action.op == Op::RECV_F ? s.input : s.output_grad) = std::move(got);
       } else {
         for (size_t i = 0; i < got.size(); ++i) {
@@ -384,15 +359,8 @@ void Executor::replay_forwards(const StepData& data, StepState& state) {
 }
 
 void Executor::post_receives_through(size_t position, StepState& state) {
-  // Receives before `position` have been consumed; keep the next recv_ahead ones posted too.
-  size_t consumed = 0;
-  while (consumed < state.recv_positions.size() && state.recv_positions[consumed] < position)
-    ++consumed;
-  const size_t limit = options_.recv_ahead < 0
-                           ? state.recv_positions.size()
-                           : consumed + static_cast<size_t>(options_.recv_ahead);
-  while (state.next_recv < state.recv_positions.size() &&
-         (state.recv_positions[state.next_recv] <= position || state.next_recv < limit)) {
+  // The rule (schedule/semantics.h: receives_posted) is shared with the memory model.
+  while (state.next_recv < posted_before_[position]) {
     const size_t p = state.recv_positions[state.next_recv++];
     const Action& a = schedule_->actions[options_.rank][p];
     state.posted.emplace(p, BundleReceive(*options_.transport, peer_rank(a), tags_[p], origin_of(a),
@@ -404,6 +372,9 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
                           StepState& state) {
   const double begin = std::chrono::duration<double>(Clock::now() - state.start).count();
   const double cpu_begin = thread_cpu_ms();
+  const bool counted = is_compute(action.op) && counting_allocator_installed();
+  const int64_t bytes_before = counted ? allocated_bytes() : 0;
+  if (counted) reset_window_peak();
   const int s = action.stage, mb = action.microbatch;
   switch (action.op) {
     case Op::F:
@@ -428,6 +399,9 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
                      " sends an output that F has not produced");
       const TensorBundle next = next_stage_part(s, sl.output);
       state.sent[position] = send(position, next, state);
+      if (counting_allocator_installed()) {
+        state.record.action_bytes.push_back({action, message_bytes(next), 0});
+      }
       if (crossing_.count(position)) retained_[position] = detached(next);
       // Recomputing, the graph-free output is needed only by the send, which holds it.
       if (options_.recompute) sl.output = TensorBundle();
@@ -455,6 +429,12 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
   }
   const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
   if (is_compute(action.op)) state.record.compute_cpu_s += (thread_cpu_ms() - cpu_begin) / 1e3;
+  if (counted) {
+    const int64_t bytes_after = allocated_bytes();
+    state.record.action_bytes.push_back(
+        {action, bytes_after - bytes_before,
+         window_peak_bytes() - std::max(bytes_before, bytes_after)});
+  }
   state.record.events.push_back({options_.rank, action, begin, end});
 }
 
@@ -783,6 +763,52 @@ std::vector<SkipLink> skip_links(const std::vector<SkipConnection>& skips) {
     if (skip.to > skip.from + 1) links.insert({skip.from, skip.to});
   }
   return {links.begin(), links.end()};
+}
+
+namespace {
+
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t half = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + half, values.end());
+  return values[half];
+}
+
+}  // namespace
+
+std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes,
+                                             int num_stages) {
+  std::vector<std::vector<double>> forward_kept(num_stages), weight_freed(num_stages);
+  std::vector<double> received(num_stages, 0), messages(num_stages, 0);
+  std::vector<int> receives(num_stages, 0), message_count(num_stages, 0);
+  std::vector<StageBytes> out(num_stages);
+  for (const ActionBytes& b : bytes) {
+    const int s = b.action.stage;
+    PPTRAIN_ASSERT(s >= 0 && s < num_stages, "action bytes of stage ", s, " of ", num_stages);
+    StageBytes& stage = out[s];
+    double& transient = b.action.op == Op::F ? stage.forward_transient : stage.transient;
+    transient = std::max(transient, static_cast<double>(b.transient));
+    if (b.action.op == Op::F) forward_kept[s].push_back(static_cast<double>(b.kept));
+    if (b.action.op == Op::W) weight_freed[s].push_back(static_cast<double>(-b.kept));
+    if (b.action.op == Op::RECV_F) {
+      received[s] += static_cast<double>(b.kept);
+      ++receives[s];
+    }
+    if (b.action.op == Op::RECV_F || b.action.op == Op::SEND_F) {
+      const int into = comm_peer(b.action).stage;
+      const int later = b.action.op == Op::RECV_F ? s : into;
+      PPTRAIN_ASSERT(later >= 0 && later < num_stages);
+      messages[later] += static_cast<double>(b.kept);
+      ++message_count[later];
+    }
+  }
+  for (int s = 0; s < num_stages; ++s) {
+    const double input = receives[s] > 0 ? received[s] / receives[s] : 0;
+    out[s].activation = median_of(forward_kept[s]) + input;
+    out[s].weight_stash = std::max(0.0, median_of(weight_freed[s]));
+    out[s].message = message_count[s] > 0 ? messages[s] / message_count[s] : 0;
+  }
+  return out;
 }
 
 }  // namespace pptrain

@@ -64,6 +64,7 @@
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/timeline.h"
 #include "pptrain/schedule/validate.h"
+#include "pptrain/sim/memory_model.h"
 
 namespace pptrain {
 
@@ -150,13 +151,35 @@ struct StepData {
   int first_microbatch = 0;           // microbatch number of inputs[0] and targets[0]
 };
 
+// Bytes of tensors around one action of a step (the counting allocator, device/memory.h): for
+// a compute action what it left allocated (after - before, negative when it freed more) and
+// the most it held above both ends; for a RECV_F of a cut the message received (its bytes were
+// allocated when the receive was posted, and its tensors are the stage's input); for a SEND_F
+// the message sent (runtime/tensor_bundle.h: message_bytes; skip messages: neither).
+struct ActionBytes {
+  Action action;
+  int64_t kept = 0;
+  int64_t transient = 0;
+};
+
 struct StepRecord {
   bool has_loss = false;  // true on the rank that holds the last stage
   double loss = 0;        // mean loss over the mini-batch (sum over microbatches of loss_m / M)
   std::vector<TimelineEvent> events;  // every action run, seconds since the step start
   int64_t bytes_sent = 0;             // of the tensors its SEND actions sent (not the headers)
   double compute_cpu_s = 0;           // thread CPU seconds of its F, I, W and B actions
+  // Its F, I, W, B and RECV_F actions' bytes, in order; empty without the counting allocator.
+  std::vector<ActionBytes> action_bytes;
 };
+
+// What one microbatch holds on each stage in the step, read off `bytes` (StepRecord::
+// action_bytes) for the memory model (sim/memory_model.h): activation = the median of a
+// stage's F kept bytes, plus the mean input it received; weight_stash = the median of what its
+// W freed; transient and forward_transient = the most any of its backwards (I, B, W) or
+// forwards held above their ends; message = the mean
+// message into it, received or sent. Only those fields are set; a stage without actions in
+// `bytes` stays zero. [num_stages]
+std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes, int num_stages);
 
 class Executor {
  public:
@@ -171,6 +194,7 @@ class Executor {
   StepRecord run_step(const StepData& data, std::chrono::steady_clock::time_point step_start);
 
   const Schedule& schedule() const { return *schedule_; }
+  const ValidatedSchedule& lowered() const { return schedule_; }
 
   // Between two segments of an asynchronous schedule whose step ends form clean cuts
   // (schedule/semantics.h: first_crossed_step): what this rank holds that the rest of the run
@@ -243,6 +267,7 @@ class Executor {
   MessageLengths message_lengths_;  // of each tag's last message, sent and received
   // Position of one of our RECVs -> positions of our SENDs safe to wait on once it completed.
   std::map<size_t, std::vector<size_t>> release_after_;
+  std::vector<size_t> posted_before_;  // [position]: receives posted before it runs
   int microbatches_per_step_ = 0;
   // End position (exclusive) of each segment of our list; the last is the list's size.
   std::vector<size_t> segment_ends_;

@@ -51,15 +51,23 @@ std::vector<int64_t> header_words(const TensorBundle& bundle) {
   return words;
 }
 
+// The length of the message of `bundle` with the header `words`, and where each tensor's data
+// starts in it.
+int64_t layout(const TensorBundle& bundle, const std::vector<int64_t>& words,
+               std::vector<int64_t>* offsets) {
+  int64_t length = aligned(static_cast<int64_t>(words.size()) * 8);
+  for (const auto& t : bundle.tensors()) {
+    if (offsets) offsets->push_back(length);
+    length += aligned(data_bytes(t));
+  }
+  return length;
+}
+
 // The whole message of `bundle`: header and data, in one uint8 tensor.
 torch::Tensor pack(const TensorBundle& bundle) {
   std::vector<int64_t> words = header_words(bundle);
-  int64_t length = aligned(static_cast<int64_t>(words.size()) * 8);
   std::vector<int64_t> offsets;
-  for (const auto& t : bundle.tensors()) {
-    offsets.push_back(length);
-    length += aligned(data_bytes(t));
-  }
+  const int64_t length = layout(bundle, words, &offsets);
   words[1] = length;
   torch::Tensor message = torch::empty({length}, torch::kUInt8);
   uint8_t* base = message.data_ptr<uint8_t>();
@@ -148,6 +156,10 @@ int64_t announced_length(const torch::Tensor& received, const std::string& what)
 }
 
 }  // namespace
+
+int64_t message_bytes(const TensorBundle& bundle) {
+  return layout(bundle, header_words(bundle), nullptr);
+}
 
 PendingComm send_bundle(Transport& transport, const TensorBundle& bundle, int peer, int tag,
                         MessageLengths& lengths, int64_t* bytes_sent) {

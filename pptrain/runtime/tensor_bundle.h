@@ -29,6 +29,10 @@ struct MessageLengths {
   std::unordered_map<int, int64_t> received;
 };
 
+// The bytes of the message of `bundle`: its header and its tensors' data, each padded. What a
+// send's copy holds, and a received bundle's tensors (views of their message) keep alive.
+int64_t message_bytes(const TensorBundle& bundle);
+
 // Sends `bundle` as the message of `tag` to `peer` (its tensors copied into the message, so
 // they may change at once). The result completes when the message is out; it adds the
 // tensors' bytes (not the header's) to `bytes_sent`.

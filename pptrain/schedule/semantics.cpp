@@ -244,6 +244,54 @@ size_t message_count(const Schedule& schedule) {
          2 * schedule.skips.size() * static_cast<size_t>(schedule.num_microbatches);
 }
 
+std::map<size_t, std::vector<size_t>> send_releases(const Schedule& lowered, int rank) {
+  // Where the two ends of each message run, by message_index().
+  struct End {
+    int rank = -1;
+    size_t position = 0;
+  };
+  const size_t count = message_count(lowered);
+  std::vector<End> sent_at(count), received_at(count);
+  for (int r = 0; r < lowered.num_ranks; ++r) {
+    for (size_t p = 0; p < lowered.actions[r].size(); ++p) {
+      const Action& a = lowered.actions[r][p];
+      if (is_send(a.op)) sent_at[message_index(a, lowered)] = {r, p};
+      if (is_recv(a.op)) received_at[message_index(a, lowered)] = {r, p};
+    }
+  }
+  std::map<size_t, std::vector<size_t>> out;
+  const auto& mine = lowered.actions[rank];
+  for (size_t p = 0; p < mine.size(); ++p) {
+    if (!is_send(mine[p].op)) continue;
+    const End& receive = received_at[message_index(mine[p], lowered)];
+    PPTRAIN_ASSERT(receive.rank >= 0, to_string(mine[p]), " has no matching receive");
+    for (size_t q = p + 1; q < mine.size(); ++q) {
+      if (!is_recv(mine[q].op)) continue;
+      const End& send = sent_at[message_index(mine[q], lowered)];
+      if (send.rank == receive.rank && send.position > receive.position) {
+        out[q].push_back(p);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<size_t> receives_posted(const std::vector<Action>& actions, int recv_ahead) {
+  size_t total = 0;
+  for (const Action& a : actions) total += is_recv(a.op) ? 1 : 0;
+  std::vector<size_t> out(actions.size());
+  size_t consumed = 0, posted = 0;  // receives before the position; posted so far
+  for (size_t p = 0; p < actions.size(); ++p) {
+    const size_t through = consumed + (is_recv(actions[p].op) ? 1 : 0);
+    const size_t ahead = recv_ahead < 0 ? total : consumed + static_cast<size_t>(recv_ahead);
+    posted = std::min(total, std::max({posted, through, ahead}));
+    out[p] = posted;
+    consumed = through;
+  }
+  return out;
+}
+
 std::vector<size_t> step_segment_ends(const Schedule& schedule, int rank,
                                       int microbatches_per_step) {
   PPTRAIN_ASSERT(microbatches_per_step > 0 &&

@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -186,6 +187,18 @@ size_t message_count(int num_stages, int num_microbatches);
 // others), 0 .. message_count(schedule) - 1.
 size_t message_index(const Action& comm, const Schedule& schedule);
 size_t message_count(const Schedule& schedule);
+
+// When a rank lets go of what it sent (the runtime's rule, runtime/executor.h): a SEND at
+// position p of `rank`'s list is waited on after the first later RECV of that rank from the
+// same peer rank whose SEND there comes after the peer's RECV of the message p sent (so the peer
+// has posted it); sends with no such RECV, at the end of the step. Returns, by position of such
+// a RECV, the positions of the sends waited on after it. `lowered`: with its SEND and RECV
+// actions, every message matched.
+std::map<size_t, std::vector<size_t>> send_releases(const Schedule& lowered, int rank);
+// How many of the receives of a rank's list `actions` are posted before the action at each
+// position runs (the runtime's rule): every receive up to that position, and the next
+// `recv_ahead` after the ones consumed before it (-1: all of them at once). [actions.size()]
+std::vector<size_t> receives_posted(const std::vector<Action>& actions, int recv_ahead);
 
 // An asynchronous schedule is one list over the whole run, its microbatches numbered across
 // steps of `microbatches_per_step`. Step k's segment of a rank's list ends after the rank's last

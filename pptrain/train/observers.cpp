@@ -17,6 +17,10 @@ std::string mib(int64_t bytes) {
   return text;
 }
 
+std::vector<double> measured_peaks(const StepReport& report) {
+  return {report.peak_memory_bytes.begin(), report.peak_memory_bytes.end()};
+}
+
 }  // namespace
 
 void LogPrinter::on_start(const RunInfo& run) {
@@ -55,6 +59,7 @@ void SimComparison::on_step(const StepReport& report) {
   if (!report.last()) return;
   result_ = compare_to_simulation(*schedule_, measured_);
   std::printf("%s", format_comparison(*result_).c_str());
+  std::printf("%s", format_memory(report.predicted_memory, measured_peaks(report)).c_str());
   std::fflush(stdout);
 }
 
@@ -83,13 +88,15 @@ nlohmann::ordered_json step_metrics_json(const StepReport& r) {
           {"rollbacks", r.rollbacks},
           {"checkpoint_stall_s", r.checkpoint_stall_s},
           {"resident_bytes", r.resident_bytes},
-          {"peak_memory_bytes", r.peak_memory_bytes}};
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"predicted_peak_memory_bytes", r.predicted_peak_memory_bytes}};
 }
 
 void MetricsWriter::on_step(const StepReport& r) {
   nlohmann::ordered_json line = step_metrics_json(r);
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
+    line["compare_sim"]["memory"] = memory_json(r.predicted_memory, measured_peaks(r));
   }
   out_ << line.dump() << "\n";
   out_.flush();

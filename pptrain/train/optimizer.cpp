@@ -54,6 +54,22 @@ StageOptimizer::StageOptimizer(const OptimizerOptions& options, const Stage& sta
   }
 }
 
+double state_bytes_per_parameter_byte(const OptimizerOptions& options) {
+  if (options.kind == "adamw") return 2;
+  return options.momentum != 0 ? 1 : 0;
+}
+
+int64_t StageOptimizer::kept_parameter_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& optimizer : layers_) {
+    if (!optimizer) continue;
+    for (const auto& group : optimizer->param_groups()) {
+      for (const torch::Tensor& p : group.params()) bytes += tensor_bytes(p);
+    }
+  }
+  return bytes;
+}
+
 int64_t StageOptimizer::state_bytes() const {
   int64_t bytes = 0;
   const auto add = [&bytes](const torch::Tensor& t) { bytes += tensor_bytes(t); };

@@ -50,6 +50,10 @@ struct OptimizerOptions {
   }
 };
 
+// Bytes of optimizer state per byte of parameters a step makes: AdamW 2 (its two moments), SGD
+// 1 with momentum (its buffer), else 0.
+double state_bytes_per_parameter_byte(const OptimizerOptions& options);
+
 class StageOptimizer {
  public:
   // `keeps(layer)`: whether this rank keeps the optimizer (and its state) of that model layer;
@@ -77,6 +81,9 @@ class StageOptimizer {
   // Bytes of the optimizer state held now (momentum buffers, AdamW's two moments); 0 before
   // the first step.
   int64_t state_bytes() const;
+  // Bytes of the parameters whose state it keeps (all of the stage's, or under --zero 1 those
+  // of the layers this rank owns).
+  int64_t kept_parameter_bytes() const;
 
   // One file per layer: DIR/optim_<model layer index>.pt. archives() are those files in memory
   // (with `copy`, of copies of the state, which later steps leave alone); save() writes them

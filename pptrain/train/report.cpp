@@ -11,8 +11,10 @@ namespace {
 
 // has_loss, loss, peak bytes, seconds, event count, start_s, grad_norm_squared, weight_versions,
 // optimizer state bytes, bytes sent, weight bytes, compute CPU seconds, rollbacks, checkpoint
-// stall seconds, resident bytes, peak memory bytes
-constexpr int kHeaderFields = 16;
+// stall seconds, resident bytes, peak memory bytes, predicted peak memory bytes and its parts
+// (weights, gradients, optimizer, data, activations, messages, transient, whether the state
+// came after the backwards)
+constexpr int kHeaderFields = 25;
 constexpr int kEventFields = 5;  // op, stage, microbatch, start, end
 
 // Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
@@ -20,14 +22,32 @@ constexpr int kEventFields = 5;  // op, stage, microbatch, start, end
 std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
                              std::vector<PendingComm>* unsent) {
   const int rank = transport.rank();
-  auto header = torch::tensor(
-      {mine.has_loss ? 1.0 : 0.0, mine.loss, static_cast<double>(mine.peak_activation_bytes),
-       mine.seconds, static_cast<double>(mine.events.size()), mine.start_s, mine.grad_norm_squared,
-       static_cast<double>(mine.weight_versions), static_cast<double>(mine.optimizer_state_bytes),
-       static_cast<double>(mine.bytes_sent), static_cast<double>(mine.weight_bytes), mine.compute_s,
-       static_cast<double>(mine.rollbacks), mine.checkpoint_stall_s,
-       static_cast<double>(mine.resident_bytes), static_cast<double>(mine.peak_memory_bytes)},
-      torch::kFloat64);
+  auto header = torch::tensor({mine.has_loss ? 1.0 : 0.0,
+                               mine.loss,
+                               static_cast<double>(mine.peak_activation_bytes),
+                               mine.seconds,
+                               static_cast<double>(mine.events.size()),
+                               mine.start_s,
+                               mine.grad_norm_squared,
+                               static_cast<double>(mine.weight_versions),
+                               static_cast<double>(mine.optimizer_state_bytes),
+                               static_cast<double>(mine.bytes_sent),
+                               static_cast<double>(mine.weight_bytes),
+                               mine.compute_s,
+                               static_cast<double>(mine.rollbacks),
+                               mine.checkpoint_stall_s,
+                               static_cast<double>(mine.resident_bytes),
+                               static_cast<double>(mine.peak_memory_bytes),
+                               static_cast<double>(mine.predicted_peak_memory_bytes),
+                               mine.predicted_memory.weights,
+                               mine.predicted_memory.gradients,
+                               mine.predicted_memory.optimizer,
+                               mine.predicted_memory.data,
+                               mine.predicted_memory.activations,
+                               mine.predicted_memory.messages,
+                               mine.predicted_memory.transient,
+                               mine.predicted_memory.fresh_state ? 1.0 : 0.0},
+                              torch::kFloat64);
   if (rank != 0) {
     auto events =
         torch::empty({static_cast<int64_t>(mine.events.size()), kEventFields}, torch::kFloat64);
@@ -72,6 +92,16 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
     r.checkpoint_stall_s = h[13].item<double>();
     r.resident_bytes = static_cast<int64_t>(h[14].item<double>());
     r.peak_memory_bytes = static_cast<int64_t>(h[15].item<double>());
+    r.predicted_peak_memory_bytes = static_cast<int64_t>(h[16].item<double>());
+    RankMemory& m = r.predicted_memory;
+    m.weights = h[17].item<double>();
+    m.gradients = h[18].item<double>();
+    m.optimizer = h[19].item<double>();
+    m.data = h[20].item<double>();
+    m.activations = h[21].item<double>();
+    m.messages = h[22].item<double>();
+    m.transient = h[23].item<double>();
+    m.fresh_state = h[24].item<double>() != 0;
     auto events =
         torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
     transport.recv(events, peer, tag_of(ControlTag::kReportEvents)).wait();
@@ -158,6 +188,8 @@ std::optional<StepReport> gather_step_report(const RunInfo& run, int step, doubl
     report.checkpoint_stall_s = std::max(report.checkpoint_stall_s, r.checkpoint_stall_s);
     report.resident_bytes.push_back(r.resident_bytes);
     report.peak_memory_bytes.push_back(r.peak_memory_bytes);
+    report.predicted_peak_memory_bytes.push_back(r.predicted_peak_memory_bytes);
+    report.predicted_memory.push_back(r.predicted_memory);
     if (run.asynchronous) squared_norm += r.grad_norm_squared;
     // Each rank timed its events from its own start after the barrier; on rank 0's clock they
     // begin (start_s - rank 0's start_s) later. Worker processes of one host share the steady

@@ -16,6 +16,7 @@
 
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/timeline.h"
+#include "pptrain/sim/memory_model.h"
 #include "pptrain/sim/metrics.h"
 #include "pptrain/train/plan.h"
 
@@ -54,6 +55,12 @@ struct RankStep {
   // parameters (and gradients) made before the allocator was installed are added; a
   // checkpoint's copies (at_step_end) are not counted.
   int64_t peak_memory_bytes = 0;
+  // The memory model's prediction of that peak (sim/memory_model.h) from this rank's stages'
+  // parameters, its optimizers' kind and the bytes a microbatch held on each of its stages,
+  // measured in the step (runtime/executor.h: measured_stage_bytes); in parts. The total is the
+  // first step's (fresh optimizer state is made after the backwards) or the steady one.
+  RankMemory predicted_memory;
+  int64_t predicted_peak_memory_bytes = 0;
   std::vector<TimelineEvent> events;  // seconds since the step start
 };
 
@@ -65,19 +72,21 @@ struct StepReport {
   double step_seconds = 0;   // the slowest rank's
   double samples_per_s = 0;  // batch_size / step_seconds
   double tokens_per_s = 0;   // samples_per_s x tokens per sample
-  std::vector<double> rank_seconds;            // [rank]
-  std::vector<int64_t> peak_activation_bytes;  // [rank]
-  std::vector<int> weight_versions;            // [rank]: most versions held at once
-  std::vector<int64_t> optimizer_state_bytes;  // [rank]: after the step
-  std::vector<int64_t> bytes_sent;             // [rank]: RankStep::bytes_sent
-  std::vector<int64_t> weight_bytes;           // [rank]: RankStep::weight_bytes
-  std::vector<double> compute_s;               // [rank]: RankStep::compute_s
-  int rollbacks = 0;                           // ranks that took their optimizer step back
-  double checkpoint_stall_s = 0;               // the longest RankStep::checkpoint_stall_s
-  std::vector<int64_t> resident_bytes;         // [rank]: RankStep::resident_bytes
-  std::vector<int64_t> peak_memory_bytes;      // [rank]: RankStep::peak_memory_bytes
-  Timeline timeline;                           // measured, seconds, every rank on rank 0's clock
-  TimelineStats stats;                         // of `timeline`: makespan, bubble ratio, ...
+  std::vector<double> rank_seconds;                  // [rank]
+  std::vector<int64_t> peak_activation_bytes;        // [rank]
+  std::vector<int> weight_versions;                  // [rank]: most versions held at once
+  std::vector<int64_t> optimizer_state_bytes;        // [rank]: after the step
+  std::vector<int64_t> bytes_sent;                   // [rank]: RankStep::bytes_sent
+  std::vector<int64_t> weight_bytes;                 // [rank]: RankStep::weight_bytes
+  std::vector<double> compute_s;                     // [rank]: RankStep::compute_s
+  int rollbacks = 0;                                 // ranks that took their optimizer step back
+  double checkpoint_stall_s = 0;                     // the longest RankStep::checkpoint_stall_s
+  std::vector<int64_t> resident_bytes;               // [rank]: RankStep::resident_bytes
+  std::vector<int64_t> peak_memory_bytes;            // [rank]: RankStep::peak_memory_bytes
+  std::vector<int64_t> predicted_peak_memory_bytes;  // [rank]: RankStep's
+  std::vector<RankMemory> predicted_memory;          // [rank]: RankStep's, in parts
+  Timeline timeline;    // measured, seconds, every rank on rank 0's clock
+  TimelineStats stats;  // of `timeline`: makespan, bubble ratio, ...
 
   // The run's last step; never when the run's length is not known (a program's own loop).
   bool last() const { return steps > 0 && step == steps; }
