@@ -83,5 +83,47 @@ std::vector<MemoryCase> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Memory, PredictedPeak, testing::ValuesIn(cases()), case_name);
 
+// `pptrain plan` under a memory limit picks a plan whose measured peak fits on every rank: the
+// model's figures from a profile of the same model (its layers' stash, the bytes W keeps, their
+// parameters) hold for the run. Three limits, from roomy to where only recomputation fits.
+TEST(PlanUnderALimit, FitsWhenRun) {
+  TempDir dir;
+  ModelOptions model = small_model("gpt");
+  model.d_model = 64;
+  model.seq_len = 32;
+  const std::string profile = (dir / "prof.json").string();
+  const auto profiled = run_pptrain("profile " + model_args(model) +
+                                        " --microbatch-size 4 --warmup 1 --iters 3 "
+                                        "--allreduce-ranks 0 --out " +
+                                        profile,
+                                    dir);
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
+  for (const double limit : {4.0e6, 3.0e6, 2.5e6}) {
+    const std::string out = (dir / ("plan" + std::to_string(static_cast<int>(limit)))).string();
+    const auto planned = run_pptrain("plan --profile " + profile + " --workers 4 --batch 32 " +
+                                         "--optimizer adamw --memory-limit " +
+                                         std::to_string(limit) + " --out " + out,
+                                     dir);
+    ASSERT_EQ(planned.exit_code, 0) << planned.err;
+    const auto metrics = dir / "m.jsonl";
+    const auto run = run_train(model_args(model) + " --plan " + out + "/plan.json" +
+                                   " --steps 3 --optimizer adamw --data synthetic --quiet" +
+                                   " --metrics " + metrics.string(),
+                               dir);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    std::ifstream in(metrics);
+    std::string text;
+    while (std::getline(in, text)) {
+      const auto line = nlohmann::json::parse(text);
+      const auto peaks = line.at("peak_memory_bytes").get<std::vector<double>>();
+      ASSERT_EQ(peaks.size(), 4u);
+      for (size_t r = 0; r < peaks.size(); ++r) {
+        EXPECT_LE(peaks[r], limit) << "limit " << limit << ", step " << line.at("step") << ", rank "
+                                   << r << ": " << planned.out;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pptrain::e2e

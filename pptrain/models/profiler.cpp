@@ -46,11 +46,14 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
   result.name = layer_name(options.model, index);
   for (const auto& p : layer.ptr()->parameters()) result.parameter_bytes += tensor_bytes(p);
 
-  std::vector<double> forward_ms, input_ms, weight_ms, stash_bytes;
+  std::vector<double> forward_ms, input_ms, weight_ms, stash_bytes, weight_stash_bytes;
   for (int iter = 0; iter < options.warmup + options.iters; ++iter) {
     // The input needs a gradient so that I computes dX, as it does inside a pipeline stage.
     torch::Tensor x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
-    layer.ptr()->zero_grad();
+    // Zeroed in place, as in a run: W then frees what it held without allocating gradients.
+    for (auto& p : layer.ptr()->parameters()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
 
     const int64_t before = allocated_bytes();
     double start = thread_cpu_ms();
@@ -67,20 +70,24 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
       output.backward(grad_output);
     }
     const double i_ms = thread_cpu_ms() - start;
+    const int64_t before_w = allocated_bytes();
     start = thread_cpu_ms();
     store.run();
     const double w_ms = thread_cpu_ms() - start;
+    const int64_t after_w = allocated_bytes();
 
     if (iter < options.warmup) continue;
     forward_ms.push_back(f_ms);
     input_ms.push_back(i_ms);
     weight_ms.push_back(w_ms);
     stash_bytes.push_back(static_cast<double>(after - before));
+    weight_stash_bytes.push_back(static_cast<double>(before_w - after_w));
   }
   result.forward_ms = median(forward_ms);
   result.backward_input_ms = median(input_ms);
   result.backward_weight_ms = median(weight_ms);
   result.stash_bytes = std::max(0.0, median(stash_bytes));
+  result.weight_stash_bytes = std::clamp(median(weight_stash_bytes), 0.0, result.stash_bytes);
   return result;
 }
 
@@ -124,6 +131,7 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
                       // Whole bytes: LayerProfile keeps doubles only because PipeDream's are.
                       {"activation_bytes", static_cast<int64_t>(layer.activation_bytes)},
                       {"stash_bytes", static_cast<int64_t>(layer.stash_bytes)},
+                      {"weight_stash_bytes", static_cast<int64_t>(layer.weight_stash_bytes)},
                       {"parameter_bytes", static_cast<int64_t>(layer.parameter_bytes)}});
   }
   nlohmann::json out = {{"format", "pptrain-profile-1"},

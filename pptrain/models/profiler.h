@@ -23,6 +23,9 @@
 //                       iterations; the layer's input is not counted (it was allocated before).
 //                       Summed over a stage's layers this is the stage's activation memory per
 //                       microbatch in flight, apart from the stage input.
+//   weight_stash_bytes  of stash_bytes, what W frees: the bytes the deferred weight gradients
+//                       held from the end of I (the weight layers' inputs and output gradients),
+//                       the gradients zeroed in place as in a run; median over the iterations
 //   parameter_bytes     bytes of the layer's parameters
 #pragma once
 

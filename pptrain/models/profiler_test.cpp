@@ -46,6 +46,9 @@ TEST(Profiler, MeasuresEveryLayerOfGpt) {
   // A block keeps its LayerNorm outputs, q/k/v, attention weights and MLP hidden layer: far more
   // than its output.
   EXPECT_GT(profile.layers[1].stash_bytes, 2 * profile.layers[1].activation_bytes);
+  // W keeps most of it after I: its linear layers' inputs (far more than the paper's half).
+  EXPECT_GT(profile.layers[1].weight_stash_bytes, 0.5 * profile.layers[1].stash_bytes);
+  EXPECT_LE(profile.layers[1].weight_stash_bytes, profile.layers[1].stash_bytes);
 }
 
 TEST(Profiler, WritesTheProfileFormat) {

@@ -167,6 +167,9 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     layer.activation_bytes = layer_number(l, "activation_bytes", where);
     layer.stash_bytes = layer_number(l, "stash_bytes", where);
     layer.parameter_bytes = layer_number(l, "parameter_bytes", where);
+    if (l.contains("weight_stash_bytes")) {
+      layer.weight_stash_bytes = layer_number(l, "weight_stash_bytes", where);
+    }
     profile.layers.push_back(std::move(layer));
   }
   if (doc.contains("settings") && doc["settings"].is_object() &&

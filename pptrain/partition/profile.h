@@ -31,6 +31,10 @@ struct LayerProfile {
   double activation_bytes = 0;
   double stash_bytes = 0;      // bytes kept from forward until backward, per microbatch
   double parameter_bytes = 0;  // weights
+  // Of stash_bytes, what the deferred weight gradients still hold after I, until W (the weight
+  // layers' inputs and output gradients); < 0: not measured (a profile of an older pptrain,
+  // PipeDream's), and the planner takes --mem-w-ratio of stash_bytes instead.
+  double weight_stash_bytes = -1;
 
   double backward_ms() const { return backward_input_ms + backward_weight_ms; }
   double compute_ms() const { return forward_ms + backward_ms(); }
@@ -64,7 +68,8 @@ struct Profile {
 Profile read_profile(const std::string& path);
 
 // Our JSON. Every layer needs name, forward_ms, backward_input_ms, backward_weight_ms,
-// activation_bytes, stash_bytes and parameter_bytes, all >= 0.
+// activation_bytes, stash_bytes and parameter_bytes, all >= 0; weight_stash_bytes (>= 0) is
+// optional.
 Profile parse_profile_json(const std::string& text, const std::string& source = "<string>");
 
 // PipeDream graph.txt. Node lines

@@ -30,7 +30,8 @@ const char* kTwoLayers = R"({"format": "pptrain-profile-1", "model": {"name": "m
     {"name": "fc1", "forward_ms": 1.5, "backward_input_ms": 2, "backward_weight_ms": 0.5,
      "activation_bytes": 4096, "stash_bytes": 8192, "parameter_bytes": 1000},
     {"name": "fc2", "forward_ms": 0.5, "backward_input_ms": 1, "backward_weight_ms": 0.25,
-     "activation_bytes": 64, "stash_bytes": 128, "parameter_bytes": 10}]})";
+     "activation_bytes": 64, "stash_bytes": 128, "parameter_bytes": 10,
+     "weight_stash_bytes": 96}]})";
 
 TEST(ProfileJson, ReadsEveryField) {
   Profile p = parse_profile_json(kTwoLayers, "mlp.json");
@@ -44,6 +45,8 @@ TEST(ProfileJson, ReadsEveryField) {
   EXPECT_DOUBLE_EQ(p.layers[0].activation_bytes, 4096);
   EXPECT_DOUBLE_EQ(p.layers[0].stash_bytes, 8192);
   EXPECT_DOUBLE_EQ(p.layers[1].parameter_bytes, 10);
+  EXPECT_DOUBLE_EQ(p.layers[0].weight_stash_bytes, -1);  // optional: not measured
+  EXPECT_DOUBLE_EQ(p.layers[1].weight_stash_bytes, 96);
 }
 
 TEST(ProfileJson, RejectsBadProfilesNamingTheProblem) {

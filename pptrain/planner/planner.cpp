@@ -70,6 +70,7 @@ Profile scaled_profile(const Profile& profile, double scale, const PlannerOption
     layer.backward_weight_ms *= scale;
     layer.activation_bytes *= scale;
     layer.stash_bytes *= scale;
+    if (layer.weight_stash_bytes >= 0) layer.weight_stash_bytes *= scale;
   }
   return out;
 }
@@ -77,6 +78,18 @@ Profile scaled_profile(const Profile& profile, double scale, const PlannerOption
 double sum_layers(const Profile& profile, const LayerRange& range, double LayerProfile::*field) {
   double sum = 0;
   for (int l = range.first; l <= range.second; ++l) sum += profile.layers[l].*field;
+  return sum;
+}
+
+// What W keeps of the stage's activations after I: the profile's measured weight stash of its
+// layers, or mem_w_ratio of a layer's stash where the profile has none.
+double weight_stash(const Profile& profile, const LayerRange& range, double mem_w_ratio) {
+  double sum = 0;
+  for (int l = range.first; l <= range.second; ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    sum +=
+        layer.weight_stash_bytes >= 0 ? layer.weight_stash_bytes : mem_w_ratio * layer.stash_bytes;
+  }
   return sum;
 }
 
@@ -91,12 +104,16 @@ CostModel candidate_cost(const Profile& profile, const Candidate& c, double mem_
   for (size_t s = 0; s < c.stage_layers.size(); ++s) {
     const LayerRange& range = c.stage_layers[s];
     const double stash = sum_layers(profile, range, &LayerProfile::stash_bytes);
+    const double kept_for_w = weight_stash(profile, range, mem_w_ratio);
+    // The stage's input: a message from the stage before (a copy of what it keeps) when that
+    // one is on another rank; counted for every stage after the first (an upper bound for the
+    // V shapes' stages that take their input on the same rank).
+    const double input = range.first > 0 ? profile.layers[range.first - 1].activation_bytes : 0;
     if (!c.recompute) {
-      cost.stage_activation.push_back(stash);
+      cost.stage_activation.push_back(input + stash);
+      cost.stage_weight_stash.push_back(kept_for_w);
       continue;
     }
-    const double input = range.first > 0 ? profile.layers[range.first - 1].activation_bytes : 0;
-    const double kept_for_w = mem_w_ratio * stash;
     cost.stage_activation.push_back(split ? input + kept_for_w : input);
     cost.stage_weight_stash.push_back(split ? kept_for_w : mem_w_ratio * input);
     cost.stage_backward_input[s] += cost.stage_forward[s];  // the forward runs again

@@ -40,7 +40,9 @@
 //   weights + gradients + optimizer state = (2 + optimizer_state_factor) x the parameter bytes
 //     of the rank's stages (optimizer_state_factor 2: AdamW's two moments; 1: SGD momentum);
 //   + peak activations: the simulator's peak_activations with a microbatch's activation on stage
-//     s = the stash bytes of its layers (the weight gradients' share after I: mem_w_ratio of it);
+//     s = the stash bytes of its layers and its input (the previous layer's activation bytes),
+//     of which I keeps the layers' measured weight_stash_bytes for W (mem_w_ratio of the stash
+//     for a profile without them);
 //     with recomputation the stage input from F to I, and from I to W the weight gradients'
 //     share (which recomputation does not spare), plus one microbatch's whole stash of the
 //     largest stage on the rank while its forward reruns.

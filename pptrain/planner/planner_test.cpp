@@ -164,7 +164,9 @@ TEST(Planner, PeakIsStaticPlusSimulatedActivations) {
     l.activation_bytes *= 2, l.stash_bytes *= 2;
   }
   CostModel cost = cost_from_profile(doubled, c.stage_layers, 1);
-  cost.stage_activation = {2 * (4000 + 5000 + 6000 + 7000), 2 * (8000 + 9000 + 10000 + 11000)};
+  // Stage 1 also holds its input, the message from stage 0 (layer 3's activation bytes).
+  cost.stage_activation = {2 * (4000 + 5000 + 6000 + 7000),
+                           2 * (profile.layers[3].activation_bytes + 8000 + 9000 + 10000 + 11000)};
   const SimResult sim = simulate(validate(make_schedule({"1f1b", 2, 4})), cost);
   EXPECT_DOUBLE_EQ(c.step_ms, sim.makespan);
   // AdamW: weights, gradients and two moments.
