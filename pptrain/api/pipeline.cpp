@@ -309,8 +309,8 @@ struct PipelineSchedule::Impl {
   StepData step_data(int step, const BatchSource& batches);
   void start(int64_t batch_size);
   double update(int step, const StepRecord& record, RankStep& mine);
-  void predict_memory(const StepRecord& record, const StepData& data, bool fresh_state,
-                      RankStep& mine);
+  void predict_memory(const StepRecord& record, const StepData& data, bool first_step,
+                      bool fresh_state, RankStep& mine);
   std::optional<RankMemory> async_prediction;  // an asynchronous run's, from its first step
   std::string nonfinite_message(int step, double grad_norm, const StepRecord& record) const;
 
@@ -788,7 +788,7 @@ RankCheckpoint PipelineSchedule::checkpoint() const {
 // its optimizers keep, and what a microbatch held on each in this step. An asynchronous
 // schedule is one list over the run, simulated once, from its first step's bytes.
 void PipelineSchedule::Impl::predict_memory(const StepRecord& record, const StepData& data,
-                                            bool fresh_state, RankStep& mine) {
+                                            bool first_step, bool fresh_state, RankStep& mine) {
   if (!counting_allocator_installed()) return;
   if (!asynchronous() || !async_prediction) {
     std::vector<StageBytes> bytes =
@@ -816,6 +816,9 @@ void PipelineSchedule::Impl::predict_memory(const StepRecord& record, const Step
     // Each stage's flat gradient buffer, when its copies sum their gradients (stage_copies.h).
     rules.gradient_buffers = copies > 1 || schedule().replicated();
     rules.recv_ahead = ExecutorOptions().recv_ahead;
+    // In the executor's first step its receives know no lengths yet (an asynchronous run's
+    // prediction, made once for the whole run, is its steady state's).
+    rules.sized_receives = !first_step || asynchronous();
     const RankMemory rank =
         pptrain::predict_memory(executor->lowered(), bytes, planned.weights, rules)[pipeline_rank];
     if (!asynchronous()) {
@@ -896,7 +899,7 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
     if (step + 1 == impl.options.steps) impl.async->finish(impl.options.steps);
   }
   mine.peak_memory_bytes = peak_bytes() + impl.uncounted_parameter_bytes;  // before a save's copies
-  impl.predict_memory(record, data, fresh_state, mine);
+  impl.predict_memory(record, data, first_step, fresh_state, mine);
   if (impl.options.at_step_end) mine.checkpoint_stall_s = impl.options.at_step_end(step + 1);
   mine.resident_bytes = resident_bytes();
   mine.bytes_sent = record.bytes_sent + impl.combine->take_bytes_sent();

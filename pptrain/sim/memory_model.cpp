@@ -28,9 +28,10 @@ struct Peaks {
 
 // Walks rank r's list in order: the most its activations hold at once, with its messages in
 // flight, and with the working memory of the action running.
-Peaks walk(const Schedule& s, int r, const std::vector<StageBytes>& stages, int recv_ahead) {
+Peaks walk(const Schedule& s, int r, const std::vector<StageBytes>& stages,
+           const MemoryRules& rules) {
   const std::vector<Action>& actions = s.actions[r];
-  const std::vector<size_t> posted = receives_posted(actions, recv_ahead);
+  const std::vector<size_t> posted = receives_posted(actions, rules.recv_ahead);
   const auto releases = send_releases(s, r);
   std::vector<size_t> receives;
   for (size_t p = 0; p < actions.size(); ++p) {
@@ -53,15 +54,22 @@ Peaks walk(const Schedule& s, int r, const std::vector<StageBytes>& stages, int 
     from.erase(it);
   };
   for (size_t p = 0; p < actions.size(); ++p) {
-    for (; next < posted[p]; ++next) {
-      const Action& recv = actions[receives[next]];
+    const auto hold = [&](const Action& recv) {
       const double bytes = message_bytes(recv, stages);
-      if (is_skip_message(recv)) continue;
       (recv.op == Op::RECV_F ? inputs : output_grads)[{recv.stage, recv.microbatch}] = bytes;
       messages += bytes;
+    };
+    for (; next < posted[p]; ++next) {
+      const Action& recv = actions[receives[next]];
+      if (rules.sized_receives && !is_skip_message(recv)) hold(recv);
     }
     note(0);
     const Action& action = actions[p];
+    // An unsized receive gets its buffer when its message comes.
+    if (!rules.sized_receives && is_recv(action.op) && !is_skip_message(action)) {
+      hold(action);
+      note(0);
+    }
     if (is_send(action.op)) {
       sends[p] = message_bytes(action, stages);
       messages += sends[p];
@@ -114,7 +122,7 @@ std::vector<RankMemory> predict_memory(const ValidatedSchedule& lowered,
   std::vector<RankMemory> out(s.num_ranks);
   for (int r = 0; r < s.num_ranks; ++r) {
     RankMemory& m = out[r];
-    const Peaks peaks = walk(s, r, stages, rules.recv_ahead);
+    const Peaks peaks = walk(s, r, stages, rules);
     m.activations = peaks.activations;
     m.messages = peaks.messages - peaks.activations;
     m.transient = peaks.transient - peaks.messages;

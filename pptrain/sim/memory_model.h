@@ -66,6 +66,10 @@ struct StageBytes {
 struct MemoryRules {
   bool gradient_buffers = false;  // a flat buffer of each stage's gradients (its copies sum them)
   int recv_ahead = 4;             // ExecutorOptions::recv_ahead
+  // Whether a posted receive holds its message's bytes: it is sized as its tag's last message
+  // (runtime/tensor_bundle.h), so not in a run's first step, where it holds a notice only until
+  // its message comes.
+  bool sized_receives = true;
 };
 
 struct RankMemory {

@@ -73,6 +73,13 @@ TEST(MemoryModel, MessagesFollowTheRuntimesPostingAndReleases) {
   // whose sender had received F0 before sending it; F1's only after RECV_B1) and the gradient
   // of microbatch 0, posted one ahead.
   EXPECT_DOUBLE_EQ(one[0].messages, 3);
+  // A run's first step: a posted receive holds only a notice until its message comes, so how
+  // far ahead receives are posted does not matter: the two copies in flight, and RECV_B0's
+  // buffer once its message came, before F0's copy is let go.
+  MemoryRules first;
+  first.recv_ahead = -1;
+  first.sized_receives = false;
+  EXPECT_DOUBLE_EQ(predict_memory(lowered, stages, VersionRule{}, first)[0].messages, 3);
   // Every receive posted at the start: the four gradients' buffers from the first action on.
   rules.recv_ahead = -1;
   EXPECT_DOUBLE_EQ(predict_memory(lowered, stages, VersionRule{}, rules)[0].messages, 6);
