@@ -1,10 +1,13 @@
-// The memory model: each rank's peak bytes of a schedule, split into parts. `pptrain plan` ranks
-// plans by it (planner.h), and a run prints it beside the peak it measured
-// (`predicted_peak_memory_bytes`, api/pipeline.h).
+// The memory model: each rank's peak bytes of a schedule, split into parts. A run prints it
+// beside the peak it measured (`predicted_peak_memory_bytes`, api/pipeline.h; its inputs read
+// off the step: runtime/executor.h, measured_stage_bytes). `pptrain plan` still sums its own
+// older form of it (planner.h: weights, gradients, state and the simulator's activations).
 //
-//   std::vector<StageBytes> stages(schedule->num_stages);   // from a profile, or measured
-//   stages[0] = {.weights = 4e6, .optimizer_state = 8e6, .activation = 1e6, .weight_stash = 3e5};
-//   std::vector<RankMemory> ranks = predict_memory(validated, stages, VersionRule{});
+//   std::vector<StageBytes> stages(lowered->num_stages);   // e.g. measured
+//   stages[0].weights = 4e6;
+//   stages[0].optimizer_state = 8e6;
+//   stages[0].activation = 1e6;
+//   std::vector<RankMemory> ranks = predict_memory(lowered, stages, VersionRule{});
 //   ranks[0].total();
 //
 // The model's inputs are bytes of each stage (StageBytes); a rank's peak is made of
