@@ -819,6 +819,7 @@ void PipelineSchedule::Impl::predict_memory(const StepRecord& record, const Step
     // In the executor's first step its receives know no lengths yet (an asynchronous run's
     // prediction, made once for the whole run, is its steady state's).
     rules.sized_receives = !first_step || asynchronous();
+    rules.notice_bytes = static_cast<double>(kNoticeBytes);
     const RankMemory rank =
         pptrain::predict_memory(executor->lowered(), bytes, planned.weights, rules)[pipeline_rank];
     if (!asynchronous()) {

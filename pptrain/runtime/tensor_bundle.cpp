@@ -19,8 +19,7 @@ constexpr int64_t kUndefined = -1;
 // its dims and sizes; its name's length in bytes and the name packed eight bytes to a word. The
 // header is padded to kAlign bytes, and so is each tensor's data after it, in order.
 constexpr int64_t kAlign = 64;
-// The length of a tag's first message as its receive expects it: a notice (magic and length).
-constexpr int64_t kNoticeBytes = kAlign;
+static_assert(kNoticeBytes == kAlign, "a notice is one aligned block");
 
 int64_t aligned(int64_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;

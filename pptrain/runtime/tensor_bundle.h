@@ -29,6 +29,10 @@ struct MessageLengths {
   std::unordered_map<int, int64_t> received;
 };
 
+// The length of a tag's first message as its receive expects it: a notice (magic and length),
+// which the sender sends before the message whenever the length changes.
+constexpr int64_t kNoticeBytes = 64;
+
 // The bytes of the message of `bundle`: its header and its tensors' data, each padded. What a
 // send's copy holds, and a received bundle's tensors (views of their message) keep alive.
 int64_t message_bytes(const TensorBundle& bundle);

@@ -59,19 +59,23 @@ Peaks walk(const Schedule& s, int r, const std::vector<StageBytes>& stages,
       (recv.op == Op::RECV_F ? inputs : output_grads)[{recv.stage, recv.microbatch}] = bytes;
       messages += bytes;
     };
+    const double notice = rules.sized_receives ? 0 : rules.notice_bytes;
     for (; next < posted[p]; ++next) {
       const Action& recv = actions[receives[next]];
-      if (rules.sized_receives && !is_skip_message(recv)) hold(recv);
+      if (is_skip_message(recv)) continue;
+      if (rules.sized_receives) hold(recv);
+      messages += notice;
     }
     note(0);
     const Action& action = actions[p];
-    // An unsized receive gets its buffer when its message comes.
+    // An unsized receive gets its buffer when its message comes, and lets its notice go.
     if (!rules.sized_receives && is_recv(action.op) && !is_skip_message(action)) {
       hold(action);
       note(0);
+      messages -= notice;
     }
     if (is_send(action.op)) {
-      sends[p] = message_bytes(action, stages);
+      sends[p] = message_bytes(action, stages) + (is_skip_message(action) ? 0 : notice);
       messages += sends[p];
       note(0);
     }

@@ -73,6 +73,9 @@ struct MemoryRules {
   // (runtime/tensor_bundle.h), so not in a run's first step, where it holds a notice only until
   // its message comes.
   bool sized_receives = true;
+  // Without sized receives: the notice a posted receive holds until its message comes, and that
+  // its sender sends (and holds) beside each message (runtime/tensor_bundle.h: kNoticeBytes).
+  double notice_bytes = 0;
 };
 
 struct RankMemory {
