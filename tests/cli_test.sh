@@ -313,13 +313,13 @@ if [ -n "$rsvg" ]; then
 fi
 "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --schedules 1f1b \
   --json --out "$work/plan2" | grep -q '"schedule": "1f1b"' || fail "plan --json does not print the plan"
-expect_error "plan: limit too small" "no plan fits the memory limit of 1000.0 MB (1e+09 bytes) per rank; the smallest peak of the" \
+expect_error "plan: limit too small" "no plan fits the memory limit of 1000.0 MB (1e+09 bytes) per rank less its margin of 5%; the smallest peak of the" \
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
 expect_error "plan: limit too small names the rank" "bytes, on rank 0: interleaved-1f1b, M=16, recompute)" \
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
 # Issue 32's row: under a limit where 1F1B fits, zb-auto on the same cut, M and recomputation is
 # never slower (it used to plan under the largest rank's weights and serialise the pipeline).
-json=$("$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 16e9 --batch 16 --partitions time \
+json=$("$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --partitions time \
   --microbatches 16 --recompute on --schedules 1f1b,zb-auto --json --out "$work/plan4") || fail "plan exited $?"
 python3 -c "import json,sys; r={c['schedule']: c['step_ms'] for c in json.loads(sys.argv[1])['ranked']}; sys.exit(not r['zb-auto'] <= r['1f1b'] * (1 + 1e-9))" "$json" \
   || fail "plan: zb-auto is slower than 1f1b where 1f1b fits: $json"
@@ -336,6 +336,14 @@ expect_error "plan: w-fraction with a split profile" "--w-fraction 0.5 applies t
   "$pptrain" plan --profile "$work/split.json" --workers 2 --memory-limit 0 --w-fraction 0.5 --out "$work/plan5"
 expect_error "plan: zero workers" "--workers must be >= 1" \
   "$pptrain" plan --profile "$vgg" --workers 0 --memory-limit 1e9 --out "$work/plan3"
+expect_error "plan: margin of the whole limit" "memory margin must be in \[0, 1)" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --memory-margin 1 --out "$work/plan3"
+# --explain: the winner's memory model in parts, a line per rank that sums to its peak.
+"$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --schedules 1f1b \
+  --explain --out "$work/plan6" >"$work/plan6.txt" || fail "plan --explain exited $?"
+grep -q "weights + gradients + optimizer + data + activations + messages + transient = predicted" \
+  "$work/plan6.txt" || fail "plan --explain: no memory parts: $(cat "$work/plan6.txt")"
+[ "$(grep -cE '^  rank [0-3] ' "$work/plan6.txt")" -eq 4 ] || fail "plan --explain: not a line per rank"
 expect_error "plan: negative limit" "--memory-limit must be >= 0 bytes" \
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit -1 --out "$work/plan3"
 expect_error "plan: M not dividing the batch" "microbatches 3 does not divide the batch of 16" \

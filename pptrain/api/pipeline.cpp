@@ -312,6 +312,7 @@ struct PipelineSchedule::Impl {
   void predict_memory(const StepRecord& record, const StepData& data, bool first_step,
                       bool fresh_state, RankStep& mine);
   std::optional<RankMemory> async_prediction;  // an asynchronous run's, from its first step
+  std::optional<MemoryWalk> memory_walk;       // the schedule's part of the model, made once
   std::string nonfinite_message(int step, double grad_norm, const StepRecord& record) const;
 
   PipelineStage* local(int index) const {
@@ -820,8 +821,9 @@ void PipelineSchedule::Impl::predict_memory(const StepRecord& record, const Step
     // prediction, made once for the whole run, is its steady state's).
     rules.sized_receives = !first_step || asynchronous();
     rules.notice_bytes = static_cast<double>(kNoticeBytes);
+    if (!memory_walk) memory_walk.emplace(executor->lowered(), rules.recv_ahead);
     const RankMemory rank =
-        pptrain::predict_memory(executor->lowered(), bytes, planned.weights, rules)[pipeline_rank];
+        pptrain::predict_memory(*memory_walk, bytes, planned.weights, rules)[pipeline_rank];
     if (!asynchronous()) {
       mine.predicted_memory = rank;
     } else {

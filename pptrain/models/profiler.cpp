@@ -8,19 +8,13 @@
 #include <thread>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/stats.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/memory.h"
 #include "pptrain/models/weight_grad_store.h"
 
 namespace pptrain {
 namespace {
-
-double median(std::vector<double> values) {
-  PPTRAIN_ASSERT(!values.empty());
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
 
 std::string hostname() {
   char name[256] = {0};
@@ -46,7 +40,8 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
   result.name = layer_name(options.model, index);
   for (const auto& p : layer.ptr()->parameters()) result.parameter_bytes += tensor_bytes(p);
 
-  std::vector<double> forward_ms, input_ms, weight_ms, stash_bytes, weight_stash_bytes;
+  std::vector<double> forward_ms, input_ms, weight_ms, stash_bytes, weight_stash_bytes,
+      forward_transient, backward_transient;
   for (int iter = 0; iter < options.warmup + options.iters; ++iter) {
     // The input needs a gradient so that I computes dX, as it does inside a pipeline stage.
     torch::Tensor x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
@@ -55,15 +50,21 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
 
+    // Each action's working memory is what it held above both its ends, as the executor
+    // records it (runtime/executor.h: ActionBytes).
     const int64_t before = allocated_bytes();
+    reset_window_peak();
     double start = thread_cpu_ms();
     torch::Tensor output = layer.forward(x);
     const double f_ms = thread_cpu_ms() - start;
     const int64_t after = allocated_bytes();
+    const int64_t forward_peak = window_peak_bytes();
     result.activation_bytes = static_cast<double>(tensor_bytes(output));
 
     auto grad_output = torch::randn_like(output);
     WeightGradStore store;
+    const int64_t before_i = allocated_bytes();
+    reset_window_peak();
     start = thread_cpu_ms();
     {
       DeferWeightGrads defer(&store);
@@ -71,10 +72,13 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
     }
     const double i_ms = thread_cpu_ms() - start;
     const int64_t before_w = allocated_bytes();
+    const int64_t input_peak = window_peak_bytes();
+    reset_window_peak();
     start = thread_cpu_ms();
     store.run();
     const double w_ms = thread_cpu_ms() - start;
     const int64_t after_w = allocated_bytes();
+    const int64_t weight_peak = window_peak_bytes();
 
     if (iter < options.warmup) continue;
     forward_ms.push_back(f_ms);
@@ -82,12 +86,17 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
     weight_ms.push_back(w_ms);
     stash_bytes.push_back(static_cast<double>(after - before));
     weight_stash_bytes.push_back(static_cast<double>(before_w - after_w));
+    forward_transient.push_back(static_cast<double>(forward_peak - std::max(before, after)));
+    backward_transient.push_back(static_cast<double>(
+        std::max(input_peak - std::max(before_i, before_w), weight_peak - before_w)));
   }
   result.forward_ms = median(forward_ms);
   result.backward_input_ms = median(input_ms);
   result.backward_weight_ms = median(weight_ms);
   result.stash_bytes = std::max(0.0, median(stash_bytes));
   result.weight_stash_bytes = std::clamp(median(weight_stash_bytes), 0.0, result.stash_bytes);
+  result.forward_transient_bytes = std::max(0.0, median(forward_transient));
+  result.backward_transient_bytes = std::max(0.0, median(backward_transient));
   return result;
 }
 
@@ -111,12 +120,17 @@ ModelProfile profile_model(const ProfileOptions& options) {
   profile.torch_version = TORCH_VERSION;
 
   torch::Tensor input = first_input(options.model, options.microbatch_size);
+  profile.input_bytes = static_cast<double>(tensor_bytes(input));
   for (int index = 0; index < num_layers(options.model); ++index) {
     torch::nn::AnyModule layer = make_layer(options.model, index);
     profile.layers.push_back(profile_layer(options, index, layer, input));
     torch::NoGradGuard no_grad;
     input = layer.forward(input);  // the next layer's real input
   }
+  // The targets (models/model.h, compute_loss): gpt's are token ids as its inputs, the others'
+  // have the last layer's output's shape.
+  profile.target_bytes =
+      options.model.kind == "gpt" ? profile.input_bytes : static_cast<double>(tensor_bytes(input));
   return profile;
 }
 
@@ -124,15 +138,18 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
   const ModelOptions& model = profile.options.model;
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerProfile& layer : profile.layers) {
-    layers.push_back({{"name", layer.name},
-                      {"forward_ms", layer.forward_ms},
-                      {"backward_input_ms", layer.backward_input_ms},
-                      {"backward_weight_ms", layer.backward_weight_ms},
-                      // Whole bytes: LayerProfile keeps doubles only because PipeDream's are.
-                      {"activation_bytes", static_cast<int64_t>(layer.activation_bytes)},
-                      {"stash_bytes", static_cast<int64_t>(layer.stash_bytes)},
-                      {"weight_stash_bytes", static_cast<int64_t>(layer.weight_stash_bytes)},
-                      {"parameter_bytes", static_cast<int64_t>(layer.parameter_bytes)}});
+    layers.push_back(
+        {{"name", layer.name},
+         {"forward_ms", layer.forward_ms},
+         {"backward_input_ms", layer.backward_input_ms},
+         {"backward_weight_ms", layer.backward_weight_ms},
+         // Whole bytes: LayerProfile keeps doubles only because PipeDream's are.
+         {"activation_bytes", static_cast<int64_t>(layer.activation_bytes)},
+         {"stash_bytes", static_cast<int64_t>(layer.stash_bytes)},
+         {"weight_stash_bytes", static_cast<int64_t>(layer.weight_stash_bytes)},
+         {"forward_transient_bytes", static_cast<int64_t>(layer.forward_transient_bytes)},
+         {"backward_transient_bytes", static_cast<int64_t>(layer.backward_transient_bytes)},
+         {"parameter_bytes", static_cast<int64_t>(layer.parameter_bytes)}});
   }
   nlohmann::json out = {{"format", "pptrain-profile-1"},
                         {"model",
@@ -152,6 +169,9 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
                          {{"hostname", profile.hostname},
                           {"cpus", profile.cpus},
                           {"torch_version", profile.torch_version}}},
+                        {"batch",
+                         {{"input_bytes", static_cast<int64_t>(profile.input_bytes)},
+                          {"target_bytes", static_cast<int64_t>(profile.target_bytes)}}},
                         {"layers", layers}};
   if (profile.network.measured()) {
     out["network"] = {{"allreduce_ranks", profile.network.ranks},

@@ -27,6 +27,11 @@
 //                       held from the end of I (the weight layers' inputs and output gradients),
 //                       the gradients zeroed in place as in a run; median over the iterations
 //   parameter_bytes     bytes of the layer's parameters
+//   forward_transient_bytes, backward_transient_bytes
+//                       the most F (and I or W) held above both the bytes it started and ended
+//                       with (the counting allocator's window peak), median over the iterations
+// and of the whole model (ModelProfile::input_bytes, target_bytes): one microbatch's inputs and
+// targets.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +58,8 @@ struct ModelProfile {
   int cpus = 0;
   std::string torch_version;
   std::vector<LayerProfile> layers;
+  double input_bytes = 0;  // one microbatch's inputs (layer 0's) and targets (the loss's)
+  double target_bytes = 0;
   NetworkProfile network;  // set by the caller (runtime/allreduce_probe.h); written if measured
 };
 

@@ -49,6 +49,10 @@ TEST(Profiler, MeasuresEveryLayerOfGpt) {
   // W keeps most of it after I: its linear layers' inputs (far more than the paper's half).
   EXPECT_GT(profile.layers[1].weight_stash_bytes, 0.5 * profile.layers[1].stash_bytes);
   EXPECT_LE(profile.layers[1].weight_stash_bytes, profile.layers[1].stash_bytes);
+  // A block's backward makes gradients of its intermediates on the way.
+  EXPECT_GT(profile.layers[1].backward_transient_bytes, 0);
+  EXPECT_EQ(profile.input_bytes, mb * t * 8);  // int64 token ids
+  EXPECT_EQ(profile.target_bytes, mb * t * 8);
 }
 
 TEST(Profiler, WritesTheProfileFormat) {
@@ -66,11 +70,15 @@ TEST(Profiler, WritesTheProfileFormat) {
   EXPECT_EQ(json["settings"]["threads"], 1);
   EXPECT_TRUE(json["machine"]["torch_version"].is_string());
   ASSERT_EQ(json["layers"].size(), 2u);
-  for (const char* field : {"name", "forward_ms", "backward_input_ms", "backward_weight_ms",
-                            "activation_bytes", "stash_bytes", "parameter_bytes"}) {
+  for (const char* field :
+       {"name", "forward_ms", "backward_input_ms", "backward_weight_ms", "activation_bytes",
+        "stash_bytes", "parameter_bytes", "weight_stash_bytes", "forward_transient_bytes",
+        "backward_transient_bytes"}) {
     EXPECT_TRUE(json["layers"][1].contains(field)) << field;
   }
   EXPECT_EQ(json["layers"][1]["activation_bytes"], 2 * 16 * 4);
+  EXPECT_EQ(json["batch"]["input_bytes"], 2 * 16 * 4);  // [mb, D] floats in, and as targets
+  EXPECT_EQ(json["batch"]["target_bytes"], 2 * 16 * 4);
 }
 
 TEST(Profiler, RejectsBadOptions) {

@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
@@ -167,8 +168,11 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     layer.activation_bytes = layer_number(l, "activation_bytes", where);
     layer.stash_bytes = layer_number(l, "stash_bytes", where);
     layer.parameter_bytes = layer_number(l, "parameter_bytes", where);
-    if (l.contains("weight_stash_bytes")) {
-      layer.weight_stash_bytes = layer_number(l, "weight_stash_bytes", where);
+    for (auto [field, value] :
+         {std::pair{"weight_stash_bytes", &layer.weight_stash_bytes},
+          std::pair{"forward_transient_bytes", &layer.forward_transient_bytes},
+          std::pair{"backward_transient_bytes", &layer.backward_transient_bytes}}) {
+      if (l.contains(field)) *value = layer_number(l, field, where);
     }
     profile.layers.push_back(std::move(layer));
   }
@@ -178,6 +182,13 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
     PPTRAIN_CHECK(size >= 1 && size <= 1 << 30 && size == static_cast<int>(size), source,
                   ": settings: microbatch_size must be a whole number >= 1, got ", size);
     profile.microbatch_size = static_cast<int>(size);
+  }
+  if (doc.contains("batch")) {
+    const nlohmann::json& b = doc["batch"];
+    const std::string where = source + ": batch";
+    PPTRAIN_CHECK(b.is_object(), where, ": expected an object, got ", b.dump());
+    profile.input_bytes = layer_number(b, "input_bytes", where);
+    profile.target_bytes = layer_number(b, "target_bytes", where);
   }
   if (doc.contains("network")) {
     const nlohmann::json& n = doc["network"];

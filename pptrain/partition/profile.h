@@ -35,6 +35,10 @@ struct LayerProfile {
   // layers' inputs and output gradients); < 0: not measured (a profile of an older pptrain,
   // PipeDream's), and the planner takes --mem-w-ratio of stash_bytes instead.
   double weight_stash_bytes = -1;
+  // The most one microbatch's forward and backward (I and W) hold above what they start and end
+  // with (the graph's intermediates, the gradients on the way); < 0: not measured (taken as 0).
+  double forward_transient_bytes = -1;
+  double backward_transient_bytes = -1;
 
   double backward_ms() const { return backward_input_ms + backward_weight_ms; }
   double compute_ms() const { return forward_ms + backward_ms(); }
@@ -56,6 +60,10 @@ struct Profile {
   // Samples in the microbatch the figures were measured on ("settings": {"microbatch_size"} of
   // our JSON); 0: not recorded (PipeDream's graph.txt).
   int microbatch_size = 0;
+  // Bytes of one profiled microbatch's inputs (read by the first layer) and targets (by the
+  // loss after the last) ("batch" object of our JSON); 0: not recorded.
+  double input_bytes = 0;
+  double target_bytes = 0;
   std::string source;  // where it came from (a path, or "<string>"), for messages
 
   // Whether any layer gives a W time apart from its I: a profile with one backward time per
@@ -68,8 +76,9 @@ struct Profile {
 Profile read_profile(const std::string& path);
 
 // Our JSON. Every layer needs name, forward_ms, backward_input_ms, backward_weight_ms,
-// activation_bytes, stash_bytes and parameter_bytes, all >= 0; weight_stash_bytes (>= 0) is
-// optional.
+// activation_bytes, stash_bytes and parameter_bytes, all >= 0; weight_stash_bytes,
+// forward_transient_bytes and backward_transient_bytes (>= 0) are optional, and so is the "batch"
+// object {"input_bytes", "target_bytes"}.
 Profile parse_profile_json(const std::string& text, const std::string& source = "<string>");
 
 // PipeDream graph.txt. Node lines

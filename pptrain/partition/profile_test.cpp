@@ -31,7 +31,8 @@ const char* kTwoLayers = R"({"format": "pptrain-profile-1", "model": {"name": "m
      "activation_bytes": 4096, "stash_bytes": 8192, "parameter_bytes": 1000},
     {"name": "fc2", "forward_ms": 0.5, "backward_input_ms": 1, "backward_weight_ms": 0.25,
      "activation_bytes": 64, "stash_bytes": 128, "parameter_bytes": 10,
-     "weight_stash_bytes": 96}]})";
+     "weight_stash_bytes": 96, "forward_transient_bytes": 32, "backward_transient_bytes": 48}],
+  "batch": {"input_bytes": 256, "target_bytes": 128}})";
 
 TEST(ProfileJson, ReadsEveryField) {
   Profile p = parse_profile_json(kTwoLayers, "mlp.json");
@@ -47,6 +48,11 @@ TEST(ProfileJson, ReadsEveryField) {
   EXPECT_DOUBLE_EQ(p.layers[1].parameter_bytes, 10);
   EXPECT_DOUBLE_EQ(p.layers[0].weight_stash_bytes, -1);  // optional: not measured
   EXPECT_DOUBLE_EQ(p.layers[1].weight_stash_bytes, 96);
+  EXPECT_DOUBLE_EQ(p.layers[0].forward_transient_bytes, -1);
+  EXPECT_DOUBLE_EQ(p.layers[1].forward_transient_bytes, 32);
+  EXPECT_DOUBLE_EQ(p.layers[1].backward_transient_bytes, 48);
+  EXPECT_DOUBLE_EQ(p.input_bytes, 256);
+  EXPECT_DOUBLE_EQ(p.target_bytes, 128);
 }
 
 TEST(ProfileJson, RejectsBadProfilesNamingTheProblem) {
@@ -69,6 +75,15 @@ TEST(ProfileJson, RejectsBadProfilesNamingTheProblem) {
   expect_user_error([&] { parse_profile_json(R"({"format": "other", "layers": []})"); },
                     {"format", "other"});
   expect_user_error([&] { parse_profile_json("{\"layers\": [", "t.json"); }, {"t.json", "JSON"});
+  std::string bad_batch = kTwoLayers;
+  bad_batch.replace(bad_batch.find("\"target_bytes\": 128"), 19, "\"target_bytes\": -8");
+  expect_user_error([&] { parse_profile_json(bad_batch, "b.json"); },
+                    {"b.json", "batch", "target_bytes", ">= 0"});
+  std::string bad_transient = kTwoLayers;
+  bad_transient.replace(bad_transient.find("\"forward_transient_bytes\": 32"), 29,
+                        "\"forward_transient_bytes\": \"x\"");
+  expect_user_error([&] { parse_profile_json(bad_transient, "t.json"); },
+                    {"layer 1", "forward_transient_bytes", "number"});
   expect_user_error(
       [&] { parse_profile_json(R"({"layers": [{"name": "x", "forward_ms": "1"}]})"); },
       {"forward_ms", "number"});

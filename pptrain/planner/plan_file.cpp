@@ -63,13 +63,14 @@ std::string plan_json(const Profile& profile, const PlannerOptions& options,
   out["layers"] = profile.layers.size();
   out["workers"] = options.workers;
   out["memory_limit_bytes"] = options.memory_limit_bytes;
+  out["memory_margin"] = options.memory_margin;
   out["batch_size"] = search.batch_size;
   out["profile_microbatch_size"] = search.profile_microbatch_size;
   out["optimizer_state_factor"] = options.optimizer_state_factor;
   out["mem_w_ratio"] = options.mem_w_ratio;
   // The share of each layer's backward assumed to be W; null: the profile gives I and W itself.
-  out["w_fraction"] =
-      profile.splits_backward() ? nlohmann::ordered_json() : nlohmann::ordered_json(options.w_fraction);
+  out["w_fraction"] = profile.splits_backward() ? nlohmann::ordered_json()
+                                                : nlohmann::ordered_json(options.w_fraction);
   out["evaluated"] = search.evaluated;
   out["fitting"] = search.fitting;
   out["winner"] = candidate_json(search.ranked.front());

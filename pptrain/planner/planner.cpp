@@ -14,6 +14,7 @@
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/cost_model.h"
+#include "pptrain/sim/memory_model.h"
 
 namespace pptrain {
 namespace {
@@ -70,8 +71,13 @@ Profile scaled_profile(const Profile& profile, double scale, const PlannerOption
     layer.backward_weight_ms *= scale;
     layer.activation_bytes *= scale;
     layer.stash_bytes *= scale;
-    if (layer.weight_stash_bytes >= 0) layer.weight_stash_bytes *= scale;
+    for (double* bytes : {&layer.weight_stash_bytes, &layer.forward_transient_bytes,
+                          &layer.backward_transient_bytes}) {
+      if (*bytes > 0) *bytes *= scale;
+    }
   }
+  out.input_bytes *= scale;
+  out.target_bytes *= scale;
   return out;
 }
 
@@ -132,23 +138,50 @@ Schedule generate(const Candidate& c, int ranks) {
   return make_schedule(request);
 }
 
-// The bytes of each rank that do not depend on the schedule's order: weights, gradients and
-// optimizer state of its stages, and with recomputation the rerun forward of its largest stage.
-std::vector<double> fixed_bytes(const Profile& profile, const PlannerOptions& options,
-                                const Candidate& c, const Schedule& schedule) {
-  std::vector<double> out(schedule.num_ranks, 0);
-  for (int r = 0; r < schedule.num_ranks; ++r) {
-    double rerun = 0;
-    for (int s : schedule.stages_of(r)) {
-      const LayerRange& range = c.stage_layers[s];
-      out[r] += (2 + options.optimizer_state_factor) *
-                sum_layers(profile, range, &LayerProfile::parameter_bytes);
-      if (c.recompute)
-        rerun = std::max(rerun, sum_layers(profile, range, &LayerProfile::stash_bytes));
-    }
-    out[r] += rerun;
+double largest(const Profile& profile, const LayerRange& range, double LayerProfile::*field) {
+  double most = 0;
+  for (int l = range.first; l <= range.second; ++l) most = std::max(most, profile.layers[l].*field);
+  return most;
+}
+
+// Each stage's bytes for the memory model (sim/memory_model.h) from the scaled profile and the
+// candidate's cost model (its activations and what W keeps, `cost`), with `microbatches` of
+// inputs and targets in the step's batch.
+std::vector<StageBytes> stage_bytes(const Profile& scaled, const PlannerOptions& options,
+                                    const Candidate& c, const CostModel& cost) {
+  const int stages = static_cast<int>(c.stage_layers.size());
+  std::vector<StageBytes> out(stages);
+  for (int s = 0; s < stages; ++s) {
+    const LayerRange& range = c.stage_layers[s];
+    StageBytes& b = out[s];
+    b.weights = sum_layers(scaled, range, &LayerProfile::parameter_bytes);
+    b.optimizer_state = options.optimizer_state_factor * b.weights;
+    b.activation = cost.stage_activation[s];
+    b.weight_stash = cost.stage_weight_stash[s];
+    // A backward's working memory: its largest layer's, and with recomputation the stage's
+    // forward graph made again first.
+    b.transient = largest(scaled, range, &LayerProfile::backward_transient_bytes) +
+                  (c.recompute ? sum_layers(scaled, range, &LayerProfile::stash_bytes) : 0);
+    b.forward_transient = largest(scaled, range, &LayerProfile::forward_transient_bytes);
+    b.message = range.first > 0 ? scaled.layers[range.first - 1].activation_bytes : 0;
   }
+  out.front().data += c.microbatches * scaled.input_bytes;
+  out.back().data += c.microbatches * scaled.target_bytes;
   return out;
+}
+
+// The memory model's parts of every rank for the candidate's schedule (its walk).
+std::vector<RankMemory> rank_memory(const Profile& scaled, const PlannerOptions& options,
+                                    const Candidate& c, const CostModel& cost,
+                                    const MemoryWalk& walk, bool replicated) {
+  MemoryRules rules;
+  rules.gradient_buffers = replicated;  // the replicas' flat buffer
+  return predict_memory(walk, stage_bytes(scaled, options, c, cost), VersionRule{}, rules);
+}
+
+// The limit the plans are made under: the user's less the margin.
+double planning_limit(const PlannerOptions& options) {
+  return options.memory_limit_bytes * (1 - options.memory_margin);
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -156,59 +189,132 @@ bool better(const Candidate& a, const Candidate& b) {
   return a.max_peak_bytes() < b.max_peak_bytes();
 }
 
-// The activation budget of each rank zb-auto plans under: the limit less that rank's own fixed
-// bytes (its stages are one per rank, stage r on rank r), in bytes; empty without a limit, or
-// when some rank has not room for one microbatch of its stage (no schedule fits there: planned
-// without a limit, the result is dropped as too large).
-std::vector<double> auto_schedule_limits(const Profile& profile, const PlannerOptions& options,
-                                         const Candidate& c, const StageCosts& costs) {
+// The activation budget of each rank zb-auto plans under: the planning limit less what that
+// rank holds besides activations (stage r on rank r: its weights, gradients, optimizer state and
+// batch, a backward's working memory, and a message each way), in bytes; empty without a limit,
+// or when some rank has not room for one microbatch of its stage (no schedule fits there:
+// planned without a limit, the result is dropped as too large).
+std::vector<double> auto_schedule_limits(const Profile& scaled, const PlannerOptions& options,
+                                         const Candidate& c, const CostModel& cost,
+                                         const StageCosts& costs) {
   if (options.memory_limit_bytes <= 0) return {};
   const int ranks = costs.stages();
-  Schedule shape;
-  shape.num_ranks = ranks;
-  shape.num_stages = ranks;
-  for (int r = 0; r < ranks; ++r) shape.stage_to_rank.push_back(r);
-  std::vector<double> budgets = fixed_bytes(profile, options, c, shape);
+  const std::vector<StageBytes> bytes = stage_bytes(scaled, options, c, cost);
+  std::vector<double> budgets(ranks);
   for (int r = 0; r < ranks; ++r) {
-    budgets[r] = options.memory_limit_bytes - budgets[r];
+    const StageBytes& b = bytes[r];
+    const double next_message = r + 1 < ranks ? bytes[r + 1].message : 0;
+    budgets[r] = planning_limit(options) -
+                 (2 * b.weights + b.optimizer_state + b.data +
+                  std::max(b.transient, b.forward_transient) + b.message + next_message);
     if (budgets[r] < costs.activation[r]) return {};
   }
   return budgets;
 }
 
-// A validated schedule's simulation and peak bytes under the candidate's cost model; fills the
-// candidate's predicted figures.
+// A schedule, validated (and so lowered, as the runtime runs it) and its memory model's walk.
+struct Made {
+  Schedule made;  // as generated, for the plan's schedule file
+  ValidatedSchedule validated;
+  MemoryWalk walk;
+};
+
+Made made_for(Schedule made) {
+  Schedule runs = made;
+  if (runs.replicated() && !has_grad_reductions(runs)) runs = add_grad_reductions(runs);
+  ValidatedSchedule validated = validate(runs);
+  MemoryWalk walk(validated);
+  return {std::move(made), std::move(validated), std::move(walk)};
+}
+
+// The hand-written schedules by (name, V, M), each made, validated and lowered once (their
+// generators ignore the costs).
+class Schedules {
+ public:
+  explicit Schedules(int ranks) : ranks_(ranks) {}
+  // nullptr where the generator does not apply to these P, V, M.
+  const Made* find(const std::string& name, int chunks, int microbatches) {
+    const auto key = std::make_tuple(name, chunks, microbatches);
+    auto it = made_.find(key);
+    if (it == made_.end()) {
+      std::optional<Made> made;
+      try {
+        Candidate shape;
+        shape.schedule = name;
+        shape.chunks = chunks;
+        shape.microbatches = microbatches;
+        made.emplace(made_for(generate(shape, ranks_)));
+      } catch (const UserError&) {
+      }
+      it = made_.emplace(key, std::move(made)).first;
+    }
+    return it->second ? &*it->second : nullptr;
+  }
+
+  // The figures of candidate `c` on `made` (one of this cache's) under the scaled profile of its
+  // M, measured once per cut and recomputation: zb-auto compares itself with the same candidates
+  // of 1F1B, ZB-H1 and ZB-H2 that the search measures anyway.
+  Candidate figures(const Profile& scaled, const PlannerOptions& options, const Candidate& c,
+                    const Made& made);
+
+ private:
+  int ranks_;
+  std::map<std::tuple<std::string, int, int>, std::optional<Made>> made_;
+  std::map<std::tuple<const Made*, std::vector<LayerRange>, bool>, Candidate> figures_;
+};
+
+// A made schedule's simulation and the memory model's peaks under the candidate's cost model;
+// fills the candidate's predicted figures (Evaluation::schedule left empty).
 Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candidate& c,
-                   const ValidatedSchedule& validated, Schedule schedule) {
+                   const Made& made) {
+  const ValidatedSchedule& validated = made.validated;
   // Recomputation keeps less between F and B when the backward is not split.
   const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
                                         !c.recompute || validated->has_split_backward());
   Evaluation out;
-  out.schedule = std::move(schedule);
   out.cost = cost;
   out.sim = simulate(validated, cost);
-  out.peak_bytes = fixed_bytes(scaled, options, c, *validated);
-  for (size_t r = 0; r < out.peak_bytes.size(); ++r) {
-    out.peak_bytes[r] += out.sim.ranks[r].peak_activations;
-  }
+  out.memory = rank_memory(scaled, options, c, cost, made.walk, validated->replicated());
+  for (const RankMemory& rank : out.memory) out.peak_bytes.push_back(rank.total());
   c.step_ms = out.sim.makespan;
   c.bubble_ratio = out.sim.bubble_ratio;
   c.peak_bytes = out.peak_bytes;
   return out;
 }
 
+Candidate Schedules::figures(const Profile& scaled, const PlannerOptions& options,
+                             const Candidate& c, const Made& made) {
+  const auto key = std::make_tuple(&made, c.stage_layers, c.recompute);
+  auto it = figures_.find(key);
+  if (it == figures_.end()) {
+    Candidate measured = c;
+    measure(scaled, options, measured, made);
+    it = figures_.emplace(key, std::move(measured)).first;
+  }
+  Candidate out = c;
+  out.step_ms = it->second.step_ms;
+  out.bubble_ratio = it->second.bubble_ratio;
+  out.peak_bytes = it->second.peak_bytes;
+  return out;
+}
+
 bool within_limit(const Candidate& c, const PlannerOptions& options) {
   // Sums of the same bytes in another order (I and W apart, or B) differ in the last bits.
   return options.memory_limit_bytes <= 0 ||
-         c.max_peak_bytes() <= options.memory_limit_bytes * (1 + kLimitSlack);
+         c.max_peak_bytes() <= planning_limit(options) * (1 + kLimitSlack);
 }
 
-// zb-auto for the candidate: planned under each rank's budget. With recomputation the split
-// backward holds more than a fused one (the memory model reserves at F the weight gradients'
-// share that I's rerun makes, sim/cost_model.h), so 1F1B's order with each W right after its I
-// holds more than 1F1B; zb-auto then also runs 1F1B's order with that I and W as one B (what the
-// runtime runs them as), and keeps the faster of the two within the limit.
-Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, Candidate& c) {
+// zb-auto for the candidate: planned under each rank's activation budget. What else a rank holds
+// in flight (messages) depends on the order, so the memory model checks the planned schedule,
+// and a rank above the limit plans again with its budget less the excess, for a few rounds.
+// zb-auto never loses to 1F1B, ZB-H1 or ZB-H2 where they fit in the generator's own model
+// (auto_schedule.h); here, in the memory model's, it is held to that by also running their
+// orders (and, with recomputation, 1F1B's order as fused B's, which the split backward's memory
+// model holds more for: I's rerun makes the weight gradients' share, reserved at F) and keeping
+// the fastest within the limit.
+Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, Candidate& c,
+                         Schedules& schedules) {
+  constexpr int kRounds = 4;
   const int P = options.workers;
   const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio, true);
   ScheduleOptions request;
@@ -217,31 +323,50 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
   request.microbatches = c.microbatches;
   request.chunks = c.chunks;
   request.costs = cost.stage_costs(P * c.chunks, P);
-  request.rank_memory_limits = auto_schedule_limits(scaled, options, c, request.costs);
+  request.rank_memory_limits = auto_schedule_limits(scaled, options, c, cost, request.costs);
   check_schedule_size(P, c.chunks, c.microbatches);
-  Schedule planned = make_schedule(request);
-  Evaluation out = measure(scaled, options, c, validate(planned), planned);
-  if (!c.recompute) return out;
-  Candidate fused = c;
-  Schedule one_f_one_b = make_1f1b(P, c.microbatches);
-  one_f_one_b.name = kAutoSchedule;
-  Evaluation other = measure(scaled, options, fused, validate(one_f_one_b), one_f_one_b);
-  const bool auto_fits = within_limit(c, options), fused_fits = within_limit(fused, options);
-  if (fused_fits && (!auto_fits || better(fused, c))) {
-    c = fused;
-    return other;
+  const Candidate shape = c;
+  Evaluation out;
+  for (int round = 0; round < kRounds; ++round) {
+    const Made planned = made_for(make_schedule(request));
+    c = shape;
+    out = measure(scaled, options, c, planned);
+    out.schedule = planned.made;
+    std::vector<double>& budgets = request.rank_memory_limits;
+    if (budgets.empty() || within_limit(c, options)) break;
+    bool room = true;
+    for (int r = 0; r < P; ++r) {
+      budgets[r] -= std::max(0.0, c.peak_bytes[r] - planning_limit(options));
+      room = room && budgets[r] >= request.costs.activation[r];
+    }
+    if (!room) break;
+  }
+  if (c.chunks != 1) return out;
+  const Made* fastest = nullptr;
+  for (const char* name : {"1f1b", "zb-h1", "zb-h2"}) {
+    const Made* order = schedules.find(name, 1, c.microbatches);
+    if (order == nullptr) continue;
+    const Candidate other = schedules.figures(scaled, options, shape, *order);
+    if (within_limit(other, options) && (!within_limit(c, options) || better(other, c))) {
+      c = other;
+      fastest = order;
+    }
+  }
+  if (fastest != nullptr) {
+    out = measure(scaled, options, c, *fastest);
+    out.schedule = fastest->made;
+    out.schedule.name = kAutoSchedule;
   }
   return out;
 }
 
 Evaluation evaluate_with(const Profile& scaled, const PlannerOptions& options, Candidate& c,
-                         const ValidatedSchedule* cached) {
-  if (c.schedule == kAutoSchedule) return evaluate_auto(scaled, options, c);
-  if (cached != nullptr) return measure(scaled, options, c, *cached, Schedule{});
-  Schedule made = generate(c, options.workers);
-  Schedule runs = made;
-  if (runs.replicated() && !has_grad_reductions(runs)) runs = add_grad_reductions(runs);
-  return measure(scaled, options, c, validate(runs), std::move(made));
+                         Schedules& schedules) {
+  if (c.schedule == kAutoSchedule) return evaluate_auto(scaled, options, c, schedules);
+  const Made* made = schedules.find(c.schedule, c.chunks, c.microbatches);
+  if (made == nullptr) generate(c, options.workers);  // the generator's UserError
+  PPTRAIN_ASSERT(made != nullptr, "no ", c.schedule, " schedule and no error from its generator");
+  return measure(scaled, options, c, *made);
 }
 
 // Every distinct cut into `stages` stages the listed methods give, named by the methods that
@@ -362,6 +487,9 @@ void check_planner_options(const PlannerOptions& options) {
   PPTRAIN_CHECK(options.optimizer_state_factor >= 0,
                 "optimizer state per parameter byte must be >= 0, got ",
                 options.optimizer_state_factor);
+  PPTRAIN_CHECK(options.memory_margin >= 0 && options.memory_margin < 1,
+                "memory margin must be in [0, 1) (the share of the limit kept free), got ",
+                options.memory_margin);
   PPTRAIN_CHECK(options.mem_w_ratio >= 0 && options.mem_w_ratio <= 1,
                 "mem-w-ratio must be in [0, 1], got ", options.mem_w_ratio);
   PPTRAIN_CHECK(options.w_fraction >= 0 && options.w_fraction <= 1,
@@ -375,7 +503,13 @@ Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candi
   candidate.microbatch_size = static_cast<double>(resolved.batch) / candidate.microbatches;
   const Profile scaled =
       scaled_profile(profile, candidate.microbatch_size / resolved.profile_size, options);
-  return evaluate_with(scaled, options, candidate, nullptr);
+  Schedules schedules(options.workers);
+  Evaluation out = evaluate_with(scaled, options, candidate, schedules);
+  if (out.schedule.actions.empty()) {
+    out.schedule =
+        schedules.find(candidate.schedule, candidate.chunks, candidate.microbatches)->made;
+  }
+  return out;
 }
 
 PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
@@ -386,8 +520,7 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   search.batch_size = resolved.batch;
   search.profile_microbatch_size = resolved.profile_size;
   std::vector<Candidate> fitting;
-  // The hand-written generators ignore the costs: one validated schedule per (name, V, M).
-  std::map<std::tuple<std::string, int, int>, std::optional<ValidatedSchedule>> schedules;
+  Schedules schedules(P);
   std::map<int, std::vector<std::pair<std::string, std::vector<LayerRange>>>> cuts_of;
   for (int M : resolved.microbatches) {
     const double size = static_cast<double>(resolved.batch) / M;
@@ -399,28 +532,7 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
       for (int V = entry.min_chunks; V <= std::max(most, entry.min_chunks); ++V) {
         if (P * V > layers) break;
         if (!cuts_of.count(V)) cuts_of[V] = cuts(profile, options, resolved.partitions, P * V);
-        const ValidatedSchedule* cached = nullptr;
-        if (name != kAutoSchedule) {
-          auto key = std::make_tuple(name, V, M);
-          auto it = schedules.find(key);
-          if (it == schedules.end()) {
-            std::optional<ValidatedSchedule> made;
-            try {
-              Candidate shape;
-              shape.schedule = name;
-              shape.chunks = V;
-              shape.microbatches = M;
-              Schedule s = generate(shape, P);
-              if (s.replicated() && !has_grad_reductions(s)) s = add_grad_reductions(s);
-              made.emplace(validate(s));
-            } catch (const UserError&) {
-              // The generator does not apply to this P, V, M.
-            }
-            it = schedules.emplace(key, std::move(made)).first;
-          }
-          if (!it->second) continue;
-          cached = &*it->second;
-        }
+        if (name != kAutoSchedule && schedules.find(name, V, M) == nullptr) continue;
         for (const auto& [method, ranges] : cuts_of[V]) {
           for (bool recompute : options.recompute) {
             Candidate c;
@@ -432,7 +544,11 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
             c.microbatch_size = size;
             c.recompute = recompute;
             try {
-              evaluate_with(scaled, options, c, cached);
+              if (name == kAutoSchedule) {
+                evaluate_auto(scaled, options, c, schedules);
+              } else {
+                c = schedules.figures(scaled, options, c, *schedules.find(name, V, M));
+              }
             } catch (const UserError&) {
               continue;  // zb-auto refused these costs
             }
@@ -455,7 +571,8 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   const auto needs_most = std::max_element(peaks.begin(), peaks.end()) - peaks.begin();
   PPTRAIN_CHECK(search.fitting > 0, "no plan fits the memory limit of ",
                 megabytes(options.memory_limit_bytes), " (", options.memory_limit_bytes,
-                " bytes) per rank; the smallest peak of the ", search.evaluated, " candidates is ",
+                " bytes) per rank less its margin of ", options.memory_margin * 100,
+                "%; the smallest peak of the ", search.evaluated, " candidates is ",
                 megabytes(search.smallest.max_peak_bytes()), " (",
                 static_cast<long long>(std::ceil(search.smallest.max_peak_bytes())),
                 " bytes, on rank ", needs_most, ": ", search.smallest.schedule,

@@ -17,8 +17,8 @@
 //   - schedules: every synchronous registry entry (schedule/registry.h) at each chunk count it
 //     accepts up to max_chunks; asynchronous ones are left out (their weights are stale, so their
 //     step time buys a different training). zb-auto is planned under each rank's own budget in
-//     bytes, the limit less that rank's fixed bytes below (its activations per stage, so uneven
-//     stages count each their own), and never loses to 1F1B, ZB-H1 or ZB-H2 where they fit
+//     bytes, the planning limit less what that rank holds besides activations (so uneven stages
+//     count each their own), and never loses to 1F1B, ZB-H1 or ZB-H2 where they fit
 //     (auto_schedule.h); with recomputation it also tries 1F1B's order as fused B's, which the
 //     split backward's memory model holds more for (I's rerun makes the weight gradients' share,
 //     reserved at F), and keeps the faster of the two within the limit;
@@ -36,17 +36,24 @@
 // gives w_fraction of it to W. With recomputation a stage keeps only its
 // input between F and its backward, and its I (or B) runs the forward again first.
 //
-// Peak memory of a rank, in bytes:
-//   weights + gradients + optimizer state = (2 + optimizer_state_factor) x the parameter bytes
-//     of the rank's stages (optimizer_state_factor 2: AdamW's two moments; 1: SGD momentum);
-//   + peak activations: the simulator's peak_activations with a microbatch's activation on stage
-//     s = the stash bytes of its layers and its input (the previous layer's activation bytes),
-//     of which I keeps the layers' measured weight_stash_bytes for W (mem_w_ratio of the stash
-//     for a profile without them);
-//     with recomputation the stage input from F to I, and from I to W the weight gradients'
-//     share (which recomputation does not spare), plus one microbatch's whole stash of the
-//     largest stage on the rank while its forward reruns.
-// Candidates above memory_limit_bytes are dropped. The rank is by step time (the simulated
+// Peak memory of a rank, in bytes: the memory model's (sim/memory_model.h: weights, gradients,
+// optimizer state, the step's batch, activations, messages in flight and one action's working
+// memory) on the candidate's lowered schedule, with each stage's bytes from the scaled profile:
+//   weights          its layers' parameter_bytes; optimizer state optimizer_state_factor x that
+//   activation       what one microbatch keeps from F to its backward: its layers' stash_bytes and
+//                    its input (the previous layer's activation_bytes), of which I keeps the
+//                    layers' measured weight_stash_bytes for W (mem_w_ratio of the stash for a
+//                    profile without them); with recomputation the stage input from F to I, and
+//                    from I to W the weight gradients' share (which recomputation does not spare)
+//   transient        its largest layer's backward_transient_bytes (and forward_transient_bytes
+//                    for a forward), and with recomputation its whole stash, the forward made
+//                    again in its backward
+//   message          the bytes crossing the cut into it (the previous layer's activation_bytes)
+//   data             the profile's input_bytes (first stage) and target_bytes (last) per
+//                    microbatch, times M
+// Fields a profile lacks count 0. Candidates above memory_limit_bytes x (1 - memory_margin) are
+// dropped: the margin is for the model's error against a run (within 4% on the matrix of
+// docs/PERFORMANCE.md) and the allocator's own slack. The rank is by step time (the simulated
 // makespan, ms), then by peak memory.
 #pragma once
 
@@ -56,6 +63,7 @@
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/sim/memory_model.h"
 #include "pptrain/sim/simulator.h"
 
 namespace pptrain {
@@ -63,6 +71,7 @@ namespace pptrain {
 struct PlannerOptions {
   int workers = 0;                  // P >= 1: pipeline ranks
   double memory_limit_bytes = 0;    // per rank; 0: no limit
+  double memory_margin = 0.05;      // share of the limit the plans leave free, in [0, 1)
   int batch_size = 0;               // samples per step; 0: 4P microbatches of the profile's size
   int profile_microbatch_size = 0;  // samples the profile's figures are for; 0: the profile's
                                     // own (settings.microbatch_size), else 1
@@ -114,7 +123,8 @@ struct Evaluation {
   Schedule schedule;
   CostModel cost;  // the candidate's, under which `sim` was simulated
   SimResult sim;
-  std::vector<double> peak_bytes;  // [P]
+  std::vector<RankMemory> memory;  // [P] the memory model's parts of each rank
+  std::vector<double> peak_bytes;  // [P] their totals
 };
 
 // Checks the options (UserError naming the option for P < 1, a negative limit, an M that does

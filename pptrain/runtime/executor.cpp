@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/stats.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/memory.h"
 #include "pptrain/models/weight_grad_store.h"
@@ -765,17 +766,6 @@ std::vector<SkipLink> skip_links(const std::vector<SkipConnection>& skips) {
   return {links.begin(), links.end()};
 }
 
-namespace {
-
-double median_of(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t half = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + half, values.end());
-  return values[half];
-}
-
-}  // namespace
-
 std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes,
                                              int num_stages) {
   std::vector<std::vector<double>> forward_kept(num_stages), weight_freed(num_stages);
@@ -804,8 +794,8 @@ std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& byt
   }
   for (int s = 0; s < num_stages; ++s) {
     const double input = receives[s] > 0 ? received[s] / receives[s] : 0;
-    out[s].activation = median_of(forward_kept[s]) + input;
-    out[s].weight_stash = std::max(0.0, median_of(weight_freed[s]));
+    out[s].activation = median(forward_kept[s]) + input;
+    out[s].weight_stash = std::max(0.0, median(weight_freed[s]));
     out[s].message = message_count[s] > 0 ? messages[s] / message_count[s] : 0;
   }
   return out;

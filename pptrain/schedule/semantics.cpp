@@ -244,36 +244,57 @@ size_t message_count(const Schedule& schedule) {
          2 * schedule.skips.size() * static_cast<size_t>(schedule.num_microbatches);
 }
 
-std::map<size_t, std::vector<size_t>> send_releases(const Schedule& lowered, int rank) {
-  // Where the two ends of each message run, by message_index().
+namespace {
+
+// Where the two ends of each message run, by message_index().
+struct MessageEnds {
   struct End {
     int rank = -1;
     size_t position = 0;
   };
-  const size_t count = message_count(lowered);
-  std::vector<End> sent_at(count), received_at(count);
-  for (int r = 0; r < lowered.num_ranks; ++r) {
-    for (size_t p = 0; p < lowered.actions[r].size(); ++p) {
-      const Action& a = lowered.actions[r][p];
-      if (is_send(a.op)) sent_at[message_index(a, lowered)] = {r, p};
-      if (is_recv(a.op)) received_at[message_index(a, lowered)] = {r, p};
+  std::vector<End> sent_at, received_at;
+  explicit MessageEnds(const Schedule& lowered)
+      : sent_at(message_count(lowered)), received_at(message_count(lowered)) {
+    for (int r = 0; r < lowered.num_ranks; ++r) {
+      for (size_t p = 0; p < lowered.actions[r].size(); ++p) {
+        const Action& a = lowered.actions[r][p];
+        if (is_send(a.op)) sent_at[message_index(a, lowered)] = {r, p};
+        if (is_recv(a.op)) received_at[message_index(a, lowered)] = {r, p};
+      }
     }
   }
+};
+
+std::map<size_t, std::vector<size_t>> releases_of(const Schedule& lowered, int rank,
+                                                  const MessageEnds& ends) {
   std::map<size_t, std::vector<size_t>> out;
   const auto& mine = lowered.actions[rank];
   for (size_t p = 0; p < mine.size(); ++p) {
     if (!is_send(mine[p].op)) continue;
-    const End& receive = received_at[message_index(mine[p], lowered)];
+    const MessageEnds::End& receive = ends.received_at[message_index(mine[p], lowered)];
     PPTRAIN_ASSERT(receive.rank >= 0, to_string(mine[p]), " has no matching receive");
     for (size_t q = p + 1; q < mine.size(); ++q) {
       if (!is_recv(mine[q].op)) continue;
-      const End& send = sent_at[message_index(mine[q], lowered)];
+      const MessageEnds::End& send = ends.sent_at[message_index(mine[q], lowered)];
       if (send.rank == receive.rank && send.position > receive.position) {
         out[q].push_back(p);
         break;
       }
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::map<size_t, std::vector<size_t>> send_releases(const Schedule& lowered, int rank) {
+  return releases_of(lowered, rank, MessageEnds(lowered));
+}
+
+std::vector<std::map<size_t, std::vector<size_t>>> send_releases(const Schedule& lowered) {
+  const MessageEnds ends(lowered);
+  std::vector<std::map<size_t, std::vector<size_t>>> out;
+  for (int r = 0; r < lowered.num_ranks; ++r) out.push_back(releases_of(lowered, r, ends));
   return out;
 }
 

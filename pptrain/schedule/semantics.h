@@ -195,6 +195,8 @@ size_t message_count(const Schedule& schedule);
 // a RECV, the positions of the sends waited on after it. `lowered`: with its SEND and RECV
 // actions, every message matched.
 std::map<size_t, std::vector<size_t>> send_releases(const Schedule& lowered, int rank);
+// The same for every rank, [num_ranks].
+std::vector<std::map<size_t, std::vector<size_t>>> send_releases(const Schedule& lowered);
 // How many of the receives of a rank's list `actions` are posted before the action at each
 // position runs (the runtime's rule): every receive up to that position, and the next
 // `recv_ahead` after the ones consumed before it (-1: all of them at once). [actions.size()]

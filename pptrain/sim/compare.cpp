@@ -6,18 +6,12 @@
 #include <tuple>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/stats.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/metrics.h"
 
 namespace pptrain {
 namespace {
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 // The kinds a stage has a measured time for, in CostModel's order: compute, then the
 // data-parallel all-reduce.

@@ -12,12 +12,82 @@ namespace pptrain {
 
 namespace {
 
-// Bytes of the message a SEND or RECV carries (skip messages: not counted).
-double message_bytes(const Action& comm, const std::vector<StageBytes>& stages) {
-  if (is_skip_message(comm)) return 0;
-  // Forwards go into the later stage, gradients come back from it: the cut's message either way.
-  const int later = std::max(comm.stage, comm_peer(comm).stage);
-  return stages[later].message;
+using Event = MemoryWalk::Event;
+
+// The stage whose StageBytes::message a SEND or RECV carries: forwards go into the later stage,
+// gradients come back from it, the cut's message either way; -1 for a skip message (not counted).
+int message_stage(const Action& comm) {
+  if (is_skip_message(comm)) return -1;
+  return std::max(comm.stage, comm_peer(comm).stage);
+}
+
+// Rank r's list as the walk's events, in the runtime's order.
+std::vector<Event> events_of(const Schedule& s, int r, int recv_ahead,
+                             const std::map<size_t, std::vector<size_t>>& releases) {
+  const std::vector<Action>& actions = s.actions[r];
+  const std::vector<size_t> posted = receives_posted(actions, recv_ahead);
+  // Receives and sends are numbered by their place among the rank's messages (slots); the
+  // receive of each message between adjacent stages by its message_index().
+  std::vector<size_t> receives;
+  std::vector<int> slot_at(actions.size(), -1);
+  std::vector<int> receive_slot(message_count(s.num_stages, s.num_microbatches), -1);
+  int slots = 0;
+  for (size_t p = 0; p < actions.size(); ++p) {
+    const Action& a = actions[p];
+    if (!is_recv(a.op) && !is_send(a.op)) continue;
+    if (is_recv(a.op)) {
+      receives.push_back(p);
+      if (!is_skip_message(a)) {
+        receive_slot[message_index(message_of(a), s.num_stages, s.num_microbatches)] = slots;
+      }
+    }
+    slot_at[p] = slots++;
+  }
+  // The receive whose buffer an F takes as input, or a backward as its output gradient.
+  const auto taken = [&](const Action& atom) {
+    const bool forward = atom.op == Op::F;
+    const int boundary = forward ? atom.stage - 1 : atom.stage;
+    if (boundary < 0 || boundary >= s.num_stages - 1) return -1;
+    return receive_slot[message_index(Message{!forward, boundary, atom.microbatch}, s.num_stages,
+                                      s.num_microbatches)];
+  };
+  std::vector<Event> out;
+  size_t next = 0;
+  for (size_t p = 0; p < actions.size(); ++p) {
+    for (; next < posted[p]; ++next) {
+      const Action& recv = actions[receives[next]];
+      if (is_skip_message(recv)) continue;
+      out.push_back({Event::kPost, message_stage(recv), slot_at[receives[next]]});
+    }
+    out.push_back({Event::kNote, -1, -1});
+    const Action& action = actions[p];
+    if (is_recv(action.op) && !is_skip_message(action)) {
+      out.push_back({Event::kArrive, message_stage(action), slot_at[p]});
+    }
+    if (is_send(action.op)) out.push_back({Event::kSend, message_stage(action), slot_at[p]});
+    if (const auto released = releases.find(p); released != releases.end()) {
+      for (size_t send : released->second) out.push_back({Event::kRelease, -1, slot_at[send]});
+    }
+    for (const Action& atom : atoms_of(action)) {
+      switch (atom.op) {
+        case Op::F:
+          out.push_back({Event::kForward, atom.stage, taken(atom)});
+          break;
+        case Op::I:
+          out.push_back({Event::kInput, atom.stage, taken(atom)});
+          break;
+        case Op::B:
+          out.push_back({Event::kBackward, atom.stage, taken(atom)});
+          break;
+        case Op::W:
+          out.push_back({Event::kWeight, atom.stage, -1});
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return out;
 }
 
 struct Peaks {
@@ -26,87 +96,81 @@ struct Peaks {
   double transient = 0;    // activations, messages and one action's working memory
 };
 
-// Walks rank r's list in order: the most its activations hold at once, with its messages in
-// flight, and with the working memory of the action running.
-Peaks walk(const Schedule& s, int r, const std::vector<StageBytes>& stages,
-           const MemoryRules& rules) {
-  const std::vector<Action>& actions = s.actions[r];
-  const std::vector<size_t> posted = receives_posted(actions, rules.recv_ahead);
-  const auto releases = send_releases(s, r);
-  std::vector<size_t> receives;
-  for (size_t p = 0; p < actions.size(); ++p) {
-    if (is_recv(actions[p].op)) receives.push_back(p);
-  }
-  std::map<std::pair<int, int>, double> inputs, output_grads;  // posted, by (stage, microbatch)
-  std::map<size_t, double> sends;                              // in flight, by position
+// Walks a rank's events: the most its activations hold at once, with its messages in flight,
+// and with the working memory of the action running. `slot` holds each message's bytes while it
+// is held (a posted or arrived receive, a send in flight).
+Peaks walk_rank(const std::vector<Event>& events, const std::vector<StageBytes>& stages,
+                const MemoryRules& rules, std::vector<double>& slot) {
   double held = 0, messages = 0;
   Peaks peaks;
-  size_t next = 0;
   const auto note = [&](double working) {
     peaks.activations = std::max(peaks.activations, held);
     peaks.messages = std::max(peaks.messages, held + messages);
     peaks.transient = std::max(peaks.transient, held + messages + working);
   };
-  const auto take = [&messages](std::map<std::pair<int, int>, double>& from, const Action& a) {
-    const auto it = from.find({a.stage, a.microbatch});
-    if (it == from.end()) return;
-    messages -= it->second;
-    from.erase(it);
+  const auto hold = [&](const Event& e, double bytes) {
+    slot[e.slot] = bytes;
+    messages += bytes;
   };
-  for (size_t p = 0; p < actions.size(); ++p) {
-    const auto hold = [&](const Action& recv) {
-      const double bytes = message_bytes(recv, stages);
-      (recv.op == Op::RECV_F ? inputs : output_grads)[{recv.stage, recv.microbatch}] = bytes;
-      messages += bytes;
-    };
-    const double notice = rules.sized_receives ? 0 : rules.notice_bytes;
-    for (; next < posted[p]; ++next) {
-      const Action& recv = actions[receives[next]];
-      if (is_skip_message(recv)) continue;
-      if (rules.sized_receives) hold(recv);
-      messages += notice;
-    }
-    note(0);
-    const Action& action = actions[p];
-    // An unsized receive gets its buffer when its message comes, and lets its notice go.
-    if (!rules.sized_receives && is_recv(action.op) && !is_skip_message(action)) {
-      hold(action);
-      note(0);
-      messages -= notice;
-    }
-    if (is_send(action.op)) {
-      sends[p] = message_bytes(action, stages) + (is_skip_message(action) ? 0 : notice);
-      messages += sends[p];
-      note(0);
-    }
-    if (const auto released = releases.find(p); released != releases.end()) {
-      for (size_t send : released->second) messages -= sends.at(send);
-    }
-    for (const Action& atom : atoms_of(action)) {
-      const StageBytes& stage = stages[atom.stage];
-      switch (atom.op) {
-        case Op::F:
-          take(inputs, atom);  // the buffer is the input now, counted in the activation
-          held += stage.activation;
-          note(stage.forward_transient);
-          break;
-        case Op::I:
-          note(stage.transient);
-          held += stage.weight_stash - stage.activation;
-          take(output_grads, atom);
-          note(0);
-          break;
-        case Op::B:
-          note(stage.transient);
-          held -= stage.activation;
-          take(output_grads, atom);
-          break;
-        case Op::W:
-          note(stage.transient);
-          held -= stage.weight_stash;
-          break;
-        default:
-          break;
+  // A buffer taken by its F (as the input now, counted in the activation) or its backward.
+  const auto take = [&](const Event& e) {
+    if (e.slot < 0) return;
+    messages -= slot[e.slot];
+    slot[e.slot] = 0;
+  };
+  const double notice = rules.sized_receives ? 0 : rules.notice_bytes;
+  for (const Event& e : events) {
+    switch (e.kind) {
+      case Event::kPost:
+        // Sized as the tag's last message, or a notice until the message comes.
+        hold(e, rules.sized_receives ? stages[e.stage].message : notice);
+        break;
+      case Event::kNote:
+        note(0);
+        break;
+      case Event::kArrive:
+        if (rules.sized_receives) break;
+        messages -= slot[e.slot];
+        hold(e, stages[e.stage].message);
+        messages += notice;
+        note(0);
+        messages -= notice;
+        break;
+      case Event::kSend:
+        hold(e, (e.stage >= 0 ? stages[e.stage].message : 0) + (e.stage >= 0 ? notice : 0));
+        note(0);
+        break;
+      case Event::kRelease:
+        messages -= slot[e.slot];
+        slot[e.slot] = 0;
+        break;
+      case Event::kForward: {
+        const StageBytes& stage = stages[e.stage];
+        take(e);
+        held += stage.activation;
+        note(stage.forward_transient);
+        break;
+      }
+      case Event::kInput: {
+        const StageBytes& stage = stages[e.stage];
+        note(stage.transient);
+        held += stage.weight_stash - stage.activation;
+        take(e);
+        note(0);
+        break;
+      }
+      case Event::kBackward: {
+        const StageBytes& stage = stages[e.stage];
+        note(stage.transient);
+        held -= stage.activation;
+        take(e);
+        break;
+      }
+      case Event::kWeight: {
+        const StageBytes& stage = stages[e.stage];
+        note(stage.transient);
+        held -= stage.weight_stash;
+        break;
       }
     }
   }
@@ -115,22 +179,37 @@ Peaks walk(const Schedule& s, int r, const std::vector<StageBytes>& stages,
 
 }  // namespace
 
-std::vector<RankMemory> predict_memory(const ValidatedSchedule& lowered,
+MemoryWalk::MemoryWalk(const ValidatedSchedule& lowered, int recv_ahead)
+    : name_(lowered->name), num_stages_(lowered->num_stages), recv_ahead_(recv_ahead) {
+  const Schedule& s = *lowered;
+  const auto releases = send_releases(s);
+  for (int r = 0; r < s.num_ranks; ++r) {
+    events_.push_back(events_of(s, r, recv_ahead, releases[r]));
+    stages_of_.push_back(s.stages_of(r));
+    slots_ = std::max(slots_, s.actions[r].size());
+  }
+}
+
+std::vector<RankMemory> predict_memory(const MemoryWalk& walk,
                                        const std::vector<StageBytes>& stages,
                                        const VersionRule& rule, const MemoryRules& rules) {
-  const Schedule& s = *lowered;
-  PPTRAIN_CHECK(static_cast<int>(stages.size()) == s.num_stages, "the memory model of ", s.name,
-                " needs the bytes of its ", s.num_stages, " stages, got ", stages.size());
-  PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == s.num_stages, "the weight rule of ",
-                rule.stages, " stages does not fit ", s.name, "'s ", s.num_stages);
-  std::vector<RankMemory> out(s.num_ranks);
-  for (int r = 0; r < s.num_ranks; ++r) {
+  PPTRAIN_CHECK(static_cast<int>(stages.size()) == walk.num_stages(), "the memory model of ",
+                walk.name(), " needs the bytes of its ", walk.num_stages(), " stages, got ",
+                stages.size());
+  PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == walk.num_stages(), "the weight rule of ",
+                rule.stages, " stages does not fit ", walk.name(), "'s ", walk.num_stages());
+  PPTRAIN_ASSERT(rules.recv_ahead == walk.recv_ahead(), "a walk made for ", walk.recv_ahead(),
+                 " receives ahead, used with ", rules.recv_ahead);
+  std::vector<RankMemory> out(walk.num_ranks());
+  std::vector<double> slot(walk.slots());
+  for (int r = 0; r < walk.num_ranks(); ++r) {
     RankMemory& m = out[r];
-    const Peaks peaks = walk(s, r, stages, rules);
+    std::fill(slot.begin(), slot.end(), 0.0);
+    const Peaks peaks = walk_rank(walk.events(r), stages, rules, slot);
     m.activations = peaks.activations;
     m.messages = peaks.messages - peaks.activations;
     m.transient = peaks.transient - peaks.messages;
-    for (int st : s.stages_of(r)) {
+    for (int st : walk.stages_of(r)) {
       const StageBytes& stage = stages[st];
       // More than one version: the live weights and a snapshot of each, each with gradients.
       const int versions = rule.versions_kept(st);
@@ -142,6 +221,12 @@ std::vector<RankMemory> predict_memory(const ValidatedSchedule& lowered,
     }
   }
   return out;
+}
+
+std::vector<RankMemory> predict_memory(const ValidatedSchedule& lowered,
+                                       const std::vector<StageBytes>& stages,
+                                       const VersionRule& rule, const MemoryRules& rules) {
+  return predict_memory(MemoryWalk(lowered, rules.recv_ahead), stages, rule, rules);
 }
 
 namespace {

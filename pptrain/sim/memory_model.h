@@ -1,7 +1,7 @@
 // The memory model: each rank's peak bytes of a schedule, split into parts. A run prints it
 // beside the peak it measured (`predicted_peak_memory_bytes`, api/pipeline.h; its inputs read
-// off the step: runtime/executor.h, measured_stage_bytes). `pptrain plan` still sums its own
-// older form of it (planner.h: weights, gradients, state and the simulator's activations).
+// off the step: runtime/executor.h, measured_stage_bytes), and `pptrain plan` ranks candidates
+// by it (planner.h; its inputs from the profile).
 //
 //   std::vector<StageBytes> stages(lowered->num_stages);   // e.g. measured
 //   stages[0].weights = 4e6;
@@ -96,9 +96,56 @@ struct RankMemory {
   }
 };
 
-// One RankMemory per rank of `lowered` (a validated schedule with its SEND and RECV actions);
-// `stages` has one entry per stage. UserError when `stages` has another size than the
-// schedule's stages, or the rule is for another number of stages.
+// The schedule's part of the model, made once for a lowered schedule and a number of receives
+// posted ahead: each rank's list as the events of the runtime's rules (when a receive is posted
+// and its message comes, when a send is let go, which buffer a compute action takes), so that
+// predicting for other stage bytes (each step of a run, each candidate of the planner) is one
+// pass over them.
+class MemoryWalk {
+ public:
+  struct Event {
+    enum Kind : unsigned char {
+      kPost,
+      kArrive,
+      kSend,
+      kRelease,
+      kNote,
+      kForward,
+      kInput,
+      kBackward,
+      kWeight
+    };
+    Kind kind;
+    int stage;  // whose bytes: a message's (-1: a skip message), a compute action's
+    int slot;   // the message's place on its rank (-1: none)
+  };
+  explicit MemoryWalk(const ValidatedSchedule& lowered, int recv_ahead = MemoryRules{}.recv_ahead);
+  const std::string& name() const { return name_; }
+  int num_ranks() const { return static_cast<int>(events_.size()); }
+  int num_stages() const { return num_stages_; }
+  int recv_ahead() const { return recv_ahead_; }
+  const std::vector<Event>& events(int rank) const { return events_[rank]; }
+  const std::vector<int>& stages_of(int rank) const { return stages_of_[rank]; }
+  size_t slots() const { return slots_; }  // the most message places of a rank
+
+ private:
+  std::string name_;
+  int num_stages_ = 0;
+  int recv_ahead_ = 0;
+  size_t slots_ = 0;
+  std::vector<std::vector<Event>> events_;
+  std::vector<std::vector<int>> stages_of_;
+};
+
+// One RankMemory per rank of the walk's schedule; `stages` has one entry per stage. UserError
+// when `stages` has another size than the schedule's stages, or the rule is for another number
+// of stages; `rules.recv_ahead` must be the walk's.
+std::vector<RankMemory> predict_memory(const MemoryWalk& walk,
+                                       const std::vector<StageBytes>& stages,
+                                       const VersionRule& rule = VersionRule{},
+                                       const MemoryRules& rules = MemoryRules{});
+// The same for `lowered` (a validated schedule with its SEND and RECV actions), its walk made
+// for this call.
 std::vector<RankMemory> predict_memory(const ValidatedSchedule& lowered,
                                        const std::vector<StageBytes>& stages,
                                        const VersionRule& rule = VersionRule{},

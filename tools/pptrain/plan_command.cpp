@@ -25,6 +25,7 @@ struct PlanArgs {
   std::string profile;
   int workers = 0;
   double memory_limit = -1;  // required
+  double memory_margin = 0.05;
   int batch = 0;
   int profile_microbatch_size = 0;
   std::string microbatches;
@@ -39,6 +40,7 @@ struct PlanArgs {
   int top = 10;
   std::string out;
   bool json = false;
+  bool explain = false;
 };
 
 int parse_count(const std::string& text, const std::string& flag_value) {
@@ -71,6 +73,7 @@ PlannerOptions options_from(const PlanArgs& args) {
   PlannerOptions options;
   options.workers = args.workers;
   options.memory_limit_bytes = args.memory_limit;
+  options.memory_margin = args.memory_margin;
   options.batch_size = args.batch;
   options.profile_microbatch_size = args.profile_microbatch_size;
   parse_microbatches(args.microbatches, options);
@@ -94,9 +97,11 @@ std::string megabytes(double bytes) {
 
 void print_table(const Profile& profile, const PlannerOptions& options, const PlanSearch& search,
                  double seconds) {
-  const std::string limit = options.memory_limit_bytes > 0
-                                ? "limit " + megabytes(options.memory_limit_bytes) + " MB per rank"
-                                : "no memory limit";
+  const std::string limit =
+      options.memory_limit_bytes > 0
+          ? "limit " + megabytes(options.memory_limit_bytes) + " MB per rank (planned under " +
+                megabytes(options.memory_limit_bytes * (1 - options.memory_margin)) + ")"
+          : "no memory limit";
   std::printf("plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
               profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
               search.batch_size, search.profile_microbatch_size);
@@ -139,6 +144,11 @@ void run_plan_command(const PlanArgs& args) {
     return;
   }
   print_table(profile, options, search, seconds);
+  if (args.explain) {
+    Candidate winner = search.ranked.front();
+    const Evaluation evaluation = evaluate(profile, options, winner);
+    std::printf("\nthe winner, by the memory model:\n%s", format_memory(evaluation.memory).c_str());
+  }
   std::printf("\nwrote %s: plan.json, %s, %s, %s\n", args.out.c_str(), files.partition.c_str(),
               files.schedule.c_str(), files.svg.c_str());
 }
@@ -153,9 +163,14 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--workers", args->workers, "Pipeline workers (P)")->required();
   command
       ->add_option("--memory-limit", args->memory_limit,
-                   "Bytes per worker: weights, gradients, optimizer state and peak activations "
-                   "(0: none)")
+                   "Bytes per worker: weights, gradients, optimizer state, the batch, peak "
+                   "activations, messages in flight and working memory (0: none)")
       ->required();
+  command
+      ->add_option("--memory-margin", args->memory_margin,
+                   "Share of the limit the plans leave free, for the memory model's error and the "
+                   "allocator's slack")
+      ->capture_default_str();
   command
       ->add_option("--out", args->out,
                    "Folder for plan.json, partition.json, schedule.csv and timeline.svg")
@@ -184,10 +199,12 @@ void add_plan_command(CLI::App& app) {
                    "Share r of a stage's activations W keeps after I")
       ->capture_default_str();
   CLI::Option* w_fraction =
-      command->add_option("--w-fraction", args->w_fraction,
-                   "For a profile with one backward time per layer (PipeDream's graph.txt): the "
-                   "share of it W takes, I the rest (0: all in I, every W free; the zero-bubble "
-                   "paper's I = W is 0.5)")
+      command
+          ->add_option(
+              "--w-fraction", args->w_fraction,
+              "For a profile with one backward time per layer (PipeDream's graph.txt): the "
+              "share of it W takes, I the rest (0: all in I, every W free; the zero-bubble "
+              "paper's I = W is 0.5)")
           ->capture_default_str();
   command
       ->add_option("--max-chunks", args->max_chunks,
@@ -196,6 +213,8 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--top", args->top, "Candidates shown and kept in plan.json")
       ->capture_default_str();
   command->add_flag("--json", args->json, "Print plan.json instead of the table");
+  command->add_flag("--explain", args->explain,
+                    "Also print the winner's predicted memory of each rank in parts");
   command->footer(
       "Asynchronous schedules (pipedream, 2bw, pipemare, ...) are not searched: they train with "
       "stale weights, so their step time is not comparable with synchronous training. "
