@@ -83,7 +83,8 @@ def expect_equals_plain_torch(tmp_path, nproc, schedule, *flags):
         assert torch.allclose(g, ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("nproc", [2, 4])
+# The ids name the part of CTest that runs them (python/CMakeLists.txt: -k ranks2).
+@pytest.mark.parametrize("nproc", [2, 4], ids=["ranks2", "ranks4"])
 @pytest.mark.parametrize("schedule", SYNCHRONOUS)
 def test_equals_one_process(tmp_path, schedule, nproc):
     expect_equals_plain_torch(tmp_path, nproc, schedule)
