@@ -294,7 +294,8 @@ plan_out="$work/plan"
 grep -q '^  #  partition .* schedule .* step ms .* bubble .* peak MB/rank$' "$work/plan.txt" \
   || fail "plan: no ranked table header: $(cat "$work/plan.txt")"
 [ "$(grep -cE '^ +[0-9]+  ' "$work/plan.txt")" -eq 10 ] || fail "plan: the table has not 10 rows: $(cat "$work/plan.txt")"
-grep -q 'candidates simulated in' "$work/plan.txt" || fail "plan: no count of candidates"
+grep -qE '^[0-9]+ candidates evaluated in [0-9.]+ s, [0-9]+ fit \([0-9]+ simulated' "$work/plan.txt" \
+  || fail "plan: no count of candidates: $(sed -n 3p "$work/plan.txt")"
 grep -q "^backward split: assumed W = 0.00 of each layer's backward, I the rest" "$work/plan.txt" \
   || fail "plan: the header does not state the I/W split it assumes: $(head -3 "$work/plan.txt")"
 for file in plan.json partition.json schedule.csv timeline.svg; do

@@ -1,10 +1,15 @@
 #include "pptrain/planner/planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <functional>
+#include <limits>
 #include <map>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -231,7 +236,9 @@ Made made_for(Schedule made) {
 // generators ignore the costs).
 class Schedules {
  public:
-  explicit Schedules(int ranks) : ranks_(ranks) {}
+  // `prune`: candidates above the limit are not simulated (the search's; measure()).
+  Schedules(int ranks, bool prune) : ranks_(ranks), prune_(prune) {}
+  bool prune() const { return prune_; }
   // nullptr where the generator does not apply to these P, V, M.
   const Made* find(const std::string& name, int chunks, int microbatches) {
     const auto key = std::make_tuple(name, chunks, microbatches);
@@ -259,26 +266,41 @@ class Schedules {
 
  private:
   int ranks_;
+  bool prune_;
   std::map<std::tuple<std::string, int, int>, std::optional<Made>> made_;
   std::map<std::tuple<const Made*, std::vector<LayerRange>, bool>, Candidate> figures_;
 };
 
-// A made schedule's simulation and the memory model's peaks under the candidate's cost model;
-// fills the candidate's predicted figures (Evaluation::schedule left empty).
+bool within_limit(const Candidate& c, const PlannerOptions& options) {
+  // Sums of the same bytes in another order (I and W apart, or B) differ in the last bits.
+  return options.memory_limit_bytes <= 0 ||
+         c.max_peak_bytes() <= planning_limit(options) * (1 + kLimitSlack);
+}
+
+// A made schedule's memory model's peaks and simulation under the candidate's cost model; fills
+// the candidate's predicted figures (Evaluation::schedule left empty). With `prune`, a candidate
+// above the limit is not simulated (its peaks do not depend on times): its step_ms is infinite.
 Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candidate& c,
-                   const Made& made) {
+                   const Made& made, bool prune = false) {
   const ValidatedSchedule& validated = made.validated;
   // Recomputation keeps less between F and B when the backward is not split.
   const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
                                         !c.recompute || validated->has_split_backward());
   Evaluation out;
   out.cost = cost;
-  out.sim = simulate(validated, cost);
   out.memory = rank_memory(scaled, options, c, cost, made.walk, validated->replicated());
   for (const RankMemory& rank : out.memory) out.peak_bytes.push_back(rank.total());
+  c.peak_bytes = out.peak_bytes;
+  if (prune && !within_limit(c, options)) {
+    c.step_ms = std::numeric_limits<double>::infinity();
+    c.bubble_ratio = 0;
+    c.simulated = false;
+    return out;
+  }
+  out.sim = simulate(validated, cost);
   c.step_ms = out.sim.makespan;
   c.bubble_ratio = out.sim.bubble_ratio;
-  c.peak_bytes = out.peak_bytes;
+  c.simulated = true;
   return out;
 }
 
@@ -288,20 +310,15 @@ Candidate Schedules::figures(const Profile& scaled, const PlannerOptions& option
   auto it = figures_.find(key);
   if (it == figures_.end()) {
     Candidate measured = c;
-    measure(scaled, options, measured, made);
+    measure(scaled, options, measured, made, prune_);
     it = figures_.emplace(key, std::move(measured)).first;
   }
   Candidate out = c;
   out.step_ms = it->second.step_ms;
   out.bubble_ratio = it->second.bubble_ratio;
   out.peak_bytes = it->second.peak_bytes;
+  out.simulated = it->second.simulated;
   return out;
-}
-
-bool within_limit(const Candidate& c, const PlannerOptions& options) {
-  // Sums of the same bytes in another order (I and W apart, or B) differ in the last bits.
-  return options.memory_limit_bytes <= 0 ||
-         c.max_peak_bytes() <= planning_limit(options) * (1 + kLimitSlack);
 }
 
 // zb-auto for the candidate: planned under each rank's activation budget. What else a rank holds
@@ -330,7 +347,7 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
   for (int round = 0; round < kRounds; ++round) {
     const Made planned = made_for(make_schedule(request));
     c = shape;
-    out = measure(scaled, options, c, planned);
+    out = measure(scaled, options, c, planned, schedules.prune());
     out.schedule = planned.made;
     std::vector<double>& budgets = request.rank_memory_limits;
     if (budgets.empty() || within_limit(c, options)) break;
@@ -484,6 +501,8 @@ void check_planner_options(const PlannerOptions& options) {
   }
   PPTRAIN_CHECK(options.max_chunks >= 1, "max chunks must be >= 1, got ", options.max_chunks);
   PPTRAIN_CHECK(options.keep >= 1, "--top (candidates kept) must be >= 1, got ", options.keep);
+  PPTRAIN_CHECK(options.jobs >= 0 && options.jobs <= 1024,
+                "--jobs must be 0 (the machine's cores) .. 1024 threads, got ", options.jobs);
   PPTRAIN_CHECK(options.optimizer_state_factor >= 0,
                 "optimizer state per parameter byte must be >= 0, got ",
                 options.optimizer_state_factor);
@@ -503,7 +522,7 @@ Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candi
   candidate.microbatch_size = static_cast<double>(resolved.batch) / candidate.microbatches;
   const Profile scaled =
       scaled_profile(profile, candidate.microbatch_size / resolved.profile_size, options);
-  Schedules schedules(options.workers);
+  Schedules schedules(options.workers, false);
   Evaluation out = evaluate_with(scaled, options, candidate, schedules);
   if (out.schedule.actions.empty()) {
     out.schedule =
@@ -512,6 +531,94 @@ Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candi
   return out;
 }
 
+namespace {
+
+using Cuts = std::vector<std::pair<std::string, std::vector<LayerRange>>>;
+
+// The chunk counts V the schedule takes, up to max_chunks, with P x V stages of at least a layer.
+std::vector<int> chunk_counts(const std::string& name, const PlannerOptions& options, int layers) {
+  const ScheduleEntry& entry = find_schedule(name);
+  const int most =
+      entry.max_chunks == 0 ? options.max_chunks : std::min(entry.max_chunks, options.max_chunks);
+  std::vector<int> out;
+  for (int V = entry.min_chunks; V <= std::max(most, entry.min_chunks); ++V) {
+    if (options.workers * V > layers) break;
+    out.push_back(V);
+  }
+  return out;
+}
+
+// Every candidate of one microbatch count M that applies, in the search's order (schedule, V,
+// cut, recomputation), each evaluated; those above the limit are not simulated.
+std::vector<Candidate> candidates_of(const Profile& profile, const PlannerOptions& options,
+                                     const Resolved& resolved, int M,
+                                     const std::map<int, Cuts>& cuts_of) {
+  const int layers = static_cast<int>(profile.layers.size());
+  const double size = static_cast<double>(resolved.batch) / M;
+  const Profile scaled = scaled_profile(profile, size / resolved.profile_size, options);
+  Schedules schedules(options.workers, true);
+  std::vector<Candidate> out;
+  for (const std::string& name : resolved.schedules) {
+    for (int V : chunk_counts(name, options, layers)) {
+      if (name != kAutoSchedule && schedules.find(name, V, M) == nullptr) continue;
+      for (const auto& [method, ranges] : cuts_of.at(V)) {
+        for (bool recompute : options.recompute) {
+          Candidate c;
+          c.partition = method;
+          c.stage_layers = ranges;
+          c.schedule = name;
+          c.chunks = V;
+          c.microbatches = M;
+          c.microbatch_size = size;
+          c.recompute = recompute;
+          try {
+            if (name == kAutoSchedule) {
+              evaluate_auto(scaled, options, c, schedules);
+            } else {
+              c = schedules.figures(scaled, options, c, *schedules.find(name, V, M));
+            }
+          } catch (const UserError&) {
+            continue;  // zb-auto refused these costs
+          }
+          out.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Runs work(i) for i in 0 .. count - 1 on `jobs` threads (0: the machine's cores). An exception
+// of work(i) is rethrown after every thread has stopped (the lowest i's, whatever the timing).
+void for_each_index(int count, int jobs, const std::function<void(int)>& work) {
+  if (jobs <= 0) jobs = std::max(1u, std::thread::hardware_concurrency());
+  jobs = std::min(jobs, count);
+  if (jobs <= 1) {
+    for (int i = 0; i < count; ++i) work(i);
+    return;
+  }
+  std::atomic<int> next{0};
+  std::vector<std::exception_ptr> errors(count);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < jobs; ++t) {
+    threads.emplace_back([&] {
+      for (int i = next++; i < count; i = next++) {
+        try {
+          work(i);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const std::exception_ptr& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+}  // namespace
+
 PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   const Resolved resolved = resolve(profile, options);
   const int P = options.workers;
@@ -519,49 +626,30 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   PlanSearch search;
   search.batch_size = resolved.batch;
   search.profile_microbatch_size = resolved.profile_size;
+  std::map<int, Cuts> cuts_of;
+  for (const std::string& name : resolved.schedules) {
+    for (int V : chunk_counts(name, options, layers)) {
+      if (!cuts_of.count(V)) cuts_of[V] = cuts(profile, options, resolved.partitions, P * V);
+    }
+  }
+  // Each M is searched alone (its own schedules), on `jobs` threads; the results are taken in
+  // the serial order, so that they do not depend on the number of threads.
+  const int counts = static_cast<int>(resolved.microbatches.size());
+  std::vector<std::vector<Candidate>> of_count(counts);
+  for_each_index(counts, options.jobs, [&](int i) {
+    of_count[i] = candidates_of(profile, options, resolved, resolved.microbatches[i], cuts_of);
+  });
   std::vector<Candidate> fitting;
-  Schedules schedules(P);
-  std::map<int, std::vector<std::pair<std::string, std::vector<LayerRange>>>> cuts_of;
-  for (int M : resolved.microbatches) {
-    const double size = static_cast<double>(resolved.batch) / M;
-    const Profile scaled = scaled_profile(profile, size / resolved.profile_size, options);
-    for (const std::string& name : resolved.schedules) {
-      const ScheduleEntry& entry = find_schedule(name);
-      const int most = entry.max_chunks == 0 ? options.max_chunks
-                                             : std::min(entry.max_chunks, options.max_chunks);
-      for (int V = entry.min_chunks; V <= std::max(most, entry.min_chunks); ++V) {
-        if (P * V > layers) break;
-        if (!cuts_of.count(V)) cuts_of[V] = cuts(profile, options, resolved.partitions, P * V);
-        if (name != kAutoSchedule && schedules.find(name, V, M) == nullptr) continue;
-        for (const auto& [method, ranges] : cuts_of[V]) {
-          for (bool recompute : options.recompute) {
-            Candidate c;
-            c.partition = method;
-            c.stage_layers = ranges;
-            c.schedule = name;
-            c.chunks = V;
-            c.microbatches = M;
-            c.microbatch_size = size;
-            c.recompute = recompute;
-            try {
-              if (name == kAutoSchedule) {
-                evaluate_auto(scaled, options, c, schedules);
-              } else {
-                c = schedules.figures(scaled, options, c, *schedules.find(name, V, M));
-              }
-            } catch (const UserError&) {
-              continue;  // zb-auto refused these costs
-            }
-            ++search.evaluated;
-            if (search.evaluated == 1 || c.max_peak_bytes() < search.smallest.max_peak_bytes()) {
-              search.smallest = c;
-            }
-            if (!within_limit(c, options)) continue;
-            ++search.fitting;
-            fitting.push_back(std::move(c));
-          }
-        }
+  for (std::vector<Candidate>& candidates : of_count) {
+    for (Candidate& c : candidates) {
+      ++search.evaluated;
+      search.simulated += c.simulated ? 1 : 0;
+      if (search.evaluated == 1 || c.max_peak_bytes() < search.smallest.max_peak_bytes()) {
+        search.smallest = c;
       }
+      if (!within_limit(c, options)) continue;
+      ++search.fitting;
+      fitting.push_back(std::move(c));
     }
   }
   PPTRAIN_CHECK(search.evaluated > 0, profile.source, ": no schedule applies to ", P,

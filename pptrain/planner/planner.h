@@ -52,9 +52,10 @@
 //   data             the profile's input_bytes (first stage) and target_bytes (last) per
 //                    microbatch, times M
 // Fields a profile lacks count 0. Candidates above memory_limit_bytes x (1 - memory_margin) are
-// dropped: the margin is for the model's error against a run (within 4% on the matrix of
-// docs/PERFORMANCE.md) and the allocator's own slack. The rank is by step time (the simulated
-// makespan, ms), then by peak memory.
+// dropped, and in the search not simulated (the model's peaks do not depend on times): the margin
+// is for the model's error against a run (within 4% on the matrix of docs/PERFORMANCE.md) and the
+// allocator's own slack. The rank is by step time (the simulated makespan, ms), then by peak
+// memory.
 #pragma once
 
 #include <string>
@@ -92,6 +93,9 @@ struct PlannerOptions {
   // is 0.5. A profile with its own I and W times ignores it.
   double w_fraction = 0;
   int keep = 10;  // candidates kept in PlanSearch::ranked
+  // Threads the search runs on (one microbatch count M each at a time); 0: the machine's cores.
+  // The result is the same for any number.
+  int jobs = 0;
 };
 
 // One point of the search and, once evaluated, its predicted figures.
@@ -106,12 +110,16 @@ struct Candidate {
   double step_ms = 0;  // simulated makespan
   double bubble_ratio = 0;
   std::vector<double> peak_bytes;  // [P] peak memory of each rank
+  // Whether step_ms and bubble_ratio were simulated: the search does not simulate a candidate
+  // above the limit (its step_ms is then infinite).
+  bool simulated = false;
   double max_peak_bytes() const;
 };
 
 struct PlanSearch {
   std::vector<Candidate> ranked;  // the fitting candidates, best first, at most options.keep
-  int evaluated = 0;              // candidates simulated
+  int evaluated = 0;              // candidates whose peaks were predicted
+  int simulated = 0;              // of those, simulated (the others are above the limit)
   int fitting = 0;                // of those, within the limit
   Candidate smallest;             // the candidate with the smallest peak (fitting or not)
   int batch_size = 0;             // resolved

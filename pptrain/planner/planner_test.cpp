@@ -125,6 +125,38 @@ TEST(Planner, SearchMatchesBruteForce) {
   EXPECT_DOUBLE_EQ(search.smallest.max_peak_bytes(), smallest);
 }
 
+// Any number of threads gives the serial search's result, candidate for candidate.
+TEST(Planner, ThreadsChangeNothing) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.memory_limit_bytes = 400000;
+  o.jobs = 1;
+  const PlanSearch serial = search_plans(profile, o);
+  ASSERT_GT(serial.ranked.size(), 3u);
+  EXPECT_LT(serial.simulated, serial.evaluated);  // some above the limit, not simulated
+  for (int jobs : {2, 3, 0}) {
+    o.jobs = jobs;
+    const PlanSearch threaded = search_plans(profile, o);
+    EXPECT_EQ(threaded.evaluated, serial.evaluated) << jobs;
+    EXPECT_EQ(threaded.simulated, serial.simulated) << jobs;
+    EXPECT_EQ(threaded.fitting, serial.fitting) << jobs;
+    ASSERT_EQ(threaded.ranked.size(), serial.ranked.size()) << jobs;
+    for (size_t i = 0; i < serial.ranked.size(); ++i) {
+      const Candidate &a = serial.ranked[i], &b = threaded.ranked[i];
+      EXPECT_EQ(a.schedule, b.schedule) << jobs << " #" << i;
+      EXPECT_EQ(a.partition, b.partition) << jobs << " #" << i;
+      EXPECT_EQ(a.microbatches, b.microbatches) << jobs << " #" << i;
+      EXPECT_EQ(a.chunks, b.chunks) << jobs << " #" << i;
+      EXPECT_EQ(a.recompute, b.recompute) << jobs << " #" << i;
+      EXPECT_EQ(a.step_ms, b.step_ms) << jobs << " #" << i;
+      EXPECT_EQ(a.peak_bytes, b.peak_bytes) << jobs << " #" << i;
+    }
+    EXPECT_EQ(threaded.smallest.peak_bytes, serial.smallest.peak_bytes) << jobs;
+  }
+  o.jobs = -1;
+  EXPECT_THROW(search_plans(profile, o), UserError);
+}
+
 TEST(Planner, TighterLimitNeverPicksAboveIt) {
   const Profile profile = small_profile();
   PlannerOptions o = small_options();

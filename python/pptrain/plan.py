@@ -126,11 +126,12 @@ class Plan(dict):
 
 def plan(profile, workers, memory_limit=0, batch=0, microbatches=(), partitions=(),
          schedules=(), recompute=(False, True), optimizer="adamw", mem_w_ratio=0.5,
-         w_fraction=None, max_chunks=4, top=10, memory_margin=0.05, out=None):
+         w_fraction=None, max_chunks=4, top=10, memory_margin=0.05, jobs=0, out=None):
     """`pptrain plan`: partition x schedule x microbatches x recomputation for a profile (ours
     or PipeDream's graph.txt) on `workers` ranks under `memory_limit` bytes per rank (0: none),
     ranked by simulated step time; plans are made under memory_limit x (1 - memory_margin), the
-    margin kept for the memory model's error and the allocator's slack. Returns plan.json as a dict (a Plan, whose schedule(i) is
+    margin kept for the memory model's error and the allocator's slack, on `jobs` threads (0: the
+    machine's cores; the same plan for any number). Returns plan.json as a dict (a Plan, whose schedule(i) is
     the i-th ranked candidate's schedule): the search's settings, how many
     candidates it "evaluated" and how many were "fitting", the "winner" and the "ranked" best
     `top` (each with its partition, stage layers, schedule, chunks, microbatches, recompute,
@@ -139,5 +140,5 @@ def plan(profile, workers, memory_limit=0, batch=0, microbatches=(), partitions=
     result = _plan.plan(os.fspath(profile), workers, memory_limit, batch, list(microbatches),
                         list(partitions), list(schedules), [bool(r) for r in recompute],
                         optimizer, mem_w_ratio, w_fraction, max_chunks, top, memory_margin,
-                        "" if out is None else os.fspath(out))
+                        jobs, "" if out is None else os.fspath(out))
     return Plan(result)

@@ -247,11 +247,12 @@ PYBIND11_MODULE(_plan, m) {
          std::vector<int> microbatches, std::vector<std::string> partitions,
          std::vector<std::string> schedules, std::vector<bool> recompute,
          const std::string& optimizer, double mem_w_ratio, std::optional<double> w_fraction,
-         int max_chunks, int top, double memory_margin, const std::string& out) {
+         int max_chunks, int top, double memory_margin, int jobs, const std::string& out) {
         PlannerOptions options;
         options.workers = workers;
         options.memory_limit_bytes = memory_limit;
         options.memory_margin = memory_margin;
+        options.jobs = jobs;
         options.batch_size = batch;
         options.microbatches = std::move(microbatches);
         options.partitions = std::move(partitions);
@@ -274,7 +275,7 @@ PYBIND11_MODULE(_plan, m) {
       py::arg("profile"), py::arg("workers"), py::arg("memory_limit"), py::arg("batch"),
       py::arg("microbatches"), py::arg("partitions"), py::arg("schedules"), py::arg("recompute"),
       py::arg("optimizer"), py::arg("mem_w_ratio"), py::arg("w_fraction"), py::arg("max_chunks"),
-      py::arg("top"), py::arg("memory_margin"), py::arg("out"));
+      py::arg("top"), py::arg("memory_margin"), py::arg("jobs"), py::arg("out"));
 
   m.def(
       "import_csv",

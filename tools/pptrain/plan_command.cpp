@@ -38,6 +38,7 @@ struct PlanArgs {
   bool w_fraction_given = false;
   int max_chunks = 4;
   int top = 10;
+  int jobs = 0;
   std::string out;
   bool json = false;
   bool explain = false;
@@ -85,6 +86,7 @@ PlannerOptions options_from(const PlanArgs& args) {
   options.w_fraction = args.w_fraction;
   options.max_chunks = args.max_chunks;
   options.keep = args.top;
+  options.jobs = args.jobs;
   check_planner_options(options);
   return options;
 }
@@ -113,8 +115,9 @@ void print_table(const Profile& profile, const PlannerOptions& options, const Pl
         "one backward time; --w-fraction)\n",
         options.w_fraction);
   }
-  std::printf("%d candidates simulated in %.2f s, %d fit\n\n", search.evaluated, seconds,
-              search.fitting);
+  std::printf(
+      "%d candidates evaluated in %.2f s, %d fit (%d simulated: not those above the limit)\n\n",
+      search.evaluated, seconds, search.fitting, search.simulated);
   std::printf("%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition", "schedule",
               "V", "M", "recompute", "step ms", "bubble", "peak MB/rank");
   for (size_t i = 0; i < search.ranked.size(); ++i) {
@@ -211,6 +214,11 @@ void add_plan_command(CLI::App& app) {
                    "Stages per worker tried for schedules that take several")
       ->capture_default_str();
   command->add_option("--top", args->top, "Candidates shown and kept in plan.json")
+      ->capture_default_str();
+  command
+      ->add_option("--jobs", args->jobs,
+                   "Threads the search runs on (0: the machine's cores); the plan is the same "
+                   "for any number")
       ->capture_default_str();
   command->add_flag("--json", args->json, "Print plan.json instead of the table");
   command->add_flag("--explain", args->explain,
