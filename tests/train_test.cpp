@@ -360,11 +360,14 @@ TEST(Supervision, MissingPeerIsAOneLineErrorNotAHang) {
   EXPECT_NE(run.err.find("pptrain: error: rank 0 of 2 could not join the rendezvous"),
             std::string::npos)
       << run.err;
-  // It says how long it really waited: the run's own time, less its start.
+  // It says how long it really waited: at least one stage's timeout, and not more than the run
+  // lasted (whole seconds, so up to one above it). Not compared closer: the run's time also has
+  // LibTorch's start, seconds on a loaded machine (it was 2.1 s once beside a full ctest -j2).
   const auto after = run.err.find("gave up after ");
   ASSERT_NE(after, std::string::npos) << run.err;
   const int stated = std::atoi(run.err.c_str() + after + 14);
-  EXPECT_LE(std::abs(stated - run.seconds), 2) << run.err;
+  EXPECT_GE(stated, 3) << run.err;
+  EXPECT_LE(stated, run.seconds + 1) << run.err;
 }
 
 // What the other of two ranks started by hand did after one was stopped (SIGSTOP).
