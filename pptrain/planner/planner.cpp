@@ -383,7 +383,9 @@ Evaluation evaluate_with(const Profile& scaled, const PlannerOptions& options, C
   const Made* made = schedules.find(c.schedule, c.chunks, c.microbatches);
   if (made == nullptr) generate(c, options.workers);  // the generator's UserError
   PPTRAIN_ASSERT(made != nullptr, "no ", c.schedule, " schedule and no error from its generator");
-  return measure(scaled, options, c, *made);
+  Evaluation out = measure(scaled, options, c, *made);
+  out.schedule = made->made;
+  return out;
 }
 
 // Every distinct cut into `stages` stages the listed methods give, named by the methods that
@@ -523,12 +525,7 @@ Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candi
   const Profile scaled =
       scaled_profile(profile, candidate.microbatch_size / resolved.profile_size, options);
   Schedules schedules(options.workers, false);
-  Evaluation out = evaluate_with(scaled, options, candidate, schedules);
-  if (out.schedule.actions.empty()) {
-    out.schedule =
-        schedules.find(candidate.schedule, candidate.chunks, candidate.microbatches)->made;
-  }
-  return out;
+  return evaluate_with(scaled, options, candidate, schedules);
 }
 
 namespace {

@@ -112,7 +112,8 @@ Peaks walk_rank(const std::vector<Event>& events, const std::vector<StageBytes>&
     slot[e.slot] = bytes;
     messages += bytes;
   };
-  // A buffer taken by its F (as the input now, counted in the activation) or its backward.
+  // A buffer let go: taken by its F (as the input now, counted in the activation) or its
+  // backward, or a send released.
   const auto take = [&](const Event& e) {
     if (e.slot < 0) return;
     messages -= slot[e.slot];
@@ -137,12 +138,11 @@ Peaks walk_rank(const std::vector<Event>& events, const std::vector<StageBytes>&
         messages -= notice;
         break;
       case Event::kSend:
-        hold(e, (e.stage >= 0 ? stages[e.stage].message : 0) + (e.stage >= 0 ? notice : 0));
+        hold(e, e.stage >= 0 ? stages[e.stage].message + notice : 0);
         note(0);
         break;
       case Event::kRelease:
-        messages -= slot[e.slot];
-        slot[e.slot] = 0;
+        take(e);
         break;
       case Event::kForward: {
         const StageBytes& stage = stages[e.stage];
