@@ -239,6 +239,8 @@ class Schedules {
   // `prune`: candidates above the limit are not simulated (the search's; measure()).
   Schedules(int ranks, bool prune) : ranks_(ranks), prune_(prune) {}
   bool prune() const { return prune_; }
+  // The search compares figures; one candidate evaluated alone keeps its timeline to draw.
+  Record record() const { return prune_ ? Record::kFigures : Record::kTimeline; }
   // nullptr where the generator does not apply to these P, V, M.
   const Made* find(const std::string& name, int chunks, int microbatches) {
     const auto key = std::make_tuple(name, chunks, microbatches);
@@ -280,8 +282,9 @@ bool within_limit(const Candidate& c, const PlannerOptions& options) {
 // A made schedule's memory model's peaks and simulation under the candidate's cost model; fills
 // the candidate's predicted figures (Evaluation::schedule left empty). With `prune`, a candidate
 // above the limit is not simulated (its peaks do not depend on times): its step_ms is infinite.
+// `record`: the simulation's timeline is kept (to draw it) or only its figures.
 Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candidate& c,
-                   const Made& made, bool prune = false) {
+                   const Made& made, Record record, bool prune = false) {
   const ValidatedSchedule& validated = made.validated;
   // Recomputation keeps less between F and B when the backward is not split.
   const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
@@ -297,7 +300,7 @@ Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candida
     c.simulated = false;
     return out;
   }
-  out.sim = simulate(validated, cost);
+  out.sim = simulate(validated, cost, VersionRule{}, record);
   c.step_ms = out.sim.makespan;
   c.bubble_ratio = out.sim.bubble_ratio;
   c.simulated = true;
@@ -310,7 +313,7 @@ Candidate Schedules::figures(const Profile& scaled, const PlannerOptions& option
   auto it = figures_.find(key);
   if (it == figures_.end()) {
     Candidate measured = c;
-    measure(scaled, options, measured, made, prune_);
+    measure(scaled, options, measured, made, Record::kFigures, prune_);
     it = figures_.emplace(key, std::move(measured)).first;
   }
   Candidate out = c;
@@ -347,7 +350,7 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
   for (int round = 0; round < kRounds; ++round) {
     const Made planned = made_for(make_schedule(request));
     c = shape;
-    out = measure(scaled, options, c, planned, schedules.prune());
+    out = measure(scaled, options, c, planned, schedules.record(), schedules.prune());
     out.schedule = planned.made;
     std::vector<double>& budgets = request.rank_memory_limits;
     if (budgets.empty() || within_limit(c, options)) break;
@@ -370,7 +373,7 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
     }
   }
   if (fastest != nullptr) {
-    out = measure(scaled, options, c, *fastest);
+    out = measure(scaled, options, c, *fastest, schedules.record());
     out.schedule = fastest->made;
     out.schedule.name = kAutoSchedule;
   }
@@ -383,7 +386,7 @@ Evaluation evaluate_with(const Profile& scaled, const PlannerOptions& options, C
   const Made* made = schedules.find(c.schedule, c.chunks, c.microbatches);
   if (made == nullptr) generate(c, options.workers);  // the generator's UserError
   PPTRAIN_ASSERT(made != nullptr, "no ", c.schedule, " schedule and no error from its generator");
-  Evaluation out = measure(scaled, options, c, *made);
+  Evaluation out = measure(scaled, options, c, *made, schedules.record());
   out.schedule = made->made;
   return out;
 }

@@ -143,8 +143,8 @@ RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_na
 }
 
 SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cost,
-                             double memory_limit) {
-  SimResult result = simulate(made.validated, cost, made.rule);
+                             double memory_limit, Record record) {
+  SimResult result = simulate(made.validated, cost, made.rule, record);
   const Schedule& s = made.schedule;
   // A replicated schedule's every stage is one rank's share (V = 1): S shares, not P.
   const int shares = s.replicated() ? s.num_stages : s.num_ranks;

@@ -8,7 +8,7 @@
 //   request.microbatches = 8;
 //   const CostModel cost = cost_model_from_flags("F=1,I=1,W=1,comm=0", 0.5);
 //   RequestedSchedule made = make_requested_schedule(request, cost);
-//   SimResult result = simulate_requested(made, cost, request.memory_limit);
+//   SimResult result = simulate_requested(made, cost, request.memory_limit, Record::kTimeline);
 //   std::cout << schedule_summary_json(made, cost, request.memory_limit, result).dump();
 //
 // An imported schedule (a CSV file) skips make_requested_schedule(): prepare_schedule() gives
@@ -85,9 +85,10 @@ RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_na
                                    bool averages_copies = false);
 
 // Simulates under `cost` and refuses a `memory_limit` (0: none) that no schedule of these
-// stages can keep or that a rank's peak exceeds (one-line UserError).
+// stages can keep or that a rank's peak exceeds (one-line UserError). `record`: with its
+// timeline or the figures only (sim/simulator.h).
 SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cost,
-                             double memory_limit);
+                             double memory_limit, Record record);
 
 // The title of the simulated timeline (its SVG picture): name, P, V, M, D, bubble and costs.
 std::string schedule_timeline_title(const RequestedSchedule& made, const CostModel& cost,

@@ -165,7 +165,7 @@ int chunks_of(const Timeline& timeline) {
   int stages = 0;
   for (const auto& event : timeline.events) {
     if (event.action.op == Op::OVERLAP_F_B) {
-      for (const auto& part : event.action.parts) stages = std::max(stages, part.stage + 1);
+      for (const auto& part : event.action.parts()) stages = std::max(stages, part.stage + 1);
     } else {
       stages = std::max(stages, event.action.stage + 1);
     }
@@ -280,7 +280,7 @@ class SvgWriter {
         seen_ops_[static_cast<int>(op)] = true;
         if (op == Op::OVERLAP_F_B) {
           // One band per overlapped part, stacked in the row.
-          const auto& parts = event.action.parts;
+          const auto& parts = event.action.parts();
           const double band = row / parts.size();
           for (size_t k = 0; k < parts.size(); ++k) {
             seen_ops_[static_cast<int>(parts[k].op)] = true;

@@ -1,6 +1,9 @@
 #include "pptrain/schedule/action.h"
 
 #include <cctype>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "pptrain/common/check.h"
 
@@ -37,11 +40,44 @@ int read_number(std::string_view text, size_t& pos) {
   return pos == start ? -1 : static_cast<int>(value);
 }
 
+// The parts of every composite made in this process, each once: an entry never changes or moves
+// (readers keep references), equal parts (by their text) share one index.
+class Composites {
+ public:
+  int intern(const std::vector<Action>& parts) {
+    std::string key;
+    for (const Action& part : parts) key += to_string(part) + ";";
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto [it, added] = index_.emplace(std::move(key), static_cast<int>(entries_.size()));
+    if (added) entries_.push_back(std::make_unique<const std::vector<Action>>(parts));
+    return it->second;
+  }
+  const std::vector<Action>& parts(int index) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(entries_.size()), "no composite ", index);
+    return *entries_[index];
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, int> index_;
+  std::vector<std::unique_ptr<const std::vector<Action>>> entries_;
+};
+
+Composites& composites() {
+  static Composites table;
+  return table;
+}
+
 }  // namespace
 
-bool Action::operator==(const Action& other) const {
-  return op == other.op && stage == other.stage && microbatch == other.microbatch &&
-         peer == other.peer && parts == other.parts;
+Action Action::overlap(const std::vector<Action>& parts) {
+  return Action{Op::OVERLAP_F_B, -1, -1, composites().intern(parts)};
+}
+
+const std::vector<Action>& Action::parts() const {
+  static const std::vector<Action> kNone;
+  return op == Op::OVERLAP_F_B ? composites().parts(peer) : kNone;
 }
 
 const char* op_name(Op op) {
@@ -73,9 +109,10 @@ bool is_recv(Op op) {
 std::string to_string(const Action& action) {
   if (action.op == Op::OVERLAP_F_B) {
     std::string text = "(";
-    for (size_t i = 0; i < action.parts.size(); ++i) {
+    const std::vector<Action>& parts = action.parts();
+    for (size_t i = 0; i < parts.size(); ++i) {
       if (i) text += ";";
-      text += to_string(action.parts[i]);
+      text += to_string(parts[i]);
     }
     return text + ")" + op_name(action.op);
   }
@@ -103,16 +140,16 @@ Action parse_action(std::string_view text) {
     if (text.size() <= suffix.size() + 1 || text.substr(text.size() - suffix.size()) != suffix)
       fail();
     std::string_view inner = text.substr(1, text.size() - suffix.size() - 1);
-    Action composite{Op::OVERLAP_F_B, -1, -1, {}};
+    std::vector<Action> parts;
     while (!inner.empty()) {
       size_t cut = inner.find(';');
-      composite.parts.push_back(parse_action(inner.substr(0, cut)));
-      if (composite.parts.back().op == Op::OVERLAP_F_B) fail();
+      parts.push_back(parse_action(inner.substr(0, cut)));
+      if (parts.back().op == Op::OVERLAP_F_B) fail();
       if (cut == std::string_view::npos) break;
       inner.remove_prefix(cut + 1);
     }
-    if (composite.parts.size() < 2) fail();
-    return composite;
+    if (parts.size() < 2) fail();
+    return Action::overlap(parts);
   }
   size_t pos = 0;
   int stage = read_number(text, pos);

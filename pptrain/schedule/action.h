@@ -7,15 +7,20 @@
 //
 //   Action a = parse_action("2W5");   // {Op::W, stage 2, microbatch 5}
 //   to_string(a) == "2W5";
+//
+// An action is 16 bytes (a schedule of P = 256 ranks and thousands of microbatches holds millions
+// of them). A composite's parts live in a table of the process, shared by every equal composite
+// (Action::overlap interns them, Action::parts reads them); the action holds their index.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace pptrain {
 
-enum class Op {
+enum class Op : std::uint8_t {
   F,            // forward of one stage for one microbatch
   I,            // backward for the stage's input (the zero-bubble paper's B)
   W,            // backward for the stage's weights
@@ -24,26 +29,37 @@ enum class Op {
   RECV_F,       // stage receives its forward input from stage - 1 (a skip message: from `peer`)
   SEND_B,       // stage sends the gradient of its input to stage - 1 (skip: to `peer`)
   RECV_B,       // stage receives the gradient of its output from stage + 1 (skip: from `peer`)
-  OVERLAP_F_B,  // composite: a forward and a backward run together (see Action::parts)
+  OVERLAP_F_B,  // composite: a forward and a backward run together (see Action::parts())
   REDUCE_GRAD,  // all-reduce the stage's weight gradients of the whole step over its
                 // data-parallel replicas (--dp); microbatch -1 (schedule/reductions.h)
 };
 
 struct Action {
   Op op = Op::F;
-  int stage = 0;              // global stage index, 0 .. num_stages-1 (-1 for a composite)
-  int microbatch = 0;         // 0 .. num_microbatches-1 (-1 for a composite or REDUCE_GRAD)
-  std::vector<Action> parts;  // only for OVERLAP_F_B: the overlapped actions, in order
-  int peer = -1;  // a SEND or RECV of a skip message: the stage at the other end; else -1
+  int stage = 0;       // global stage index, 0 .. num_stages-1 (-1 for a composite)
+  int microbatch = 0;  // 0 .. num_microbatches-1 (-1 for a composite or REDUCE_GRAD)
+  // A SEND or RECV of a skip message: the stage at the other end. An OVERLAP_F_B: the index of
+  // its parts in the process's table of composites (see parts()). Else -1.
+  int peer = -1;
 
-  static Action make(Op op, int stage, int microbatch) { return Action{op, stage, microbatch, {}}; }
+  static Action make(Op op, int stage, int microbatch) { return Action{op, stage, microbatch}; }
   // A SEND or RECV of the skip message between `stage` and `peer` (not adjacent stages).
   static Action skip(Op op, int stage, int microbatch, int peer) {
-    return Action{op, stage, microbatch, {}, peer};
+    return Action{op, stage, microbatch, peer};
   }
-  bool operator==(const Action& other) const;
+  // An OVERLAP_F_B of `parts` (plain actions, in order). Equal parts give equal composites.
+  // Safe to call from several threads.
+  static Action overlap(const std::vector<Action>& parts);
+  // A composite's parts, in order (they live as long as the process); empty for any other action.
+  const std::vector<Action>& parts() const;
+
+  bool operator==(const Action& other) const {
+    return op == other.op && stage == other.stage && microbatch == other.microbatch &&
+           peer == other.peer;
+  }
   bool operator!=(const Action& other) const { return !(*this == other); }
 };
+static_assert(sizeof(Action) == 16, "an action is 16 bytes (see above)");
 
 // Short op name as it appears in the text form: "F", "I", "SEND_F", ...
 const char* op_name(Op op);
@@ -54,7 +70,7 @@ bool is_backward(Op op);    // I or B: the action that consumes a stage's activa
 bool is_send(Op op);        // SEND_F, SEND_B
 bool is_recv(Op op);        // RECV_F, RECV_B
 inline bool is_skip_message(const Action& action) {
-  return action.peer >= 0;
+  return action.peer >= 0 && is_comm(action.op);
 }
 
 std::string to_string(const Action& action);

@@ -85,6 +85,7 @@ Schedule one_f_one_b_family(const std::string& name, int ranks, int microbatches
 Schedule zb_v_list_schedule(int ranks, int microbatches) {
   const int P = ranks, M = microbatches, S = 2 * ranks;
   Schedule s = v_shaped_schedule("zb-v", P, M);
+  for (auto& list : s.actions) list.reserve(6L * M);  // F, I and W of two stages
 
   constexpr int kNotYet = -1;
   // Step at which each fact (semantics.h) came true: kNotYet until it has.
@@ -243,7 +244,7 @@ class DualPipeVWriter {
   void add(const Action& a) { list_->push_back(a); }
   void add_overlapped(int forward_stage, int backward_stage) {
     const Action f = forward(forward_stage);
-    add(Action{Op::OVERLAP_F_B, -1, -1, {f, backward(backward_stage, /*split=*/false)}});
+    add(Action::overlap({f, backward(backward_stage, /*split=*/false)}));
   }
   void add_owed_w() {
     if (owed_w_.empty()) return;

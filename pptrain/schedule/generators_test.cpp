@@ -231,10 +231,10 @@ TEST(Generators, DualPipeVIsTorchsOrder) {
             weights += atom.op == Op::W;
           }
           if (a.op == Op::OVERLAP_F_B) {
-            ASSERT_EQ(a.parts.size(), 2u);
-            EXPECT_EQ(a.parts[0].op, Op::F);
-            EXPECT_EQ(a.parts[1].op, Op::B);
-            EXPECT_NE(a.parts[0].stage, a.parts[1].stage);
+            ASSERT_EQ(a.parts().size(), 2u);
+            EXPECT_EQ(a.parts()[0].op, Op::F);
+            EXPECT_EQ(a.parts()[1].op, Op::B);
+            EXPECT_NE(a.parts()[0].stage, a.parts()[1].stage);
           }
         }
         EXPECT_EQ(overlapped, 2 * (m - 2 * p + r + 1) - (r == p - 1) + (p - 1 - r)) << "rank " << r;

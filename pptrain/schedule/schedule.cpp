@@ -51,7 +51,7 @@ bool Schedule::has_split_backward() const {
   for (const auto& list : actions) {
     for (const auto& a : list) {
       if (a.op == Op::I || a.op == Op::W) return true;
-      for (const auto& part : a.parts) {
+      for (const auto& part : a.parts()) {
         if (part.op == Op::I || part.op == Op::W) return true;
       }
     }
@@ -64,6 +64,20 @@ bool Schedule::operator==(const Schedule& other) const {
          num_microbatches == other.num_microbatches && stage_to_rank == other.stage_to_rank &&
          placement == other.placement && skips == other.skips && actions == other.actions &&
          flushes == other.flushes;
+}
+
+Schedule without_actions(const Schedule& schedule) {
+  Schedule out;
+  out.name = schedule.name;
+  out.num_ranks = schedule.num_ranks;
+  out.num_stages = schedule.num_stages;
+  out.num_microbatches = schedule.num_microbatches;
+  out.stage_to_rank = schedule.stage_to_rank;
+  out.actions.resize(schedule.actions.size());
+  out.flushes = schedule.flushes;
+  out.placement = schedule.placement;
+  out.skips = schedule.skips;
+  return out;
 }
 
 Schedule strip_comms(const Schedule& schedule) {
@@ -221,9 +235,12 @@ void write_schedule_csv(const Schedule& schedule, const std::string& path) {
 
 Schedule lower(const Schedule& schedule) {
   if (schedule.has_comms()) return schedule;
-  Schedule out = schedule;
+  Schedule out = without_actions(schedule);
   for (int r = 0; r < schedule.num_ranks; ++r) {
-    std::vector<Action> lowered;
+    std::vector<Action>& lowered = out.actions[r];
+    // A receive before and a send after each compute action at most, but for skip messages: what
+    // is reserved and never written takes no memory.
+    lowered.reserve(3 * schedule.actions[r].size() + 16);
     for (const Action& a : schedule.actions[r]) {
       // Receives first: everything the (possibly composite) action consumes from other ranks.
       for (const Action& atom : atoms_of(a)) {
@@ -235,10 +252,9 @@ Schedule lower(const Schedule& schedule) {
       }
       lowered.push_back(a);
       for (const Action& atom : atoms_of(a)) {
-        for (const Action& send : sends_after(atom, schedule)) lowered.push_back(send);
+        append_sends_after(atom, schedule, lowered);
       }
     }
-    out.actions[r] = std::move(lowered);
   }
   return out;
 }

@@ -81,6 +81,9 @@ struct Schedule {
   bool operator==(const Schedule& other) const;
 };
 
+// The same schedule with every rank's list empty (everything else copied): for whoever writes new
+// lists for it without copying the old ones first.
+Schedule without_actions(const Schedule& schedule);
 // The same schedule with every SEND/RECV action removed.
 Schedule strip_comms(const Schedule& schedule);
 

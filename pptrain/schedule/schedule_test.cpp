@@ -98,6 +98,32 @@ TEST(Schedule, PlacementPerMicrobatch) {
   EXPECT_EQ(plain.replicas_of(1), (std::vector<int>{1}));
 }
 
+TEST(Schedule, WithoutActionsKeepsEverythingElse) {
+  Schedule s = parse_csv("0F0,0F1,1F1,1B1,0B1,0B0\n1F0,1B0\n", "mine");
+  s.flushes = false;
+  s.skips = {{0, 2}};
+  Schedule empty = without_actions(s);
+  EXPECT_EQ(empty.name, "mine");
+  ASSERT_EQ(empty.actions.size(), 2u);
+  EXPECT_TRUE(empty.actions[0].empty() && empty.actions[1].empty());
+  empty.actions = s.actions;
+  EXPECT_EQ(empty, s);  // shape, placement, skips and flushes all copied
+}
+
+TEST(ActionText, CompositesAreSixteenBytesAndEqualWhenTheirPartsAre) {
+  static_assert(sizeof(Action) == 16);
+  const Action a = Action::overlap({Action::make(Op::F, 0, 1), Action::make(Op::B, 3, 0)});
+  const Action same = parse_action("(0F1;3B0)OVERLAP_F_B");
+  const Action other = Action::overlap({Action::make(Op::F, 0, 1), Action::make(Op::I, 3, 0)});
+  EXPECT_EQ(a, same);
+  EXPECT_NE(a, other);
+  EXPECT_EQ(to_string(other), "(0F1;3I0)OVERLAP_F_B");
+  EXPECT_FALSE(is_skip_message(a));  // its index is no peer stage
+  EXPECT_TRUE(Action::make(Op::F, 0, 0).parts().empty());
+  ASSERT_EQ(a.parts().size(), 2u);
+  EXPECT_EQ(a.parts()[1], Action::make(Op::B, 3, 0));
+}
+
 TEST(Lowering, ReplicatedMessagesFollowTheMicrobatch) {
   // Stage 1 on rank 1 for microbatch 0 and on rank 0 for microbatch 1: only microbatch 0 crosses.
   const Schedule s = parse_csv("0F0,0F1,1F1,1B1,0B1,0B0\n1F0,1B0\n");

@@ -184,7 +184,12 @@ std::optional<Action> send_after(const Action& atom, const std::vector<int>& sta
 
 std::vector<Action> sends_after(const Action& atom, const Schedule& schedule) {
   std::vector<Action> sends;
-  if (atom.op != Op::F && !is_backward(atom.op)) return sends;
+  append_sends_after(atom, schedule, sends);
+  return sends;
+}
+
+void append_sends_after(const Action& atom, const Schedule& schedule, std::vector<Action>& sends) {
+  if (atom.op != Op::F && !is_backward(atom.op)) return;
   const int m = atom.microbatch;
   const auto rank = [&](int stage) { return schedule.rank_of(stage, m); };
   if (const auto send = send_after_with(atom, schedule.num_stages, rank)) sends.push_back(*send);
@@ -195,7 +200,6 @@ std::vector<Action> sends_after(const Action& atom, const Schedule& schedule) {
     if (atom.op != Op::F && skip.to == atom.stage)
       sends.push_back(Action::skip(Op::SEND_B, skip.to, m, skip.from));
   }
-  return sends;
 }
 
 Message message_of(const Action& a) {

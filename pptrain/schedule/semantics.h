@@ -59,8 +59,8 @@ namespace pptrain {
 class Atoms {
  public:
   explicit Atoms(const Action& action)
-      : first_(action.op == Op::OVERLAP_F_B ? action.parts.data() : &action),
-        last_(action.op == Op::OVERLAP_F_B ? action.parts.data() + action.parts.size()
+      : first_(action.op == Op::OVERLAP_F_B ? action.parts().data() : &action),
+        last_(action.op == Op::OVERLAP_F_B ? action.parts().data() + action.parts().size()
                                            : &action + 1) {}
   const Action* begin() const { return first_; }
   const Action* end() const { return last_; }
@@ -156,6 +156,8 @@ std::optional<Action> send_after(const Action& atom, const std::vector<int>& sta
 // one above, then the skip messages (Schedule::skips) of an F to later stages and of an I or B
 // back to earlier ones that run elsewhere.
 std::vector<Action> sends_after(const Action& atom, const Schedule& schedule);
+// The same, appended to `sends` (no list of its own per atom: lowering's).
+void append_sends_after(const Action& atom, const Schedule& schedule, std::vector<Action>& sends);
 
 // One message between adjacent stages: the activation (forward) or its gradient (backward)
 // crossing boundary b, the cut between stages b and b+1, for one microbatch. A SEND and the RECV

@@ -90,7 +90,7 @@ TEST(Semantics, AtomsOfACompositeAreItsParts) {
   const Action both = parse_action("(0F7;1B3)OVERLAP_F_B");
   std::vector<Action> atoms;
   for (const Action& a : atoms_of(both)) atoms.push_back(a);
-  EXPECT_EQ(atoms, both.parts);
+  EXPECT_EQ(atoms, both.parts());
   const Action plain = parse_action("0F1");
   EXPECT_EQ(std::distance(atoms_of(plain).begin(), atoms_of(plain).end()), 1);
 }

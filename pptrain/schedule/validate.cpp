@@ -157,7 +157,7 @@ class Validator {
     unsigned long long compute = 0;
     for (const auto& list : s.actions) {
       for (const Action& a : list) {
-        compute += a.op == Op::OVERLAP_F_B ? a.parts.size() : is_compute(a.op) ? 1 : 0;
+        compute += a.op == Op::OVERLAP_F_B ? a.parts().size() : is_compute(a.op) ? 1 : 0;
       }
     }
     const unsigned long long needed = 2ULL * static_cast<unsigned long long>(s.num_stages) *
@@ -210,8 +210,8 @@ class Validator {
       for (int i = 0; i < static_cast<int>(list.size()); ++i) {
         const Action& action = list[i];
         if (action.op == Op::OVERLAP_F_B) {
-          if (action.parts.size() < 2) fail(r, i, "a composite needs at least two parts");
-          for (const Action& part : action.parts) {
+          if (action.parts().size() < 2) fail(r, i, "a composite needs at least two parts");
+          for (const Action& part : action.parts()) {
             if (!is_compute(part.op) || part.op == Op::OVERLAP_F_B) {
               fail(r, i,
                    "a composite may hold only F, I, W and B actions, not " +

@@ -107,7 +107,7 @@ double CostModel::time(const Action& action, int num_stages, int num_ranks) cons
              of(stage_backward_weight, backward_weight, "stage_backward_weight");
     case Op::OVERLAP_F_B: {
       double sum = 0;
-      for (const Action& part : action.parts) sum += time(part, num_stages, num_ranks);
+      for (const Action& part : action.parts()) sum += time(part, num_stages, num_ranks);
       return sum;
     }
     case Op::REDUCE_GRAD:

@@ -7,32 +7,49 @@
 
 namespace pptrain {
 
-TimelineStats timeline_stats(const Timeline& timeline) {
-  const int ranks = timeline.num_ranks;
-  PPTRAIN_ASSERT(ranks > 0, "timeline without ranks");
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::vector<double> first(ranks, kInf), last(ranks, -kInf);
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+}  // namespace
+
+TimelineTally::TimelineTally(int num_ranks)
+    : ranks_(num_ranks),
+      first_(num_ranks, kInf),
+      last_(num_ranks, -kInf),
+      busy_(num_ranks, 0.0),
+      earliest_(kInf),
+      latest_(-kInf) {
+  PPTRAIN_ASSERT(num_ranks > 0, "timeline without ranks");
+}
+
+void TimelineTally::add(int rank, Op op, double start, double end) {
+  PPTRAIN_ASSERT(rank >= 0 && rank < ranks_, "event on rank ", rank);
+  empty_ = false;
+  first_[rank] = std::min(first_[rank], start);
+  last_[rank] = std::max(last_[rank], end);
+  earliest_ = std::min(earliest_, start);
+  latest_ = std::max(latest_, end);
+  if (is_compute(op)) busy_[rank] += end - start;
+}
+
+TimelineStats TimelineTally::stats() const {
   TimelineStats stats;
-  stats.busy.assign(ranks, 0.0);
-  double earliest = kInf, latest = -kInf;
-  for (const auto& e : timeline.events) {
-    PPTRAIN_ASSERT(e.rank >= 0 && e.rank < ranks, "event on rank ", e.rank);
-    first[e.rank] = std::min(first[e.rank], e.start);
-    last[e.rank] = std::max(last[e.rank], e.end);
-    earliest = std::min(earliest, e.start);
-    latest = std::max(latest, e.end);
-    if (is_compute(e.action.op)) stats.busy[e.rank] += e.end - e.start;
-  }
-  if (timeline.events.empty()) return stats;
+  stats.busy = busy_;
+  if (empty_) return stats;
   double total_busy = 0;
-  for (int r = 0; r < ranks; ++r) {
-    if (first[r] < kInf) stats.cost = std::max(stats.cost, last[r] - first[r]);
+  for (int r = 0; r < ranks_; ++r) {
+    if (first_[r] < kInf) stats.cost = std::max(stats.cost, last_[r] - first_[r]);
     total_busy += stats.busy[r];
   }
-  stats.makespan = latest - earliest;
-  stats.bubble_ratio = stats.cost > 0 ? 1.0 - total_busy / (ranks * stats.cost) : 0.0;
-  for (int r = 0; r < ranks; ++r) stats.idle.push_back(stats.makespan - stats.busy[r]);
+  stats.makespan = latest_ - earliest_;
+  stats.bubble_ratio = stats.cost > 0 ? 1.0 - total_busy / (ranks_ * stats.cost) : 0.0;
+  for (int r = 0; r < ranks_; ++r) stats.idle.push_back(stats.makespan - stats.busy[r]);
   return stats;
+}
+
+TimelineStats timeline_stats(const Timeline& timeline) {
+  TimelineTally tally(timeline.num_ranks);
+  for (const auto& e : timeline.events) tally.add(e.rank, e.action.op, e.start, e.end);
+  return tally.stats();
 }
 
 }  // namespace pptrain

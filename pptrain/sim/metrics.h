@@ -31,4 +31,25 @@ struct TimelineStats {
 
 TimelineStats timeline_stats(const Timeline& timeline);
 
+// The same figures gathered one event at a time, for whoever makes the events and need not keep
+// them (a simulation asked for its figures only). Events may come in any order; a rank's busy
+// time is summed in the order they come, so the same events in the same order give
+// timeline_stats()'s figures bit for bit.
+//
+//   TimelineTally tally(P);
+//   tally.add(rank, action.op, start, end);  ...
+//   TimelineStats stats = tally.stats();
+class TimelineTally {
+ public:
+  explicit TimelineTally(int num_ranks);
+  void add(int rank, Op op, double start, double end);
+  TimelineStats stats() const;
+
+ private:
+  int ranks_;
+  bool empty_ = true;
+  std::vector<double> first_, last_, busy_;  // [rank]
+  double earliest_, latest_;
+};
+
 }  // namespace pptrain

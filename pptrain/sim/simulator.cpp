@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <limits>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -14,14 +15,47 @@ namespace {
 
 constexpr double kNotYet = -1;  // all real times are >= 0
 
+// A rank's activations held over time, and their peak. Changes come in time order (a rank runs
+// its actions one after another); those at one moment apply in increasing order, releases
+// first: an I that ends when the next F starts does not overlap it. The same figure, bit for
+// bit, as all changes sorted by (time, change) and summed in that order, without keeping them.
+class HeldActivations {
+ public:
+  void change(double time, double bytes) {
+    PPTRAIN_ASSERT(time >= time_, "memory change at ", time, " after one at ", time_);
+    if (!now_.empty() && time != time_) settle();
+    time_ = time;
+    now_.push_back(bytes);
+  }
+  double peak() {
+    settle();
+    return peak_;
+  }
+
+ private:
+  void settle() {
+    std::sort(now_.begin(), now_.end());
+    for (double bytes : now_) {
+      held_ += bytes;
+      peak_ = std::max(peak_, held_);
+    }
+    now_.clear();
+  }
+  double time_ = -std::numeric_limits<double>::infinity();
+  std::vector<double> now_;  // the changes at time_, not yet applied
+  double held_ = 0, peak_ = 0;
+};
+
 class Simulation {
  public:
-  Simulation(const Schedule& lowered, const CostModel& cost, const VersionRule& rule)
+  Simulation(const Schedule& lowered, const CostModel& cost, const VersionRule& rule, Record record)
       : s_(lowered),
         cost_(cost),
         rule_(rule),
+        record_(record),
         done_at_(s_, kNotYet),
-        shares_(s_.replicated() ? s_.num_stages : s_.num_ranks) {}
+        shares_(s_.replicated() ? s_.num_stages : s_.num_ranks),
+        tally_(s_.num_ranks) {}
 
   SimResult run() {
     const int P = s_.num_ranks;
@@ -29,11 +63,13 @@ class Simulation {
     free_at_.assign(P, 0.0);
     reduce_free_at_.assign(P, 0.0);
     waiting_reductions_.assign(P, {});
-    memory_events_.assign(P, {});
+    held_.assign(P, {});
     queued_.assign(P, false);
-    size_t actions = 0;  // every action is one event: grown one by one, the copies cost more
-    for (const auto& list : s_.actions) actions += list.size();
-    events_.reserve(actions);
+    if (record_ == Record::kTimeline) {
+      size_t actions = 0;  // every action is one event: grown one by one, the copies cost more
+      for (const auto& list : s_.actions) actions += list.size();
+      events_.reserve(actions);
+    }
     if (cost_.cores > 0) return run_on_shared_cores();
 
     // Each rank's list is a fixed order, so an action's start is fixed once its inputs are
@@ -143,7 +179,7 @@ class Simulation {
         if (reductions[r].empty()) continue;
         reduce_left[r] -= (next - now) * rate;
         if (reduce_left[r] > kEps * std::max(1.0, next)) continue;
-        events_.push_back(TimelineEvent{r, reductions[r].front(), reduce_began[r], next});
+        note(TimelineEvent{r, reductions[r].front(), reduce_began[r], next});
         reductions[r].pop_front();
         if (reductions[r].empty()) continue;
         reduce_left[r] = duration(reductions[r].front());
@@ -154,8 +190,8 @@ class Simulation {
         left[r] -= (next - now) * rate;
         if (left[r] > kEps * std::max(1.0, next)) continue;
         const Action& a = s_.actions[r][position_[r]];
-        for (const Action& atom : atoms_of(a)) record(atom, r, began[r], next);
-        events_.push_back(TimelineEvent{r, a, began[r], next});
+        record(a, r, began[r], next);
+        note(TimelineEvent{r, a, began[r], next});
         free_at_[r] = next;
         ++position_[r];
         running[r] = false;
@@ -210,11 +246,9 @@ class Simulation {
       start = std::max(start, ready);
     }
     const double end = start + duration(a);
-    for (const Action& atom : atoms_of(a)) {
-      record(atom, r, start, end);
-      wake_consumer_of(atom);
-    }
-    events_.push_back(TimelineEvent{r, a, start, end});
+    record(a, r, start, end);
+    for (const Action& atom : atoms_of(a)) wake_consumer_of(atom);
+    note(TimelineEvent{r, a, start, end});
     free_at_[r] = end;
     ++position_[r];
     return true;
@@ -231,7 +265,7 @@ class Simulation {
     }
     const double start = std::max(free_at_[r], reduce_free_at_[r]);
     const double end = start + duration(a);
-    events_.push_back(TimelineEvent{r, a, start, end});
+    note(TimelineEvent{r, a, start, end});
     reduce_free_at_[r] = end;
     ++position_[r];
   }
@@ -260,8 +294,7 @@ class Simulation {
                                                     static_cast<int>(replicas.size()));
       for (size_t k = 0; k < replicas.size(); ++k) {
         const int q = replicas[k];
-        events_.push_back(
-            TimelineEvent{q, waiting_reductions_[q][next[q]++].action, start[k], end});
+        note(TimelineEvent{q, waiting_reductions_[q][next[q]++].action, start[k], end});
         reduce_free_at_[q] = end;
       }
     }
@@ -287,30 +320,27 @@ class Simulation {
     }
   }
 
-  void record(const Action& atom, int r, double start, double end) {
-    const int st = atom.stage;
-    const double activation = cost_.activation(st, s_.num_stages, shares_);
-    done_at_[produced_by(atom)] = end;
-    switch (atom.op) {
-      case Op::F:
-        memory_events_[r].emplace_back(start, activation);
-        break;
-      case Op::I:
-        memory_events_[r].emplace_back(end, -activation);
-        if (const double stash = cost_.weight_stash(st, s_.num_stages, shares_)) {
-          memory_events_[r].emplace_back(end, stash);
-        }
-        break;
-      case Op::B:
-        memory_events_[r].emplace_back(end, -activation);
-        break;
-      case Op::W:
-        if (const double stash = cost_.weight_stash(st, s_.num_stages, shares_)) {
-          memory_events_[r].emplace_back(end, -stash);
-        }
-        break;
-      default:
-        break;
+  // An event of the run: counted in the figures, and kept when the timeline is asked for.
+  void note(const TimelineEvent& event) {
+    tally_.add(event.rank, event.action.op, event.start, event.end);
+    if (record_ == Record::kTimeline) events_.push_back(event);
+  }
+
+  // Compute action `a` of rank r ran from `start` to `end`: the facts of its atoms hold from its
+  // end, and what they keep or release changes the rank's activations (changes at the start
+  // first: a rank's changes come in time order).
+  void record(const Action& a, int r, double start, double end) {
+    for (const Action& atom : atoms_of(a)) {
+      done_at_[produced_by(atom)] = end;
+      if (atom.op == Op::F)
+        held_[r].change(start, cost_.activation(atom.stage, s_.num_stages, shares_));
+    }
+    for (const Action& atom : atoms_of(a)) {
+      const double activation = cost_.activation(atom.stage, s_.num_stages, shares_);
+      const double stash = cost_.weight_stash(atom.stage, s_.num_stages, shares_);
+      if (atom.op == Op::I || atom.op == Op::B) held_[r].change(end, -activation);
+      if (atom.op == Op::I && stash != 0) held_[r].change(end, stash);
+      if (atom.op == Op::W && stash != 0) held_[r].change(end, -stash);
     }
   }
 
@@ -321,7 +351,7 @@ class Simulation {
     if (s_.chunks() > 1) out.timeline.title += ", V=" + std::to_string(s_.chunks());
     out.timeline.num_ranks = s_.num_ranks;
     out.timeline.events = std::move(events_);
-    const TimelineStats stats = timeline_stats(out.timeline);
+    const TimelineStats stats = tally_.stats();
     out.makespan = stats.makespan;
     out.cost = stats.cost;
     out.bubble_ratio = stats.bubble_ratio;
@@ -336,29 +366,17 @@ class Simulation {
       }
     }
     for (int r = 0; r < s_.num_ranks; ++r) {
-      const double activations = peak_activations(r);
+      const double activations = held_[r].peak();
       out.ranks.push_back(RankStats{r, stats.busy[r], stats.idle[r], activations, versions[r],
                                     activations + weights[r]});
     }
     return out;
   }
 
-  double peak_activations(int r) {
-    auto& events = memory_events_[r];
-    // At equal times, release before allocating: an I that ends when the next F starts does
-    // not overlap it.
-    std::sort(events.begin(), events.end());
-    double held = 0, peak = 0;
-    for (const auto& e : events) {
-      held += e.second;
-      peak = std::max(peak, held);
-    }
-    return peak;
-  }
-
   const Schedule& s_;
   const CostModel& cost_;
   const VersionRule& rule_;
+  const Record record_;
   FactTable<double> done_at_;  // when each fact came true (semantics.h); kNotYet until then
   // The ranks the cost model splits the model over: with replicated stages every stage is one
   // rank's whole share (V = 1), however many ranks hold replicas.
@@ -371,21 +389,22 @@ class Simulation {
     Action action;
     double reached = 0;
   };
-  std::vector<std::vector<WaitingReduction>> waiting_reductions_;      // [rank] in list order
-  std::vector<std::vector<std::pair<double, double>>> memory_events_;  // [rank] (time, +/-)
-  std::vector<TimelineEvent> events_;
-  std::deque<int> work_;      // ranks to try to advance
-  std::vector<bool> queued_;  // [rank] is in work_
+  std::vector<std::vector<WaitingReduction>> waiting_reductions_;  // [rank] in list order
+  std::vector<HeldActivations> held_;                              // [rank]
+  TimelineTally tally_;                                            // the figures, event by event
+  std::vector<TimelineEvent> events_;                              // with Record::kTimeline
+  std::deque<int> work_;                                           // ranks to try to advance
+  std::vector<bool> queued_;                                       // [rank] is in work_
 };
 
 }  // namespace
 
 SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
-                   const VersionRule& rule) {
+                   const VersionRule& rule, Record record) {
   PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == schedule->num_stages, "weight rule ",
                 update_name(rule.update), " is for ", rule.stages, " stages but schedule '",
                 schedule->name, "' has ", schedule->num_stages);
-  return Simulation(*schedule, cost, rule).run();
+  return Simulation(*schedule, cost, rule, record).run();
 }
 
 void check_peak_within_limit(const SimResult& result, double limit, const std::string& schedule) {

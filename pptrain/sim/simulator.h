@@ -91,14 +91,19 @@ struct SimResult {
   double cost = 0;               // longest span (first start to last end) of any rank
   double bubble_ratio = 0;       // 1 - sum(busy) / (P * cost)
   std::vector<RankStats> ranks;  // [num_ranks]
-  Timeline timeline;             // every action, comm actions as zero-length events
+  Timeline timeline;             // every action, comm actions as zero-length events (with
+                                 // Record::kTimeline; else no events)
 };
+
+// What a simulation keeps: its timeline (to draw or compare it) or only the figures (a summary,
+// a planner's candidates: the same figures without an event per action in memory).
+enum class Record { kTimeline, kFigures };
 
 // Simulates a validated schedule (validate.h): it always runs to completion. `rule` says how
 // many weight versions each stage keeps; the default is synchronous (one version). Throws
 // UserError if an asynchronous rule is for another number of stages than the schedule's.
 SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
-                   const VersionRule& rule = VersionRule{});
+                   const VersionRule& rule = VersionRule{}, Record record = Record::kTimeline);
 
 // `--memory-limit`: UserError (one line naming the schedule, the rank, its peak and the limit)
 // when a rank's peak_activations is above `limit`; 0 means no limit.

@@ -165,7 +165,7 @@ TEST(CostModel, ChunksSplitTheShareAndStageVectorsOverride) {
   EXPECT_DOUBLE_EQ(c.time(Action::make(Op::F, 3, 0), 8, 4), 0.5);
   EXPECT_DOUBLE_EQ(c.time(Action::make(Op::B, 3, 0), 8, 4), 1.5);
   EXPECT_DOUBLE_EQ(c.time(Action::make(Op::SEND_F, 3, 0), 8, 4), 0);
-  Action overlap{Op::OVERLAP_F_B, -1, -1, {Action::make(Op::F, 1, 1), Action::make(Op::I, 1, 0)}};
+  const Action overlap = Action::overlap({Action::make(Op::F, 1, 1), Action::make(Op::I, 1, 0)});
   EXPECT_DOUBLE_EQ(c.time(overlap, 2, 2), 3);
   c.stage_forward = {5, 7};
   EXPECT_DOUBLE_EQ(c.time(Action::make(Op::F, 1, 0), 2, 2), 7);
@@ -639,7 +639,7 @@ TEST(Simulator, OverlapTakesTheSumOfItsParts) {
   s.num_stages = 1;
   s.num_microbatches = 2;
   s.stage_to_rank = {0};
-  Action both{Op::OVERLAP_F_B, -1, -1, {Action::make(Op::F, 0, 1), Action::make(Op::B, 0, 0)}};
+  const Action both = Action::overlap({Action::make(Op::F, 0, 1), Action::make(Op::B, 0, 0)});
   s.actions = {{Action::make(Op::F, 0, 0), both, Action::make(Op::B, 0, 1)}};
   const SimResult r = simulate(validate(s), costs(1, 2, 1));
   EXPECT_NEAR(r.makespan, 1 + (1 + 3) + 3, kEps);

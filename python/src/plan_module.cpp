@@ -47,14 +47,14 @@ struct PlannedSchedule {
   std::string summary_json(const std::string& text, double mem_w_ratio, double memory_limit,
                            double cores) const {
     const CostModel c = cost(text, mem_w_ratio, cores);
-    const SimResult result = simulate_requested(made, c, memory_limit);
+    const SimResult result = simulate_requested(made, c, memory_limit, Record::kFigures);
     return schedule_summary_json(made, c, memory_limit, result, solver).dump();
   }
 
   // The simulated timeline, titled as `pptrain schedule` titles it.
   Timeline timeline(const std::string& text, double mem_w_ratio, double cores) const {
     const CostModel c = cost(text, mem_w_ratio, cores);
-    SimResult result = simulate_requested(made, c, 0);
+    SimResult result = simulate_requested(made, c, 0, Record::kTimeline);
     result.timeline.title = schedule_timeline_title(made, c, result);
     return std::move(result.timeline);
   }

@@ -491,7 +491,7 @@ double simulated_bubble(const Approach& a, int pp, int microbatches) {
   }
   if (a.dp > 1 && !entry.averages_copies) schedule = add_grad_reductions(schedule);
   const VersionRule rule = version_rule_of(a.schedule, false, schedule.num_stages, microbatches);
-  return simulate(validate(schedule), cost, rule).bubble_ratio;
+  return simulate(validate(schedule), cost, rule, Record::kFigures).bubble_ratio;
 }
 
 // --- the table ---

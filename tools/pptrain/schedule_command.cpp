@@ -236,7 +236,10 @@ void run_schedule_command(const ScheduleArgs& args) {
           : make_requested_schedule(request_of(args, solver), cost);
   const Schedule& schedule = made.schedule;
   const Schedule& lowered = *made.validated;
-  SimResult result = simulate_requested(made, cost, args.memory_limit);
+  // A timeline only to draw or trace: without, the figures cost no event per action.
+  const bool drawn = !args.svg_path.empty() || !args.trace_path.empty();
+  SimResult result = simulate_requested(made, cost, args.memory_limit,
+                                        drawn ? Record::kTimeline : Record::kFigures);
 
   if (!args.export_path.empty()) {
     write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(schedule)),
