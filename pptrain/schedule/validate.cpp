@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "pptrain/schedule/grid.h"
@@ -23,11 +25,17 @@ int op_index(Op op) {
 }
 
 // Where an atomic action sits: rank, position in the rank's list, and part index inside a
-// composite (0 otherwise).
+// composite (0 otherwise). 8 bytes: the validator keeps one per op of every (stage, microbatch).
+constexpr int kMaxRanksOrParts = std::numeric_limits<std::int16_t>::max();
 struct Where {
-  int rank = -1;
+  Where() = default;
+  Where(int rank, int position, int part)
+      : position(position),
+        rank(static_cast<std::int16_t>(rank)),
+        part(static_cast<std::int16_t>(part)) {}
   int position = -1;
-  int part = 0;
+  std::int16_t rank = -1;
+  std::int16_t part = 0;
 
   bool found() const { return rank >= 0; }
   bool before(const Where& other) const {
@@ -130,7 +138,8 @@ class Validator {
 
   void check_shape() const {
     const Schedule& s = s_;
-    require(s.num_ranks >= 1, "schedule has ", s.num_ranks, " ranks; expected at least 1");
+    require(s.num_ranks >= 1 && s.num_ranks <= kMaxRanksOrParts, "schedule has ", s.num_ranks,
+            " ranks; expected 1 .. ", kMaxRanksOrParts);
     require(static_cast<int>(s.actions.size()) == s.num_ranks, "schedule has ", s.actions.size(),
             " action lists for ", s.num_ranks, " ranks; expected one list per rank");
     require(s.num_stages >= 1, "schedule has ", s.num_stages, " stages; expected at least 1");
@@ -211,6 +220,9 @@ class Validator {
         const Action& action = list[i];
         if (action.op == Op::OVERLAP_F_B) {
           if (action.parts().size() < 2) fail(r, i, "a composite needs at least two parts");
+          if (action.parts().size() > kMaxRanksOrParts) {
+            fail(r, i, "a composite of more than " + std::to_string(kMaxRanksOrParts) + " parts");
+          }
           for (const Action& part : action.parts()) {
             if (!is_compute(part.op) || part.op == Op::OVERLAP_F_B) {
               fail(r, i,
