@@ -43,7 +43,7 @@ for _ in $(seq "$ROUNDS"); do
   wall=$(echo "$end - $start" | bc)
   if [[ -z "$best" ]] || (($(echo "$wall < $best" | bc))); then best=$wall; fi
 done
-sed -n 2p "$work/table"
+grep -m1 "candidates evaluated" "$work/table"
 grep -m1 "  partition" "$work/table"
 grep -m1 -E "^ +1 " "$work/table"
 printf "wall time of pptrain plan, best of %d: %.2f s (%d layers x %d workers, batch %d)\n" \

@@ -17,14 +17,18 @@ SIZES=${SIZES:-32 64 128 256}
 for b in "$@"; do [[ -x "$b" ]] || { echo "schedule_scale_bench: no binary at '$b'" >&2; exit 2; }; done
 export OPENBLAS_NUM_THREADS=1
 
-# Best wall time (s) and the peak resident set (KiB) of that run: "<seconds> <kib>".
+# Best wall time (s, from the clock around the run) and the peak resident set (KiB, from
+# /usr/bin/time) of that run: "<seconds> <kib>".
 best_run() {
-  local best="" kib="" line
+  local best="" kib="" start end wall k
   for _ in $(seq "$ROUNDS"); do
-    line=$(/usr/bin/time -f "%e %M" "$@" 2>&1 >/dev/null | tail -1)
-    if [[ -z "$best" ]] || (($(echo "${line% *} < $best" | bc))); then
-      best=${line% *}
-      kib=${line#* }
+    start=$(date +%s.%N)
+    k=$(/usr/bin/time -f "%M" "$@" 2>&1 >/dev/null | tail -1)
+    end=$(date +%s.%N)
+    wall=$(echo "$end - $start" | bc)
+    if [[ -z "$best" ]] || (($(echo "$wall < $best" | bc))); then
+      best=$wall
+      kib=$k
     fi
   done
   echo "$best $kib"
@@ -42,7 +46,7 @@ ref=$1
 echo "zb-v P=64 M=512 ($actions compute actions), best of $ROUNDS:"
 for b in "$@"; do
   per=$(((kib[$b,zbv] - kib[$b,tiny]) * 1024 / actions))
-  printf "  %-40s %6.2f s  %7d KiB peak  %4d bytes per compute action  time ratio %.1fx\n" \
+  printf "  %-40s %6.3f s  %7d KiB peak  %4d bytes per compute action  time ratio %.1fx\n" \
     "$b" "${seconds[$b,zbv]}" "${kib[$b,zbv]}" "$per" \
     "$(echo "${seconds[$ref,zbv]} / ${seconds[$b,zbv]}" | bc -l)"
 done
@@ -53,7 +57,7 @@ for b in "$@"; do
     m=$((8 * p))
     read -r s k < <(best_run "$b" schedule --schedule zb-v --pp "$p" --microbatches "$m" --json)
     n=$((6 * p * m))
-    line+=$(printf "  P=%d %.0f ns" "$p" "$(echo "($s - ${seconds[$b,tiny]}) * 1e9 / $n" | bc -l)")
+    line+=$(printf "  P=%d %.0f ns" "$p" "$(echo "($s - ${seconds[$b,tiny]}) * 1000000000 / $n" | bc -l)")
   done
   echo "$line"
 done

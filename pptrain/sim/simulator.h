@@ -35,7 +35,8 @@
 // the all-reduce's copies and sums take a core); a replicated schedule's reductions do not. With
 // a core per task that gives the times above.
 //
-// Figures come from timeline_stats() (pptrain/sim/metrics.h), the same definitions used for
+// Figures come from timeline_stats() (pptrain/sim/metrics.h; a TimelineTally of the events as
+// they happen, so that Record::kFigures needs no timeline), the same definitions used for
 // measured runs: busy = sum of compute durations on a rank, idle = makespan - busy,
 // bubble_ratio = 1 - sum(busy) / (P * cost), cost = longest rank span. A reduction is not
 // compute: under compute it adds nothing, and the part of it after the rank's last compute
