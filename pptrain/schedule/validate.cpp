@@ -77,6 +77,9 @@ class Validator {
       check_deadlock(s_, /*compute_only_source=*/false);
       return s_;
     }
+    // The tables of the checks above are done with: let go of them before the lowered copy.
+    std::vector<std::array<Where, kAtomOps>>().swap(seen_);
+    std::vector<std::array<Where, 4>>().swap(skip_seen_);
     Schedule lowered = lower(s_);
     check_deadlock(lowered, /*compute_only_source=*/true);
     return lowered;
@@ -127,7 +130,18 @@ class Validator {
     return b.found() ? b : slot(Op::I, stage, microbatch);
   }
   std::string backward_text(int stage, int microbatch) {
-    return text_of(slot(Op::B, stage, microbatch).found() ? Op::B : Op::I, stage, microbatch);
+    return text_of(fused_backward(stage, microbatch) ? Op::B : Op::I, stage, microbatch);
+  }
+  // Whether (stage, microbatch) has a B rather than an I: from the table while there is one, else
+  // (the deadlock check's messages, after the table is let go) from its rank's list.
+  bool fused_backward(int stage, int microbatch) {
+    if (!seen_.empty()) return slot(Op::B, stage, microbatch).found();
+    for (const Action& action : s_.actions[s_.rank_of(stage, microbatch)]) {
+      for (const Action& atom : atoms_of(action)) {
+        if (atom.op == Op::B && atom.stage == stage && atom.microbatch == microbatch) return true;
+      }
+    }
+    return false;
   }
 
   // The fields agree with each other; nothing here has a rank or position.
