@@ -182,12 +182,6 @@ std::optional<Action> send_after(const Action& atom, const std::vector<int>& sta
                          [&](int stage) { return stage_to_rank[stage]; });
 }
 
-std::vector<Action> sends_after(const Action& atom, const Schedule& schedule) {
-  std::vector<Action> sends;
-  append_sends_after(atom, schedule, sends);
-  return sends;
-}
-
 void append_sends_after(const Action& atom, const Schedule& schedule, std::vector<Action>& sends) {
   if (atom.op != Op::F && !is_backward(atom.op)) return;
   const int m = atom.microbatch;

@@ -58,10 +58,12 @@ namespace pptrain {
 // view into the action, which must outlive it.
 class Atoms {
  public:
-  explicit Atoms(const Action& action)
-      : first_(action.op == Op::OVERLAP_F_B ? action.parts().data() : &action),
-        last_(action.op == Op::OVERLAP_F_B ? action.parts().data() + action.parts().size()
-                                           : &action + 1) {}
+  explicit Atoms(const Action& action) : first_(&action), last_(&action + 1) {
+    if (action.op != Op::OVERLAP_F_B) return;
+    const std::vector<Action>& parts = action.parts();  // one look in the table of composites
+    first_ = parts.data();
+    last_ = parts.data() + parts.size();
+  }
   const Action* begin() const { return first_; }
   const Action* end() const { return last_; }
   bool empty() const { return first_ == last_; }
@@ -152,11 +154,10 @@ Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered);
 // another rank: SEND_F after an F whose next stage lives elsewhere, SEND_B after an I or B whose
 // previous stage does. None for anything else.
 std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank);
-// Every SEND that must follow `atom`, with the ranks of its microbatch (schedule.rank_of): the
-// one above, then the skip messages (Schedule::skips) of an F to later stages and of an I or B
-// back to earlier ones that run elsewhere.
-std::vector<Action> sends_after(const Action& atom, const Schedule& schedule);
-// The same, appended to `sends` (no list of its own per atom: lowering's).
+// Appends to `sends` every SEND that must follow `atom`, with the ranks of its microbatch
+// (schedule.rank_of): the one above, then the skip messages (Schedule::skips) of an F to later
+// stages and of an I or B back to earlier ones that run elsewhere. Appends, so that lowering
+// makes no list per atom.
 void append_sends_after(const Action& atom, const Schedule& schedule, std::vector<Action>& sends);
 
 // One message between adjacent stages: the activation (forward) or its gradient (backward)

@@ -336,11 +336,13 @@ class Simulation {
         held_[r].change(start, cost_.activation(atom.stage, s_.num_stages, shares_));
     }
     for (const Action& atom : atoms_of(a)) {
-      const double activation = cost_.activation(atom.stage, s_.num_stages, shares_);
+      if (is_backward(atom.op)) {
+        held_[r].change(end, -cost_.activation(atom.stage, s_.num_stages, shares_));
+      }
+      if (atom.op != Op::I && atom.op != Op::W) continue;
+      // I keeps, and W releases, the share of the activations the weight gradients need.
       const double stash = cost_.weight_stash(atom.stage, s_.num_stages, shares_);
-      if (atom.op == Op::I || atom.op == Op::B) held_[r].change(end, -activation);
-      if (atom.op == Op::I && stash != 0) held_[r].change(end, stash);
-      if (atom.op == Op::W && stash != 0) held_[r].change(end, -stash);
+      if (stash != 0) held_[r].change(end, atom.op == Op::I ? stash : -stash);
     }
   }
 
