@@ -1,6 +1,7 @@
 #include "pptrain/runtime/launcher.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -15,10 +16,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <optional>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "pptrain/common/check.h"
 
@@ -46,10 +49,29 @@ bool failed(int status) {
   return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }
 
-// The child: become worker `rank` and exec the program again. Never returns.
+// What an exec would do to a forked child that goes on in the same program: the descriptors
+// marked close-on-exec closed (the launcher's ends of the other workers' pipes, ...), and the
+// signals the launcher catches back to their default action.
+void forget_launcher_state() {
+  std::vector<int> close_on_exec;
+  if (DIR* fds = opendir("/proc/self/fd")) {
+    while (const dirent* entry = readdir(fds)) {
+      const int fd = std::atoi(entry->d_name);
+      if (fd > STDERR_FILENO && fd != dirfd(fds) && (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0)
+        close_on_exec.push_back(fd);
+    }
+    closedir(fds);
+  }
+  for (const int fd : close_on_exec) close(fd);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+}
+
+// The child: become worker `rank`, then run the program again, by exec or by
+// options.run_in_child. Never returns.
 // `stderr_fd`: the write end of the pipe the launcher reads the worker's stderr from, or -1.
-[[noreturn]] void exec_worker(const LaunchOptions& options, int rank, int port, pid_t parent,
-                              int stderr_fd) {
+[[noreturn]] void start_worker(const LaunchOptions& options, int rank, int port, pid_t parent,
+                               int stderr_fd) {
   // Die with the launcher even if it is SIGKILLed, so no worker is left waiting on its peers.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);
@@ -63,6 +85,17 @@ bool failed(int status) {
   setenv("OMP_NUM_THREADS", "1", 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(options.restart_count).c_str(), 1);
+  if (options.run_in_child) {
+    forget_launcher_state();
+    int status = 1;
+    try {
+      status = options.run_in_child(options.args);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pptrain: error: worker %d: %s\n", rank, e.what());
+    }
+    std::fflush(nullptr);
+    _exit(status);  // not the launcher's exit handlers and destructors
+  }
   std::vector<char*> argv;
   argv.push_back(const_cast<char*>(options.executable.c_str()));
   for (const auto& a : options.args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -273,7 +306,7 @@ LaunchResult launch_workers(const LaunchOptions& options) {
     const int stderr_fd = options.hold_error_lines ? errors.open_pipe() : -1;
     const pid_t pid = fork();
     const int fork_errno = errno;
-    if (pid == 0) exec_worker(options, rank, port, self, stderr_fd);
+    if (pid == 0) start_worker(options, rank, port, self, stderr_fd);
     if (stderr_fd >= 0) close(stderr_fd);
     PPTRAIN_CHECK(pid >= 0, "cannot start worker ", rank,
                   ": fork failed: ", std::strerror(fork_errno));

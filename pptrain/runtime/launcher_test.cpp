@@ -1,11 +1,14 @@
 #include "pptrain/runtime/launcher.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace pptrain {
 namespace {
@@ -74,6 +77,57 @@ TEST(Launcher, AStoppedWorkerStopsTheRunAndIsNamed) {
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_EQ(result.message.rfind("worker rank 1 has been stopped", 0), 0u) << result.message;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// A worker that is this process forked (LaunchOptions::run_in_child): the same environment and
+// arguments as an executed one, and what an exec would have reset: the launcher's handlers of
+// SIGINT and SIGTERM (else SIGTERM would not stop it) and its close-on-exec descriptors (the
+// other workers' pipes).
+TEST(Launcher, ForkedWorkersStartAsExecutedOnesWould) {
+  LaunchOptions options;
+  options.workers = 3;
+  options.args = {"train", "--pp", "3"};
+  options.run_in_child = [](const std::vector<std::string>& args) {
+    if (args != std::vector<std::string>{"train", "--pp", "3"}) return 4;
+    const auto is = [](const char* name, const std::string& value) {
+      const char* set = std::getenv(name);
+      return set && value == set;
+    };
+    if (!is("WORLD_SIZE", "3") || !is("OMP_NUM_THREADS", "1") || !is("MASTER_ADDR", "127.0.0.1") ||
+        std::getenv("RANK") == nullptr || !is("LOCAL_RANK", std::getenv("RANK")))
+      return 5;
+    for (const int sig : {SIGINT, SIGTERM}) {
+      struct sigaction action {};
+      sigaction(sig, nullptr, &action);
+      if (action.sa_handler != SIG_DFL) return 6;
+    }
+    for (int fd = STDERR_FILENO + 1; fd < 1024; ++fd) {
+      const int flags = fcntl(fd, F_GETFD);
+      if (flags >= 0 && (flags & FD_CLOEXEC) != 0) return 7;
+    }
+    return 0;
+  };
+  const auto result = launch_workers(options);
+  EXPECT_EQ(result.exit_code, 0) << result.message;
+}
+
+// A forked worker's error line and exit status name it as an executed worker's do, and the
+// others, waiting, stop on the launcher's SIGTERM.
+TEST(Launcher, AForkedWorkersErrorIsNamed) {
+  LaunchOptions options;
+  options.workers = 2;
+  options.kill_grace = std::chrono::seconds(600);  // SIGTERM alone must stop rank 0
+  options.run_in_child = [](const std::vector<std::string>&) {
+    if (std::string(std::getenv("RANK")) == "1") {
+      std::fprintf(stderr, "pptrain: error: rank 1: disk full\n");
+      return 2;
+    }
+    while (true) pause();
+  };
+  const auto result = launch_workers(options);
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_EQ(result.message.rfind("worker rank 1 exited with status 2: disk full", 0), 0u)
+      << result.message;
 }
 
 TEST(Launcher, FreePortIsAPort) {

@@ -4,7 +4,8 @@
 //                 --batch-size 8 --steps 10 --metrics m.jsonl --trace last_step.json --save ckpt
 //
 // Without RANK in the environment and with --pp > 1, this process checks the arguments, then
-// starts P workers (itself again, one per rank) and supervises them; with RANK set (by us or by
+// starts P workers (itself forked, one per rank, each parsing the command line again) and
+// supervises them; with RANK set (by us or by
 // torchrun) it runs as that rank. --pp 1 trains in this process: the reference every pipelined
 // run must match.
 #include <unistd.h>
@@ -89,6 +90,8 @@ void run_train(const TrainOptions& options) {
     LaunchOptions launch;
     launch.workers = world;
     launch.stopped_timeout = std::chrono::seconds(options.stopped_timeout_s);
+    // The workers are this process forked, not executed again: LibTorch is loaded once, here.
+    launch.run_in_child = run_runtime_cli;
     launch.args = own_arguments();  // the workers get this command line again...
     if (options.stage_layers.empty()) {
       // ...with the ranges resolved here, so that every rank holds the same layers.
