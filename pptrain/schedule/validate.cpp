@@ -700,7 +700,7 @@ class Validator {
 }  // namespace
 
 ValidatedSchedule validate(const Schedule& schedule) {
-  return ValidatedSchedule(Validator(schedule).run());
+  return ValidatedSchedule(Validator(schedule).run(), /*lowered_here=*/!schedule.has_comms());
 }
 
 }  // namespace pptrain

@@ -47,11 +47,18 @@ class ValidatedSchedule {
   const Schedule& schedule() const { return lowered_; }
   const Schedule& operator*() const { return lowered_; }
   const Schedule* operator->() const { return &lowered_; }
+  // True when validate() lowered a compute-only schedule itself (lower(), schedule.h): every
+  // RECV then sits right before the action that consumes it (after that action's other
+  // receives) and every SEND right after the one that produces it, so that a message's timing
+  // follows from its producer and consumer alone (the simulator's figures use that).
+  bool lowered_here() const { return lowered_here_; }
 
  private:
   friend ValidatedSchedule validate(const Schedule& schedule);
-  explicit ValidatedSchedule(Schedule lowered) : lowered_(std::move(lowered)) {}
+  ValidatedSchedule(Schedule lowered, bool lowered_here)
+      : lowered_(std::move(lowered)), lowered_here_(lowered_here) {}
   Schedule lowered_;
+  bool lowered_here_ = false;
 };
 
 ValidatedSchedule validate(const Schedule& schedule);

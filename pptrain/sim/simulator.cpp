@@ -48,11 +48,20 @@ class HeldActivations {
 
 class Simulation {
  public:
-  Simulation(const Schedule& lowered, const CostModel& cost, const VersionRule& rule, Record record)
-      : s_(lowered),
+  Simulation(const ValidatedSchedule& validated, const CostModel& cost, const VersionRule& rule,
+             Record record)
+      : s_(*validated),
         cost_(cost),
         rule_(rule),
         record_(record),
+        // Figures only, on a core per rank, of a schedule whose messages lower() placed (no skip
+        // messages, no replicas): a RECV right before its consumer changes nothing but when the
+        // consumer starts, at its input's end plus the latency, and a SEND right after its
+        // producer nothing at all (their zero-length events never widen a rank's span). So the
+        // run passes over them and a compute action waits for its producer itself, as in a
+        // compute-only schedule: the same figures, bit for bit, without a step per message.
+        direct_(record == Record::kFigures && validated.lowered_here() && s_.skips.empty() &&
+                !s_.replicated() && cost.cores == 0),
         done_at_(s_, kNotYet),
         shares_(s_.replicated() ? s_.num_stages : s_.num_ranks),
         tally_(s_.num_ranks) {}
@@ -116,7 +125,7 @@ class Simulation {
     const auto ready_at = [&](int r) {
       double ready = free_at_[r];
       for (const Action& atom : atoms_of(s_.actions[r][position_[r]])) {
-        const double t = input_ready(atom);
+        const double t = input_ready(atom, r);
         if (t == kNotYet) return kNotYet;
         ready = std::max(ready, t);
       }
@@ -206,14 +215,16 @@ class Simulation {
     return result();
   }
 
-  // When everything `atom` waits for (inputs_of, semantics.h) is available on its rank, or
-  // kNotYet. A message arrives `comm` after its SEND.
-  double input_ready(const Action& atom) const {
+  // When everything `atom` of rank r waits for (inputs_of, semantics.h) is available there, or
+  // kNotYet. A message arrives `comm` after its SEND (direct_: after its producer's end).
+  double input_ready(const Action& atom, int r) const {
     double ready = 0;
-    for (const Need& need : inputs_of(atom, s_, /*lowered=*/true)) {
+    for (const Need& need : inputs_of(atom, s_, /*lowered=*/!direct_)) {
       const double t = done_at_[need];
       if (t == kNotYet) return kNotYet;
-      ready = std::max(ready, is_sent(need.fact) ? t + cost_.message_latency(atom) : t);
+      const bool message =
+          direct_ ? s_.rank_of(need.stage, need.microbatch) != r : is_sent(need.fact);
+      ready = std::max(ready, message ? t + cost_.message_latency(atom) : t);
     }
     return ready;
   }
@@ -239,9 +250,13 @@ class Simulation {
       reduce(r, a);
       return true;
     }
+    if (direct_ && is_comm(a.op)) {
+      ++position_[r];
+      return true;
+    }
     double start = free_at_[r];
     for (const Action& atom : atoms_of(a)) {
-      const double ready = input_ready(atom);
+      const double ready = input_ready(atom, r);
       if (ready == kNotYet) return false;
       start = std::max(start, ready);
     }
@@ -379,6 +394,7 @@ class Simulation {
   const CostModel& cost_;
   const VersionRule& rule_;
   const Record record_;
+  const bool direct_;          // messages timed from their producer and consumer alone (see above)
   FactTable<double> done_at_;  // when each fact came true (semantics.h); kNotYet until then
   // The ranks the cost model splits the model over: with replicated stages every stage is one
   // rank's whole share (V = 1), however many ranks hold replicas.
@@ -406,7 +422,7 @@ SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
   PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == schedule->num_stages, "weight rule ",
                 update_name(rule.update), " is for ", rule.stages, " stages but schedule '",
                 schedule->name, "' has ", schedule->num_stages);
-  return Simulation(*schedule, cost, rule, record).run();
+  return Simulation(schedule, cost, rule, record).run();
 }
 
 void check_peak_within_limit(const SimResult& result, double limit, const std::string& schedule) {

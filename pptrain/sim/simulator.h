@@ -97,7 +97,10 @@ struct SimResult {
 };
 
 // What a simulation keeps: its timeline (to draw or compare it) or only the figures (a summary,
-// a planner's candidates: the same figures without an event per action in memory).
+// a planner's candidates: the same figures without an event per action in memory). For the
+// figures of a schedule that validate() lowered itself (no skip messages, no replicas, a core per
+// rank), the run also passes over its SEND and RECV actions: there a message only delays its
+// consumer to its producer's end plus the latency, which the consumer then waits for itself.
 enum class Record { kTimeline, kFigures };
 
 // Simulates a validated schedule (validate.h): it always runs to completion. `rule` says how

@@ -1119,5 +1119,68 @@ TEST(SharedCores, ReductionsTakeACoreToo) {
   EXPECT_NEAR(simulate(s, c).makespan, 30, 1e-9);
 }
 
+// Record::kFigures keeps no timeline but gives every figure of Record::kTimeline, bit for bit:
+// every schedule of the registry (its own weight rule), uneven costs with communication, shared
+// cores, data-parallel reductions, a replicated schedule and a skip connection.
+TEST(Simulator, FiguresWithoutTimelineEqualThoseWithIt) {
+  const auto expect_same = [](const ValidatedSchedule& s, const CostModel& c,
+                              const VersionRule& rule, const std::string& what) {
+    const SimResult all = simulate(s, c, rule, Record::kTimeline);
+    const SimResult figures = simulate(s, c, rule, Record::kFigures);
+    EXPECT_TRUE(figures.timeline.events.empty()) << what;
+    EXPECT_FALSE(all.timeline.events.empty()) << what;
+    EXPECT_EQ(figures.makespan, all.makespan) << what;
+    EXPECT_EQ(figures.cost, all.cost) << what;
+    EXPECT_EQ(figures.bubble_ratio, all.bubble_ratio) << what;
+    ASSERT_EQ(figures.ranks.size(), all.ranks.size()) << what;
+    for (size_t r = 0; r < all.ranks.size(); ++r) {
+      EXPECT_EQ(figures.ranks[r].busy, all.ranks[r].busy) << what << " rank " << r;
+      EXPECT_EQ(figures.ranks[r].idle, all.ranks[r].idle) << what << " rank " << r;
+      EXPECT_EQ(figures.ranks[r].peak_activations, all.ranks[r].peak_activations)
+          << what << " rank " << r;
+      EXPECT_EQ(figures.ranks[r].peak_memory, all.ranks[r].peak_memory) << what << " rank " << r;
+      EXPECT_EQ(figures.ranks[r].weight_versions, all.ranks[r].weight_versions)
+          << what << " rank " << r;
+    }
+  };
+  CostModel uneven = costs(1, 1.7, 0.6, 0.3);
+  uneven.weights = 2;
+  CostModel shared = uneven;
+  shared.cores = 1.5;
+  size_t made = 0;
+  for (const ScheduleEntry& entry : schedule_registry()) {
+    const int p = 4, m = 8;
+    Schedule plain;
+    try {
+      plain = make_schedule({entry.name, p, m});
+    } catch (const UserError&) {
+      continue;  // needs other parameters (a schedule file, a V-shape's M)
+    }
+    ++made;
+    const VersionRule rule = version_rule_of(entry.name, false, plain.num_stages, m);
+    const ValidatedSchedule s = validate(plain);
+    for (const auto& [cost, name] :
+         {std::pair{costs(1, 1, 1), "F=I=W=1"}, std::pair{uneven, "uneven, comm=0.3, weights=2"},
+          std::pair{shared, "shared cores"}}) {
+      expect_same(s, cost, rule, entry.name + ", " + name);
+    }
+    if (!plain.flushes) continue;
+    CostModel dp = uneven;
+    dp.reduce = 2.5;
+    dp.replicas = 2;
+    expect_same(validate(add_grad_reductions(plain)), dp, rule, entry.name + ", --dp 2");
+  }
+  CostModel ring = uneven;
+  ring.reduce = 1.5;
+  expect_same(validate(add_grad_reductions(make_1f1b_rr({3, 1}, 6))), ring, VersionRule{},
+              "1f1b-rr 3+1");
+  EXPECT_GE(made + 2, schedule_registry().size()) << "schedules left out of the comparison";
+  Schedule skip = parse_csv("0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n2F0,2F1,2B0,2B1\n");
+  skip.skips = {{0, 2}};
+  CostModel skip_cost = uneven;
+  skip_cost.skip_comm = 2;
+  expect_same(validate(skip), skip_cost, VersionRule{}, "a skip from stage 0 to 2");
+}
+
 }  // namespace
 }  // namespace pptrain
