@@ -38,8 +38,10 @@ struct LaunchOptions {
   // takes the environment above, the default action of SIGINT and SIGTERM, closes the
   // descriptors an exec would, and exits with run_in_child(args) (its output flushed). It
   // saves each worker the start of a program that loads LibTorch (0.6-0.8 s of CPU here). Only
-  // for a launcher that has started no thread of its own (a forked child keeps one thread) and
-  // whose run_in_child does what the program would do with `args`.
+  // for a launcher that has started no thread of its own (a forked child keeps one thread), nor
+  // run an OpenMP team of more than one (a child's next parallel region would wait for the
+  // team's missing threads forever), and whose run_in_child does what the program would do
+  // with `args`.
   std::function<int(const std::vector<std::string>& args)> run_in_child;
 };
 

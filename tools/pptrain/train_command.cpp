@@ -20,6 +20,7 @@
 #include "pptrain/api/trainer.h"
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/device/compute_threads.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/transport.h"
@@ -63,9 +64,13 @@ std::vector<std::string> without_option(const std::vector<std::string>& args,
 
 void run_train(const TrainOptions& options) {
   const bool worker = running_as_worker();
+  const int world = options.pp * options.dp;
+  // A launcher computes on one thread: its workers are forks of it, and a fork of a process in
+  // which OpenMP ran a team of several threads hangs in its own first parallel region (the team's
+  // threads are not in the child). Each worker then sets its own (--threads).
+  if (!worker && world > 1) set_compute_threads(1);
   // Every user error surfaces here, before any worker starts. A rank started by torchrun cannot
   // time the layers the way the others would, so it does not profile (plan.h).
-  const int world = options.pp * options.dp;
   const TrainingPlan plan = plan_training(options, /*may_profile=*/!worker || world == 1);
   if (plan.finished) {
     if (!worker) {
