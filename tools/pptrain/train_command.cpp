@@ -5,9 +5,8 @@
 //
 // Without RANK in the environment and with --pp > 1, this process checks the arguments, then
 // starts P workers (itself forked, one per rank, each parsing the command line again) and
-// supervises them; with RANK set (by us or by
-// torchrun) it runs as that rank. --pp 1 trains in this process: the reference every pipelined
-// run must match.
+// supervises them; with RANK set (by us or by torchrun) it runs as that rank. --pp 1 trains in
+// this process: the reference every pipelined run must match.
 #include <unistd.h>
 
 #include <cstdio>
