@@ -210,6 +210,13 @@ python3 -c "import json,sys; d=json.loads(sys.argv[1]); i=d['ilp']; sys.exit(not
   || fail "zb-auto --solver ilp on P=3 M=4 is not proven optimal within the limit: $json"
 "$pptrain" schedule --schedule zb-auto --pp 2 --microbatches 3 --solver ilp | grep -q '^solver *ilp: .*proven optimal' \
   || fail "zb-auto --solver ilp prints no solver line"
+# CBC is loaded when the ILP is first solved: a library that is missing, or is not CBC, is named.
+PPTRAIN_CBC_LIBRARY=libpptrain-no-such-cbc.so expect_error "CBC missing" \
+  "--solver ilp needs COIN-OR CBC, which could not be loaded (libpptrain-no-such-cbc.so" \
+  "$pptrain" schedule --schedule zb-auto --pp 2 --microbatches 3 --solver ilp
+PPTRAIN_CBC_LIBRARY=libz.so.1 expect_error "CBC replaced" \
+  "--solver ilp: libz.so.1 has no function Cbc_newModel" \
+  "$pptrain" schedule --schedule zb-auto --pp 2 --microbatches 3 --solver ilp
 for name in 1f1b zb-h1; do
   expect_error "--solver ilp with $name" "--solver ilp applies to --schedule zb-auto only, not '$name'" \
     "$pptrain" schedule --schedule "$name" --pp 4 --microbatches 8 --solver ilp

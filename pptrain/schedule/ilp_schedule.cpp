@@ -1,6 +1,8 @@
 #include "pptrain/schedule/ilp_schedule.h"
 
+// For CBC's types and the signatures its functions are loaded with: nothing here links CBC.
 #include <Cbc_C_Interface.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +17,49 @@
 
 namespace pptrain {
 namespace {
+
+// CBC's C functions, from the shared library loaded the first time a program is built: a planner
+// that never solves one does not load CBC and what CBC needs (CLP, CGL, OSI, CoinUtils, LAPACK
+// and OpenBLAS), which took 19 ms of every start (docs/PERFORMANCE.md, "Loading CBC when it is
+// used"). PPTRAIN_CBC_LIBRARY in the environment names another file to load.
+// clang-format off
+#define PPTRAIN_CBC_FUNCTIONS(X)                                                                 \
+  X(Cbc_newModel) X(Cbc_deleteModel) X(Cbc_addCol) X(Cbc_addRow) X(Cbc_getNumCols)               \
+  X(Cbc_setMIPStartI) X(Cbc_setLogLevel) X(Cbc_setParameter) X(Cbc_solve) X(Cbc_isProvenOptimal) \
+  X(Cbc_getBestPossibleObjValue) X(Cbc_bestSolution)
+// clang-format on
+
+struct CbcLibrary {
+#define PPTRAIN_CBC_MEMBER(name) decltype(&::name) name = nullptr;
+  PPTRAIN_CBC_FUNCTIONS(PPTRAIN_CBC_MEMBER)
+#undef PPTRAIN_CBC_MEMBER
+};
+
+CbcLibrary load_cbc() {
+  const char* chosen = std::getenv("PPTRAIN_CBC_LIBRARY");
+  const std::string file = chosen && *chosen ? chosen : PPTRAIN_CBC_LIBRARY;
+  // Never unloaded: the library stays for the process's life, as a linked one would.
+  void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  PPTRAIN_CHECK(handle != nullptr, "--solver ilp needs COIN-OR CBC, which could not be loaded (",
+                dlerror(), "); install it (Debian: coinor-libcbc3) or set PPTRAIN_CBC_LIBRARY");
+  CbcLibrary cbc;
+#define PPTRAIN_CBC_LOAD(name)                                           \
+  cbc.name = reinterpret_cast<decltype(cbc.name)>(dlsym(handle, #name)); \
+  PPTRAIN_CHECK(cbc.name != nullptr, "--solver ilp: ", file,             \
+                " has no function " #name                                \
+                ", which pptrain calls; is it COIN-OR CBC's libCbcSolver?");
+  PPTRAIN_CBC_FUNCTIONS(PPTRAIN_CBC_LOAD)
+#undef PPTRAIN_CBC_LOAD
+  return cbc;
+}
+
+// Loaded once per process (thread-safe); a failure is thrown again on the next try.
+const CbcLibrary& cbc() {
+  static const CbcLibrary library = load_cbc();
+  return library;
+}
+
+#undef PPTRAIN_CBC_FUNCTIONS
 
 constexpr double kEps = 1e-9;  // times and memory compare with this slack
 constexpr Op kOps[] = {Op::F, Op::I, Op::W};
@@ -60,7 +105,7 @@ class Program {
   Program(int P, int M, const StageCosts& c, const std::vector<double>& limits,
           double heuristic_span)
       : P_(P), M_(M), c_(c), limits_(limits), start_(stage_starts(c)) {
-    model_ = Cbc_newModel();
+    model_ = cbc_.Cbc_newModel();
     // The warm start's span, with room for rounding: no action ends later than its stage's
     // start plus this.
     span_bound_ = heuristic_span * (1 + 1e-7) + 1e-7;
@@ -69,7 +114,7 @@ class Program {
     add_orders();
     add_memory();
   }
-  ~Program() { Cbc_deleteModel(model_); }
+  ~Program() { cbc_.Cbc_deleteModel(model_); }
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
 
@@ -91,19 +136,19 @@ class Program {
                            ? 1.0
                            : 0.0);
     }
-    Cbc_setMIPStartI(model_, static_cast<int>(columns.size()), columns.data(), values.data());
+    cbc_.Cbc_setMIPStartI(model_, static_cast<int>(columns.size()), columns.data(), values.data());
   }
 
   // Solves; the order CBC found, or nothing when it has no integer solution.
   std::optional<Schedule> solve(double time_limit_s, IlpReport& report) {
-    Cbc_setLogLevel(model_, std::getenv("PPTRAIN_CBC_LOG") ? 1 : 0);
+    cbc_.Cbc_setLogLevel(model_, std::getenv("PPTRAIN_CBC_LOG") ? 1 : 0);
     // Wall time: on a shared host the CPU time runs slower than the clock the user waits on.
-    Cbc_setParameter(model_, "timeMode", "elapsed");
-    Cbc_setParameter(model_, "seconds", std::to_string(time_limit_s).c_str());
-    Cbc_solve(model_);
-    report.proven_optimal = Cbc_isProvenOptimal(model_) != 0;
-    report.best_bound = Cbc_getBestPossibleObjValue(model_);
-    const double* solution = Cbc_bestSolution(model_);
+    cbc_.Cbc_setParameter(model_, "timeMode", "elapsed");
+    cbc_.Cbc_setParameter(model_, "seconds", std::to_string(time_limit_s).c_str());
+    cbc_.Cbc_solve(model_);
+    report.proven_optimal = cbc_.Cbc_isProvenOptimal(model_) != 0;
+    report.best_bound = cbc_.Cbc_getBestPossibleObjValue(model_);
+    const double* solution = cbc_.Cbc_bestSolution(model_);
     if (!solution) return std::nullopt;
     return order_of(solution);
   }
@@ -119,15 +164,16 @@ class Program {
 
   // Columns need distinct names: CBC matches a MIP start to the preprocessed model by name.
   void add_column(double lower, double upper, double objective, bool integer) {
-    const std::string name = "x" + std::to_string(Cbc_getNumCols(model_));
-    Cbc_addCol(model_, name.c_str(), lower, upper, objective, integer ? 1 : 0, 0, nullptr, nullptr);
+    const std::string name = "x" + std::to_string(cbc_.Cbc_getNumCols(model_));
+    cbc_.Cbc_addCol(model_, name.c_str(), lower, upper, objective, integer ? 1 : 0, 0, nullptr,
+                    nullptr);
   }
 
   // sum(coefficient x column) sense rhs, sense 'G' (>=) or 'L' (<=).
   void add_row(const std::vector<int>& columns, const std::vector<double>& coefficients, char sense,
                double rhs) {
-    Cbc_addRow(model_, "", static_cast<int>(columns.size()), columns.data(), coefficients.data(),
-               sense, rhs);
+    cbc_.Cbc_addRow(model_, "", static_cast<int>(columns.size()), columns.data(),
+                    coefficients.data(), sense, rhs);
   }
 
   // Bounds valid for every order of span <= the warm start's, which tighten the relaxation:
@@ -208,7 +254,7 @@ class Program {
       for (const auto& [first, second] : kinds) {
         for (int a = 1; a < M_; ++a) {
           for (int b = 0; b < a; ++b) {
-            const int o = Cbc_getNumCols(model_);
+            const int o = cbc_.Cbc_getNumCols(model_);
             add_column(0, 1, 0, true);
             const Pair p{s, {first, a}, {second, b}, o};
             pairs_.push_back(p);
@@ -297,6 +343,7 @@ class Program {
   double span_floor_ = 0;                  // no order's span is below it
   std::vector<double> earliest_, latest_;  // [end column] bounds of every E
   int span_column_ = 0;
+  const CbcLibrary& cbc_ = cbc();
   Cbc_Model* model_ = nullptr;
   std::vector<Pair> pairs_;
 };

@@ -4,7 +4,6 @@
 // `partition` start at once. For `train`, `profile` and `run` it replaces itself (execv, same
 // arguments) with `pptrain-runtime` from its own folder, so their exit status and signals are that
 // program's, unchanged.
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -59,23 +58,6 @@ int exec_runtime(char** argv) {
   return 1;
 }
 
-// The ILP solver (Cbc) brings OpenBLAS, whose constructor starts a thread per core that spins for
-// the first tenth of a second or so while this program plans: a second core kept busy for
-// nothing, taken from `plan --jobs` (docs/PERFORMANCE.md, "OpenBLAS's threads in the planner").
-// The planner asks BLAS for nothing that needs them, so unless the user chose a number
-// (OPENBLAS_NUM_THREADS), this sets one thread and stops the pool (the call OpenBLAS itself makes
-// before a fork). Found by name: a build whose BLAS is not OpenBLAS finds nothing to stop.
-void stop_blas_threads() {
-  if (std::getenv("OPENBLAS_NUM_THREADS")) return;
-  using SetThreads = void (*)(int);
-  using Shutdown = int (*)();
-  const auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  const auto shutdown = reinterpret_cast<Shutdown>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_"));
-  if (set == nullptr || shutdown == nullptr) return;
-  set(1);
-  shutdown();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,7 +70,6 @@ int main(int argc, char** argv) {
                  argv[1]);
     return 2;
   }
-  stop_blas_threads();
   CLI::App app{"pptrain: pipeline-parallel training of deep networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", kVersion);
