@@ -1,6 +1,7 @@
-// Microbenchmarks (google-benchmark) of the planner's three passes over a schedule at scale:
-// the generator (make_schedule), the validator (validate of the lowered schedule, whose
-// messages it checks too) and the simulator, for 1f1b and zb-v at P = 8 .. 256 ranks with
+// Microbenchmarks (google-benchmark) of the planner's passes over a schedule at scale: the
+// generator (make_schedule), the validator (validate of the lowered schedule, whose messages it
+// checks too), the simulator and the memory model (its walk, and a prediction from it), for 1f1b
+// and zb-v at P = 8 .. 256 ranks with
 // M = 8P microbatches. Each reports its time and `actions/s`, compute actions per second: a
 // pass that is linear in the schedule's size keeps that rate constant as P grows (issue 31 asks
 // for within 1.5x from P = 32 to 256).
@@ -14,9 +15,11 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
+#include "pptrain/sim/memory_model.h"
 #include "pptrain/sim/simulator.h"
 
 namespace {
@@ -102,6 +105,34 @@ void simulate_validated(benchmark::State& state, const std::string& name) {
   report(state, p.actions);
 }
 
+// The memory model's two passes: its walk of the lowered lists (once per schedule), and a
+// prediction from the walk (once per candidate's stage bytes).
+void memory_walk(benchmark::State& state, const std::string& name) {
+  const Prepared& p = prepared(name, static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    MemoryWalk walk(p.validated);
+    benchmark::DoNotOptimize(walk);
+  }
+  report(state, p.actions);
+}
+
+void predict_from_walk(benchmark::State& state, const std::string& name) {
+  const Prepared& p = prepared(name, static_cast<int>(state.range(0)));
+  const MemoryWalk walk(p.validated);
+  std::vector<StageBytes> stages(p.schedule.num_stages);
+  for (StageBytes& stage : stages) {
+    stage.activation = 4e6;
+    stage.weight_stash = 1e6;
+    stage.transient = 2e6;
+    stage.message = 1e6;
+  }
+  for (auto _ : state) {
+    std::vector<RankMemory> memory = predict_memory(walk, stages);
+    benchmark::DoNotOptimize(memory);
+  }
+  report(state, p.actions);
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   for (int ranks = 8; ranks <= 256; ranks *= 2) b->Arg(ranks);
   b->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -115,5 +146,9 @@ BENCHMARK_CAPTURE(validate_lowered, 1f1b, std::string("1f1b"))->Apply(sizes);
 BENCHMARK_CAPTURE(validate_lowered, zb_v, std::string("zb-v"))->Apply(sizes);
 BENCHMARK_CAPTURE(simulate_validated, 1f1b, std::string("1f1b"))->Apply(sizes);
 BENCHMARK_CAPTURE(simulate_validated, zb_v, std::string("zb-v"))->Apply(sizes);
+BENCHMARK_CAPTURE(memory_walk, 1f1b, std::string("1f1b"))->Apply(sizes);
+BENCHMARK_CAPTURE(memory_walk, zb_v, std::string("zb-v"))->Apply(sizes);
+BENCHMARK_CAPTURE(predict_from_walk, 1f1b, std::string("1f1b"))->Apply(sizes);
+BENCHMARK_CAPTURE(predict_from_walk, zb_v, std::string("zb-v"))->Apply(sizes);
 
 BENCHMARK_MAIN();

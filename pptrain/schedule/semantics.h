@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "pptrain/schedule/action.h"
@@ -198,8 +199,9 @@ size_t message_count(const Schedule& schedule);
 // a RECV, the positions of the sends waited on after it. `lowered`: with its SEND and RECV
 // actions, every message matched.
 std::map<size_t, std::vector<size_t>> send_releases(const Schedule& lowered, int rank);
-// The same for every rank, [num_ranks].
-std::vector<std::map<size_t, std::vector<size_t>>> send_releases(const Schedule& lowered);
+// The same for every rank as (RECV position, SEND position) pairs, in the order of the RECVs
+// and, for one RECV, of the SENDs: [num_ranks][pair].
+std::vector<std::vector<std::pair<size_t, size_t>>> send_release_pairs(const Schedule& lowered);
 // How many of the receives of a rank's list `actions` are posted before the action at each
 // position runs (the runtime's rule): every receive up to that position, and the next
 // `recv_ahead` after the ones consumed before it (-1: all of them at once). [actions.size()]

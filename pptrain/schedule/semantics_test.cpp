@@ -2,11 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/validate.h"
 
 namespace pptrain {
 namespace {
@@ -135,6 +140,66 @@ TEST(Semantics, AsynchronousRunsCanStopAfterEveryStep) {
   EXPECT_EQ(first_crossed_step(lower(make_schedule(wpipe)), 4), 0);
   wpipe.ranks = 2;
   EXPECT_EQ(first_crossed_step(lower(make_schedule(wpipe)), 4), -1);
+}
+
+// send_releases() against its rule read literally: for each SEND, scan the rank's later RECVs
+// for the first from the message's receiver whose SEND there comes after that receiver's RECV.
+std::map<size_t, std::vector<size_t>> releases_by_scan(const Schedule& lowered, int rank) {
+  std::vector<std::pair<int, size_t>> sent(message_count(lowered)), received(sent.size());
+  for (int r = 0; r < lowered.num_ranks; ++r) {
+    for (size_t p = 0; p < lowered.actions[r].size(); ++p) {
+      const Action& a = lowered.actions[r][p];
+      if (is_send(a.op)) sent[message_index(a, lowered)] = {r, p};
+      if (is_recv(a.op)) received[message_index(a, lowered)] = {r, p};
+    }
+  }
+  std::map<size_t, std::vector<size_t>> out;
+  const auto& mine = lowered.actions[rank];
+  for (size_t p = 0; p < mine.size(); ++p) {
+    if (!is_send(mine[p].op)) continue;
+    const auto [to, there] = received[message_index(mine[p], lowered)];
+    for (size_t q = p + 1; q < mine.size(); ++q) {
+      if (!is_recv(mine[q].op)) continue;
+      const auto [from, sent_at] = sent[message_index(mine[q], lowered)];
+      if (from == to && sent_at > there) {
+        out[q].push_back(p);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Both forms of the rule (the executor's map, the memory walk's pairs) give the scan's releases.
+TEST(Semantics, SendsAreReleasedAfterTheFirstReceiveThatProvesTheirArrival) {
+  int compared = 0, released = 0;
+  for (const ScheduleEntry& entry : schedule_registry()) {
+    for (int ranks : {2, 3, 4}) {
+      for (int microbatches : {1, 4, 9}) {
+        Schedule made;
+        try {
+          made = make_schedule(ScheduleOptions{entry.name, ranks, microbatches});
+        } catch (const UserError&) {
+          continue;  // not for these P, M
+        }
+        const ValidatedSchedule lowered = validate(made);
+        const auto pairs = send_release_pairs(*lowered);
+        for (int r = 0; r < ranks; ++r) {
+          const auto expected = releases_by_scan(*lowered, r);
+          EXPECT_EQ(send_releases(*lowered, r), expected)
+              << entry.name << " P=" << ranks << " M=" << microbatches << " rank " << r;
+          std::map<size_t, std::vector<size_t>> from_pairs;
+          for (const auto& [recv, send] : pairs[r]) from_pairs[recv].push_back(send);
+          EXPECT_EQ(from_pairs, expected) << entry.name << " P=" << ranks << " rank " << r;
+          EXPECT_TRUE(std::is_sorted(pairs[r].begin(), pairs[r].end()));
+          ++compared;
+          released += static_cast<int>(expected.size());
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 300);
+  EXPECT_GT(released, 1000);  // the rule releases most sends after a receive, not at the end
 }
 
 // Step k's segment ends after the rank's last action on a microbatch of steps 0..k.

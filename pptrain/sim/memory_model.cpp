@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -13,6 +12,7 @@ namespace pptrain {
 namespace {
 
 using Event = MemoryWalk::Event;
+static_assert(sizeof(Event) == 8, "a walk holds a few events per action");
 
 // The stage whose StageBytes::message a SEND or RECV carries: forwards go into the later stage,
 // gradients come back from it, the cut's message either way; -1 for a skip message (not counted).
@@ -21,73 +21,100 @@ int message_stage(const Action& comm) {
   return std::max(comm.stage, comm_peer(comm).stage);
 }
 
-// Rank r's list as the walk's events, in the runtime's order.
-std::vector<Event> events_of(const Schedule& s, int r, int recv_ahead,
-                             const std::map<size_t, std::vector<size_t>>& releases) {
+// Tables of one rank's list, kept across ranks so that a walk allocates them once.
+struct RankTables {
+  std::vector<size_t> receives;   // positions of the rank's receives, in order
+  std::vector<int> slot_at;       // [position] the message's slot, -1 for a compute action
+  std::vector<int> receive_slot;  // [message_index] the slot of its receive here, -1: none
+};
+
+// Rank r's list as the walk's events, in the runtime's order, appended to `out`. `releases`:
+// the rank's (RECV position, SEND position) pairs of send_release_pairs(), by RECV position.
+void events_of(const Schedule& s, int r, int recv_ahead,
+               const std::vector<std::pair<size_t, size_t>>& releases, RankTables& t,
+               std::vector<Event>& out) {
   const std::vector<Action>& actions = s.actions[r];
   const std::vector<size_t> posted = receives_posted(actions, recv_ahead);
   // Receives and sends are numbered by their place among the rank's messages (slots); the
   // receive of each message between adjacent stages by its message_index().
-  std::vector<size_t> receives;
-  std::vector<int> slot_at(actions.size(), -1);
-  std::vector<int> receive_slot(message_count(s.num_stages, s.num_microbatches), -1);
+  t.receives.clear();
+  t.slot_at.assign(actions.size(), -1);
   int slots = 0;
   for (size_t p = 0; p < actions.size(); ++p) {
     const Action& a = actions[p];
     if (!is_recv(a.op) && !is_send(a.op)) continue;
     if (is_recv(a.op)) {
-      receives.push_back(p);
+      t.receives.push_back(p);
       if (!is_skip_message(a)) {
-        receive_slot[message_index(message_of(a), s.num_stages, s.num_microbatches)] = slots;
+        t.receive_slot[message_index(message_of(a), s.num_stages, s.num_microbatches)] = slots;
       }
     }
-    slot_at[p] = slots++;
+    t.slot_at[p] = slots++;
   }
   // The receive whose buffer an F takes as input, or a backward as its output gradient.
   const auto taken = [&](const Action& atom) {
     const bool forward = atom.op == Op::F;
     const int boundary = forward ? atom.stage - 1 : atom.stage;
     if (boundary < 0 || boundary >= s.num_stages - 1) return -1;
-    return receive_slot[message_index(Message{!forward, boundary, atom.microbatch}, s.num_stages,
-                                      s.num_microbatches)];
+    return t.receive_slot[message_index(Message{!forward, boundary, atom.microbatch}, s.num_stages,
+                                        s.num_microbatches)];
   };
-  std::vector<Event> out;
+  // An atom or a message per action, and a post and a release at most per message.
+  out.reserve(actions.size() + static_cast<size_t>(slots));
+  bool note = false;  // the peak is taken before the next event
+  const auto add = [&](Event::Kind kind, int stage, int slot) {
+    Event e;
+    e.kind = kind;
+    e.noted = note ? 1 : 0;
+    e.stage = stage;
+    e.slot = slot;
+    out.push_back(e);
+    note = false;
+  };
   size_t next = 0;
+  auto released = releases.begin();
   for (size_t p = 0; p < actions.size(); ++p) {
     for (; next < posted[p]; ++next) {
-      const Action& recv = actions[receives[next]];
+      const Action& recv = actions[t.receives[next]];
       if (is_skip_message(recv)) continue;
-      out.push_back({Event::kPost, message_stage(recv), slot_at[receives[next]]});
+      add(Event::kPost, message_stage(recv), t.slot_at[t.receives[next]]);
     }
-    out.push_back({Event::kNote, -1, -1});
+    note = true;
     const Action& action = actions[p];
     if (is_recv(action.op) && !is_skip_message(action)) {
-      out.push_back({Event::kArrive, message_stage(action), slot_at[p]});
+      add(Event::kArrive, message_stage(action), t.slot_at[p]);
     }
-    if (is_send(action.op)) out.push_back({Event::kSend, message_stage(action), slot_at[p]});
-    if (const auto released = releases.find(p); released != releases.end()) {
-      for (size_t send : released->second) out.push_back({Event::kRelease, -1, slot_at[send]});
+    if (is_send(action.op)) add(Event::kSend, message_stage(action), t.slot_at[p]);
+    for (; released != releases.end() && released->first == p; ++released) {
+      add(Event::kRelease, -1, t.slot_at[released->second]);
     }
     for (const Action& atom : atoms_of(action)) {
       switch (atom.op) {
         case Op::F:
-          out.push_back({Event::kForward, atom.stage, taken(atom)});
+          add(Event::kForward, atom.stage, taken(atom));
           break;
         case Op::I:
-          out.push_back({Event::kInput, atom.stage, taken(atom)});
+          add(Event::kInput, atom.stage, taken(atom));
           break;
         case Op::B:
-          out.push_back({Event::kBackward, atom.stage, taken(atom)});
+          add(Event::kBackward, atom.stage, taken(atom));
           break;
         case Op::W:
-          out.push_back({Event::kWeight, atom.stage, -1});
+          add(Event::kWeight, atom.stage, -1);
           break;
         default:
           break;
       }
     }
+    if (note) add(Event::kNote, -1, -1);  // the action had no event of its own
   }
-  return out;
+  // Back to -1 for the next rank: only this rank's receives were set.
+  for (size_t p : t.receives) {
+    const Action& recv = actions[p];
+    if (!is_skip_message(recv)) {
+      t.receive_slot[message_index(message_of(recv), s.num_stages, s.num_microbatches)] = -1;
+    }
+  }
 }
 
 struct Peaks {
@@ -121,13 +148,13 @@ Peaks walk_rank(const std::vector<Event>& events, const std::vector<StageBytes>&
   };
   const double notice = rules.sized_receives ? 0 : rules.notice_bytes;
   for (const Event& e : events) {
+    if (e.noted) note(0);
     switch (e.kind) {
       case Event::kPost:
         // Sized as the tag's last message, or a notice until the message comes.
         hold(e, rules.sized_receives ? stages[e.stage].message : notice);
         break;
-      case Event::kNote:
-        note(0);
+      case Event::kNote:  // noted, as above
         break;
       case Event::kArrive:
         if (rules.sized_receives) break;
@@ -182,9 +209,12 @@ Peaks walk_rank(const std::vector<Event>& events, const std::vector<StageBytes>&
 MemoryWalk::MemoryWalk(const ValidatedSchedule& lowered, int recv_ahead)
     : name_(lowered->name), num_stages_(lowered->num_stages), recv_ahead_(recv_ahead) {
   const Schedule& s = *lowered;
-  const auto releases = send_releases(s);
+  const auto releases = send_release_pairs(s);
+  RankTables tables;
+  tables.receive_slot.assign(message_count(s.num_stages, s.num_microbatches), -1);
+  events_.resize(s.num_ranks);
   for (int r = 0; r < s.num_ranks; ++r) {
-    events_.push_back(events_of(s, r, recv_ahead, releases[r]));
+    events_of(s, r, recv_ahead, releases[r], tables, events_[r]);
     stages_of_.push_back(s.stages_of(r));
     slots_ = std::max(slots_, s.actions[r].size());
   }

@@ -115,9 +115,13 @@ class MemoryWalk {
       kBackward,
       kWeight
     };
-    Kind kind;
-    int stage;  // whose bytes: a message's (-1: a skip message), a compute action's
-    int slot;   // the message's place on its rank (-1: none)
+    // 8 bytes, a walk holds a few per action: kind, whether the rank's peak is taken (noted)
+    // right before this event (the point between an action's posted receives and the rest of
+    // it; kNote stands alone where an action has no event of its own), stage and slot.
+    Kind kind : 4;
+    unsigned noted : 1;
+    int stage : 27;  // whose bytes: a message's (-1: a skip message), a compute action's
+    int slot;        // the message's place on its rank (-1: none)
   };
   explicit MemoryWalk(const ValidatedSchedule& lowered, int recv_ahead = MemoryRules{}.recv_ahead);
   const std::string& name() const { return name_; }
