@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -279,10 +280,18 @@ class C10dTransport : public Transport {
     return (options_.world_size > 2 ? "ranks " : "rank ") + text;
   }
 
+  // How many groups called `name` this transport formed before this call, which counts it.
+  int formed(const std::string& name) {
+    std::lock_guard<std::mutex> lock(formed_mutex_);
+    return formed_[name]++;
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;  // kept alive: rank 0 serves it to the others
   c10::intrusive_ptr<GroupBase> group_;
   TransportOptions options_;
   std::vector<int> world_ranks_;  // [group rank] -> world rank
+  std::mutex formed_mutex_;
+  std::map<std::string, int> formed_;  // groups formed by name: members or independent name
   // The world's transport only. Last, so destroyed first, while rank 0 still serves the store.
   std::unique_ptr<Heartbeat> heartbeat_;
 };
@@ -407,11 +416,14 @@ std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
   return transport;
 }
 
-// A subgroup meets in the parent's store under a prefix naming its members, so that groups with
-// other members never mix their keys.
+// A subgroup meets in the parent's store under a prefix naming its members and how many groups
+// of those members this transport formed before (its members form them in the same order): groups
+// with other members never mix their keys, and a group formed again (a second pipeline in the
+// same processes) never reads the addresses its members had in the last one.
 std::unique_ptr<Transport> C10dTransport::subgroup(const std::vector<int>& members) {
-  std::string prefix = "group";
-  for (int m : members) prefix += "/" + std::to_string(m);
+  std::string named;
+  for (int m : members) named += "/" + std::to_string(m);
+  const std::string prefix = "group" + named + "#" + std::to_string(formed(named));
   const auto position = std::find(members.begin(), members.end(), options_.rank);
   PPTRAIN_ASSERT(position != members.end(), "rank ", options_.rank, " is not in its group");
   TransportOptions options = options_;
@@ -424,16 +436,17 @@ std::unique_ptr<Transport> C10dTransport::subgroup(const std::vector<int>& membe
     return std::make_unique<C10dTransport>(store, make_process_group(store, options), options,
                                            world_ranks);
   } catch (const std::exception& e) {
-    throw std::runtime_error("rank " + std::to_string(options_.rank) + ": the group " +
-                             prefix.substr(5) + " did not form within " +
+    throw std::runtime_error("rank " + std::to_string(options_.rank) + ": the group " + named +
+                             " did not form within " +
                              std::to_string(options.timeout.count() / 1000) + " s: " + brief(e));
   }
 }
 
-// An independent transport meets in the store under a prefix of its own name, with this one's
-// ranks.
+// An independent transport meets in the store under a prefix of its own name (and, as a
+// subgroup, how many of that name this transport formed before), with this one's ranks.
 std::unique_ptr<Transport> C10dTransport::independent(const std::string& name) {
-  const std::string prefix = "independent/" + name;
+  const std::string prefix =
+      "independent/" + name + "#" + std::to_string(formed("independent/" + name));
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
   try {
     return std::make_unique<C10dTransport>(store, make_process_group(store, options_), options_,
