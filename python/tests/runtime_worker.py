@@ -1,6 +1,6 @@
 """One rank of a Python training run on pptrain's runtime (started by `pptrain run`).
 
-    runtime_worker.py SCHEDULE OUT [--fail-forward STAGE | --bad-output STAGE]
+    runtime_worker.py SCHEDULE[,SCHEDULE...] OUT [--fail-forward STAGE | --bad-output STAGE]
                       [--pptrain-sgd [--one-process STAGES]]
 
 Trains the MLP of mlp() for 3 steps with SGD (the program's own torch.optim.SGD, or with
@@ -8,6 +8,10 @@ Trains the MLP of mlp() for 3 steps with SGD (the program's own torch.optim.SGD,
 OUT.<rank>.json: the loss this rank saw at each step (None but on a last stage's rank; each
 replica of a replicated last stage sees its share) and the parameters of its stages, by stage
 and name. --one-process S runs the schedule's one-process rule over S stages.
+
+With several schedules (a comma-separated list), the same processes train a fresh MLP with each
+in turn, one pipeline after the other, and write OUT.<schedule>.<rank>.json as each schedule
+finishes (result_path()): a launch then pays for its processes' start (importing torch) once.
 """
 import argparse
 import json
@@ -56,28 +60,22 @@ class WrongOutput(torch.nn.Module):
         return {"hidden": self.inner(x)}, 3  # a tuple holding a dict and an int
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("schedule")
-    parser.add_argument("out")
-    parser.add_argument("--fail-forward", type=int, default=-1)
-    parser.add_argument("--bad-output", type=int, default=-1)
-    parser.add_argument("--pptrain-sgd", action="store_true")
-    parser.add_argument("--one-process", type=int, default=0)
-    parser.add_argument("--pipemare-warmup", type=int, default=100)
-    parser.add_argument("--microbatches", type=int, default=MICROBATCHES)
-    parser.add_argument("--deferred", action="store_true",
-                        help="pptrain.Linear layers, weight_split='deferred'")
-    parser.add_argument("--forever", action="store_true",
-                        help="train until stopped, after writing OUT.RANK.pid at the first step")
-    parser.add_argument("--reports", help="also write FILE.jsonl, FILE.svg and FILE.json")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    rank, _ = pptrain.world()
+def result_path(out, schedules, schedule, rank):
+    """The file in which `rank` writes what `schedule` of the launch's `schedules` trained:
+    OUT.<rank>.json for a launch of one schedule, OUT.<schedule>.<rank>.json for several."""
+    if len(schedules) == 1:
+        return f"{out}.{rank}.json"
+    return f"{out}.{schedule}.{rank}.json"
+
+
+def train(schedule_name, args, rank):
+    """Trains a fresh MLP (the same initial weights every time) with `schedule_name` on this
+    rank's stages; returns what the rank writes: the losses it saw, its stages' parameters, the
+    stages it held and the reports it got."""
     if args.one_process:
         num_stages, local = args.one_process, list(range(args.one_process))
     else:
-        num_stages, local = pptrain.placement(args.schedule, args.microbatches)
+        num_stages, local = pptrain.placement(schedule_name, args.microbatches)
     # Stage s of S holds blocks [s * 8 // S, (s + 1) * 8 // S).
     points = [s * LAYERS // num_stages for s in range(1, num_stages)]
     parts = pptrain.split(mlp(pptrain.Linear if args.deferred else torch.nn.Linear), points)
@@ -89,7 +87,7 @@ def main():
     stages = [pptrain.PipelineStage(modules[s], s, num_stages) for s in local]
     losses, reports = [], []
     if args.pptrain_sgd:
-        schedule = pptrain.schedule(args.schedule, stages, n_microbatches=args.microbatches,
+        schedule = pptrain.schedule(schedule_name, stages, n_microbatches=args.microbatches,
                                     loss_fn=torch.nn.functional.mse_loss,
                                     optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0},
                                     steps=STEPS, one_process=args.one_process > 0,
@@ -103,7 +101,7 @@ def main():
         if args.reports:
             files = dict(metrics=args.reports + ".jsonl", svg=args.reports + ".svg",
                          trace=args.reports + ".json")
-        schedule = pptrain.schedule(args.schedule, stages, n_microbatches=MICROBATCHES,
+        schedule = pptrain.schedule(schedule_name, stages, n_microbatches=MICROBATCHES,
                                     loss_fn=torch.nn.functional.mse_loss,
                                     weight_split="deferred" if args.deferred else "autograd",
                                     **files)
@@ -125,8 +123,37 @@ def main():
         del schedule  # writes the SVG and the trace
     params = {f"{s.index}/{name}": p.detach().tolist()
               for s in stages for name, p in s.module.named_parameters()}
-    with open(f"{args.out}.{rank}.json", "w") as f:
-        json.dump({"losses": losses, "params": params, "stages": local, "reports": reports}, f)
+    return {"losses": losses, "params": params, "stages": local, "reports": reports}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("schedule", help="a schedule, or several separated by commas")
+    parser.add_argument("out")
+    parser.add_argument("--fail-forward", type=int, default=-1)
+    parser.add_argument("--bad-output", type=int, default=-1)
+    parser.add_argument("--pptrain-sgd", action="store_true")
+    parser.add_argument("--one-process", type=int, default=0)
+    parser.add_argument("--pipemare-warmup", type=int, default=100)
+    parser.add_argument("--microbatches", type=int, default=MICROBATCHES)
+    parser.add_argument("--deferred", action="store_true",
+                        help="pptrain.Linear layers, weight_split='deferred'")
+    parser.add_argument("--forever", action="store_true",
+                        help="train until stopped, after writing OUT.RANK.pid at the first step")
+    parser.add_argument("--reports", help="also write FILE.jsonl, FILE.svg and FILE.json")
+    args = parser.parse_args()
+    schedules = args.schedule.split(",")
+    if len(schedules) > 1 and (args.forever or args.reports):
+        parser.error("--forever and --reports take one schedule")
+    torch.set_num_threads(1)
+    rank, _ = pptrain.world()
+    for name in schedules:
+        result = train(name, args, rank)
+        # Written whole or not at all: a file that exists holds the schedule's finished run.
+        path = result_path(args.out, schedules, name, rank)
+        with open(path + ".part", "w") as f:
+            json.dump(result, f)
+        os.replace(path + ".part", path)
 
 
 if __name__ == "__main__":
