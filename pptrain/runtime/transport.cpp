@@ -445,8 +445,8 @@ std::unique_ptr<Transport> C10dTransport::subgroup(const std::vector<int>& membe
 // An independent transport meets in the store under a prefix of its own name (and, as a
 // subgroup, how many of that name this transport formed before), with this one's ranks.
 std::unique_ptr<Transport> C10dTransport::independent(const std::string& name) {
-  const std::string prefix =
-      "independent/" + name + "#" + std::to_string(formed("independent/" + name));
+  const std::string named = "independent/" + name;
+  const std::string prefix = named + "#" + std::to_string(formed(named));
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
   try {
     return std::make_unique<C10dTransport>(store, make_process_group(store, options_), options_,

@@ -26,6 +26,7 @@ struct RankTables {
   std::vector<size_t> receives;   // positions of the rank's receives, in order
   std::vector<int> slot_at;       // [position] the message's slot, -1 for a compute action
   std::vector<int> receive_slot;  // [message_index] the slot of its receive here, -1: none
+  std::vector<size_t> set;        // the entries of receive_slot this rank set
 };
 
 // Rank r's list as the walk's events, in the runtime's order, appended to `out`. `releases`:
@@ -38,6 +39,7 @@ void events_of(const Schedule& s, int r, int recv_ahead,
   // Receives and sends are numbered by their place among the rank's messages (slots); the
   // receive of each message between adjacent stages by its message_index().
   t.receives.clear();
+  t.set.clear();
   t.slot_at.assign(actions.size(), -1);
   int slots = 0;
   for (size_t p = 0; p < actions.size(); ++p) {
@@ -46,7 +48,8 @@ void events_of(const Schedule& s, int r, int recv_ahead,
     if (is_recv(a.op)) {
       t.receives.push_back(p);
       if (!is_skip_message(a)) {
-        t.receive_slot[message_index(message_of(a), s.num_stages, s.num_microbatches)] = slots;
+        t.set.push_back(message_index(message_of(a), s.num_stages, s.num_microbatches));
+        t.receive_slot[t.set.back()] = slots;
       }
     }
     t.slot_at[p] = slots++;
@@ -108,13 +111,7 @@ void events_of(const Schedule& s, int r, int recv_ahead,
     }
     if (note) add(Event::kNote, -1, -1);  // the action had no event of its own
   }
-  // Back to -1 for the next rank: only this rank's receives were set.
-  for (size_t p : t.receives) {
-    const Action& recv = actions[p];
-    if (!is_skip_message(recv)) {
-      t.receive_slot[message_index(message_of(recv), s.num_stages, s.num_microbatches)] = -1;
-    }
-  }
+  for (size_t index : t.set) t.receive_slot[index] = -1;  // clean for the next rank
 }
 
 struct Peaks {
