@@ -138,14 +138,13 @@ RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_na
   // the schedule as given (the user's file, for an import).
   VersionRule rule =
       version_rule_of(rule_name, vertical_sync, schedule.num_stages, microbatches_per_step);
-  ValidatedSchedule validated = validate(schedule);
-  return RequestedSchedule{std::move(schedule), rule, std::move(validated), std::nullopt};
+  return RequestedSchedule{validate(std::move(schedule)), rule, std::nullopt};
 }
 
 SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cost,
                              double memory_limit, Record record) {
   SimResult result = simulate(made.validated, cost, made.rule, record);
-  const Schedule& s = made.schedule;
+  const Schedule& s = made.validated.given();
   // A replicated schedule's every stage is one rank's share (V = 1): S shares, not P.
   const int shares = s.replicated() ? s.num_stages : s.num_ranks;
   check_feasible_memory_limit(cost.stage_costs(s.num_stages, shares), memory_limit);
@@ -155,7 +154,7 @@ SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cos
 
 std::string schedule_timeline_title(const RequestedSchedule& made, const CostModel& cost,
                                     const SimResult& result) {
-  const Schedule& s = made.schedule;
+  const Schedule& s = made.validated.given();
   char bubble[32];
   std::snprintf(bubble, sizeof bubble, "%.1f%%", 100 * result.bubble_ratio);
   return s.name + ": P=" + std::to_string(s.num_ranks) + ", V=" + std::to_string(s.chunks()) +
@@ -167,7 +166,7 @@ std::string schedule_timeline_title(const RequestedSchedule& made, const CostMod
 nlohmann::ordered_json schedule_summary_json(const RequestedSchedule& made, const CostModel& cost,
                                              double memory_limit, const SimResult& result,
                                              ScheduleSolver solver) {
-  const Schedule& s = made.schedule;
+  const Schedule& s = made.validated.given();
   nlohmann::ordered_json out;
   out["schedule"] = s.name;
   out["weight_update"] = update_name(made.rule.update);

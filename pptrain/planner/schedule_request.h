@@ -59,10 +59,10 @@ SkipLink parse_skip(const std::string& text);
 
 // A schedule ready to simulate or run.
 struct RequestedSchedule {
-  // Compute-only, with the REDUCE_GRADs of --dp or of replicated stages: what --export writes.
-  Schedule schedule;
+  // Compute-only (given()), with the REDUCE_GRADs of --dp or of replicated stages, as --export
+  // writes it; lowered (*validated) as it runs.
+  ValidatedSchedule validated;
   VersionRule rule;              // the weight versions of its stages (asynchronous schedules)
-  ValidatedSchedule validated;   // the lowered schedule
   std::optional<IlpReport> ilp;  // what CBC did, for --solver ilp
 };
 

@@ -90,63 +90,8 @@ Action producer_of(const Need& need) {
 
 namespace {
 
-// inputs_of and send_after for any placement: `rank(stage)` is the rank that runs `stage` for the
-// atom's microbatch.
-template <typename RankOf>
-Needs inputs_with(const Action& atom, int num_stages, const std::vector<SkipLink>& skips,
-                  RankOf rank, bool lowered) {
-  const int s = atom.stage, m = atom.microbatch;
-  const int last = num_stages - 1;
-  const auto across = [&](int other) { return lowered && rank(other) != rank(s); };
-  Needs needs;
-  if (is_skip_message(atom) && is_recv(atom.op)) {
-    needs.push_back({atom.op == Op::RECV_F ? Fact::kSkipSentF : Fact::kSkipSentB, atom.peer, m, s});
-    return needs;
-  }
-  switch (atom.op) {
-    case Op::F:
-      if (s > 0)
-        needs.push_back(across(s - 1) ? Need{Fact::kReceivedF, s, m}
-                                      : Need{Fact::kOutput, s - 1, m});
-      for (const SkipLink& skip : skips) {
-        if (skip.to == s && across(skip.from))
-          needs.push_back({Fact::kSkipReceivedF, s, m, skip.from});
-      }
-      break;
-    case Op::I:
-    case Op::B:
-      needs.push_back({Fact::kOutput, s, m});
-      if (s < last)
-        needs.push_back(across(s + 1) ? Need{Fact::kReceivedB, s, m}
-                                      : Need{Fact::kInputGrad, s + 1, m});
-      for (const SkipLink& skip : skips) {
-        if (skip.from == s && across(skip.to))
-          needs.push_back({Fact::kSkipReceivedB, s, m, skip.to});
-      }
-      break;
-    case Op::W:
-      needs.push_back({Fact::kInputGrad, s, m});
-      break;
-    case Op::SEND_F:  // a skip message's too
-      needs.push_back({Fact::kOutput, s, m});
-      break;
-    case Op::SEND_B:
-      needs.push_back({Fact::kInputGrad, s, m});
-      break;
-    case Op::RECV_F:
-      needs.push_back({Fact::kSentF, s - 1, m});
-      break;
-    case Op::RECV_B:
-      needs.push_back({Fact::kSentB, s + 1, m});
-      break;
-    case Op::REDUCE_GRAD:
-      break;  // every W or B of its stage: not a Need (see semantics.h)
-    case Op::OVERLAP_F_B:
-      PPTRAIN_UNREACHABLE("inputs_of takes one atom, not a composite: ", to_string(atom));
-  }
-  return needs;
-}
-
+// send_after for any placement: `rank(stage)` is the rank that runs `stage` for the atom's
+// microbatch.
 template <typename RankOf>
 std::optional<Action> send_after_with(const Action& atom, int num_stages, RankOf rank) {
   const int s = atom.stage, last = num_stages - 1;
@@ -162,20 +107,13 @@ std::optional<Action> send_after_with(const Action& atom, int num_stages, RankOf
 
 }  // namespace
 
-Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered) {
-  static const std::vector<SkipLink> kNoSkips;
-  return inputs_with(
-      atom, static_cast<int>(stage_to_rank.size()), kNoSkips,
-      [&](int stage) { return stage_to_rank[stage]; }, lowered);
+namespace detail {
+
+void refuse_composite_inputs(const Action& atom) {
+  PPTRAIN_UNREACHABLE("inputs_of takes one atom, not a composite: ", to_string(atom));
 }
 
-Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered) {
-  // Only a lowered schedule asks where stages run (and a REDUCE_GRAD has no microbatch).
-  if (!lowered || atom.op == Op::REDUCE_GRAD) return inputs_of(atom, schedule.stage_to_rank, false);
-  return inputs_with(
-      atom, schedule.num_stages, schedule.skips,
-      [&](int stage) { return schedule.rank_of(stage, atom.microbatch); }, lowered);
-}
+}  // namespace detail
 
 std::optional<Action> send_after(const Action& atom, const std::vector<int>& stage_to_rank) {
   return send_after_with(atom, static_cast<int>(stage_to_rank.size()),

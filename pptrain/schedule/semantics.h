@@ -44,6 +44,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -93,6 +94,7 @@ enum class Fact : unsigned char {
 };
 constexpr int kNumFacts = 11;
 constexpr int kNumAdjacentFacts = 7;  // those before kSkipSentF: keyed by (stage, microbatch)
+constexpr int kNumComputeFacts = 3;   // kOutput, kInputGrad, kWeightGrad: left by F, I, W, B
 const char* fact_name(Fact fact);     // "output", "input gradient", ...
 inline bool is_skip_fact(Fact fact) {
   return static_cast<int>(fact) >= kNumAdjacentFacts;
@@ -119,7 +121,13 @@ class Needs {
  public:
   void push_back(const Need& need) {
     if (size_ < items_.size()) {
-      items_[size_++] = need;
+      // Field by field: a copy of the whole made on the stack reads back what was just written
+      // in narrower stores, which the processor cannot forward (a stall on every call).
+      Need& item = items_[size_++];
+      item.fact = need.fact;
+      item.stage = need.stage;
+      item.microbatch = need.microbatch;
+      item.peer = need.peer;
       return;
     }
     if (more_.empty()) more_.assign(items_.begin(), items_.end());
@@ -144,12 +152,89 @@ bool computes_weight_grads(Op op);
 // The atom that produces `need`'s fact. For kInputGrad that is an I (a schedule may have a B
 // there instead; both produce it).
 Action producer_of(const Need& need);
+namespace detail {
+[[noreturn]] void refuse_composite_inputs(const Action& atom);
+
+// inputs_of for any placement: `rank(stage)` is the rank that runs `stage` for the atom's
+// microbatch. Inline: the generators, the validator and the simulator ask it for every action,
+// some many times, and most of its cases fold away where `lowered` is known.
+template <typename RankOf>
+Needs inputs_with(const Action& atom, int num_stages, const SkipLink* skips_begin,
+                  const SkipLink* skips_end, RankOf rank, bool lowered) {
+  const int s = atom.stage, m = atom.microbatch;
+  const int last = num_stages - 1;
+  const auto across = [&](int other) { return lowered && rank(other) != rank(s); };
+  Needs needs;
+  if (is_skip_message(atom) && is_recv(atom.op)) {
+    needs.push_back({atom.op == Op::RECV_F ? Fact::kSkipSentF : Fact::kSkipSentB, atom.peer, m, s});
+    return needs;
+  }
+  switch (atom.op) {
+    case Op::F:
+      if (s > 0)
+        needs.push_back(across(s - 1) ? Need{Fact::kReceivedF, s, m}
+                                      : Need{Fact::kOutput, s - 1, m});
+      if (lowered) {
+        for (const SkipLink* skip = skips_begin; skip != skips_end; ++skip) {
+          if (skip->to == s && across(skip->from))
+            needs.push_back({Fact::kSkipReceivedF, s, m, skip->from});
+        }
+      }
+      break;
+    case Op::I:
+    case Op::B:
+      needs.push_back({Fact::kOutput, s, m});
+      if (s < last)
+        needs.push_back(across(s + 1) ? Need{Fact::kReceivedB, s, m}
+                                      : Need{Fact::kInputGrad, s + 1, m});
+      if (lowered) {
+        for (const SkipLink* skip = skips_begin; skip != skips_end; ++skip) {
+          if (skip->from == s && across(skip->to))
+            needs.push_back({Fact::kSkipReceivedB, s, m, skip->to});
+        }
+      }
+      break;
+    case Op::W:
+      needs.push_back({Fact::kInputGrad, s, m});
+      break;
+    case Op::SEND_F:  // a skip message's too
+      needs.push_back({Fact::kOutput, s, m});
+      break;
+    case Op::SEND_B:
+      needs.push_back({Fact::kInputGrad, s, m});
+      break;
+    case Op::RECV_F:
+      needs.push_back({Fact::kSentF, s - 1, m});
+      break;
+    case Op::RECV_B:
+      needs.push_back({Fact::kSentB, s + 1, m});
+      break;
+    case Op::REDUCE_GRAD:
+      break;  // every W or B of its stage: not a Need (see above)
+    case Op::OVERLAP_F_B:
+      refuse_composite_inputs(atom);
+  }
+  return needs;
+}
+}  // namespace detail
+
 // What `atom` waits for (see the table above). `stage_to_rank` places the stages; `lowered`
 // says whether inputs from other ranks arrive through RECV actions. None for a REDUCE_GRAD (see
 // above).
-Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered);
+inline Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered) {
+  return detail::inputs_with(
+      atom, static_cast<int>(stage_to_rank.size()), nullptr, nullptr,
+      [&](int stage) { return stage_to_rank[stage]; }, lowered);
+}
 // The same, with "another rank" decided by schedule.rank_of(stage, atom's microbatch).
-Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered);
+inline Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered) {
+  // Only a lowered schedule asks where stages run (and a REDUCE_GRAD has no microbatch).
+  if (!lowered || atom.op == Op::REDUCE_GRAD) return inputs_of(atom, schedule.stage_to_rank, false);
+  return detail::inputs_with(
+      atom, schedule.num_stages, schedule.skips.data(),
+      schedule.skips.data() + schedule.skips.size(),
+      [&](int stage) { return schedule.rank_of(stage, atom.microbatch); }, lowered);
+}
 
 // The SEND that must follow `atom` in a lowered schedule because what it produced is consumed on
 // another rank: SEND_F after an F whose next stage lives elsewhere, SEND_B after an I or B whose
@@ -229,21 +314,27 @@ MessageSegments message_segments(const Schedule& lowered, int microbatches_per_s
 
 // A dense table of one value per (fact, stage, microbatch), for whoever tracks facts: positions
 // (validator), times (simulator), steps (generators). The skip facts have a place only in a
-// table made for a schedule with skips.
+// table made for a schedule with skips; a table of the compute facts only (kNumComputeFacts)
+// has none for the messages' facts either.
 template <typename T>
 class FactTable {
  public:
+  // The compute facts of a compute-only schedule (what its actions wait for and leave behind).
   FactTable(int num_stages, int num_microbatches, T initial)
       : stages_(num_stages),
         microbatches_(num_microbatches),
-        values_(static_cast<size_t>(kNumAdjacentFacts) * num_stages * num_microbatches, initial) {}
-  FactTable(const Schedule& schedule, T initial)
+        values_(static_cast<size_t>(kNumComputeFacts) * num_stages * num_microbatches, initial) {}
+  // Every fact of `schedule`: its messages' and skip messages' too, or (`messages` false) the
+  // compute facts alone.
+  FactTable(const Schedule& schedule, T initial, bool messages = true)
       : stages_(schedule.num_stages),
         microbatches_(schedule.num_microbatches),
-        skips_(schedule.skips),
-        values_((static_cast<size_t>(kNumAdjacentFacts) * schedule.num_stages +
-                 (kNumFacts - kNumAdjacentFacts) * schedule.skips.size()) *
-                    schedule.num_microbatches,
+        skips_(messages ? schedule.skips : std::vector<SkipLink>{}),
+        values_(messages ? (static_cast<size_t>(kNumAdjacentFacts) * schedule.num_stages +
+                            (kNumFacts - kNumAdjacentFacts) * schedule.skips.size()) *
+                               schedule.num_microbatches
+                         : static_cast<size_t>(kNumComputeFacts) * schedule.num_stages *
+                               schedule.num_microbatches,
                 initial) {}
   T& operator[](const Need& need) { return values_[index(need)]; }
   const T& operator[](const Need& need) const { return values_[index(need)]; }
@@ -251,8 +342,10 @@ class FactTable {
  private:
   size_t index(const Need& need) const {
     if (!is_skip_fact(need.fact)) {
-      return (static_cast<size_t>(need.fact) * stages_ + need.stage) * microbatches_ +
-             need.microbatch;
+      const size_t i =
+          (static_cast<size_t>(need.fact) * stages_ + need.stage) * microbatches_ + need.microbatch;
+      assert(i < values_.size() && "a fact the table has no place for");
+      return i;
     }
     const SkipLink link{std::min(need.stage, need.peer), std::max(need.stage, need.peer)};
     const size_t k =

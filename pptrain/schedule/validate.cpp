@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "pptrain/schedule/grid.h"
@@ -15,6 +17,7 @@ namespace {
 
 // Ops recorded per (stage, microbatch): F .. RECV_B. Composites are checked through their parts.
 constexpr int kAtomOps = static_cast<int>(Op::OVERLAP_F_B);
+constexpr int kComputeOps = static_cast<int>(Op::SEND_F);  // F, I, W, B: a compute-only schedule's
 // Grids of longer schedules are cut to this many positions either side of the marked action.
 constexpr int kGridWindow = 12;
 // Deadlock messages list at most this many stuck ranks.
@@ -58,14 +61,14 @@ class Validator {
  public:
   explicit Validator(const Schedule& schedule) : s_(schedule) {}
 
-  // Returns the schedule with its communication: s_ itself, or s_ lowered.
-  Schedule run() {
+  void run() {
     check_shape();
     M_ = s_.num_microbatches;
-    seen_.assign(static_cast<size_t>(s_.num_stages) * M_, {});
+    with_comms_ = s_.has_comms();
+    ops_ = with_comms_ ? kAtomOps : kComputeOps;
+    seen_.assign(static_cast<size_t>(s_.num_stages) * M_ * ops_, {});
     check_skips();
     skip_seen_.assign(s_.skips.size() * M_, {});
-    with_comms_ = s_.has_comms();
     reductions_.assign(static_cast<size_t>(s_.num_stages) * s_.num_ranks, {});
     record_actions();
     check_completeness();
@@ -74,15 +77,10 @@ class Validator {
     if (s_.replicated()) check_reduction_order();
     if (with_comms_) {
       check_matching();
-      check_deadlock(s_, /*compute_only_source=*/false);
-      return s_;
+      check_deadlock();
+    } else {
+      check_deadlock_of_compute();
     }
-    // The tables of the checks above are done with: let go of them before the lowered copy.
-    std::vector<std::array<Where, kAtomOps>>().swap(seen_);
-    std::vector<std::array<Where, 4>>().swap(skip_seen_);
-    Schedule lowered = lower(s_);
-    check_deadlock(lowered, /*compute_only_source=*/true);
-    return lowered;
   }
 
  private:
@@ -115,7 +113,8 @@ class Validator {
 
   int last_stage() const { return s_.num_stages - 1; }
   Where& slot(Op op, int stage, int microbatch) {
-    return seen_[static_cast<size_t>(stage) * M_ + microbatch][op_index(op)];
+    assert(op_index(op) < ops_ && "a message in a compute-only schedule's table");
+    return seen_[(static_cast<size_t>(stage) * M_ + microbatch) * ops_ + op_index(op)];
   }
   // Where an atom is, a skip message's SEND or RECV included (check_peer made sure its link is
   // one of the schedule's).
@@ -132,17 +131,8 @@ class Validator {
   std::string backward_text(int stage, int microbatch) {
     return text_of(fused_backward(stage, microbatch) ? Op::B : Op::I, stage, microbatch);
   }
-  // Whether (stage, microbatch) has a B rather than an I: from the table while there is one, else
-  // (the deadlock check's messages, after the table is let go) from its rank's list.
-  bool fused_backward(int stage, int microbatch) {
-    if (!seen_.empty()) return slot(Op::B, stage, microbatch).found();
-    for (const Action& action : s_.actions[s_.rank_of(stage, microbatch)]) {
-      for (const Action& atom : atoms_of(action)) {
-        if (atom.op == Op::B && atom.stage == stage && atom.microbatch == microbatch) return true;
-      }
-    }
-    return false;
-  }
+  // Whether (stage, microbatch) has a B rather than an I.
+  bool fused_backward(int stage, int microbatch) { return slot(Op::B, stage, microbatch).found(); }
 
   // The fields agree with each other; nothing here has a rank or position.
   template <typename... Parts>
@@ -289,7 +279,10 @@ class Validator {
     const bool fused = a.op == Op::B;
     const bool split = a.op == Op::I || a.op == Op::W;
     if (fused || split) {
-      for (Op other : fused ? std::vector<Op>{Op::I, Op::W} : std::vector<Op>{Op::B}) {
+      // The other kind: I and W for a B, B for an I or a W.
+      const Op others[] = {fused ? Op::I : Op::B, Op::W};
+      for (int k = 0; k < (fused ? 2 : 1); ++k) {
+        const Op other = others[k];
         const Where& o = slot(other, s, mb);
         if (o.found()) {
           fail(r, i,
@@ -613,85 +606,174 @@ class Validator {
     }
   }
 
-  // Runs `lowered` in order on every rank, receives blocking until their send has run, sends
-  // never blocking. Each rank runs until it blocks; a send wakes the rank waiting for it, so the
-  // whole run is linear in the number of actions. If some rank cannot finish, it is a deadlock.
-  // With `compute_only_source`, `lowered` is lower(s_) and positions are mapped back to s_.
-  void check_deadlock(const Schedule& lowered, bool compute_only_source) {
-    const int P = lowered.num_ranks;
-    const auto message = [&](const Action& comm) { return message_index(comm, lowered); };
-    const size_t messages = message_count(lowered);
-    std::vector<char> arrived(messages, 0);
-    std::vector<int> waiter(messages, -1);
+  // Runs the ranks as far as they go: `advance(r, pc, runnable)` moves rank r's position pc[r]
+  // on until it blocks or ends, and pushes on `runnable` the ranks its progress may unblock.
+  // Every rank starts runnable, rank 0 first. Returns where each rank stopped.
+  template <typename Advance>
+  std::vector<size_t> run_ranks(Advance advance) const {
+    const int P = s_.num_ranks;
     std::vector<size_t> pc(P, 0);
     std::vector<int> runnable(P);
     for (int r = 0; r < P; ++r) runnable[r] = P - 1 - r;
     while (!runnable.empty()) {
       const int r = runnable.back();
       runnable.pop_back();
-      const auto& list = lowered.actions[r];
-      while (pc[r] < list.size()) {
-        const Action& a = list[pc[r]];
-        if (is_recv(a.op)) {
-          const size_t m = message(a);
-          if (!arrived[m]) {
-            waiter[m] = r;
-            break;
+      advance(r, pc, runnable);
+    }
+    return pc;
+  }
+
+  // A schedule given with its messages: runs every rank's list in order, receives blocking until
+  // their send has run, sends never blocking. Each rank runs until it blocks; a send wakes the
+  // rank waiting for it, so the whole run is linear in the number of actions. If some rank
+  // cannot finish, it is a deadlock.
+  void check_deadlock() {
+    const auto message = [&](const Action& comm) { return message_index(comm, s_); };
+    std::vector<char> arrived(message_count(s_), 0);
+    std::vector<int> waiter(arrived.size(), -1);
+    const std::vector<size_t> pc =
+        run_ranks([&](int r, std::vector<size_t>& at, std::vector<int>& runnable) {
+          const auto& list = s_.actions[r];
+          while (at[r] < list.size()) {
+            const Action& a = list[at[r]];
+            if (is_recv(a.op)) {
+              const size_t m = message(a);
+              if (!arrived[m]) {
+                waiter[m] = r;
+                break;
+              }
+            } else if (is_send(a.op)) {
+              const size_t m = message(a);
+              arrived[m] = 1;
+              if (waiter[m] >= 0) runnable.push_back(waiter[m]);
+              waiter[m] = -1;
+            }
+            ++at[r];
           }
-        } else if (is_send(a.op)) {
-          const size_t m = message(a);
-          arrived[m] = 1;
-          if (waiter[m] >= 0) runnable.push_back(waiter[m]);
-          waiter[m] = -1;
-        }
-        ++pc[r];
+        });
+    fail_if_stuck(pc, [&](int r) {
+      const Action send = comm_peer(s_.actions[r][pc[r]]);
+      return to_string(send) + " on rank " +
+             std::to_string(s_.rank_of(send.stage, send.microbatch));
+    });
+  }
+
+  // A compute-only schedule: the same check on the schedule lower() makes of it, without making
+  // it. There a RECV sits right before the action that consumes it and its SEND right after the
+  // action that produces it, so a rank waits exactly until every input it receives (in the order
+  // lower() places their RECVs) has been produced on its rank; a send never blocks.
+  void check_deadlock_of_compute() {
+    // [rank] the ranks waiting for one of its actions: (their position there, waiting rank).
+    std::vector<std::vector<std::pair<int, int>>> waiters(s_.num_ranks);
+    const std::vector<size_t> pc =
+        run_ranks([&](int r, std::vector<size_t>& at, std::vector<int>& runnable) {
+          const auto& list = s_.actions[r];
+          const size_t from = at[r];
+          for (; at[r] < list.size(); ++at[r]) {
+            const Where* awaited = first_input_not_produced(list[at[r]], r, at);
+            if (awaited) {
+              waiters[awaited->rank].emplace_back(awaited->position, r);
+              break;
+            }
+          }
+          if (at[r] == from) return;
+          // Wake the ranks whose awaited action rank r has now run; the others go on waiting.
+          auto& mine = waiters[r];
+          const auto still = std::partition(mine.begin(), mine.end(), [&](const auto& w) {
+            return static_cast<size_t>(w.first) >= at[r];
+          });
+          for (auto it = still; it != mine.end(); ++it) runnable.push_back(it->second);
+          mine.erase(still, mine.end());
+        });
+    fail_if_stuck(pc, [&](int r) {
+      const Need need = *first_receipt_not_produced(s_.actions[r][pc[r]], pc);
+      const Action send = comm_peer(producer_of(need));
+      const std::string what = is_skip_fact(need.fact) ? "its skip connection's " : "its ";
+      const std::string awaited =
+          send.op == Op::SEND_F
+              ? what + "input from " + text_of(Op::F, send.stage, send.microbatch)
+              : what + "output gradient from " + backward_text(send.stage, send.microbatch);
+      return awaited + " on rank " + std::to_string(s_.rank_of(send.stage, send.microbatch));
+    });
+  }
+
+  // The first input of `action` that lowering would make it receive (a Need of a receipt fact,
+  // semantics.h) whose producer has not run yet, with ranks at positions `pc`; none if all have.
+  std::optional<Need> first_receipt_not_produced(const Action& action,
+                                                 const std::vector<size_t>& pc) {
+    for (const Action& atom : atoms_of(action)) {
+      for (const Need& need : inputs_of(atom, s_, /*lowered=*/true)) {
+        if (!is_receipt(need.fact)) continue;
+        const Where& producer = producer_of_receipt(need);
+        if (pc[producer.rank] <= static_cast<size_t>(producer.position)) return need;
       }
     }
+    return std::nullopt;
+  }
+  // An action of rank r that waits at positions `pc` for one of its inputs from another rank:
+  // where that input is made; null when none is missing. Only the inputs of the compute-only
+  // schedule: a skip message's comes from a stage whose output (or input gradient) the stages in
+  // between pass on too, so it has been made when theirs has (which message the deadlock
+  // message names, first_receipt_not_produced() says).
+  const Where* first_input_not_produced(const Action& action, int r,
+                                        const std::vector<size_t>& pc) {
+    for (const Action& atom : atoms_of(action)) {
+      for (const Need& need : inputs_of(atom, s_.stage_to_rank, /*lowered=*/false)) {
+        const Where& producer = need.fact == Fact::kInputGrad
+                                    ? backward(need.stage, need.microbatch)
+                                    : slot(producer_of(need));
+        if (producer.rank != r && pc[producer.rank] <= static_cast<size_t>(producer.position)) {
+          return &producer;
+        }
+      }
+    }
+    return nullptr;
+  }
+  // Where the compute action runs whose output a receipt fact receives: the forward of the stage
+  // before (or of the skip's first stage), the backward of the stage after (or of its last).
+  const Where& producer_of_receipt(const Need& need) {
+    const int m = need.microbatch;
+    switch (need.fact) {
+      case Fact::kReceivedF:
+        return slot(Op::F, need.stage - 1, m);
+      case Fact::kReceivedB:
+        return backward(need.stage + 1, m);
+      case Fact::kSkipReceivedF:
+        return slot(Op::F, need.peer, m);
+      case Fact::kSkipReceivedB:
+        return backward(need.peer, m);
+      default:
+        PPTRAIN_UNREACHABLE("not a receipt: ", fact_name(need.fact));
+    }
+  }
 
+  // Fails with a deadlock if a rank has actions left at `pc`. `awaited(r)` says what rank r
+  // waits for and where ("4F1 on rank 2").
+  template <typename Awaited>
+  void fail_if_stuck(const std::vector<size_t>& pc, Awaited awaited) {
     std::vector<int> stuck;
-    for (int r = 0; r < P; ++r) {
-      if (pc[r] < lowered.actions[r].size()) stuck.push_back(r);
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      if (pc[r] < s_.actions[r].size()) stuck.push_back(r);
     }
     if (stuck.empty()) return;
-    // Position in s_ of the action rank r is stuck at. In a lowered compute-only schedule a
-    // receive sits right before its consumer, whose position in s_ is the number of compute
-    // actions (and reductions) before it.
-    const auto source_position = [&](int r) {
-      if (!compute_only_source) return static_cast<int>(pc[r]);
-      const auto& list = lowered.actions[r];
-      return static_cast<int>(std::count_if(list.begin(), list.begin() + pc[r],
-                                            [](const Action& a) { return !is_comm(a.op); }));
-    };
     std::string message_text = "deadlock: no rank can progress;";
     for (size_t k = 0; k < stuck.size() && k < kMaxStuckListed; ++k) {
       const int r = stuck[k];
-      const Action& recv = lowered.actions[r][pc[r]];
-      const Action send = comm_peer(recv);
-      const int from = s_.rank_of(send.stage, send.microbatch);
-      std::string awaited;
-      if (compute_only_source) {
-        const std::string what = is_skip_message(recv) ? "its skip connection's " : "its ";
-        awaited = recv.op == Op::RECV_F
-                      ? what + "input from " + text_of(Op::F, send.stage, send.microbatch)
-                      : what + "output gradient from " + backward_text(send.stage, send.microbatch);
-      } else {
-        awaited = to_string(send);
-      }
       message_text += std::string(k ? "," : "") + " rank " + std::to_string(r) +
-                      " waits at position " + std::to_string(source_position(r)) + " (" +
-                      to_string(s_.actions[r][source_position(r)]) + ") for " + awaited +
-                      " on rank " + std::to_string(from);
+                      " waits at position " + std::to_string(pc[r]) + " (" +
+                      to_string(s_.actions[r][pc[r]]) + ") for " + awaited(r);
     }
     if (stuck.size() > kMaxStuckListed) {
       message_text += ", and " + std::to_string(stuck.size() - kMaxStuckListed) + " more ranks";
     }
-    fail(stuck[0], source_position(stuck[0]), message_text);
+    fail(stuck[0], static_cast<int>(pc[stuck[0]]), message_text);
   }
 
   const Schedule& s_;
   int M_ = 0;
   bool with_comms_ = false;
-  std::vector<std::array<Where, kAtomOps>> seen_;  // [stage * M + microbatch][op]
+  int ops_ = kAtomOps;       // ops recorded per (stage, microbatch): kComputeOps without messages
+  std::vector<Where> seen_;  // [(stage * M + microbatch) * ops_ + op]
   // [skip * M + microbatch][SEND_F, RECV_F, SEND_B, RECV_B] of the skip messages
   std::vector<std::array<Where, 4>> skip_seen_;
   std::vector<Where> reductions_;  // [stage * P + rank] the stage's REDUCE_GRAD there, if any
@@ -699,8 +781,16 @@ class Validator {
 
 }  // namespace
 
-ValidatedSchedule validate(const Schedule& schedule) {
-  return ValidatedSchedule(Validator(schedule).run(), /*lowered_here=*/!schedule.has_comms());
+const Schedule& ValidatedSchedule::schedule() const {
+  if (!lowering_) return given_;
+  std::call_once(lowering_->once, [this] { lowering_->lowered = lower(given_); });
+  return lowering_->lowered;
+}
+
+ValidatedSchedule validate(Schedule schedule) {
+  Validator(schedule).run();
+  const bool compute_only = !schedule.has_comms();
+  return ValidatedSchedule(std::move(schedule), compute_only);
 }
 
 }  // namespace pptrain

@@ -11,11 +11,14 @@
 //   rank 0 | 0F0  0F1  0B0  0B1
 //   rank 1 | 1F0  1F1  1B1 [1B0]
 //
-// A compute-only schedule is checked as it is, then lowered (schedule.h) for the deadlock check;
-// deadlocks are still reported at its own positions. The rules are listed in
-// docs/SCHEDULE_FORMAT.md.
+// A compute-only schedule is checked as it is: its deadlock check runs the compute actions, each
+// waiting for what lowering (schedule.h) would make it receive, which is the lowered schedule's
+// check without its messages (a send follows its producer at once and never blocks). The rules are
+// listed in docs/SCHEDULE_FORMAT.md.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "pptrain/common/check.h"
@@ -39,28 +42,41 @@ class ScheduleError : public UserError {
   std::string message_;
 };
 
-// A schedule that passed validate(), with its SEND/RECV actions (lowered when it had none).
-// Only validate() makes one, so whoever takes a ValidatedSchedule (the simulator, the executor)
-// relies on every rule of this file without checking it again.
+// A schedule that passed validate(). Only validate() makes one, so whoever takes a
+// ValidatedSchedule (the simulator, the executor) relies on every rule of this file without
+// checking it again. It keeps the schedule as given; a compute-only one is lowered (schedule.h)
+// the first time its SEND/RECV actions are asked for, so that a pass which needs none of them
+// (the simulator's figures, sim/simulator.h) never makes them. Copies share that lowered form.
 class ValidatedSchedule {
  public:
-  const Schedule& schedule() const { return lowered_; }
-  const Schedule& operator*() const { return lowered_; }
-  const Schedule* operator->() const { return &lowered_; }
-  // True when validate() lowered a compute-only schedule itself (lower(), schedule.h): every
-  // RECV then sits right before the action that consumes it (after that action's other
-  // receives) and every SEND right after the one that produces it, so that a message's timing
-  // follows from its producer and consumer alone (the simulator's figures use that).
-  bool lowered_here() const { return lowered_here_; }
+  // The schedule with its SEND/RECV actions, as the executor runs it: the one given, or the
+  // compute-only one lowered on first use. Safe to call from several threads.
+  const Schedule& schedule() const;
+  const Schedule& operator*() const { return schedule(); }
+  const Schedule* operator->() const { return &schedule(); }
+  // The schedule validate() was given: compute-only when lowered_here(), else schedule() itself.
+  // Everything but its action lists is schedule()'s too.
+  const Schedule& given() const { return given_; }
+  // True when the schedule was given compute-only and schedule() is lower(given()): every RECV
+  // then sits right before the action that consumes it (after that action's other receives)
+  // and every SEND right after the one that produces it, so that a message's timing follows
+  // from its producer and consumer alone (the simulator's figures use that).
+  bool lowered_here() const { return lowering_ != nullptr; }
 
  private:
-  friend ValidatedSchedule validate(const Schedule& schedule);
-  ValidatedSchedule(Schedule lowered, bool lowered_here)
-      : lowered_(std::move(lowered)), lowered_here_(lowered_here) {}
-  Schedule lowered_;
-  bool lowered_here_ = false;
+  friend ValidatedSchedule validate(Schedule schedule);
+  struct Lowering {
+    std::once_flag once;
+    Schedule lowered;
+  };
+  ValidatedSchedule(Schedule given, bool compute_only)
+      : given_(std::move(given)),
+        lowering_(compute_only ? std::make_shared<Lowering>() : nullptr) {}
+  Schedule given_;
+  std::shared_ptr<Lowering> lowering_;  // a compute-only schedule's lowered form; else null
 };
 
-ValidatedSchedule validate(const Schedule& schedule);
+// Takes the schedule by value: std::move it in when it is not needed after (it is kept).
+ValidatedSchedule validate(Schedule schedule);
 
 }  // namespace pptrain

@@ -3,10 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
 
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/grid.h"
 #include "pptrain/schedule/reductions.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/testing.h"
 
 namespace pptrain {
@@ -210,6 +216,80 @@ TEST(Validate, DeadlockAcrossTwoRanks) {
   EXPECT_EQ(e.rank(), 0);
   EXPECT_EQ(to_string(lower(s).actions[0][e.position()]), "0RECV_B0");
   EXPECT_TRUE(contains(e.message(), "for 1SEND_B0 on rank 1")) << e.what();
+}
+
+// A compute-only schedule's deadlock check runs without its messages: it must find exactly the
+// deadlocks of the schedule lower() makes of it, with the same ranks stuck at the same actions.
+// Random moves of one action (most break the order on a rank; those that do not may deadlock
+// across ranks) in schedules with two chunks, composites, replicas and a skip connection.
+TEST(Validate, ComputeOnlyDeadlocksAreTheLoweredSchedulesDeadlocks) {
+  std::vector<Schedule> schedules;
+  for (const char* name : {"1f1b", "zb-v", "dualpipev", "chimera", "interleaved-1f1b"}) {
+    schedules.push_back(make_schedule({name, 4, 8}));
+  }
+  Schedule skip = make_schedule({"gpipe", 4, 3});
+  skip.skips = {{0, 3}};
+  schedules.push_back(skip);
+  // The positions of the stuck ranks that a deadlock message lists, in order.
+  const auto stuck_at = [](const ScheduleError& e) {
+    std::vector<std::pair<int, int>> stuck;
+    const std::string& m = e.message();
+    for (size_t at = m.find(" rank "); at != std::string::npos; at = m.find(" rank ", at + 1)) {
+      int rank = 0, position = 0;
+      if (std::sscanf(m.c_str() + at, " rank %d waits at position %d", &rank, &position) == 2) {
+        stuck.emplace_back(rank, position);
+      }
+    }
+    return stuck;
+  };
+  std::mt19937 rng(31);
+  int deadlocks = 0, passes = 0;
+  for (const Schedule& base : schedules) {
+    for (int trial = 0; trial < 300; ++trial) {
+      Schedule s = base;
+      auto& list = s.actions[rng() % s.num_ranks];
+      const size_t from = rng() % list.size(), to = rng() % list.size();
+      const Action moved = list[from];
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(from));
+      list.insert(list.begin() + static_cast<std::ptrdiff_t>(to), moved);
+      const Schedule lowered = lower(s);
+      std::optional<ScheduleError> compute_error, lowered_error;
+      try {
+        validate(s);
+      } catch (const ScheduleError& e) {
+        compute_error = e;
+      }
+      try {
+        validate(lowered);
+      } catch (const ScheduleError& e) {
+        lowered_error = e;
+      }
+      const auto deadlock = [](const std::optional<ScheduleError>& e) {
+        return e && contains(e->message(), "deadlock");
+      };
+      if (!compute_error) {
+        EXPECT_FALSE(lowered_error) << lowered_error->what();
+        ++passes;
+        continue;
+      }
+      ASSERT_EQ(deadlock(compute_error), deadlock(lowered_error)) << compute_error->what();
+      if (!deadlock(compute_error)) continue;
+      ++deadlocks;
+      // The lowered schedule's positions, counted in compute actions (and reductions).
+      std::vector<std::pair<int, int>> expected;
+      for (const auto& [rank, position] : stuck_at(*lowered_error)) {
+        const auto& row = lowered.actions[rank];
+        expected.emplace_back(
+            rank, static_cast<int>(std::count_if(row.begin(), row.begin() + position,
+                                                 [](const Action& a) { return !is_comm(a.op); })));
+      }
+      EXPECT_EQ(stuck_at(*compute_error), expected) << compute_error->what();
+      EXPECT_EQ(compute_error->rank(), lowered_error->rank());
+    }
+  }
+  // The moves reached both outcomes.
+  EXPECT_GT(deadlocks, 20);
+  EXPECT_GT(passes, 20);
 }
 
 TEST(Validate, CutsTheGridOfLongSchedules) {

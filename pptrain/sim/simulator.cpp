@@ -1,6 +1,7 @@
 #include "pptrain/sim/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <utility>
@@ -50,20 +51,23 @@ class Simulation {
  public:
   Simulation(const ValidatedSchedule& validated, const CostModel& cost, const VersionRule& rule,
              Record record)
-      : s_(*validated),
+      :  // Figures only, on a core per rank, of a schedule whose messages lower() places (no
+         // skip messages, no replicas): a RECV right before its consumer changes nothing but
+         // when the consumer starts, at its input's end plus the latency, and a SEND right after
+         // its producer nothing at all (their zero-length events never widen a rank's span). So
+         // the run takes the compute-only lists as given and a compute action waits for its
+         // producer itself: the same figures, bit for bit, without the messages.
+        direct_(record == Record::kFigures && validated.lowered_here() &&
+                validated.given().skips.empty() && !validated.given().replicated() &&
+                cost.cores == 0),
+        s_(direct_ ? validated.given() : *validated),
         cost_(cost),
         rule_(rule),
         record_(record),
-        // Figures only, on a core per rank, of a schedule whose messages lower() placed (no skip
-        // messages, no replicas): a RECV right before its consumer changes nothing but when the
-        // consumer starts, at its input's end plus the latency, and a SEND right after its
-        // producer nothing at all (their zero-length events never widen a rank's span). So the
-        // run passes over them and a compute action waits for its producer itself, as in a
-        // compute-only schedule: the same figures, bit for bit, without a step per message.
-        direct_(record == Record::kFigures && validated.lowered_here() && s_.skips.empty() &&
-                !s_.replicated() && cost.cores == 0),
-        done_at_(s_, kNotYet),
+        done_at_(s_, kNotYet, /*messages=*/!direct_),
         shares_(s_.replicated() ? s_.num_stages : s_.num_ranks),
+        stage_figures_(static_cast<size_t>(s_.num_stages) * kStageFigures,
+                       std::numeric_limits<double>::quiet_NaN()),
         tally_(s_.num_ranks) {}
 
   SimResult run() {
@@ -231,16 +235,38 @@ class Simulation {
 
   // How long `a` runs: the cost model's time, plus the rerun forward of a backward under a rule
   // whose backward rebuilds the graph on its own weights (pipemare).
-  double duration(const Action& a) const {
-    double time = cost_.time(a, s_.num_stages, shares_);
+  double duration(const Action& a) {
+    double time = 0;
+    if (a.op == Op::OVERLAP_F_B) {
+      for (const Action& part : a.parts()) time += stage_figure(part.stage, part.op);
+    } else if (is_compute(a.op)) {
+      time = stage_figure(a.stage, a.op);
+    } else {
+      time = cost_.time(a, s_.num_stages, shares_);
+    }
     if (!rule_.backward_reruns_forward()) return time;
     for (const Action& atom : atoms_of(a)) {
-      if (atom.op == Op::B || atom.op == Op::I) {
-        time +=
-            cost_.time(Action::make(Op::F, atom.stage, atom.microbatch), s_.num_stages, shares_);
-      }
+      if (atom.op == Op::B || atom.op == Op::I) time += stage_figure(atom.stage, Op::F);
     }
     return time;
+  }
+
+  // What the cost model gives a stage, asked once per run (it checks the stage's values the
+  // first time, as when asked for every action): the time of its F, I, W or B (`what`), its
+  // activations (kActivation) or the share its W keeps (kStash).
+  static constexpr int kActivation = static_cast<int>(Op::B) + 1, kStash = kActivation + 1;
+  double stage_figure(int stage, Op op) { return stage_figure(stage, static_cast<int>(op)); }
+  double stage_figure(int stage, int what) {
+    double& figure = stage_figures_[static_cast<size_t>(stage) * kStageFigures + what];
+    if (!std::isnan(figure)) return figure;
+    if (what == kActivation) {
+      figure = cost_.activation(stage, s_.num_stages, shares_);
+    } else if (what == kStash) {
+      figure = cost_.weight_stash(stage, s_.num_stages, shares_);
+    } else {
+      figure = cost_.time(Action::make(static_cast<Op>(what), stage, 0), s_.num_stages, shares_);
+    }
+    return figure;
   }
 
   // Runs rank r's next action if its inputs are available; false if it has to wait.
@@ -248,10 +274,6 @@ class Simulation {
     const Action& a = s_.actions[r][position_[r]];
     if (is_collective(a.op)) {
       reduce(r, a);
-      return true;
-    }
-    if (direct_ && is_comm(a.op)) {
-      ++position_[r];
       return true;
     }
     double start = free_at_[r];
@@ -347,16 +369,13 @@ class Simulation {
   void record(const Action& a, int r, double start, double end) {
     for (const Action& atom : atoms_of(a)) {
       done_at_[produced_by(atom)] = end;
-      if (atom.op == Op::F)
-        held_[r].change(start, cost_.activation(atom.stage, s_.num_stages, shares_));
+      if (atom.op == Op::F) held_[r].change(start, stage_figure(atom.stage, kActivation));
     }
     for (const Action& atom : atoms_of(a)) {
-      if (is_backward(atom.op)) {
-        held_[r].change(end, -cost_.activation(atom.stage, s_.num_stages, shares_));
-      }
+      if (is_backward(atom.op)) held_[r].change(end, -stage_figure(atom.stage, kActivation));
       if (atom.op != Op::I && atom.op != Op::W) continue;
       // I keeps, and W releases, the share of the activations the weight gradients need.
-      const double stash = cost_.weight_stash(atom.stage, s_.num_stages, shares_);
+      const double stash = stage_figure(atom.stage, kStash);
       if (stash != 0) held_[r].change(end, atom.op == Op::I ? stash : -stash);
     }
   }
@@ -390,15 +409,18 @@ class Simulation {
     return out;
   }
 
-  const Schedule& s_;
+  const bool direct_;  // the compute-only lists, messages timed from their producer and consumer
+  const Schedule& s_;  // the lowered schedule, or (direct_) the compute-only one
   const CostModel& cost_;
   const VersionRule& rule_;
   const Record record_;
-  const bool direct_;          // messages timed from their producer and consumer alone (see above)
   FactTable<double> done_at_;  // when each fact came true (semantics.h); kNotYet until then
   // The ranks the cost model splits the model over: with replicated stages every stage is one
   // rank's whole share (V = 1), however many ranks hold replicas.
   int shares_;
+  static constexpr int kStageFigures = kStash + 1;
+  // [stage * kStageFigures + what] stage_figure()'s, NaN until asked for
+  std::vector<double> stage_figures_;
   std::vector<int> position_;           // [rank] next action to run
   std::vector<double> free_at_;         // [rank] end of its last action
   std::vector<double> reduce_free_at_;  // [rank] end of its last REDUCE_GRAD (one channel)
@@ -419,9 +441,9 @@ class Simulation {
 
 SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
                    const VersionRule& rule, Record record) {
-  PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == schedule->num_stages, "weight rule ",
+  PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == schedule.given().num_stages, "weight rule ",
                 update_name(rule.update), " is for ", rule.stages, " stages but schedule '",
-                schedule->name, "' has ", schedule->num_stages);
+                schedule.given().name, "' has ", schedule.given().num_stages);
   return Simulation(schedule, cost, rule, record).run();
 }
 

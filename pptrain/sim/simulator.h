@@ -98,8 +98,8 @@ struct SimResult {
 
 // What a simulation keeps: its timeline (to draw or compare it) or only the figures (a summary,
 // a planner's candidates: the same figures without an event per action in memory). For the
-// figures of a schedule that validate() lowered itself (no skip messages, no replicas, a core per
-// rank), the run also passes over its SEND and RECV actions: there a message only delays its
+// figures of a schedule that validate() was given compute-only (no skip messages, no replicas, a
+// core per rank), the run takes it as given, never lowered: there a message only delays its
 // consumer to its producer's end plus the latency, which the consumer then waits for itself.
 enum class Record { kTimeline, kFigures };
 

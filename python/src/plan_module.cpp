@@ -72,7 +72,7 @@ struct PlannedSchedule {
   }
 
   const Schedule& shown(bool with_comms) const {
-    return with_comms ? *made.validated : made.schedule;
+    return with_comms ? *made.validated : made.validated.given();
   }
 };
 
@@ -157,22 +157,24 @@ PYBIND11_MODULE(_plan, m) {
   m.def("schedule_names", &schedule_names, "The registry's schedules, in its order");
 
   py::class_<PlannedSchedule>(m, "Schedule")
-      .def_property_readonly("name", [](const PlannedSchedule& p) { return p.made.schedule.name; })
-      .def_property_readonly("num_ranks",
-                             [](const PlannedSchedule& p) { return p.made.schedule.num_ranks; })
-      .def_property_readonly("num_stages",
-                             [](const PlannedSchedule& p) { return p.made.schedule.num_stages; })
+      .def_property_readonly("name",
+                             [](const PlannedSchedule& p) { return p.made.validated.given().name; })
+      .def_property_readonly(
+          "num_ranks", [](const PlannedSchedule& p) { return p.made.validated.given().num_ranks; })
+      .def_property_readonly(
+          "num_stages",
+          [](const PlannedSchedule& p) { return p.made.validated.given().num_stages; })
       .def_property_readonly(
           "num_microbatches",
-          [](const PlannedSchedule& p) { return p.made.schedule.num_microbatches; })
-      .def_property_readonly("chunks",
-                             [](const PlannedSchedule& p) { return p.made.schedule.chunks(); })
+          [](const PlannedSchedule& p) { return p.made.validated.given().num_microbatches; })
+      .def_property_readonly(
+          "chunks", [](const PlannedSchedule& p) { return p.made.validated.given().chunks(); })
       .def_property_readonly("synchronous",
                              [](const PlannedSchedule& p) { return !p.made.rule.asynchronous(); })
       .def_property_readonly("skips",
                              [](const PlannedSchedule& p) {
                                std::vector<std::pair<int, int>> out;
-                               for (const SkipLink& s : p.made.schedule.skips) {
+                               for (const SkipLink& s : p.made.validated.given().skips) {
                                  out.emplace_back(s.from, s.to);
                                }
                                return out;
@@ -186,7 +188,7 @@ PYBIND11_MODULE(_plan, m) {
       .def(
           "to_csv",
           [](const PlannedSchedule& p, bool with_comms) {
-            return to_csv(with_comms ? *p.made.validated : strip_comms(p.made.schedule));
+            return to_csv(with_comms ? *p.made.validated : strip_comms(p.made.validated.given()));
           },
           py::arg("with_comms") = false)
       .def(

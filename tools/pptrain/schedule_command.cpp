@@ -16,10 +16,6 @@
 #include <string>
 #include <vector>
 
-#ifdef __GLIBC__
-#include <malloc.h>  // malloc_trim
-#endif
-
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
 #include "pptrain/partition/partition.h"
@@ -238,31 +234,25 @@ void run_schedule_command(const ScheduleArgs& args) {
                 *imported, std::string(), false,
                 args.microbatches_given ? args.microbatches : imported->num_microbatches, args.dp)
           : make_requested_schedule(request_of(args, solver), cost);
-  const Schedule& lowered = *made.validated;
-  // One copy of the lists: the schedule as given is the lowered one less the messages lowering
-  // added (a schedule of P = 256 and thousands of microbatches holds millions of actions).
-  const bool given_with_comms = made.schedule.has_comms();
-  made.schedule = without_actions(made.schedule);
-#ifdef __GLIBC__
-  malloc_trim(0);  // the lists lay in many small blocks: give their pages back before simulating
-#endif
+  // Its lowered form (a schedule of P = 256 and thousands of microbatches holds millions of
+  // actions) is made only for what shows the messages.
+  const Schedule& given = made.validated.given();
   // A timeline only to draw or trace: without, the figures cost no event per action.
   const bool drawn = !args.svg_path.empty() || !args.trace_path.empty();
   SimResult result = simulate_requested(made, cost, args.memory_limit,
                                         drawn ? Record::kTimeline : Record::kFigures);
 
   if (!args.export_path.empty()) {
-    write_text_file(args.export_path, to_csv(args.with_comms ? lowered : strip_comms(lowered)),
+    write_text_file(args.export_path,
+                    to_csv(args.with_comms ? *made.validated : strip_comms(given)),
                     "--export file");
   }
   if (args.grid) {
     GridOptions options;
     options.with_comms = args.with_comms;
     // With --json, stdout holds the JSON object alone.
-    std::fputs(
-        render_grid(args.with_comms || given_with_comms ? lowered : strip_comms(lowered), options)
-            .c_str(),
-        args.json ? stderr : stdout);
+    std::fputs(render_grid(args.with_comms ? *made.validated : given, options).c_str(),
+               args.json ? stderr : stdout);
     if (!args.json) std::fputs("\n", stdout);
   }
   result.timeline.title = schedule_timeline_title(made, cost, result);
@@ -278,7 +268,7 @@ void run_schedule_command(const ScheduleArgs& args) {
     std::cout << schedule_summary_json(made, cost, args.memory_limit, result, solver).dump()
               << std::endl;
   } else {
-    print_summary(made.schedule, made.rule, cost, args.memory_limit, result);
+    print_summary(given, made.rule, cost, args.memory_limit, result);
     if (made.ilp) print_ilp(*made.ilp);
   }
 }
