@@ -134,8 +134,8 @@ RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_na
                   "all-reduce the gradients)");
     if (!averages_copies) schedule = add_grad_reductions(schedule);
   }
-  // Validation lowers a compute-only schedule itself, and reports problems at the positions of
-  // the schedule as given (the user's file, for an import).
+  // Validation reports problems at the positions of the schedule as given (the user's file, for
+  // an import); it lowers a compute-only one when its messages are first asked for.
   VersionRule rule =
       version_rule_of(rule_name, vertical_sync, schedule.num_stages, microbatches_per_step);
   return RequestedSchedule{validate(std::move(schedule)), rule, std::nullopt};

@@ -87,25 +87,6 @@ const char* op_name(Op op) {
   PPTRAIN_UNREACHABLE("unknown op");
 }
 
-bool is_compute(Op op) {
-  return op == Op::F || op == Op::I || op == Op::W || op == Op::B || op == Op::OVERLAP_F_B;
-}
-bool is_comm(Op op) {
-  return op == Op::SEND_F || op == Op::RECV_F || op == Op::SEND_B || op == Op::RECV_B;
-}
-bool is_collective(Op op) {
-  return op == Op::REDUCE_GRAD;
-}
-bool is_backward(Op op) {
-  return op == Op::I || op == Op::B;
-}
-bool is_send(Op op) {
-  return op == Op::SEND_F || op == Op::SEND_B;
-}
-bool is_recv(Op op) {
-  return op == Op::RECV_F || op == Op::RECV_B;
-}
-
 std::string to_string(const Action& action) {
   if (action.op == Op::OVERLAP_F_B) {
     std::string text = "(";

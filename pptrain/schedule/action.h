@@ -42,6 +42,13 @@ struct Action {
   // its parts in the process's table of composites (see parts()). Else -1.
   int peer = -1;
 
+  Action() = default;
+  // Also what `list.emplace_back(op, stage, microbatch)` calls, which writes the action in place:
+  // push_back of a returned Action stores it in two halves and reads it back whole, a load the
+  // processor cannot forward from the stores (a stall per action in the generators' loops).
+  constexpr Action(Op op, int stage, int microbatch, int peer = -1)
+      : op(op), stage(stage), microbatch(microbatch), peer(peer) {}
+
   static Action make(Op op, int stage, int microbatch) { return Action{op, stage, microbatch}; }
   // A SEND or RECV of the skip message between `stage` and `peer` (not adjacent stages).
   static Action skip(Op op, int stage, int microbatch, int peer) {
@@ -63,12 +70,25 @@ static_assert(sizeof(Action) == 16, "an action is 16 bytes (see above)");
 
 // Short op name as it appears in the text form: "F", "I", "SEND_F", ...
 const char* op_name(Op op);
-bool is_compute(Op op);     // F, I, W, B, OVERLAP_F_B
-bool is_comm(Op op);        // SEND_F, RECV_F, SEND_B, RECV_B: point-to-point, one message each
-bool is_collective(Op op);  // REDUCE_GRAD: neither compute nor a message between stages
-bool is_backward(Op op);    // I or B: the action that consumes a stage's activations
-bool is_send(Op op);        // SEND_F, SEND_B
-bool is_recv(Op op);        // RECV_F, RECV_B
+// (Inline: every pass over a schedule asks them for every action.)
+inline bool is_compute(Op op) {  // F, I, W, B, OVERLAP_F_B
+  return op == Op::F || op == Op::I || op == Op::W || op == Op::B || op == Op::OVERLAP_F_B;
+}
+inline bool is_comm(Op op) {  // SEND_F, RECV_F, SEND_B, RECV_B: point-to-point, one message each
+  return op == Op::SEND_F || op == Op::RECV_F || op == Op::SEND_B || op == Op::RECV_B;
+}
+inline bool is_collective(Op op) {  // REDUCE_GRAD: neither compute nor a message between stages
+  return op == Op::REDUCE_GRAD;
+}
+inline bool is_backward(Op op) {  // I or B: the action that consumes a stage's activations
+  return op == Op::I || op == Op::B;
+}
+inline bool is_send(Op op) {  // SEND_F, SEND_B
+  return op == Op::SEND_F || op == Op::SEND_B;
+}
+inline bool is_recv(Op op) {  // RECV_F, RECV_B
+  return op == Op::RECV_F || op == Op::RECV_B;
+}
 inline bool is_skip_message(const Action& action) {
   return action.peer >= 0 && is_comm(action.op);
 }

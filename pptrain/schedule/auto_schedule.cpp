@@ -102,7 +102,7 @@ class Greedy {
     }
     s.end = start + time(op, j);
     int& count = op == Op::F ? s.nf : op == Op::I ? s.ni : s.nw;
-    s.order.push_back(Action::make(op, j, count));
+    s.order.emplace_back(op, j, count);
     if (op == Op::F) {
       s.f_end[count] = s.end;
       s.memory += c_.activation[j];

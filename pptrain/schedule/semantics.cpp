@@ -44,7 +44,9 @@ bool is_receipt(Fact fact) {
          fact == Fact::kSkipReceivedB;
 }
 
-Need produced_by(const Action& atom) {
+namespace detail {
+
+Need produced_by_message(const Action& atom) {
   const int s = atom.stage, m = atom.microbatch;
   if (is_skip_message(atom)) {
     static constexpr Fact kSkipFact[] = {Fact::kSkipSentF, Fact::kSkipReceivedF, Fact::kSkipSentB,
@@ -53,12 +55,10 @@ Need produced_by(const Action& atom) {
   }
   switch (atom.op) {
     case Op::F:
-      return {Fact::kOutput, s, m};
     case Op::I:
     case Op::B:
-      return {Fact::kInputGrad, s, m};
     case Op::W:
-      return {Fact::kWeightGrad, s, m};
+      return produced_by(atom);  // answered inline (semantics.h)
     case Op::SEND_F:
       return {Fact::kSentF, s, m};
     case Op::SEND_B:
@@ -74,6 +74,8 @@ Need produced_by(const Action& atom) {
   }
   PPTRAIN_UNREACHABLE("a composite produces its parts' facts, not one: ", to_string(atom));
 }
+
+}  // namespace detail
 
 bool computes_weight_grads(Op op) {
   return op == Op::W || op == Op::B;
@@ -134,38 +136,16 @@ void append_sends_after(const Action& atom, const Schedule& schedule, std::vecto
   }
 }
 
-Message message_of(const Action& a) {
-  PPTRAIN_ASSERT(!is_skip_message(a), "message_of() takes a message between adjacent stages, not ",
-                 to_string(a));
-  switch (a.op) {
-    case Op::SEND_F:
-      return {false, a.stage, a.microbatch};
-    case Op::RECV_F:
-      return {false, a.stage - 1, a.microbatch};
-    case Op::SEND_B:
-      return {true, a.stage - 1, a.microbatch};
-    case Op::RECV_B:
-      return {true, a.stage, a.microbatch};
-    default:
-      PPTRAIN_UNREACHABLE("not a communication action: ", to_string(a));
-  }
+namespace detail {
+
+void refuse_message_of(const Action& action) {
+  PPTRAIN_ASSERT(!is_skip_message(action),
+                 "message_of() takes a message between adjacent stages, not ", to_string(action));
+  PPTRAIN_UNREACHABLE("not a communication action: ", to_string(action));
 }
 
-size_t message_index(const Message& message, int num_stages, int num_microbatches) {
-  const size_t boundaries = num_stages > 1 ? static_cast<size_t>(num_stages - 1) : 1;
-  return ((message.backward ? boundaries : 0) + static_cast<size_t>(message.boundary)) *
-             static_cast<size_t>(num_microbatches) +
-         static_cast<size_t>(message.microbatch);
-}
-
-size_t message_count(int num_stages, int num_microbatches) {
-  const size_t boundaries = num_stages > 1 ? static_cast<size_t>(num_stages - 1) : 1;
-  return 2 * boundaries * static_cast<size_t>(num_microbatches);
-}
-
-size_t message_index(const Action& comm, const Schedule& schedule) {
+size_t skip_message_index(const Action& comm, const Schedule& schedule) {
   const int M = schedule.num_microbatches;
-  if (!is_skip_message(comm)) return message_index(message_of(comm), schedule.num_stages, M);
   const int k = schedule.skip_index(comm.stage, comm.peer);
   PPTRAIN_ASSERT(k >= 0, to_string(comm), " is not a message of one of the schedule's skips");
   const bool backward = comm.op == Op::SEND_B || comm.op == Op::RECV_B;
@@ -173,6 +153,13 @@ size_t message_index(const Action& comm, const Schedule& schedule) {
          (static_cast<size_t>(k) * static_cast<size_t>(M) + static_cast<size_t>(comm.microbatch)) *
              2 +
          (backward ? 1 : 0);
+}
+
+}  // namespace detail
+
+size_t message_count(int num_stages, int num_microbatches) {
+  const size_t boundaries = num_stages > 1 ? static_cast<size_t>(num_stages - 1) : 1;
+  return 2 * boundaries * static_cast<size_t>(num_microbatches);
 }
 
 size_t message_count(const Schedule& schedule) {

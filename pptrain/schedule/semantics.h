@@ -144,8 +144,24 @@ class Needs {
   size_t size_ = 0;
 };
 
-// The fact an atom (not a composite, not a REDUCE_GRAD) leaves behind.
-Need produced_by(const Action& atom);
+namespace detail {
+Need produced_by_message(const Action& atom);  // produced_by() of anything but F, I, W, B
+}  // namespace detail
+// The fact an atom (not a composite, not a REDUCE_GRAD) leaves behind. (Inline for the compute
+// atoms: the generators and the simulator ask it for every one.)
+inline Need produced_by(const Action& atom) {
+  switch (atom.op) {
+    case Op::F:
+      return {Fact::kOutput, atom.stage, atom.microbatch};
+    case Op::I:
+    case Op::B:
+      return {Fact::kInputGrad, atom.stage, atom.microbatch};
+    case Op::W:
+      return {Fact::kWeightGrad, atom.stage, atom.microbatch};
+    default:
+      return detail::produced_by_message(atom);
+  }
+}
 // True for the atoms that complete a stage's weight gradients for one microbatch (W, or a fused
 // B): what a REDUCE_GRAD of that stage waits for.
 bool computes_weight_grads(Op op);
@@ -258,8 +274,29 @@ struct Message {
            microbatch == other.microbatch;
   }
 };
-// InternalError for a compute action, a REDUCE_GRAD or a skip message.
-Message message_of(const Action& comm);
+namespace detail {
+[[noreturn]] void refuse_message_of(const Action& action);
+size_t skip_message_index(const Action& comm, const Schedule& schedule);
+}  // namespace detail
+// InternalError for a compute action, a REDUCE_GRAD or a skip message. (Inline, as the
+// numbering below: the memory model and the executor ask them for every message.)
+inline Message message_of(const Action& comm) {
+  if (comm.peer < 0) {  // not a skip message
+    switch (comm.op) {
+      case Op::SEND_F:
+        return {false, comm.stage, comm.microbatch};
+      case Op::RECV_F:
+        return {false, comm.stage - 1, comm.microbatch};
+      case Op::SEND_B:
+        return {true, comm.stage - 1, comm.microbatch};
+      case Op::RECV_B:
+        return {true, comm.stage, comm.microbatch};
+      default:
+        break;
+    }
+  }
+  detail::refuse_message_of(comm);
+}
 // The other end of a communication action: RECV_F s+1 m for SEND_F s m, SEND_F s-1 m for
 // RECV_F s m, RECV_B s-1 m for SEND_B s m, SEND_B s+1 m for RECV_B s m; RECV_F t m <s for
 // SEND_F s m >t and the like for a skip message.
@@ -270,11 +307,19 @@ Action comm_peer(const Action& comm);
 int rank_of_peer(const Schedule& schedule, const Action& comm);
 // A dense number for a message between adjacent stages, 0 .. message_count(...) - 1, the same on
 // every rank.
-size_t message_index(const Message& message, int num_stages, int num_microbatches);
+inline size_t message_index(const Message& message, int num_stages, int num_microbatches) {
+  const size_t boundaries = num_stages > 1 ? static_cast<size_t>(num_stages - 1) : 1;
+  return ((message.backward ? boundaries : 0) + static_cast<size_t>(message.boundary)) *
+             static_cast<size_t>(num_microbatches) +
+         static_cast<size_t>(message.microbatch);
+}
 size_t message_count(int num_stages, int num_microbatches);
 // The same for any SEND or RECV of `schedule`, skip messages included (numbered after the
 // others), 0 .. message_count(schedule) - 1.
-size_t message_index(const Action& comm, const Schedule& schedule);
+inline size_t message_index(const Action& comm, const Schedule& schedule) {
+  if (is_skip_message(comm)) return detail::skip_message_index(comm, schedule);
+  return message_index(message_of(comm), schedule.num_stages, schedule.num_microbatches);
+}
 size_t message_count(const Schedule& schedule);
 
 // When a rank lets go of what it sent (the runtime's rule, runtime/executor.h): a SEND at
