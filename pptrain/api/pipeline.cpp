@@ -11,6 +11,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/schedule/generators.h"

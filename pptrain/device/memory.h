@@ -44,18 +44,6 @@ int64_t uncounted_bytes(const std::vector<torch::Tensor>& tensors);
 // run.
 int64_t resident_bytes();
 
-// Makes glibc's malloc keep the memory LibTorch frees for the next tensors instead of handing it
-// back to the kernel: blocks up to 32 MiB come from the heap rather than from a mapping of their
-// own, and the heap is not trimmed. A training step frees and allocates the same sizes over and
-// over; with glibc's defaults many of them are fresh mappings whose pages the kernel must zero on
-// first touch (gpt 8x256 at pp 2: a tenth of a step's time, more in a Python process; see
-// docs/PERFORMANCE.md). The price: the process keeps its peak heap until it exits.
-// Leaves malloc alone when the environment sets glibc's own malloc settings (GLIBC_TUNABLES with
-// glibc.malloc.*, or MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_ /
-// MALLOC_MMAP_MAX_) or PPTRAIN_MALLOC=system (PPTRAIN_MALLOC=pptrain is the default; another
-// value is a UserError). Idempotent; returns whether the settings are pptrain's.
-bool keep_freed_memory();
-
 // Bytes of a tensor's elements; 0 for an undefined tensor.
 inline int64_t tensor_bytes(const torch::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "pptrain/common/malloc.h"
+
 namespace pptrain {
 namespace {
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/malloc.h"
 #include "pptrain/common/stats.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/memory.h"

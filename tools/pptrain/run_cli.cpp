@@ -5,6 +5,7 @@
 #include <string>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/malloc.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
@@ -41,6 +42,9 @@ int report(const char* kind, const std::string& message, int exit_code) {
 
 int run_cli(CLI::App& app, int argc, char** argv) {
   try {
+    // Both programs free and allocate the same large sizes pass after pass (the planner's tables,
+    // a step's tensors): kept in the heap, the next ones reuse their pages.
+    keep_freed_memory();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help and --version exit 0; every other flag error is one line and exit status 2.
