@@ -171,47 +171,59 @@ Action producer_of(const Need& need);
 namespace detail {
 [[noreturn]] void refuse_composite_inputs(const Action& atom);
 
-// inputs_of for any placement: `rank(stage)` is the rank that runs `stage` for the atom's
-// microbatch. Inline: the generators, the validator and the simulator ask it for every action,
-// some many times, and most of its cases fold away where `lowered` is known.
-template <typename RankOf>
-Needs inputs_with(const Action& atom, int num_stages, const SkipLink* skips_begin,
-                  const SkipLink* skips_end, RankOf rank, bool lowered) {
+// What a compute atom (F, I, W, B) waits for before lowering: the producers themselves,
+// wherever they run. Small enough to inline where the generators, the validator and the
+// simulator ask it for every action.
+inline Needs compute_inputs(const Action& atom, int num_stages) {
   const int s = atom.stage, m = atom.microbatch;
-  const int last = num_stages - 1;
-  const auto across = [&](int other) { return lowered && rank(other) != rank(s); };
   Needs needs;
-  if (is_skip_message(atom) && is_recv(atom.op)) {
-    needs.push_back({atom.op == Op::RECV_F ? Fact::kSkipSentF : Fact::kSkipSentB, atom.peer, m, s});
-    return needs;
-  }
   switch (atom.op) {
     case Op::F:
-      if (s > 0)
-        needs.push_back(across(s - 1) ? Need{Fact::kReceivedF, s, m}
-                                      : Need{Fact::kOutput, s - 1, m});
-      if (lowered) {
-        for (const SkipLink* skip = skips_begin; skip != skips_end; ++skip) {
-          if (skip->to == s && across(skip->from))
-            needs.push_back({Fact::kSkipReceivedF, s, m, skip->from});
-        }
-      }
+      if (s > 0) needs.push_back({Fact::kOutput, s - 1, m});
       break;
     case Op::I:
     case Op::B:
       needs.push_back({Fact::kOutput, s, m});
-      if (s < last)
-        needs.push_back(across(s + 1) ? Need{Fact::kReceivedB, s, m}
-                                      : Need{Fact::kInputGrad, s + 1, m});
-      if (lowered) {
-        for (const SkipLink* skip = skips_begin; skip != skips_end; ++skip) {
-          if (skip->from == s && across(skip->to))
-            needs.push_back({Fact::kSkipReceivedB, s, m, skip->to});
-        }
-      }
+      if (s < num_stages - 1) needs.push_back({Fact::kInputGrad, s + 1, m});
       break;
     case Op::W:
       needs.push_back({Fact::kInputGrad, s, m});
+      break;
+    default:
+      refuse_composite_inputs(atom);  // (callers route the others to inputs_with)
+  }
+  return needs;
+}
+
+// inputs_of for any placement: `rank(stage)` is the rank that runs `stage` for the atom's
+// microbatch. Lowered, a compute atom's inputs from another rank arrive as messages: the
+// output of stage s-1 as kReceivedF s, the input gradient of stage s+1 as kReceivedB s, and a
+// skip's as its kSkipReceived* fact.
+template <typename RankOf>
+Needs inputs_with(const Action& atom, int num_stages, const SkipLink* skips_begin,
+                  const SkipLink* skips_end, RankOf rank, bool lowered) {
+  const int s = atom.stage, m = atom.microbatch;
+  Needs needs;
+  switch (atom.op) {
+    case Op::F:
+    case Op::I:
+    case Op::B:
+    case Op::W:
+      for (const Need& need : compute_inputs(atom, num_stages)) {
+        const bool across = lowered && need.stage != s && rank(need.stage) != rank(s);
+        if (!across) {
+          needs.push_back(need);
+        } else {
+          needs.push_back({atom.op == Op::F ? Fact::kReceivedF : Fact::kReceivedB, s, m});
+        }
+      }
+      if (!lowered || atom.op == Op::W) break;
+      for (const SkipLink* skip = skips_begin; skip != skips_end; ++skip) {
+        if (atom.op == Op::F && skip->to == s && rank(skip->from) != rank(s))
+          needs.push_back({Fact::kSkipReceivedF, s, m, skip->from});
+        if (atom.op != Op::F && skip->from == s && rank(skip->to) != rank(s))
+          needs.push_back({Fact::kSkipReceivedB, s, m, skip->to});
+      }
       break;
     case Op::SEND_F:  // a skip message's too
       needs.push_back({Fact::kOutput, s, m});
@@ -220,10 +232,18 @@ Needs inputs_with(const Action& atom, int num_stages, const SkipLink* skips_begi
       needs.push_back({Fact::kInputGrad, s, m});
       break;
     case Op::RECV_F:
-      needs.push_back({Fact::kSentF, s - 1, m});
+      if (is_skip_message(atom)) {
+        needs.push_back({Fact::kSkipSentF, atom.peer, m, s});
+      } else {
+        needs.push_back({Fact::kSentF, s - 1, m});
+      }
       break;
     case Op::RECV_B:
-      needs.push_back({Fact::kSentB, s + 1, m});
+      if (is_skip_message(atom)) {
+        needs.push_back({Fact::kSkipSentB, atom.peer, m, s});
+      } else {
+        needs.push_back({Fact::kSentB, s + 1, m});
+      }
       break;
     case Op::REDUCE_GRAD:
       break;  // every W or B of its stage: not a Need (see above)
@@ -238,6 +258,8 @@ Needs inputs_with(const Action& atom, int num_stages, const SkipLink* skips_begi
 // says whether inputs from other ranks arrive through RECV actions. None for a REDUCE_GRAD (see
 // above).
 inline Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank, bool lowered) {
+  const int stages = static_cast<int>(stage_to_rank.size());
+  if (!lowered && atom.op <= Op::B) return detail::compute_inputs(atom, stages);  // F, I, W, B
   return detail::inputs_with(
       atom, static_cast<int>(stage_to_rank.size()), nullptr, nullptr,
       [&](int stage) { return stage_to_rank[stage]; }, lowered);

@@ -61,7 +61,8 @@ class Validator {
  public:
   explicit Validator(const Schedule& schedule) : s_(schedule) {}
 
-  void run() {
+  // Runs every check; returns whether the schedule has its messages (else it is compute-only).
+  bool run() {
     check_shape();
     M_ = s_.num_microbatches;
     with_comms_ = s_.has_comms();
@@ -81,6 +82,7 @@ class Validator {
     } else {
       check_deadlock_of_compute();
     }
+    return with_comms_;
   }
 
  private:
@@ -509,11 +511,14 @@ class Validator {
   };
 
   // Requires `dep` to come before `here` on the same rank. `describe` builds the message's parts
-  // and is called only on failure: this check runs for every action of large schedules.
+  // and is called only on failure: this check runs for every action of large schedules, so its
+  // test is inline and the rest (which takes the lambda) is not.
   template <typename Describe>
-  void require_before(const Where& here, const Where& dep, Describe describe) {
+  void require_before(const Where& here, const Where& dep, const Describe& describe) {
     if (dep.found() && dep.before(here)) return;
-    const DepText text = describe();
+    fail_order(here, dep, describe());
+  }
+  [[noreturn]] void fail_order(const Where& here, const Where& dep, const DepText& text) {
     if (!dep.found()) {
       const std::string role = text.role.empty() ? "" : " (" + text.role + ")";
       fail_at(here, text.what + " needs " + text.dep + role + ", but the schedule has none");
@@ -788,9 +793,8 @@ const Schedule& ValidatedSchedule::schedule() const {
 }
 
 ValidatedSchedule validate(Schedule schedule) {
-  Validator(schedule).run();
-  const bool compute_only = !schedule.has_comms();
-  return ValidatedSchedule(std::move(schedule), compute_only);
+  const bool with_comms = Validator(schedule).run();
+  return ValidatedSchedule(std::move(schedule), /*compute_only=*/!with_comms);
 }
 
 }  // namespace pptrain
