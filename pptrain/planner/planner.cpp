@@ -217,7 +217,7 @@ std::vector<double> auto_schedule_limits(const Profile& scaled, const PlannerOpt
   return budgets;
 }
 
-// A schedule, validated (and so lowered, as the runtime runs it) and its memory model's walk.
+// A schedule, validated, and its memory model's walk (of its lowered form, as the runtime runs it).
 struct Made {
   Schedule made;  // as generated, for the plan's schedule file
   ValidatedSchedule validated;
@@ -227,12 +227,12 @@ struct Made {
 Made made_for(Schedule made) {
   Schedule runs = made;
   if (runs.replicated() && !has_grad_reductions(runs)) runs = add_grad_reductions(runs);
-  ValidatedSchedule validated = validate(runs);
+  ValidatedSchedule validated = validate(std::move(runs));
   MemoryWalk walk(validated);
   return {std::move(made), std::move(validated), std::move(walk)};
 }
 
-// The hand-written schedules by (name, V, M), each made, validated and lowered once (their
+// The hand-written schedules by (name, V, M), each made, validated and walked once (their
 // generators ignore the costs).
 class Schedules {
  public:
