@@ -261,8 +261,7 @@ inline Needs inputs_of(const Action& atom, const std::vector<int>& stage_to_rank
   const int stages = static_cast<int>(stage_to_rank.size());
   if (!lowered && atom.op <= Op::B) return detail::compute_inputs(atom, stages);  // F, I, W, B
   return detail::inputs_with(
-      atom, static_cast<int>(stage_to_rank.size()), nullptr, nullptr,
-      [&](int stage) { return stage_to_rank[stage]; }, lowered);
+      atom, stages, nullptr, nullptr, [&](int stage) { return stage_to_rank[stage]; }, lowered);
 }
 // The same, with "another rank" decided by schedule.rank_of(stage, atom's microbatch).
 inline Needs inputs_of(const Action& atom, const Schedule& schedule, bool lowered) {

@@ -125,6 +125,12 @@ class Validator {
     const size_t k = static_cast<size_t>(s_.skip_index(a.stage, a.peer));
     return skip_seen_[k * M_ + a.microbatch][op_index(a.op) - op_index(Op::SEND_F)];
   }
+  // Where the action sits that leaves `need`'s fact (the backward, B or I, for an input
+  // gradient).
+  const Where& made_at(const Need& need) {
+    return need.fact == Fact::kInputGrad ? backward(need.stage, need.microbatch)
+                                         : slot(producer_of(need));
+  }
   // The backward (B or I) of (stage, microbatch), whichever the schedule has.
   const Where& backward(int stage, int microbatch) {
     const Where& b = slot(Op::B, stage, microbatch);
@@ -545,9 +551,7 @@ class Validator {
   void check_deps(const Action& a, const Where& here) {
     for (const Need& need : inputs_of(a, s_, with_comms_)) {
       if (s_.rank_of(need.stage, need.microbatch) != here.rank) continue;
-      const Where& dep = need.fact == Fact::kInputGrad ? backward(need.stage, need.microbatch)
-                                                       : slot(producer_of(need));
-      require_before(here, dep, [&] { return describe(a, need); });
+      require_before(here, made_at(need), [&] { return describe(a, need); });
     }
   }
 
@@ -709,7 +713,9 @@ class Validator {
     for (const Action& atom : atoms_of(action)) {
       for (const Need& need : inputs_of(atom, s_, /*lowered=*/true)) {
         if (!is_receipt(need.fact)) continue;
-        const Where& producer = producer_of_receipt(need);
+        // The action that leaves what the message carries (what its SEND waits for).
+        const Action send = comm_peer(producer_of(need));
+        const Where& producer = made_at(*inputs_of(send, s_.stage_to_rank, false).begin());
         if (pc[producer.rank] <= static_cast<size_t>(producer.position)) return need;
       }
     }
@@ -724,9 +730,7 @@ class Validator {
                                         const std::vector<size_t>& pc) {
     for (const Action& atom : atoms_of(action)) {
       for (const Need& need : inputs_of(atom, s_.stage_to_rank, /*lowered=*/false)) {
-        const Where& producer = need.fact == Fact::kInputGrad
-                                    ? backward(need.stage, need.microbatch)
-                                    : slot(producer_of(need));
+        const Where& producer = made_at(need);
         if (producer.rank != r && pc[producer.rank] <= static_cast<size_t>(producer.position)) {
           return &producer;
         }
@@ -734,24 +738,6 @@ class Validator {
     }
     return nullptr;
   }
-  // Where the compute action runs whose output a receipt fact receives: the forward of the stage
-  // before (or of the skip's first stage), the backward of the stage after (or of its last).
-  const Where& producer_of_receipt(const Need& need) {
-    const int m = need.microbatch;
-    switch (need.fact) {
-      case Fact::kReceivedF:
-        return slot(Op::F, need.stage - 1, m);
-      case Fact::kReceivedB:
-        return backward(need.stage + 1, m);
-      case Fact::kSkipReceivedF:
-        return slot(Op::F, need.peer, m);
-      case Fact::kSkipReceivedB:
-        return backward(need.peer, m);
-      default:
-        PPTRAIN_UNREACHABLE("not a receipt: ", fact_name(need.fact));
-    }
-  }
-
   // Fails with a deadlock if a rank has actions left at `pc`. `awaited(r)` says what rank r
   // waits for and where ("4F1 on rank 2").
   template <typename Awaited>
