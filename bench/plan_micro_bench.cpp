@@ -1,10 +1,10 @@
 // Microbenchmarks (google-benchmark) of the planner's passes over a schedule at scale: the
 // generator (make_schedule), the validator (validate of the lowered schedule, whose messages it
-// checks too), the simulator and the memory model (its walk, and a prediction from it), for 1f1b
-// and zb-v at P = 8 .. 256 ranks with
-// M = 8P microbatches. Each reports its time and `actions/s`, compute actions per second: a
-// pass that is linear in the schedule's size keeps that rate constant as P grows (issue 31 asks
-// for within 1.5x from P = 32 to 256).
+// checks too, and of the compute-only one), the simulator (its figures of the compute-only
+// schedule, and its timeline of the lowered one) and the memory model (its walk, and a prediction
+// from it), for 1f1b and zb-v at P = 8 .. 256 ranks with M = 8P microbatches. Each reports its time
+// and `actions/s`, compute actions per second: a pass that is linear in the schedule's size keeps
+// that rate constant as P grows (issue 31 asks for within 1.5x from P = 32 to 256).
 //
 //   cmake --build build --target bench_plan_micro
 //   ./build/bench/bench_plan_micro                                  # every case, a few minutes
@@ -47,7 +47,8 @@ int64_t compute_actions(const Schedule& schedule) {
 struct Prepared {
   Schedule schedule;
   Schedule lowered;
-  ValidatedSchedule validated;
+  ValidatedSchedule validated;        // of the lowered schedule
+  ValidatedSchedule validated_given;  // of the compute-only one, as `schedule` validates it
   int64_t actions;
 };
 
@@ -59,10 +60,11 @@ const Prepared& prepared(const std::string& name, int ranks) {
     Schedule schedule = make_schedule(options_for(name, ranks));
     Schedule lowered = lower(schedule);
     ValidatedSchedule validated = validate(lowered);
+    ValidatedSchedule validated_given = validate(schedule);
     const int64_t actions = compute_actions(schedule);
     it = cache
              .emplace(key, Prepared{std::move(schedule), std::move(lowered), std::move(validated),
-                                    actions})
+                                    std::move(validated_given), actions})
              .first;
   }
   return it->second;
@@ -91,6 +93,28 @@ void validate_lowered(benchmark::State& state, const std::string& name) {
   for (auto _ : state) {
     ValidatedSchedule validated = validate(p.lowered);
     benchmark::DoNotOptimize(validated);
+  }
+  report(state, p.actions);
+}
+
+// The compute-only schedule as `pptrain schedule` validates it (no messages to check; as in
+// validate_lowered, the copy of the lists validate() takes is timed too).
+void validate_given(benchmark::State& state, const std::string& name) {
+  const Prepared& p = prepared(name, static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    ValidatedSchedule validated = validate(p.schedule);
+    benchmark::DoNotOptimize(validated);
+  }
+  report(state, p.actions);
+}
+
+// The figures only (no timeline) of the compute-only schedule, as `pptrain schedule --json` asks.
+void simulate_figures(benchmark::State& state, const std::string& name) {
+  const Prepared& p = prepared(name, static_cast<int>(state.range(0)));
+  const CostModel cost = CostModel::parse("F=1,I=1,W=1,comm=0");
+  for (auto _ : state) {
+    SimResult result = simulate(p.validated_given, cost, VersionRule{}, Record::kFigures);
+    benchmark::DoNotOptimize(result);
   }
   report(state, p.actions);
 }
@@ -144,6 +168,10 @@ BENCHMARK_CAPTURE(generate, 1f1b, std::string("1f1b"))->Apply(sizes);
 BENCHMARK_CAPTURE(generate, zb_v, std::string("zb-v"))->Apply(sizes);
 BENCHMARK_CAPTURE(validate_lowered, 1f1b, std::string("1f1b"))->Apply(sizes);
 BENCHMARK_CAPTURE(validate_lowered, zb_v, std::string("zb-v"))->Apply(sizes);
+BENCHMARK_CAPTURE(validate_given, 1f1b, std::string("1f1b"))->Apply(sizes);
+BENCHMARK_CAPTURE(validate_given, zb_v, std::string("zb-v"))->Apply(sizes);
+BENCHMARK_CAPTURE(simulate_figures, 1f1b, std::string("1f1b"))->Apply(sizes);
+BENCHMARK_CAPTURE(simulate_figures, zb_v, std::string("zb-v"))->Apply(sizes);
 BENCHMARK_CAPTURE(simulate_validated, 1f1b, std::string("1f1b"))->Apply(sizes);
 BENCHMARK_CAPTURE(simulate_validated, zb_v, std::string("zb-v"))->Apply(sizes);
 BENCHMARK_CAPTURE(memory_walk, 1f1b, std::string("1f1b"))->Apply(sizes);

@@ -90,12 +90,11 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   constexpr int kNotYet = -1;
   // Step at which each fact (semantics.h) came true: kNotYet until it has.
   FactTable<int> done_at(S, M, kNotYet);
-  std::vector<int> next_f(S, 0), next_i(S, 0);
+  // [stage] its next F, I and W: each in microbatch order. A W needs only its I, so the W's
+  // waiting on a stage are those of microbatches next_w .. next_i - 1, and the first says
+  // whether any is ready.
+  std::vector<int> next_f(S, 0), next_i(S, 0), next_w(S, 0);
   std::vector<int> stashes(P, 0);
-  // Per rank, the W's waiting, of its upper and of its lower chunk, each in the order of their
-  // I's. A W needs only its I, and a rank's I's are done in the order it started them, so the
-  // ready W's of a chunk are a prefix of its queue: its front says whether any is ready.
-  std::vector<std::deque<Action>> waiting_upper(P), waiting_lower(P);
   // Everything `a` waits for has happened by `step`.
   const auto inputs_done = [&](const Action& a, int step) {
     for (const Need& need : inputs_of(a, s.stage_to_rank, /*lowered=*/false)) {
@@ -112,52 +111,52 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
       const int lower = r, upper = S - 1 - r;
       const auto f_ready = [&](int stage) {
         const int m = next_f[stage];
-        return m < M && stashes[r] < S && inputs_done(Action::make(Op::F, stage, m), step);
+        return m < M && stashes[r] < S && inputs_done(Action(Op::F, stage, m), step);
       };
       const auto i_ready = [&](int stage) {
         const int m = next_i[stage];
-        return m < M && inputs_done(Action::make(Op::I, stage, m), step);
+        return m < M && inputs_done(Action(Op::I, stage, m), step);
       };
-      // A W ready at this step, upper chunk first: the queue it is the front of, or none.
-      const auto pick_w = [&]() -> std::deque<Action>* {
-        for (std::deque<Action>* queue : {&waiting_upper[r], &waiting_lower[r]}) {
-          if (!queue->empty() && inputs_done(queue->front(), step)) return queue;
-        }
-        return nullptr;
+      const auto w_ready = [&](int stage) {
+        const int m = next_w[stage];
+        return m < next_i[stage] && inputs_done(Action(Op::W, stage, m), step);
       };
+      // A W ready at this step, upper chunk first: its stage, or -1.
+      const int w_stage = w_ready(upper) ? upper : w_ready(lower) ? lower : -1;
+      const int waiting = next_i[upper] - next_w[upper] + next_i[lower] - next_w[lower];
 
-      Action chosen;
-      std::deque<Action>* const w_queue = pick_w();
-      const size_t waiting = waiting_upper[r].size() + waiting_lower[r].size();
-      if (w_queue && waiting >= static_cast<size_t>(S)) {
-        chosen = w_queue->front();
+      // Written field by field: an Action built whole and copied stalls the store it is read
+      // back from (docs/PERFORMANCE.md).
+      Op op;
+      int st;
+      if (w_stage >= 0 && waiting >= S) {
+        op = Op::W, st = w_stage;
       } else if (f_ready(upper)) {
-        chosen = Action::make(Op::F, upper, next_f[upper]);
+        op = Op::F, st = upper;
       } else if (f_ready(lower)) {
-        chosen = Action::make(Op::F, lower, next_f[lower]);
+        op = Op::F, st = lower;
       } else if (i_ready(lower)) {
-        chosen = Action::make(Op::I, lower, next_i[lower]);
+        op = Op::I, st = lower;
       } else if (i_ready(upper)) {
-        chosen = Action::make(Op::I, upper, next_i[upper]);
-      } else if (w_queue) {
-        chosen = w_queue->front();
+        op = Op::I, st = upper;
+      } else if (w_stage >= 0) {
+        op = Op::W, st = w_stage;
       } else {
         continue;  // nothing ready: this rank idles for one step
       }
 
-      const int st = chosen.stage, mb = chosen.microbatch;
-      done_at[produced_by(chosen)] = step + 1;
-      if (chosen.op == Op::F) {
-        ++next_f[st];
+      int mb;
+      if (op == Op::F) {
+        mb = next_f[st]++;
         ++stashes[r];
-      } else if (chosen.op == Op::I) {
-        ++next_i[st];
+      } else if (op == Op::I) {
+        mb = next_i[st]++;
         --stashes[r];
-        (st == upper ? waiting_upper : waiting_lower)[r].push_back(Action::make(Op::W, st, mb));
       } else {
-        w_queue->pop_front();
+        mb = next_w[st]++;
       }
-      s.actions[r].push_back(chosen);
+      const Action& chosen = s.actions[r].emplace_back(op, st, mb);
+      done_at[produced_by(chosen)] = step + 1;
       ++scheduled;
     }
     // Every action lasts one step, so a step in which nobody starts anything changes nothing.

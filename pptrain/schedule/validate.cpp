@@ -73,14 +73,18 @@ class Validator {
     reductions_.assign(static_cast<size_t>(s_.num_stages) * s_.num_ranks, {});
     record_actions();
     check_completeness();
-    check_order();
+    // A compute-only schedule's run to find deadlocks checks the order on its rank of every
+    // action it reaches too; a separate pass does so only to name an error, or past a deadlock.
+    std::optional<ComputeRun> compute_run;
+    if (!with_comms_) compute_run = run_compute_only();
+    if (!compute_run || compute_run->order_broken || stuck(compute_run->pc)) check_order();
     check_reductions();
     if (s_.replicated()) check_reduction_order();
     if (with_comms_) {
       check_matching();
       check_deadlock();
     } else {
-      check_deadlock_of_compute();
+      fail_if_deadlocked_compute(compute_run->pc);
     }
     return with_comms_;
   }
@@ -667,33 +671,47 @@ class Validator {
     });
   }
 
-  // A compute-only schedule: the same check on the schedule lower() makes of it, without making
-  // it. There a RECV sits right before the action that consumes it and its SEND right after the
-  // action that produces it, so a rank waits exactly until every input it receives (in the order
-  // lower() places their RECVs) has been produced on its rank; a send never blocks.
-  void check_deadlock_of_compute() {
+  // A compute-only schedule: the deadlock check on the schedule lower() makes of it, without
+  // making it. There a RECV sits right before the action that consumes it and its SEND right after
+  // the action that produces it, so a rank waits exactly until every input it receives (in the
+  // order lower() places their RECVs) has been produced on its rank; a send never blocks. Every
+  // action reached has its inputs from its own rank checked as check_order() does.
+  struct ComputeRun {
+    std::vector<size_t> pc;     // where each rank stopped
+    bool order_broken = false;  // an action reached waits for a later one of its rank
+  };
+  ComputeRun run_compute_only() {
+    ComputeRun run;
     // [rank] the ranks waiting for one of its actions: (their position there, waiting rank).
     std::vector<std::vector<std::pair<int, int>>> waiters(s_.num_ranks);
-    const std::vector<size_t> pc =
-        run_ranks([&](int r, std::vector<size_t>& at, std::vector<int>& runnable) {
-          const auto& list = s_.actions[r];
-          const size_t from = at[r];
-          for (; at[r] < list.size(); ++at[r]) {
-            const Where* awaited = first_input_not_produced(list[at[r]], r, at);
-            if (awaited) {
-              waiters[awaited->rank].emplace_back(awaited->position, r);
-              break;
-            }
-          }
-          if (at[r] == from) return;
-          // Wake the ranks whose awaited action rank r has now run; the others go on waiting.
-          auto& mine = waiters[r];
-          const auto still = std::partition(mine.begin(), mine.end(), [&](const auto& w) {
-            return static_cast<size_t>(w.first) >= at[r];
-          });
-          for (auto it = still; it != mine.end(); ++it) runnable.push_back(it->second);
-          mine.erase(still, mine.end());
-        });
+    run.pc = run_ranks([&](int r, std::vector<size_t>& at, std::vector<int>& runnable) {
+      const auto& list = s_.actions[r];
+      const size_t from = at[r];
+      for (; at[r] < list.size(); ++at[r]) {
+        const Where* awaited = first_input_not_produced(list[at[r]], r, at, run.order_broken);
+        if (awaited) {
+          waiters[awaited->rank].emplace_back(awaited->position, r);
+          break;
+        }
+      }
+      if (at[r] == from) return;
+      // Wake the ranks whose awaited action rank r has now run; the others go on waiting.
+      auto& mine = waiters[r];
+      const auto still = std::partition(mine.begin(), mine.end(), [&](const auto& w) {
+        return static_cast<size_t>(w.first) >= at[r];
+      });
+      for (auto it = still; it != mine.end(); ++it) runnable.push_back(it->second);
+      mine.erase(still, mine.end());
+    });
+    return run;
+  }
+  bool stuck(const std::vector<size_t>& pc) const {
+    for (int r = 0; r < s_.num_ranks; ++r) {
+      if (pc[r] < s_.actions[r].size()) return true;
+    }
+    return false;
+  }
+  void fail_if_deadlocked_compute(const std::vector<size_t>& pc) {
     fail_if_stuck(pc, [&](int r) {
       const Need need = *first_receipt_not_produced(s_.actions[r][pc[r]], pc);
       const Action send = comm_peer(producer_of(need));
@@ -725,18 +743,22 @@ class Validator {
   // where that input is made; null when none is missing. Only the inputs of the compute-only
   // schedule: a skip message's comes from a stage whose output (or input gradient) the stages in
   // between pass on too, so it has been made when theirs has (which message the deadlock
-  // message names, first_receipt_not_produced() says).
-  const Where* first_input_not_produced(const Action& action, int r,
-                                        const std::vector<size_t>& pc) {
-    for (const Action& atom : atoms_of(action)) {
+  // message names, first_receipt_not_produced() says). An input made on rank r must be made
+  // earlier in its list; `order_broken` is set when one is not.
+  const Where* first_input_not_produced(const Action& action, int r, const std::vector<size_t>& pc,
+                                        bool& order_broken) {
+    const Where* awaited = nullptr;
+    for_each_atom(action, [&](const Action& atom, int part) {
       for (const Need& need : inputs_of(atom, s_.stage_to_rank, /*lowered=*/false)) {
         const Where& producer = made_at(need);
-        if (producer.rank != r && pc[producer.rank] <= static_cast<size_t>(producer.position)) {
-          return &producer;
+        if (producer.rank == r) {
+          order_broken |= !producer.before(Where{r, static_cast<int>(pc[r]), part});
+        } else if (!awaited && pc[producer.rank] <= static_cast<size_t>(producer.position)) {
+          awaited = &producer;
         }
       }
-    }
-    return nullptr;
+    });
+    return awaited;
   }
   // Fails with a deadlock if a rank has actions left at `pc`. `awaited(r)` says what rank r
   // waits for and where ("4F1 on rank 2").
