@@ -21,16 +21,6 @@ TimelineTally::TimelineTally(int num_ranks)
   PPTRAIN_ASSERT(num_ranks > 0, "timeline without ranks");
 }
 
-void TimelineTally::add(int rank, Op op, double start, double end) {
-  PPTRAIN_ASSERT(rank >= 0 && rank < ranks_, "event on rank ", rank);
-  empty_ = false;
-  first_[rank] = std::min(first_[rank], start);
-  last_[rank] = std::max(last_[rank], end);
-  earliest_ = std::min(earliest_, start);
-  latest_ = std::max(latest_, end);
-  if (is_compute(op)) busy_[rank] += end - start;
-}
-
 TimelineStats TimelineTally::stats() const {
   TimelineStats stats;
   stats.busy = busy_;

@@ -15,8 +15,10 @@
 
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
+#include "pptrain/common/check.h"
 #include "pptrain/schedule/timeline.h"
 
 namespace pptrain {
@@ -42,7 +44,16 @@ TimelineStats timeline_stats(const Timeline& timeline);
 class TimelineTally {
  public:
   explicit TimelineTally(int num_ranks);
-  void add(int rank, Op op, double start, double end);
+  // Inline: a simulation adds every action of a schedule.
+  void add(int rank, Op op, double start, double end) {
+    PPTRAIN_ASSERT(rank >= 0 && rank < ranks_, "event on rank ", rank);
+    empty_ = false;
+    first_[rank] = std::min(first_[rank], start);
+    last_[rank] = std::max(last_[rank], end);
+    earliest_ = std::min(earliest_, start);
+    latest_ = std::max(latest_, end);
+    if (is_compute(op)) busy_[rank] += end - start;
+  }
   TimelineStats stats() const;
 
  private:
