@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -632,11 +633,19 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
       if (!cuts_of.count(V)) cuts_of[V] = cuts(profile, options, resolved.partitions, P * V);
     }
   }
-  // Each M is searched alone (its own schedules), on `jobs` threads; the results are taken in
-  // the serial order, so that they do not depend on the number of threads.
+  // Each M is searched alone (its own schedules), on `jobs` threads, the largest first: its
+  // schedules have the most actions, and started last it would leave the other threads idle.
+  // The results are taken in the serial order, so that they do not depend on the number of
+  // threads.
   const int counts = static_cast<int>(resolved.microbatches.size());
+  std::vector<int> largest_first(counts);
+  std::iota(largest_first.begin(), largest_first.end(), 0);
+  std::stable_sort(largest_first.begin(), largest_first.end(), [&](int a, int b) {
+    return resolved.microbatches[a] > resolved.microbatches[b];
+  });
   std::vector<std::vector<Candidate>> of_count(counts);
-  for_each_index(counts, options.jobs, [&](int i) {
+  for_each_index(counts, options.jobs, [&](int k) {
+    const int i = largest_first[k];
     of_count[i] = candidates_of(profile, options, resolved, resolved.microbatches[i], cuts_of);
   });
   std::vector<Candidate> fitting;

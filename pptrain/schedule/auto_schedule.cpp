@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/generators.h"
@@ -50,8 +52,28 @@ class Greedy {
     }
   }
 
-  std::optional<std::pair<Schedule, ScheduleTiming>> run() {
-    if (!warm_up()) return std::nullopt;
+  // The warm-up (below); false when a needed F cannot fit the limit. Everything after it depends
+  // on the flags only through fill_small_gaps and prioritize_i, and on what it placed only
+  // through warm_up_counts(): two candidates equal in those three make the same schedule.
+  bool warm_up() {
+    for (int j = 0; j < P_; ++j) {
+      if (!forward(j)) return false;
+    }
+    warm_up_ = warm_up_counts_for(flags_);
+    for (int j = 0; j < P_; ++j) {
+      while (stages_[j].nf < warm_up_[j]) {
+        if (!forward(j)) return false;
+      }
+    }
+    for (int j = P_ - 1; j >= 0; --j) place(j, Op::I, i_ready(j, 0));
+    return true;
+  }
+  // [stage] the F's it ran in the warm-up, before microbatch 0's I.
+  const std::vector<int>& warm_up_counts() const { return warm_up_; }
+
+  // The rest, after a warm-up that succeeded: the schedule and its timing, or nothing when a
+  // needed F cannot fit the limit.
+  std::optional<std::pair<Schedule, ScheduleTiming>> finish() {
     for (int i = 1; i < M_; ++i) {
       if (!round(i)) return std::nullopt;
     }
@@ -150,23 +172,21 @@ class Greedy {
     return true;
   }
 
-  bool warm_up() {
-    for (int j = 0; j < P_; ++j) {
-      if (!forward(j)) return false;
-    }
-    // How many F's each stage runs before microbatch 0's gradient reaches it, last stage first:
-    // those that fit (in time and memory) while the gradient comes back.
+  // How many F's each stage runs before microbatch 0's gradient reaches it, last stage first:
+  // those that fit (in time and memory) while the gradient comes back; after each stage's first
+  // F (warm_up() placed them).
+  std::vector<int> warm_up_counts_for(const Flags& flags) const {
     std::vector<int> count(P_, 1);
     double gradient_end = stages_[P_ - 1].end + c_.backward_input[P_ - 1];
     for (int j = P_ - 2; j >= 0; --j) {
       const double arrives = gradient_end + c_.comm;
       double t = stages_[j].end, memory = c_.activation[j];
-      const int shape_cap = flags_.warm_up_shape == 0   ? M_
-                            : flags_.warm_up_shape == 1 ? P_ - j
-                                                        : 2 * (P_ - j) - 1;
+      const int shape_cap = flags.warm_up_shape == 0   ? M_
+                            : flags.warm_up_shape == 1 ? P_ - j
+                                                       : 2 * (P_ - j) - 1;
       while (count[j] < std::min(M_, shape_cap) && fits(memory + c_.activation[j], limits_[j]) &&
-             (flags_.bubble_before_first_i ? t < arrives - kEps
-                                           : t + c_.forward[j] <= arrives + kEps)) {
+             (flags.bubble_before_first_i ? t < arrives - kEps
+                                          : t + c_.forward[j] <= arrives + kEps)) {
         t += c_.forward[j];
         memory += c_.activation[j];
         ++count[j];
@@ -181,14 +201,7 @@ class Greedy {
       const int most = count[j - 1] == M_ ? M_ : count[j - 1] - 1;
       count[j] = std::max(1, std::min(count[j], most));
     }
-    warm_up_ = count;
-    for (int j = 0; j < P_; ++j) {
-      while (stages_[j].nf < count[j]) {
-        if (!forward(j)) return false;
-      }
-    }
-    for (int j = P_ - 1; j >= 0; --j) place(j, Op::I, i_ready(j, 0));
-    return true;
+    return count;
   }
 
   // Round i: one more F per stage (first stage first), then microbatch i's I (last stage first).
@@ -340,8 +353,9 @@ std::optional<ScheduleTiming> timed_in_order(const Schedule& s, const StageCosts
   constexpr double kNotYet = -1;
   const auto index = [](Op op) { return op == Op::F ? 0 : op == Op::I ? 1 : 2; };
   const auto duration = [&](Op op, int stage) {
-    return op == Op::F ? c.forward[stage]
-                       : op == Op::I ? c.backward_input[stage] : c.backward_weight[stage];
+    return op == Op::F   ? c.forward[stage]
+           : op == Op::I ? c.backward_input[stage]
+                         : c.backward_weight[stage];
   };
   // end[op][stage][microbatch]
   std::vector<std::vector<std::vector<double>>> end(
@@ -407,9 +421,17 @@ Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
     if (candidate && (!best || faster(candidate->second, best->second)))
       best = std::move(candidate);
   };
+  // A candidate equal to an earlier one in what its schedule depends on (Greedy::warm_up) would
+  // make that schedule again: it is not run past its warm-up.
+  std::set<std::tuple<bool, bool, std::vector<int>>> made;
   for (int bits = 0; bits < 8 * kWarmUpShapes; ++bits) {
     const Flags flags{(bits & 1) != 0, (bits & 2) != 0, (bits & 4) != 0, bits / 8};
-    keep(Greedy(o.ranks, o.microbatches, costs, limits, flags).run());
+    Greedy greedy(o.ranks, o.microbatches, costs, limits, flags);
+    if (!greedy.warm_up()) continue;
+    const bool repeated =
+        !made.emplace(flags.fill_small_gaps, flags.prioritize_i, greedy.warm_up_counts()).second;
+    if (repeated && o.skip_repeated_candidates) continue;
+    keep(greedy.finish());
   }
   // The fixed orders, where they fit: a tight budget can leave the greedy no better.
   for (Schedule (*make)(int, int) : {make_1f1b_split, make_zb_h1, make_zb_h2}) {

@@ -44,7 +44,10 @@
 // each the bytes left beside that rank's own weights and optimizer state, and uneven stages
 // each their own activations.
 // Each candidate takes O(P M) steps, so P = 32, M = 256 plans in tens of milliseconds
-// (bench/plan_bench.cpp).
+// (bench/plan_bench.cpp). The warm-up choices often give the same warm-up F counts (under a
+// limit, or when the gradient comes back before any cap): a candidate whose counts and round
+// choices (prioritize_i, fill_small_gaps) repeat an earlier one's would make its schedule
+// again, and stops after its warm-up.
 #pragma once
 
 #include <optional>
@@ -79,6 +82,9 @@ struct AutoScheduleOptions {
   // Optional: [P] cap on each rank's peak, memory-model units (the planner's are bytes), 0 for
   // none on that rank; when non-empty it replaces memory_limit.
   std::vector<double> rank_memory_limits = {};
+  // Skip a greedy candidate whose warm-up repeats an earlier one's (it would make the same
+  // schedule); false runs every one to the end, which tests compare with.
+  bool skip_repeated_candidates = true;
 };
 
 // The smallest memory limit any schedule of these stages can keep: the largest activation.

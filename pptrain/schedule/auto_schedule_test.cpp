@@ -56,6 +56,30 @@ TEST(ZbAuto, ValidAndWithinTheLimitForManyShapesCostsAndLimits) {
   }
 }
 
+// A greedy candidate is skipped when its warm-up repeats an earlier one's and its rounds read the
+// same flags: running every candidate to the end gives the same schedule, action for action.
+TEST(ZbAuto, SkippingRepeatedCandidatesChangesNothing) {
+  std::mt19937 rng(41);
+  for (int p : {2, 3, 4, 8}) {
+    for (int m : {1, 3, p, 2 * p + 1, 8 * p}) {
+      for (int trial = 0; trial < 4; ++trial) {
+        const StageCosts c = trial == 0 ? StageCosts::uniform(p) : random_costs(p, rng);
+        const double smallest = smallest_memory_limit(c);
+        for (double limit : {smallest, 1.5 * smallest, 0.75 * p, 1.0 * p, 2.0 * p, 0.0}) {
+          if (limit > 0 && limit < smallest) continue;
+          SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " trial " +
+                       std::to_string(trial) + " limit " + std::to_string(limit));
+          AutoScheduleOptions every{p, m, c, limit};
+          every.skip_repeated_candidates = false;
+          const Schedule all = make_zb_auto(every);
+          const Schedule skipping = make_zb_auto({p, m, c, limit});
+          EXPECT_EQ(skipping.actions, all.actions);
+        }
+      }
+    }
+  }
+}
+
 // Each rank keeps its own limit, and zb-auto is never slower than a fixed order that fits those
 // limits: 1F1B's (each W right after its I), ZB-H1's and ZB-H2's.
 TEST(ZbAuto, PerRankLimitsAndNeverSlowerThanTheFixedOrdersThatFit) {
