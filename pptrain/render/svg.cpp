@@ -1,6 +1,7 @@
 #include "pptrain/render/svg.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -31,15 +32,19 @@ constexpr double kReduceHeight = 6;
 constexpr const char* kReduceColour = "#8e44ad";
 constexpr const char* kSkipColour = "#c0392b";  // a skip connection's messages
 
+// printf's "%.6g" and "%.1f" (std::to_chars is specified as printf in the C locale), without
+// its locale and formatting machinery: a large timeline has tens of thousands of numbers.
 std::string fmt(double value) {
   char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.6g", value);
-  return buffer;
+  const auto end =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general, 6);
+  return std::string(buffer, end.ptr);
 }
 std::string px(double value) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f", value);
-  return buffer;
+  char buffer[320];  // room for any double in fixed notation (1e308 has 309 digits)
+  const auto end =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 1);
+  return std::string(buffer, end.ptr);
 }
 
 std::string escape(const std::string& text) {
