@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -234,7 +235,8 @@ Made made_for(Schedule made) {
 }
 
 // The hand-written schedules by (name, V, M), each made, validated and walked once (their
-// generators ignore the costs).
+// generators ignore the costs), and their figures. Shared by the search's threads: each entry
+// is made once, by the first thread to ask; one asking meanwhile waits for it.
 class Schedules {
  public:
   // `prune`: candidates above the limit are not simulated (the search's; measure()).
@@ -244,21 +246,18 @@ class Schedules {
   Record record() const { return prune_ ? Record::kFigures : Record::kTimeline; }
   // nullptr where the generator does not apply to these P, V, M.
   const Made* find(const std::string& name, int chunks, int microbatches) {
-    const auto key = std::make_tuple(name, chunks, microbatches);
-    auto it = made_.find(key);
-    if (it == made_.end()) {
-      std::optional<Made> made;
+    Once<std::optional<Made>>& entry = entry_of(made_, std::make_tuple(name, chunks, microbatches));
+    std::call_once(entry.once, [&] {
       try {
         Candidate shape;
         shape.schedule = name;
         shape.chunks = chunks;
         shape.microbatches = microbatches;
-        made.emplace(made_for(generate(shape, ranks_)));
+        entry.value.emplace(made_for(generate(shape, ranks_)));
       } catch (const UserError&) {
       }
-      it = made_.emplace(key, std::move(made)).first;
-    }
-    return it->second ? &*it->second : nullptr;
+    });
+    return entry.value ? &*entry.value : nullptr;
   }
 
   // The figures of candidate `c` on `made` (one of this cache's) under the scaled profile of its
@@ -268,10 +267,23 @@ class Schedules {
                     const Made& made);
 
  private:
+  template <typename T>
+  struct Once {
+    std::once_flag once;
+    T value;
+  };
+  // The entry of `key`, made empty if new (a std::map's entries stay where they are).
+  template <typename Map, typename Key>
+  typename Map::mapped_type& entry_of(Map& map, const Key& key) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return map[key];
+  }
+
   int ranks_;
   bool prune_;
-  std::map<std::tuple<std::string, int, int>, std::optional<Made>> made_;
-  std::map<std::tuple<const Made*, std::vector<LayerRange>, bool>, Candidate> figures_;
+  std::mutex mutex_;  // guards the two maps' structure; an entry's value is its once's
+  std::map<std::tuple<std::string, int, int>, Once<std::optional<Made>>> made_;
+  std::map<std::tuple<const Made*, std::vector<LayerRange>, bool>, Once<Candidate>> figures_;
 };
 
 bool within_limit(const Candidate& c, const PlannerOptions& options) {
@@ -310,18 +322,16 @@ Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candida
 
 Candidate Schedules::figures(const Profile& scaled, const PlannerOptions& options,
                              const Candidate& c, const Made& made) {
-  const auto key = std::make_tuple(&made, c.stage_layers, c.recompute);
-  auto it = figures_.find(key);
-  if (it == figures_.end()) {
-    Candidate measured = c;
-    measure(scaled, options, measured, made, Record::kFigures, prune_);
-    it = figures_.emplace(key, std::move(measured)).first;
-  }
+  Once<Candidate>& entry = entry_of(figures_, std::make_tuple(&made, c.stage_layers, c.recompute));
+  std::call_once(entry.once, [&] {
+    entry.value = c;
+    measure(scaled, options, entry.value, made, Record::kFigures, prune_);
+  });
   Candidate out = c;
-  out.step_ms = it->second.step_ms;
-  out.bubble_ratio = it->second.bubble_ratio;
-  out.peak_bytes = it->second.peak_bytes;
-  out.simulated = it->second.simulated;
+  out.step_ms = entry.value.step_ms;
+  out.bubble_ratio = entry.value.bubble_ratio;
+  out.peak_bytes = entry.value.peak_bytes;
+  out.simulated = entry.value.simulated;
   return out;
 }
 
@@ -549,40 +559,36 @@ std::vector<int> chunk_counts(const std::string& name, const PlannerOptions& opt
   return out;
 }
 
-// Every candidate of one microbatch count M that applies, in the search's order (schedule, V,
-// cut, recomputation), each evaluated; those above the limit are not simulated.
-std::vector<Candidate> candidates_of(const Profile& profile, const PlannerOptions& options,
-                                     const Resolved& resolved, int M,
-                                     const std::map<int, Cuts>& cuts_of) {
-  const int layers = static_cast<int>(profile.layers.size());
-  const double size = static_cast<double>(resolved.batch) / M;
-  const Profile scaled = scaled_profile(profile, size / resolved.profile_size, options);
-  Schedules schedules(options.workers, true);
+// Every candidate of one schedule at one microbatch count M that applies, in the search's order
+// (V, cut, recomputation), each evaluated on `scaled` (the profile at M's microbatch size);
+// those above the limit are not simulated.
+std::vector<Candidate> candidates_of(const Profile& scaled, const PlannerOptions& options,
+                                     const std::string& name, int M, double microbatch_size,
+                                     const std::map<int, Cuts>& cuts_of, Schedules& schedules) {
+  const int layers = static_cast<int>(scaled.layers.size());
   std::vector<Candidate> out;
-  for (const std::string& name : resolved.schedules) {
-    for (int V : chunk_counts(name, options, layers)) {
-      if (name != kAutoSchedule && schedules.find(name, V, M) == nullptr) continue;
-      for (const auto& [method, ranges] : cuts_of.at(V)) {
-        for (bool recompute : options.recompute) {
-          Candidate c;
-          c.partition = method;
-          c.stage_layers = ranges;
-          c.schedule = name;
-          c.chunks = V;
-          c.microbatches = M;
-          c.microbatch_size = size;
-          c.recompute = recompute;
-          try {
-            if (name == kAutoSchedule) {
-              evaluate_auto(scaled, options, c, schedules);
-            } else {
-              c = schedules.figures(scaled, options, c, *schedules.find(name, V, M));
-            }
-          } catch (const UserError&) {
-            continue;  // zb-auto refused these costs
+  for (int V : chunk_counts(name, options, layers)) {
+    if (name != kAutoSchedule && schedules.find(name, V, M) == nullptr) continue;
+    for (const auto& [method, ranges] : cuts_of.at(V)) {
+      for (bool recompute : options.recompute) {
+        Candidate c;
+        c.partition = method;
+        c.stage_layers = ranges;
+        c.schedule = name;
+        c.chunks = V;
+        c.microbatches = M;
+        c.microbatch_size = microbatch_size;
+        c.recompute = recompute;
+        try {
+          if (name == kAutoSchedule) {
+            evaluate_auto(scaled, options, c, schedules);
+          } else {
+            c = schedules.figures(scaled, options, c, *schedules.find(name, V, M));
           }
-          out.push_back(std::move(c));
+        } catch (const UserError&) {
+          continue;  // zb-auto refused these costs
         }
+        out.push_back(std::move(c));
       }
     }
   }
@@ -633,23 +639,37 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
       if (!cuts_of.count(V)) cuts_of[V] = cuts(profile, options, resolved.partitions, P * V);
     }
   }
-  // Each M is searched alone (its own schedules), on `jobs` threads, the largest first: its
-  // schedules have the most actions, and started last it would leave the other threads idle.
-  // The results are taken in the serial order, so that they do not depend on the number of
-  // threads.
+  // The search's units, each a schedule at one M (its every V, cut and recomputation), in the
+  // serial order: M, then schedule. They run on `jobs` threads sharing `schedules` (whose
+  // entries are made once whoever asks first), the largest M first: a unit's work grows with
+  // M, and the largest started last would leave the other threads idle. The results are taken
+  // in the serial order, so that they do not depend on the number of threads.
   const int counts = static_cast<int>(resolved.microbatches.size());
-  std::vector<int> largest_first(counts);
+  std::vector<Profile> scaled;  // [M index] the profile at M's microbatch size
+  for (int M : resolved.microbatches) {
+    const double size = static_cast<double>(resolved.batch) / M;
+    scaled.push_back(scaled_profile(profile, size / resolved.profile_size, options));
+  }
+  std::vector<std::pair<int, int>> units;  // (M index, schedule index)
+  for (int i = 0; i < counts; ++i) {
+    for (int n = 0; n < static_cast<int>(resolved.schedules.size()); ++n) units.emplace_back(i, n);
+  }
+  std::vector<int> largest_first(units.size());
   std::iota(largest_first.begin(), largest_first.end(), 0);
   std::stable_sort(largest_first.begin(), largest_first.end(), [&](int a, int b) {
-    return resolved.microbatches[a] > resolved.microbatches[b];
+    return resolved.microbatches[units[a].first] > resolved.microbatches[units[b].first];
   });
-  std::vector<std::vector<Candidate>> of_count(counts);
-  for_each_index(counts, options.jobs, [&](int k) {
-    const int i = largest_first[k];
-    of_count[i] = candidates_of(profile, options, resolved, resolved.microbatches[i], cuts_of);
+  Schedules schedules(P, true);
+  std::vector<std::vector<Candidate>> of_unit(units.size());
+  for_each_index(static_cast<int>(units.size()), options.jobs, [&](int k) {
+    const auto [i, n] = units[largest_first[k]];
+    const int M = resolved.microbatches[i];
+    of_unit[largest_first[k]] =
+        candidates_of(scaled[i], options, resolved.schedules[n], M,
+                      static_cast<double>(resolved.batch) / M, cuts_of, schedules);
   });
   std::vector<Candidate> fitting;
-  for (std::vector<Candidate>& candidates : of_count) {
+  for (std::vector<Candidate>& candidates : of_unit) {
     for (Candidate& c : candidates) {
       ++search.evaluated;
       search.simulated += c.simulated ? 1 : 0;
