@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -606,18 +607,19 @@ void for_each_index(int count, int jobs, const std::function<void(int)>& work) {
   }
   std::atomic<int> next{0};
   std::vector<std::exception_ptr> errors(count);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < jobs; ++t) {
-    threads.emplace_back([&] {
-      for (int i = next++; i < count; i = next++) {
-        try {
-          work(i);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
+  const auto run = [&] {
+    for (int i = next++; i < count; i = next++) {
+      try {
+        work(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
       }
-    });
-  }
+    }
+  };
+  // This thread is one of the `jobs`: its heap is warm (and in huge pages, common/malloc.h).
+  std::vector<std::thread> threads;
+  for (int t = 1; t < jobs; ++t) threads.emplace_back(run);
+  run();
   for (std::thread& thread : threads) thread.join();
   for (const std::exception_ptr& error : errors) {
     if (error) std::rethrow_exception(error);
@@ -640,10 +642,10 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
     }
   }
   // The search's units, each a schedule at one M (its every V, cut and recomputation), in the
-  // serial order: M, then schedule. They run on `jobs` threads sharing `schedules` (whose
-  // entries are made once whoever asks first), the largest M first: a unit's work grows with
-  // M, and the largest started last would leave the other threads idle. The results are taken
-  // in the serial order, so that they do not depend on the number of threads.
+  // serial order: M, then schedule. They run on `jobs` threads, those of one M sharing its
+  // Schedules (whose entries are made once whoever asks first), the largest M first: a unit's work
+  // grows with M, and the largest started last would leave the other threads idle. The results are
+  // taken in the serial order, so that they do not depend on the number of threads.
   const int counts = static_cast<int>(resolved.microbatches.size());
   std::vector<Profile> scaled;  // [M index] the profile at M's microbatch size
   for (int M : resolved.microbatches) {
@@ -659,14 +661,22 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   std::stable_sort(largest_first.begin(), largest_first.end(), [&](int a, int b) {
     return resolved.microbatches[units[a].first] > resolved.microbatches[units[b].first];
   });
-  Schedules schedules(P, true);
+  // [M index] the schedules of that M and their figures, dropped when its last unit ends (the
+  // memory of one M's is then reused by the next's instead of taking fresh pages).
+  std::vector<std::unique_ptr<Schedules>> schedules_of(counts);
+  std::vector<std::atomic<int>> units_left(counts);
+  for (int i = 0; i < counts; ++i) {
+    schedules_of[i] = std::make_unique<Schedules>(P, true);
+    units_left[i] = static_cast<int>(resolved.schedules.size());
+  }
   std::vector<std::vector<Candidate>> of_unit(units.size());
   for_each_index(static_cast<int>(units.size()), options.jobs, [&](int k) {
     const auto [i, n] = units[largest_first[k]];
     const int M = resolved.microbatches[i];
     of_unit[largest_first[k]] =
         candidates_of(scaled[i], options, resolved.schedules[n], M,
-                      static_cast<double>(resolved.batch) / M, cuts_of, schedules);
+                      static_cast<double>(resolved.batch) / M, cuts_of, *schedules_of[i]);
+    if (--units_left[i] == 0) schedules_of[i].reset();
   });
   std::vector<Candidate> fitting;
   for (std::vector<Candidate>& candidates : of_unit) {
