@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -96,9 +95,13 @@ std::string colour(Op op, int chunk) {
   const Rgb c = base_colour(op);
   const double white = std::min(0.6, 0.42 * chunk);
   const auto mix = [&](int v) { return static_cast<int>(std::lround(v + (255 - v) * white)); };
-  char buffer[8];
-  std::snprintf(buffer, sizeof buffer, "#%02x%02x%02x", mix(c.r), mix(c.g), mix(c.b));
-  return buffer;
+  constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "#";
+  for (const int v : {mix(c.r), mix(c.g), mix(c.b)}) {  // 0 .. 255: two digits, as printf's %02x
+    out += kHex[v >> 4];
+    out += kHex[v & 15];
+  }
+  return out;
 }
 
 const char* op_description(Op op) {
@@ -227,20 +230,31 @@ class SvgWriter {
   }
 
  private:
+  // Each piece appended to the body in turn: a timeline has tens of thousands of elements, and
+  // a chain of `+` makes a new string at every step.
+  template <typename... Pieces>
+  void append(const Pieces&... pieces) {
+    (body_.append(pieces), ...);
+  }
   void text(double x, double y, const std::string& content, const char* size, const char* anchor,
             const std::string& extra = "") {
-    body_ += "<text x=\"" + px(x) + "\" y=\"" + px(y) + "\" font-size=\"" + size +
-             "\" text-anchor=\"" + anchor + "\"" + (extra.empty() ? "" : " " + extra) + ">" +
-             escape(content) + "</text>\n";
+    append("<text x=\"", px(x), "\" y=\"", px(y), "\" font-size=\"", size, "\" text-anchor=\"",
+           anchor, "\"");
+    if (!extra.empty()) append(" ", extra);
+    append(">", escape(content), "</text>\n");
   }
   void rect(double x, double y, double w, double h, const std::string& fill,
             const std::string& css_class, const std::string& tooltip = "") {
-    body_ += "<rect class=\"" + css_class + "\" x=\"" + px(x) + "\" y=\"" + px(y) + "\" width=\"" +
-             px(std::max(w, 0.5)) + "\" height=\"" + px(h) + "\" fill=\"" + fill + "\"";
-    if (css_class == "event") body_ += " stroke=\"#333333\" stroke-width=\"0.6\"";
+    append("<rect class=\"", css_class, "\" x=\"", px(x), "\" y=\"", px(y), "\" width=\"",
+           px(std::max(w, 0.5)), "\" height=\"", px(h), "\" fill=\"", fill, "\"");
+    if (css_class == "event") append(" stroke=\"#333333\" stroke-width=\"0.6\"");
     // Back-to-back all-reduces of one rank stay two bars.
-    if (css_class == "reduce") body_ += " stroke=\"white\" stroke-width=\"0.8\"";
-    body_ += tooltip.empty() ? "/>\n" : "><title>" + escape(tooltip) + "</title></rect>\n";
+    if (css_class == "reduce") append(" stroke=\"white\" stroke-width=\"0.8\"");
+    if (tooltip.empty()) {
+      append("/>\n");
+    } else {
+      append("><title>", escape(tooltip), "</title></rect>\n");
+    }
   }
 
   // Draws one timeline's rows and time axis from `top`; returns the y below it.
@@ -266,8 +280,12 @@ class SvgWriter {
         if (is_comm(op) != comm_pass || (comm_pass && !options_.show_comms)) continue;
         const double x = x_of(event.start), w = (event.end - event.start) * scale;
         const double y = y_of(event.rank);
-        const std::string tooltip =
-            to_string(event.action) + " [" + fmt(event.start) + ", " + fmt(event.end) + "]";
+        std::string tooltip = to_string(event.action);
+        tooltip.append(" [")
+            .append(fmt(event.start))
+            .append(", ")
+            .append(fmt(event.end))
+            .append("]");
         if (is_collective(op)) {
           if (comm_pass) continue;
           seen_reduce_ = true;
