@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/semantics.h"
@@ -30,6 +31,10 @@ constexpr double kReduceLane = 8;
 constexpr double kReduceHeight = 6;
 constexpr const char* kReduceColour = "#8e44ad";
 constexpr const char* kSkipColour = "#c0392b";  // a skip connection's messages
+// What the SVG reserves for its text: per event (a box with its tooltip and label: 150 to 250
+// bytes), and for the head and what else is not an event.
+constexpr size_t kBytesPerEvent = 256;
+constexpr size_t kHeadBytes = 16384;
 
 // printf's "%.6g" and "%.1f" (std::to_chars is specified as printf in the C locale), without
 // its locale and formatting machinery: a large timeline has tens of thousands of numbers.
@@ -201,6 +206,10 @@ class SvgWriter {
       longest = std::max(longest, e.end - e.start);
     }
     const double width = kMarginLeft + options_.plot_width_px + kMarginRight;
+    // About what an event's box, tooltip and label take: the body is written once, not regrown.
+    size_t events = 0;
+    for (const auto& t : timelines_) events += t.events.size();
+    body_.reserve(events * kBytesPerEvent + kHeadBytes);
 
     double y = kTitleHeight;
     for (size_t k = 0; k < timelines_.size(); ++k) {
@@ -226,7 +235,9 @@ class SvgWriter {
     head += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     head += "<text x=\"" + px(width / 2) + "\" y=\"22\" font-size=\"15\" font-weight=\"bold\" " +
             "text-anchor=\"middle\">" + escape(title) + "</text>\n";
-    return head + body_ + "</svg>\n";
+    body_.insert(0, head);  // in place: the body is the large part
+    body_ += "</svg>\n";
+    return std::move(body_);
   }
 
  private:
