@@ -59,7 +59,7 @@ class Greedy {
     for (int j = 0; j < P_; ++j) {
       if (!forward(j)) return false;
     }
-    warm_up_ = warm_up_counts_for(flags_);
+    warm_up_ = planned_warm_up();
     for (int j = 0; j < P_; ++j) {
       while (stages_[j].nf < warm_up_[j]) {
         if (!forward(j)) return false;
@@ -175,18 +175,18 @@ class Greedy {
   // How many F's each stage runs before microbatch 0's gradient reaches it, last stage first:
   // those that fit (in time and memory) while the gradient comes back; after each stage's first
   // F (warm_up() placed them).
-  std::vector<int> warm_up_counts_for(const Flags& flags) const {
+  std::vector<int> planned_warm_up() const {
     std::vector<int> count(P_, 1);
     double gradient_end = stages_[P_ - 1].end + c_.backward_input[P_ - 1];
     for (int j = P_ - 2; j >= 0; --j) {
       const double arrives = gradient_end + c_.comm;
       double t = stages_[j].end, memory = c_.activation[j];
-      const int shape_cap = flags.warm_up_shape == 0   ? M_
-                            : flags.warm_up_shape == 1 ? P_ - j
-                                                       : 2 * (P_ - j) - 1;
+      const int shape_cap = flags_.warm_up_shape == 0   ? M_
+                            : flags_.warm_up_shape == 1 ? P_ - j
+                                                        : 2 * (P_ - j) - 1;
       while (count[j] < std::min(M_, shape_cap) && fits(memory + c_.activation[j], limits_[j]) &&
-             (flags.bubble_before_first_i ? t < arrives - kEps
-                                          : t + c_.forward[j] <= arrives + kEps)) {
+             (flags_.bubble_before_first_i ? t < arrives - kEps
+                                           : t + c_.forward[j] <= arrives + kEps)) {
         t += c_.forward[j];
         memory += c_.activation[j];
         ++count[j];
