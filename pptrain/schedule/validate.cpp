@@ -77,7 +77,7 @@ class Validator {
     // action it reaches too; a separate pass does so only to name an error, or past a deadlock.
     std::optional<ComputeRun> compute_run;
     if (!with_comms_) compute_run = run_compute_only();
-    if (!compute_run || compute_run->order_broken || stuck(compute_run->pc)) check_order();
+    if (!compute_run || compute_run->order_broken || any_stuck(compute_run->pc)) check_order();
     check_reductions();
     if (s_.replicated()) check_reduction_order();
     if (with_comms_) {
@@ -705,7 +705,7 @@ class Validator {
     });
     return run;
   }
-  bool stuck(const std::vector<size_t>& pc) const {
+  bool any_stuck(const std::vector<size_t>& pc) const {
     for (int r = 0; r < s_.num_ranks; ++r) {
       if (pc[r] < s_.actions[r].size()) return true;
     }
