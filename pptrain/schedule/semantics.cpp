@@ -189,58 +189,50 @@ struct MessageEnds {
 };
 
 // Rank `rank`'s (RECV position, SEND position) pairs of send_releases(), in the order of the
-// SENDs.
+// RECVs and, for one RECV, of the SENDs. One pass down the list: each send waits among the others
+// to its peer rank until a receive from that peer whose send there comes after the peer's
+// receive of it; the first such receive lets it go.
 std::vector<std::pair<size_t, size_t>> releases_of(const Schedule& lowered, int rank,
                                                    const MessageEnds& ends) {
+  struct Waiting {
+    size_t received;  // where the peer receives the message
+    size_t position;  // of the send here
+    bool operator<(const Waiting& other) const { return received > other.received; }
+  };
+  struct Peer {
+    int rank;
+    std::vector<Waiting> sends;  // a heap, the earliest received on top
+  };
+  std::vector<Peer> peers;  // the few ranks this one sends to
+  const auto peer = [&](int r) -> Peer* {
+    for (Peer& p : peers) {
+      if (p.rank == r) return &p;
+    }
+    return nullptr;
+  };
   const auto& mine = lowered.actions[rank];
-  // The rank's receives from each peer rank, in order: where each runs here and where its send
-  // runs on the peer, and the next receive from that peer whose send runs later there (none: the
-  // list's size). A send's search jumps along those: a receive jumped over was sent no later
-  // than the one it was jumped from, so it is not the one the send waits for either.
-  struct Receive {
-    size_t position;
-    size_t sent;
-    size_t next_later = 0;
-  };
-  std::vector<int> peers;
-  std::vector<std::vector<Receive>> from;  // [peer's index in peers]
-  const auto receives_from = [&](int peer) -> std::vector<Receive>* {
-    const auto it = std::find(peers.begin(), peers.end(), peer);
-    return it == peers.end() ? nullptr : &from[static_cast<size_t>(it - peers.begin())];
-  };
-  for (size_t q = 0; q < mine.size(); ++q) {
-    if (!is_recv(mine[q].op)) continue;
-    const MessageEnds::End& send = ends.sent_at[message_index(mine[q], lowered)];
-    std::vector<Receive>* list = receives_from(send.rank);
-    if (list == nullptr) {
-      peers.push_back(send.rank);
-      list = &from.emplace_back();
-    }
-    list->push_back({q, send.position});
-  }
-  for (std::vector<Receive>& list : from) {
-    std::vector<size_t> later;  // from the back: receives whose sends rise towards the front
-    for (size_t k = list.size(); k-- > 0;) {
-      while (!later.empty() && list[later.back()].sent <= list[k].sent) later.pop_back();
-      list[k].next_later = later.empty() ? list.size() : later.back();
-      later.push_back(k);
-    }
-  }
   std::vector<std::pair<size_t, size_t>> out;
   for (size_t p = 0; p < mine.size(); ++p) {
-    if (!is_send(mine[p].op)) continue;
-    const MessageEnds::End& receive = ends.received_at[message_index(mine[p], lowered)];
-    PPTRAIN_ASSERT(receive.rank >= 0, to_string(mine[p]), " has no matching receive");
-    const std::vector<Receive>* list = receives_from(receive.rank);
-    if (list == nullptr) continue;
-    // The first receive from the peer after p, then the first from there sent after the
-    // peer's receive of p's message.
-    size_t k = static_cast<size_t>(
-        std::upper_bound(list->begin(), list->end(), p,
-                         [](size_t position, const Receive& r) { return position < r.position; }) -
-        list->begin());
-    while (k < list->size() && (*list)[k].sent <= receive.position) k = (*list)[k].next_later;
-    if (k < list->size()) out.emplace_back((*list)[k].position, p);
+    const Action& a = mine[p];
+    if (is_send(a.op)) {
+      const MessageEnds::End& receive = ends.received_at[message_index(a, lowered)];
+      PPTRAIN_ASSERT(receive.rank >= 0, to_string(a), " has no matching receive");
+      Peer* to = peer(receive.rank);
+      if (to == nullptr) to = &peers.emplace_back(Peer{receive.rank, {}});
+      to->sends.push_back({receive.position, p});
+      std::push_heap(to->sends.begin(), to->sends.end());
+    } else if (is_recv(a.op)) {
+      const MessageEnds::End& send = ends.sent_at[message_index(a, lowered)];
+      Peer* from = peer(send.rank);
+      if (from == nullptr) continue;
+      const size_t first = out.size();
+      while (!from->sends.empty() && from->sends.front().received < send.position) {
+        out.emplace_back(p, from->sends.front().position);
+        std::pop_heap(from->sends.begin(), from->sends.end());
+        from->sends.pop_back();
+      }
+      std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+    }
   }
   return out;
 }
@@ -260,9 +252,6 @@ std::vector<std::vector<std::pair<size_t, size_t>>> send_release_pairs(const Sch
   std::vector<std::vector<std::pair<size_t, size_t>>> out;
   for (int r = 0; r < lowered.num_ranks; ++r) {
     out.push_back(releases_of(lowered, r, ends));
-    // By RECV; the SENDs of one RECV stay in their order (they were found in it).
-    std::stable_sort(out.back().begin(), out.back().end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
   }
   return out;
 }

@@ -18,7 +18,7 @@ static_assert(sizeof(Event) == 8, "a walk holds a few events per action");
 // gradients come back from it, the cut's message either way; -1 for a skip message (not counted).
 int message_stage(const Action& comm) {
   if (is_skip_message(comm)) return -1;
-  return std::max(comm.stage, comm_peer(comm).stage);
+  return message_of(comm).boundary + 1;  // the later stage of its cut
 }
 
 // Tables of one rank's list, kept across ranks so that a walk allocates them once.
@@ -66,12 +66,7 @@ void events_of(const Schedule& s, int r, int recv_ahead,
   out.reserve(actions.size() + static_cast<size_t>(slots));
   bool note = false;  // the peak is taken before the next event
   const auto add = [&](Event::Kind kind, int stage, int slot) {
-    Event e;
-    e.kind = kind;
-    e.noted = note ? 1 : 0;
-    e.stage = stage;
-    e.slot = slot;
-    out.push_back(e);
+    out.emplace_back(kind, note, stage, slot);
     note = false;
   };
   size_t next = 0;

@@ -118,6 +118,8 @@ class MemoryWalk {
     // 8 bytes, a walk holds a few per action: kind, whether the rank's peak is taken (noted)
     // right before this event (the point between an action's posted receives and the rest of
     // it; kNote stands alone where an action has no event of its own), stage and slot.
+    Event(Kind kind, bool noted, int stage, int slot)
+        : kind(kind), noted(noted ? 1 : 0), stage(stage), slot(slot) {}
     Kind kind : 4;
     unsigned noted : 1;
     int stage : 27;  // whose bytes: a message's (-1: a skip message), a compute action's
