@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/once.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
@@ -247,8 +248,9 @@ class Schedules {
   Record record() const { return prune_ ? Record::kFigures : Record::kTimeline; }
   // nullptr where the generator does not apply to these P, V, M.
   const Made* find(const std::string& name, int chunks, int microbatches) {
-    Once<std::optional<Made>>& entry = entry_of(made_, std::make_tuple(name, chunks, microbatches));
-    std::call_once(entry.once, [&] {
+    Entry<std::optional<Made>>& entry =
+        entry_of(made_, std::make_tuple(name, chunks, microbatches));
+    entry.once.call([&] {
       try {
         Candidate shape;
         shape.schedule = name;
@@ -269,8 +271,8 @@ class Schedules {
 
  private:
   template <typename T>
-  struct Once {
-    std::once_flag once;
+  struct Entry {
+    Once once;  // made by the first thread to ask (common/once.h)
     T value;
   };
   // The entry of `key`, made empty if new (a std::map's entries stay where they are).
@@ -283,8 +285,8 @@ class Schedules {
   int ranks_;
   bool prune_;
   std::mutex mutex_;  // guards the two maps' structure; an entry's value is its once's
-  std::map<std::tuple<std::string, int, int>, Once<std::optional<Made>>> made_;
-  std::map<std::tuple<const Made*, std::vector<LayerRange>, bool>, Once<Candidate>> figures_;
+  std::map<std::tuple<std::string, int, int>, Entry<std::optional<Made>>> made_;
+  std::map<std::tuple<const Made*, std::vector<LayerRange>, bool>, Entry<Candidate>> figures_;
 };
 
 bool within_limit(const Candidate& c, const PlannerOptions& options) {
@@ -302,10 +304,10 @@ Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candida
   const ValidatedSchedule& validated = made.validated;
   // Recomputation keeps less between F and B when the backward is not split.
   const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
-                                        !c.recompute || validated->has_split_backward());
+                                        !c.recompute || validated.given().has_split_backward());
   Evaluation out;
   out.cost = cost;
-  out.memory = rank_memory(scaled, options, c, cost, made.walk, validated->replicated());
+  out.memory = rank_memory(scaled, options, c, cost, made.walk, validated.given().replicated());
   for (const RankMemory& rank : out.memory) out.peak_bytes.push_back(rank.total());
   c.peak_bytes = out.peak_bytes;
   if (prune && !within_limit(c, options)) {
@@ -323,8 +325,8 @@ Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candida
 
 Candidate Schedules::figures(const Profile& scaled, const PlannerOptions& options,
                              const Candidate& c, const Made& made) {
-  Once<Candidate>& entry = entry_of(figures_, std::make_tuple(&made, c.stage_layers, c.recompute));
-  std::call_once(entry.once, [&] {
+  Entry<Candidate>& entry = entry_of(figures_, std::make_tuple(&made, c.stage_layers, c.recompute));
+  entry.once.call([&] {
     entry.value = c;
     measure(scaled, options, entry.value, made, Record::kFigures, prune_);
   });

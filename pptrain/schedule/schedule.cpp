@@ -246,7 +246,8 @@ Schedule lower(const Schedule& schedule) {
       for (const Action& atom : atoms_of(a)) {
         for (const Need& need : inputs_of(atom, schedule, /*lowered=*/true)) {
           if (is_receipt(need.fact)) {
-            lowered.push_back(producer_of(need));
+            const Action recv = producer_of(need);
+            lowered.emplace_back(recv.op, recv.stage, recv.microbatch, recv.peer);  // in place
           }
         }
       }

@@ -126,13 +126,16 @@ void append_sends_after(const Action& atom, const Schedule& schedule, std::vecto
   if (atom.op != Op::F && !is_backward(atom.op)) return;
   const int m = atom.microbatch;
   const auto rank = [&](int stage) { return schedule.rank_of(stage, m); };
-  if (const auto send = send_after_with(atom, schedule.num_stages, rank)) sends.push_back(*send);
+  // Each written in place (action.h: Action's constructor).
+  if (const auto send = send_after_with(atom, schedule.num_stages, rank)) {
+    sends.emplace_back(send->op, send->stage, send->microbatch);
+  }
   for (const SkipLink& skip : schedule.skips) {
     if (rank(skip.from) == rank(skip.to)) continue;
     if (atom.op == Op::F && skip.from == atom.stage)
-      sends.push_back(Action::skip(Op::SEND_F, skip.from, m, skip.to));
+      sends.emplace_back(Op::SEND_F, skip.from, m, skip.to);
     if (atom.op != Op::F && skip.to == atom.stage)
-      sends.push_back(Action::skip(Op::SEND_B, skip.to, m, skip.from));
+      sends.emplace_back(Op::SEND_B, skip.to, m, skip.from);
   }
 }
 

@@ -796,7 +796,7 @@ class Validator {
 
 const Schedule& ValidatedSchedule::schedule() const {
   if (!lowering_) return given_;
-  std::call_once(lowering_->once, [this] { lowering_->lowered = lower(given_); });
+  lowering_->once.call([this] { lowering_->lowered = lower(given_); });
   return lowering_->lowered;
 }
 

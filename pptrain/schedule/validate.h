@@ -18,10 +18,10 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/once.h"
 #include "pptrain/schedule/schedule.h"
 
 namespace pptrain {
@@ -66,7 +66,7 @@ class ValidatedSchedule {
  private:
   friend ValidatedSchedule validate(Schedule schedule);
   struct Lowering {
-    std::once_flag once;
+    Once once;
     Schedule lowered;
   };
   ValidatedSchedule(Schedule given, bool compute_only)

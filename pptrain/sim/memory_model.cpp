@@ -198,9 +198,16 @@ Peaks walk_rank(const std::vector<Event>& events, const std::vector<StageBytes>&
 
 }  // namespace
 
-MemoryWalk::MemoryWalk(const ValidatedSchedule& lowered, int recv_ahead)
-    : name_(lowered->name), num_stages_(lowered->num_stages), recv_ahead_(recv_ahead) {
-  const Schedule& s = *lowered;
+MemoryWalk::MemoryWalk(const ValidatedSchedule& validated, int recv_ahead)
+    : name_(validated.given().name),
+      num_stages_(validated.given().num_stages),
+      recv_ahead_(recv_ahead) {
+  // A compute-only schedule is lowered here for the walk alone rather than through `validated`,
+  // which would keep the lowered lists as long as it lives (the planner keeps hundreds of
+  // validated schedules and never asks for their lowered lists).
+  Schedule lowered_here;
+  if (validated.lowered_here()) lowered_here = lower(validated.given());
+  const Schedule& s = validated.lowered_here() ? lowered_here : *validated;
   const auto releases = send_release_pairs(s);
   RankTables tables;
   tables.receive_slot.assign(message_count(s.num_stages, s.num_microbatches), -1);

@@ -96,11 +96,12 @@ struct RankMemory {
   }
 };
 
-// The schedule's part of the model, made once for a lowered schedule and a number of receives
-// posted ahead: each rank's list as the events of the runtime's rules (when a receive is posted
-// and its message comes, when a send is let go, which buffer a compute action takes), so that
-// predicting for other stage bytes (each step of a run, each candidate of the planner) is one
-// pass over them.
+// The schedule's part of the model, made once for a validated schedule and a number of receives
+// posted ahead: each rank's lowered list (with its SEND and RECV actions, as the runtime runs it;
+// a compute-only schedule is lowered for the walk) as the events of the runtime's rules (when a
+// receive is posted and its message comes, when a send is let go, which buffer a compute action
+// takes), so that predicting for other stage bytes (each step of a run, each candidate of the
+// planner) is one pass over them.
 class MemoryWalk {
  public:
   struct Event {
@@ -125,7 +126,8 @@ class MemoryWalk {
     int stage : 27;  // whose bytes: a message's (-1: a skip message), a compute action's
     int slot;        // the message's place on its rank (-1: none)
   };
-  explicit MemoryWalk(const ValidatedSchedule& lowered, int recv_ahead = MemoryRules{}.recv_ahead);
+  explicit MemoryWalk(const ValidatedSchedule& validated,
+                      int recv_ahead = MemoryRules{}.recv_ahead);
   const std::string& name() const { return name_; }
   int num_ranks() const { return static_cast<int>(events_.size()); }
   int num_stages() const { return num_stages_; }
