@@ -72,10 +72,16 @@ class Greedy {
   const std::vector<int>& warm_up_counts() const { return warm_up_; }
 
   // The rest, after a warm-up that succeeded: the schedule and its timing, or nothing when a
-  // needed F cannot fit the limit.
-  std::optional<std::pair<Schedule, ScheduleTiming>> finish() {
+  // needed F cannot fit the limit, or when its makespan would come out above `beaten` (then it
+  // could not be faster() than a schedule of that makespan: it stops as soon as that is sure).
+  std::optional<std::pair<Schedule, ScheduleTiming>> finish(
+      double beaten = std::numeric_limits<double>::infinity()) {
+    // A makespan above this is not within faster()'s tolerance of `beaten`; the margin covers
+    // the rounding of least_makespan()'s sums, orders of magnitude below the tolerance.
+    const double cut = beaten + 2 * kEps * std::max(1.0, beaten);
     for (int i = 1; i < M_; ++i) {
       if (!round(i)) return std::nullopt;
+      if (least_makespan() > cut) return std::nullopt;
     }
     ScheduleTiming timing;
     for (int j = 0; j < P_; ++j) {
@@ -106,6 +112,19 @@ class Greedy {
     std::vector<double> f_end, i_end;  // [microbatch]
     bool deferred_f = false;           // prioritize_i: this round's F waits for the I phase
   };
+
+  // No less than the makespan this candidate will have: each stage's actions left run one after
+  // another, after its last placed one.
+  double least_makespan() const {
+    double least = 0;
+    for (int j = 0; j < P_; ++j) {
+      const Stage& s = stages_[j];
+      least =
+          std::max(least, s.end + (M_ - s.nf) * c_.forward[j] + (M_ - s.ni) * c_.backward_input[j] +
+                              (M_ - s.nw) * c_.backward_weight[j]);
+    }
+    return least;
+  }
 
   double time(Op op, int j) const {
     if (op == Op::F) return c_.forward[j];
@@ -430,8 +449,9 @@ Schedule make_zb_auto(const AutoScheduleOptions& o, double* predicted_cost) {
     if (!greedy.warm_up()) continue;
     const bool repeated =
         !made.emplace(flags.fill_small_gaps, flags.prioritize_i, greedy.warm_up_counts()).second;
-    if (repeated && o.skip_repeated_candidates) continue;
-    keep(greedy.finish());
+    if (repeated && o.prune_candidates) continue;
+    // Stopped early once it cannot beat the best so far (it would not be kept).
+    keep(o.prune_candidates && best ? greedy.finish(best->second.makespan) : greedy.finish());
   }
   // The fixed orders, where they fit: a tight budget can leave the greedy no better.
   for (Schedule (*make)(int, int) : {make_1f1b_split, make_zb_h1, make_zb_h2}) {

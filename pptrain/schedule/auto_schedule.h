@@ -83,8 +83,9 @@ struct AutoScheduleOptions {
   // none on that rank; when non-empty it replaces memory_limit.
   std::vector<double> rank_memory_limits = {};
   // Skip a greedy candidate whose warm-up repeats an earlier one's (it would make the same
-  // schedule); false runs every one to the end, which tests compare with.
-  bool skip_repeated_candidates = true;
+  // schedule), and stop one once its makespan is sure to be above the best so far's (it would
+  // not be kept); false runs every one to the end, which tests compare with.
+  bool prune_candidates = true;
 };
 
 // The smallest memory limit any schedule of these stages can keep: the largest activation.

@@ -57,8 +57,9 @@ TEST(ZbAuto, ValidAndWithinTheLimitForManyShapesCostsAndLimits) {
 }
 
 // A greedy candidate is skipped when its warm-up repeats an earlier one's and its rounds read the
-// same flags: running every candidate to the end gives the same schedule, action for action.
-TEST(ZbAuto, SkippingRepeatedCandidatesChangesNothing) {
+// same flags, and stopped once it cannot beat the best so far: running every candidate to the
+// end gives the same schedule, action for action.
+TEST(ZbAuto, PruningCandidatesChangesNothing) {
   std::mt19937 rng(41);
   for (int p : {2, 3, 4, 8}) {
     for (int m : {1, 3, p, 2 * p + 1, 8 * p}) {
@@ -70,10 +71,10 @@ TEST(ZbAuto, SkippingRepeatedCandidatesChangesNothing) {
           SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m) + " trial " +
                        std::to_string(trial) + " limit " + std::to_string(limit));
           AutoScheduleOptions every{p, m, c, limit};
-          every.skip_repeated_candidates = false;
+          every.prune_candidates = false;
           const Schedule all = make_zb_auto(every);
-          const Schedule skipping = make_zb_auto({p, m, c, limit});
-          EXPECT_EQ(skipping.actions, all.actions);
+          const Schedule pruned = make_zb_auto({p, m, c, limit});
+          EXPECT_EQ(pruned.actions, all.actions);
         }
       }
     }
