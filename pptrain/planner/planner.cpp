@@ -361,11 +361,12 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
   check_schedule_size(P, c.chunks, c.microbatches);
   const Candidate shape = c;
   Evaluation out;
+  std::shared_ptr<const Schedule> chosen;
   for (int round = 0; round < kRounds; ++round) {
-    const Made planned = made_for(make_schedule(request));
+    Made planned = made_for(make_schedule(request));
     c = shape;
     out = measure(scaled, options, c, planned, schedules.record(), schedules.prune());
-    out.schedule = planned.made;
+    chosen = std::make_shared<const Schedule>(std::move(planned.made));
     std::vector<double>& budgets = request.rank_memory_limits;
     if (budgets.empty() || within_limit(c, options)) break;
     bool room = true;
@@ -375,9 +376,9 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
     }
     if (!room) break;
   }
-  if (c.chunks != 1) return out;
   const Made* fastest = nullptr;
   for (const char* name : {"1f1b", "zb-h1", "zb-h2"}) {
+    if (c.chunks != 1) break;
     const Made* order = schedules.find(name, 1, c.microbatches);
     if (order == nullptr) continue;
     const Candidate other = schedules.figures(scaled, options, shape, *order);
@@ -387,10 +388,14 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
     }
   }
   if (fastest != nullptr) {
-    out = measure(scaled, options, c, *fastest, schedules.record());
-    out.schedule = fastest->made;
-    out.schedule.name = kAutoSchedule;
+    Schedule order = fastest->made;
+    order.name = kAutoSchedule;
+    chosen = std::make_shared<const Schedule>(std::move(order));
+    // The search has the figures (c, above); a timeline is simulated again.
+    if (!schedules.prune()) out = measure(scaled, options, c, *fastest, schedules.record());
   }
+  c.made = chosen;
+  if (!schedules.prune()) out.schedule = *chosen;
   return out;
 }
 
@@ -542,6 +547,12 @@ Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candi
   const Profile scaled =
       scaled_profile(profile, candidate.microbatch_size / resolved.profile_size, options);
   Schedules schedules(options.workers, false);
+  if (candidate.schedule == kAutoSchedule && candidate.made) {
+    const Made made = made_for(*candidate.made);  // as the search planned it
+    Evaluation out = measure(scaled, options, candidate, made, schedules.record());
+    out.schedule = made.made;
+    return out;
+  }
   return evaluate_with(scaled, options, candidate, schedules);
 }
 

@@ -58,6 +58,7 @@
 // memory.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,10 @@ struct Candidate {
   // Whether step_ms and bubble_ratio were simulated: the search does not simulate a candidate
   // above the limit (its step_ms is then infinite).
   bool simulated = false;
+  // The schedule the search made for it where making it again would plan it again (zb-auto's,
+  // planned for the candidate's costs and limit), which evaluate() then takes as it is; null
+  // for the others, and for a candidate made by hand.
+  std::shared_ptr<const Schedule> made;
   double max_peak_bytes() const;
 };
 
@@ -144,8 +149,9 @@ void check_planner_options(const PlannerOptions& options);
 PlanSearch search_plans(const Profile& profile, const PlannerOptions& options);
 
 // Evaluates one candidate (schedule, partition, chunks, M, recompute set): its schedule,
-// simulation and per-rank peaks; fills the candidate's predicted figures. UserError if the
-// generator refuses it (the search skips those).
+// simulation and per-rank peaks; fills the candidate's predicted figures. A candidate with the
+// schedule the search made for it (Candidate::made) is evaluated on that schedule. UserError if
+// the generator refuses it (the search skips those).
 Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate);
 
 // `--optimizer`: the optimizer state per parameter byte of "adamw" (2) or "sgd" (1); UserError

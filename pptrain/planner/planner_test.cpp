@@ -50,8 +50,13 @@ PlannerOptions small_options() {
 // A candidate on the given cut, not yet evaluated.
 Candidate candidate_of(const std::string& schedule, int chunks, int microbatches, bool recompute,
                        const std::vector<LayerRange>& stage_layers) {
-  // Partition name, cut, schedule, V, M, microbatch size (evaluate's), recompute; figures 0.
-  return Candidate{"", stage_layers, schedule, chunks, microbatches, 0, recompute, 0, 0, {}};
+  Candidate c;  // figures 0, microbatch size evaluate()'s
+  c.stage_layers = stage_layers;
+  c.schedule = schedule;
+  c.chunks = chunks;
+  c.microbatches = microbatches;
+  c.recompute = recompute;
+  return c;
 }
 
 // Every candidate of the search, evaluated one by one without the search's shared schedules.
@@ -155,6 +160,47 @@ TEST(Planner, ThreadsChangeNothing) {
   }
   o.jobs = -1;
   EXPECT_THROW(search_plans(profile, o), UserError);
+}
+
+// A zb-auto candidate of the search keeps the schedule planned for it, and evaluate() takes it:
+// the same schedule, figures and timeline as planning it again (under limits from none to one
+// where the memory model makes zb-auto plan again, or keep a fixed order).
+TEST(Planner, SearchedZbAutoEvaluatesAsPlanningItAgain) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.schedules = {"zb-auto"};
+  o.keep = 1000;
+  int compared = 0;
+  for (double limit : {0.0, 400000.0, 300000.0}) {
+    o.memory_limit_bytes = limit;
+    PlanSearch search;
+    try {
+      search = search_plans(profile, o);
+    } catch (const UserError&) {
+      continue;  // nothing fits this one
+    }
+    for (const Candidate& searched : search.ranked) {
+      ASSERT_NE(searched.made, nullptr);
+      Candidate kept = searched, again = searched;
+      again.made = nullptr;
+      const Evaluation a = evaluate(profile, o, kept), b = evaluate(profile, o, again);
+      EXPECT_EQ(a.schedule.actions, b.schedule.actions);
+      EXPECT_EQ(a.schedule.name, b.schedule.name);
+      EXPECT_EQ(kept.step_ms, again.step_ms);
+      EXPECT_EQ(kept.step_ms, searched.step_ms);
+      EXPECT_EQ(kept.peak_bytes, again.peak_bytes);
+      ASSERT_EQ(a.sim.timeline.events.size(), b.sim.timeline.events.size());
+      EXPECT_GT(a.sim.timeline.events.size(), 0u);
+      for (size_t e = 0; e < a.sim.timeline.events.size(); ++e) {
+        const TimelineEvent &x = a.sim.timeline.events[e], &y = b.sim.timeline.events[e];
+        EXPECT_TRUE(x.rank == y.rank && x.action == y.action && x.start == y.start &&
+                    x.end == y.end)
+            << "event " << e;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 10);
 }
 
 TEST(Planner, TighterLimitNeverPicksAboveIt) {
