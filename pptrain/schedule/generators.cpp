@@ -53,18 +53,17 @@ Schedule one_f_one_b_family(const std::string& name, int ranks, int microbatches
     auto& list = s.actions[r];
     int forwards = 0, backwards = 0, weights = 0;
     const auto backward = [&] {
-      list.push_back(Action::make(split ? Op::I : Op::B, r, backwards++));
+      list.emplace_back(split ? Op::I : Op::B, r, backwards++);
       if (split && backwards - weights > deferred[r]) {
-        list.push_back(Action::make(Op::W, r, weights++));
+        list.emplace_back(Op::W, r, weights++);
       }
     };
-    while (forwards < std::min(warmup[r], microbatches))
-      list.push_back(Action::make(Op::F, r, forwards++));
+    while (forwards < std::min(warmup[r], microbatches)) list.emplace_back(Op::F, r, forwards++);
     while (backwards < microbatches) {
-      if (forwards < microbatches) list.push_back(Action::make(Op::F, r, forwards++));
+      if (forwards < microbatches) list.emplace_back(Op::F, r, forwards++);
       backward();
     }
-    while (split && weights < microbatches) list.push_back(Action::make(Op::W, r, weights++));
+    while (split && weights < microbatches) list.emplace_back(Op::W, r, weights++);
   }
   return s;
 }
@@ -213,7 +212,7 @@ Schedule v_block_schedule(const std::string& name, int ranks, int microbatches,
     for (const auto& at : timetable) {
       if (at) {
         list.push_back(*at);
-        if (at->op == Op::I) waiting_w.push_back(Action::make(Op::W, at->stage, at->microbatch));
+        if (at->op == Op::I) waiting_w.emplace_back(Op::W, at->stage, at->microbatch);
       } else if (!waiting_w.empty()) {
         list.push_back(waiting_w.front());
         waiting_w.pop_front();
@@ -237,7 +236,7 @@ class DualPipeVWriter {
   // An I (which owes a W) or a fused B.
   Action backward(int stage, bool split) {
     const Action a = Action::make(split ? Op::I : Op::B, stage, next_back_[stage]++);
-    if (split) owed_w_.push_back(Action::make(Op::W, stage, a.microbatch));
+    if (split) owed_w_.emplace_back(Op::W, stage, a.microbatch);
     return a;
   }
   void add(const Action& a) { list_->push_back(a); }
@@ -284,8 +283,8 @@ Schedule make_gpipe(int ranks, int microbatches) {
   check_sizes("gpipe", ranks, microbatches);
   Schedule s = empty_schedule("gpipe", ranks, microbatches, 1);
   for (int r = 0; r < ranks; ++r) {
-    for (int m = 0; m < microbatches; ++m) s.actions[r].push_back(Action::make(Op::F, r, m));
-    for (int m = 0; m < microbatches; ++m) s.actions[r].push_back(Action::make(Op::B, r, m));
+    for (int m = 0; m < microbatches; ++m) s.actions[r].emplace_back(Op::F, r, m);
+    for (int m = 0; m < microbatches; ++m) s.actions[r].emplace_back(Op::B, r, m);
   }
   return s;
 }
@@ -563,7 +562,7 @@ Schedule make_chimera(int ranks, int microbatches) {
     for (int r = 0; r < P; ++r) {
       for (const UnitStep& a : unit[r]) {
         const int m = (a.direction == 0 ? 0 : M / 2) + u * half + a.index;
-        s.actions[r].push_back(Action::make(a.op, a.stage, m));
+        s.actions[r].emplace_back(a.op, a.stage, m);
       }
     }
   }
@@ -585,8 +584,8 @@ Schedule make_gems(int ranks, int microbatches) {
       auto& list = s.actions[r];
       list.push_back(first);
       list.push_back(second);
-      list.push_back(Action::make(Op::B, second.stage, second.microbatch));
-      list.push_back(Action::make(Op::B, first.stage, first.microbatch));
+      list.emplace_back(Op::B, second.stage, second.microbatch);
+      list.emplace_back(Op::B, first.stage, first.microbatch);
     }
   }
   return s;
@@ -631,10 +630,10 @@ Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatch
       const int n = static_cast<int>(own.size());
       auto& list = s.actions[base + k];
       int f = 0, b = 0;
-      while (f < std::min(warmup, n)) list.push_back(Action::make(Op::F, stage, own[f++]));
+      while (f < std::min(warmup, n)) list.emplace_back(Op::F, stage, own[f++]);
       while (b < n) {
-        if (f < n) list.push_back(Action::make(Op::F, stage, own[f++]));
-        list.push_back(Action::make(Op::B, stage, own[b++]));
+        if (f < n) list.emplace_back(Op::F, stage, own[f++]);
+        list.emplace_back(Op::B, stage, own[b++]);
       }
     }
     base += r;
@@ -732,8 +731,8 @@ Schedule make_serial(int stages, int microbatches, bool flushes) {
   s.actions.resize(1);
   s.flushes = flushes;
   for (int m = 0; m < microbatches; ++m) {
-    for (int st = 0; st < stages; ++st) s.actions[0].push_back(Action::make(Op::F, st, m));
-    for (int st = stages - 1; st >= 0; --st) s.actions[0].push_back(Action::make(Op::B, st, m));
+    for (int st = 0; st < stages; ++st) s.actions[0].emplace_back(Op::F, st, m);
+    for (int st = stages - 1; st >= 0; --st) s.actions[0].emplace_back(Op::B, st, m);
   }
   return s;
 }

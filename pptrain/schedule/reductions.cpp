@@ -64,7 +64,7 @@ std::vector<Action> insert_after(const std::vector<Action>& list,
            (list[i + 1].op == Op::SEND_F || list[i + 1].op == Op::SEND_B)) {
       out.push_back(list[++i]);
     }
-    for (int stage : stages) out.push_back(Action::make(Op::REDUCE_GRAD, stage, -1));
+    for (int stage : stages) out.emplace_back(Op::REDUCE_GRAD, stage, -1);
   }
   return out;
 }
