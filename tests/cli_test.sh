@@ -150,6 +150,10 @@ expect_error "too many microbatches" "stage-microbatches, more than the 1048576"
 expect_error "too many partition workers" "more than 1024 workers" \
   "$pptrain" partition --profile "$(dirname "$0")/../data/pipedream/resnet50/graph.txt" --method pipedream --workers 100000
 
+expect_error "malloc setting" "PPTRAIN_MALLOC must be 'pptrain' or 'system', got 'bad'" \
+  env PPTRAIN_MALLOC=bad "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2
+expect_error "malloc setting, plan" "PPTRAIN_MALLOC must be 'pptrain' or 'system', got 'bad'" \
+  env PPTRAIN_MALLOC=bad "$pptrain" plan --profile nowhere.json --workers 2 --memory-limit 0 --out "$work/p"
 expect_error "unknown schedule" "unknown schedule 'nope'" "$pptrain" schedule --schedule nope --pp 2 --microbatches 2
 expect_error "zero microbatches" "microbatches" "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 0
 printf '0F0,1F0\n0B0\n' >"$work/bad.csv"

@@ -1,6 +1,6 @@
 // glibc's malloc kept from handing freed memory back to the kernel, for programs that free and
 // allocate the same large sizes over and over: a training step's tensors, the planner's tables of
-// one pass after another's; and the planner's heap in huge pages.
+// one pass after another's; and `pptrain schedule`'s heap in huge pages.
 #pragma once
 
 namespace pptrain {
@@ -22,9 +22,10 @@ bool keep_freed_memory();
 // does where THP is "madvise" or "always"), after keep_freed_memory() (which it calls): a large
 // table then costs a page fault per 2 MiB rather than per 4 KiB, and its passes fewer misses of
 // the TLB (`pptrain schedule` zb-v P=256 M=2048: 15% faster, P=32 M=256: 0.2 ms slower; see
-// docs/PERFORMANCE.md). For the planner, whose memory is its tables; the runtime, whose heap
-// holds tensors, does not call it. Idempotent; returns whether the heap was advised (false
-// where keep_freed_memory() is not in effect, or the heap could not grow).
+// docs/PERFORMANCE.md). Called by `pptrain schedule`, whose memory is a few large tables; not by
+// `plan`, whose huge pages came fresh late in the run and cost more than they saved on a virtual
+// machine, nor by the runtime, whose heap holds tensors. Idempotent; returns whether the heap was
+// advised (false where keep_freed_memory() is not in effect, or the heap could not grow).
 bool heap_in_huge_pages();
 
 }  // namespace pptrain

@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <string>
 
-#include "pptrain/common/malloc.h"
 #include "tools/pptrain/commands.h"
 
 namespace {
@@ -71,7 +70,6 @@ int main(int argc, char** argv) {
                  argv[1]);
     return 2;
   }
-  pptrain::heap_in_huge_pages();  // the planner's tables in huge pages (common/malloc.h)
   CLI::App app{"pptrain: pipeline-parallel training of deep networks"};
   app.require_subcommand(1);
   app.set_version_flag("--version", kVersion);
