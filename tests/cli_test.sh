@@ -325,6 +325,11 @@ if [ -n "$rsvg" ]; then
 fi
 "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --schedules 1f1b \
   --json --out "$work/plan2" | grep -q '"schedule": "1f1b"' || fail "plan --json does not print the plan"
+# The SVG is written on a thread of its own: its failure is still the one-line error.
+mkdir -p "$work/plan_svg/timeline.svg"
+expect_error "plan: SVG not writable" "cannot write SVG file '$work/plan_svg/timeline.svg'" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --schedules 1f1b \
+  --out "$work/plan_svg"
 expect_error "plan: limit too small" "no plan fits the memory limit of 1000.0 MB (1e+09 bytes) per rank less its margin of 5%; the smallest peak of the" \
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
 expect_error "plan: limit too small names the rank" "bytes, on rank 0: interleaved-1f1b, M=16, recompute)" \

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "pptrain/common/check.h"
@@ -90,18 +91,23 @@ std::string write_plan_folder(const std::string& folder, const Profile& profile,
   Candidate winner = search.ranked.front();
   Evaluation evaluation = evaluate(profile, options, winner);
   const std::filesystem::path out(folder);
-  write_text_file((out / files.partition).string(), to_json(winner_partition(profile, winner)),
-                  "partition file");
-  write_text_file((out / files.schedule).string(), to_csv(evaluation.schedule), "schedule file");
   Timeline& timeline = evaluation.sim.timeline;
   char title[160];
   std::snprintf(title, sizeof title, "plan: %s, P=%d, V=%d, M=%d%s, %s partition, %.3f ms",
                 winner.schedule.c_str(), options.workers, winner.chunks, winner.microbatches,
                 winner.recompute ? ", recompute" : "", winner.partition.c_str(), winner.step_ms);
   timeline.title = title;
-  write_text_file((out / files.svg).string(), render_svg(timeline), "SVG file");
+  // The drawing, the longest to make, on a thread of its own while this one writes the rest
+  // (a failure of either is thrown here, this thread's first: the future waits when destroyed).
+  std::future<void> svg = std::async(std::launch::async, [&] {
+    write_text_file((out / files.svg).string(), render_svg(timeline), "SVG file");
+  });
+  write_text_file((out / files.partition).string(), to_json(winner_partition(profile, winner)),
+                  "partition file");
+  write_text_file((out / files.schedule).string(), to_csv(evaluation.schedule), "schedule file");
   const std::string json = plan_json(profile, options, search, files);
   write_text_file((out / "plan.json").string(), json, "plan file");
+  svg.get();
   return json;
 }
 
