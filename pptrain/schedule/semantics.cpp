@@ -170,71 +170,62 @@ size_t message_count(const Schedule& schedule) {
          2 * schedule.skips.size() * static_cast<size_t>(schedule.num_microbatches);
 }
 
-namespace {
-
-// Where the two ends of each message run, by message_index().
-struct MessageEnds {
-  struct End {
-    int rank = -1;
-    size_t position = 0;
-  };
-  std::vector<End> sent_at, received_at;
-  explicit MessageEnds(const Schedule& lowered)
-      : sent_at(message_count(lowered)), received_at(message_count(lowered)) {
-    for (int r = 0; r < lowered.num_ranks; ++r) {
-      for (size_t p = 0; p < lowered.actions[r].size(); ++p) {
-        const Action& a = lowered.actions[r][p];
-        if (is_send(a.op)) sent_at[message_index(a, lowered)] = {r, p};
-        if (is_recv(a.op)) received_at[message_index(a, lowered)] = {r, p};
-      }
+MessageEnds::MessageEnds(const Schedule& lowered)
+    : sent_at(message_count(lowered)), received_at(message_count(lowered)) {
+  for (int r = 0; r < lowered.num_ranks; ++r) {
+    for (size_t p = 0; p < lowered.actions[r].size(); ++p) {
+      const Action& a = lowered.actions[r][p];
+      if (is_send(a.op)) sent_at[message_index(a, lowered)] = {r, p};
+      if (is_recv(a.op)) received_at[message_index(a, lowered)] = {r, p};
     }
   }
-};
+}
+
+// Each send waits among the others to its peer rank until a receive from that peer whose send
+// there comes after the peer's receive of it; the first such receive lets it go.
+void SendReleases::sent(int peer, size_t received, size_t position) {
+  auto it =
+      std::find_if(peers_.begin(), peers_.end(), [&](const Peer& p) { return p.rank == peer; });
+  if (it == peers_.end()) it = peers_.insert(peers_.end(), Peer{peer, {}});
+  it->sends.push_back({received, position});
+  std::push_heap(it->sends.begin(), it->sends.end());
+}
+
+void SendReleases::received(int peer, size_t sent, std::vector<size_t>& released) {
+  const auto it =
+      std::find_if(peers_.begin(), peers_.end(), [&](const Peer& p) { return p.rank == peer; });
+  if (it == peers_.end()) return;
+  const size_t first = released.size();
+  std::vector<Waiting>& sends = it->sends;
+  while (!sends.empty() && sends.front().received < sent) {
+    released.push_back(sends.front().position);
+    std::pop_heap(sends.begin(), sends.end());
+    sends.pop_back();
+  }
+  std::sort(released.begin() + static_cast<std::ptrdiff_t>(first), released.end());
+}
+
+namespace {
 
 // Rank `rank`'s (RECV position, SEND position) pairs of send_releases(), in the order of the
-// RECVs and, for one RECV, of the SENDs. One pass down the list: each send waits among the others
-// to its peer rank until a receive from that peer whose send there comes after the peer's
-// receive of it; the first such receive lets it go.
+// RECVs and, for one RECV, of the SENDs: SendReleases down its list.
 std::vector<std::pair<size_t, size_t>> releases_of(const Schedule& lowered, int rank,
                                                    const MessageEnds& ends) {
-  struct Waiting {
-    size_t received;  // where the peer receives the message
-    size_t position;  // of the send here
-    bool operator<(const Waiting& other) const { return received > other.received; }
-  };
-  struct Peer {
-    int rank;
-    std::vector<Waiting> sends;  // a heap, the earliest received on top
-  };
-  std::vector<Peer> peers;  // the few ranks this one sends to
-  const auto peer = [&](int r) -> Peer* {
-    for (Peer& p : peers) {
-      if (p.rank == r) return &p;
-    }
-    return nullptr;
-  };
   const auto& mine = lowered.actions[rank];
+  SendReleases releases;
+  std::vector<size_t> released;
   std::vector<std::pair<size_t, size_t>> out;
   for (size_t p = 0; p < mine.size(); ++p) {
     const Action& a = mine[p];
     if (is_send(a.op)) {
       const MessageEnds::End& receive = ends.received_at[message_index(a, lowered)];
       PPTRAIN_ASSERT(receive.rank >= 0, to_string(a), " has no matching receive");
-      Peer* to = peer(receive.rank);
-      if (to == nullptr) to = &peers.emplace_back(Peer{receive.rank, {}});
-      to->sends.push_back({receive.position, p});
-      std::push_heap(to->sends.begin(), to->sends.end());
+      releases.sent(receive.rank, receive.position, p);
     } else if (is_recv(a.op)) {
       const MessageEnds::End& send = ends.sent_at[message_index(a, lowered)];
-      Peer* from = peer(send.rank);
-      if (from == nullptr) continue;
-      const size_t first = out.size();
-      while (!from->sends.empty() && from->sends.front().received < send.position) {
-        out.emplace_back(p, from->sends.front().position);
-        std::pop_heap(from->sends.begin(), from->sends.end());
-        from->sends.pop_back();
-      }
-      std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+      released.clear();
+      releases.received(send.rank, send.position, released);
+      for (size_t q : released) out.emplace_back(p, q);
     }
   }
   return out;
@@ -262,15 +253,9 @@ std::vector<std::vector<std::pair<size_t, size_t>>> send_release_pairs(const Sch
 std::vector<size_t> receives_posted(const std::vector<Action>& actions, int recv_ahead) {
   size_t total = 0;
   for (const Action& a : actions) total += is_recv(a.op) ? 1 : 0;
+  ReceivesPosted posted(total, recv_ahead);
   std::vector<size_t> out(actions.size());
-  size_t consumed = 0, posted = 0;  // receives before the position; posted so far
-  for (size_t p = 0; p < actions.size(); ++p) {
-    const size_t through = consumed + (is_recv(actions[p].op) ? 1 : 0);
-    const size_t ahead = recv_ahead < 0 ? total : consumed + static_cast<size_t>(recv_ahead);
-    posted = std::min(total, std::max({posted, through, ahead}));
-    out[p] = posted;
-    consumed = through;
-  }
+  for (size_t p = 0; p < actions.size(); ++p) out[p] = posted.next(is_recv(actions[p].op));
   return out;
 }
 

@@ -353,10 +353,64 @@ std::map<size_t, std::vector<size_t>> send_releases(const Schedule& lowered, int
 // The same for every rank as (RECV position, SEND position) pairs, in the order of the RECVs
 // and, for one RECV, of the SENDs: [num_ranks][pair].
 std::vector<std::vector<std::pair<size_t, size_t>>> send_release_pairs(const Schedule& lowered);
+
+// Where the two ends of each message of a lowered schedule run: [message_index()] its rank
+// (-1: none) and position there.
+struct MessageEnds {
+  struct End {
+    int rank = -1;
+    size_t position = 0;
+  };
+  std::vector<End> sent_at, received_at;
+  explicit MessageEnds(const Schedule& lowered);
+};
+
+// The rule of send_releases() for one rank, applied down its list one message at a time (the
+// memory model's walk does it in its own pass).
+class SendReleases {
+ public:
+  // A SEND of this rank at `position`, whose message rank `peer` receives at `received` there.
+  void sent(int peer, size_t received, size_t position);
+  // A RECV of this rank from rank `peer`, whose SEND runs at `sent` there: appends to `released`
+  // the positions of the sends it lets go, in their order.
+  void received(int peer, size_t sent, std::vector<size_t>& released);
+
+ private:
+  struct Waiting {
+    size_t received;  // where the peer receives the message
+    size_t position;  // of the send here
+    bool operator<(const Waiting& other) const { return received > other.received; }
+  };
+  struct Peer {
+    int rank;
+    std::vector<Waiting> sends;  // a heap, the earliest received on top
+  };
+  std::vector<Peer> peers_;  // the few ranks this one sends to
+};
+
 // How many of the receives of a rank's list `actions` are posted before the action at each
 // position runs (the runtime's rule): every receive up to that position, and the next
 // `recv_ahead` after the ones consumed before it (-1: all of them at once). [actions.size()]
 std::vector<size_t> receives_posted(const std::vector<Action>& actions, int recv_ahead);
+// The same rule one position at a time, for a list with `receives` receives in all.
+class ReceivesPosted {
+ public:
+  ReceivesPosted(size_t receives, int recv_ahead) : total_(receives), ahead_(recv_ahead) {}
+  // How many receives are posted before the list's next action runs, `receive` saying whether
+  // that action is one; called once per action, in order.
+  size_t next(bool receive) {
+    const size_t through = consumed_ + (receive ? 1 : 0);
+    const size_t ahead = ahead_ < 0 ? total_ : consumed_ + static_cast<size_t>(ahead_);
+    posted_ = std::min(total_, std::max({posted_, through, ahead}));
+    consumed_ = through;
+    return posted_;
+  }
+
+ private:
+  size_t total_;
+  int ahead_;
+  size_t consumed_ = 0, posted_ = 0;  // receives before the position; posted so far
+};
 
 // An asynchronous schedule is one list over the whole run, its microbatches numbered across
 // steps of `microbatches_per_step`. Step k's segment of a rank's list ends after the rank's last

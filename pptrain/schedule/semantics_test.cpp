@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/testing.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {
@@ -173,36 +175,21 @@ std::map<size_t, std::vector<size_t>> releases_by_scan(const Schedule& lowered, 
 // Both forms of the rule (the executor's map, the memory walk's pairs) give the scan's releases.
 TEST(Semantics, SendsAreReleasedAfterTheFirstReceiveThatProvesTheirArrival) {
   int compared = 0, released = 0;
-  for (const ScheduleEntry& entry : schedule_registry()) {
-    for (int ranks : {2, 3, 4, 8}) {
-      for (int microbatches : {1, 4, 9, 16}) {
-        for (bool skip : {false, true}) {
-          Schedule made;
-          try {
-            made = make_schedule(ScheduleOptions{entry.name, ranks, microbatches});
-          } catch (const UserError&) {
-            continue;  // not for these P, M
-          }
-          // With a skip message from the first stage to the last as well (its own peer ranks).
-          if (skip && made.num_stages < 3) continue;
-          if (skip) made.skips = {{0, made.num_stages - 1}};
-          const ValidatedSchedule lowered = validate(made);
-          const auto pairs = send_release_pairs(*lowered);
-          for (int r = 0; r < ranks; ++r) {
-            const auto expected = releases_by_scan(*lowered, r);
-            EXPECT_EQ(send_releases(*lowered, r), expected)
-                << entry.name << " P=" << ranks << " M=" << microbatches << " rank " << r;
-            std::map<size_t, std::vector<size_t>> from_pairs;
-            for (const auto& [recv, send] : pairs[r]) from_pairs[recv].push_back(send);
-            EXPECT_EQ(from_pairs, expected) << entry.name << " P=" << ranks << " rank " << r;
-            EXPECT_TRUE(std::is_sorted(pairs[r].begin(), pairs[r].end()));
-            ++compared;
-            released += static_cast<int>(expected.size());
-          }
+  testing::for_each_schedule(
+      {2, 3, 4, 8}, {1, 4, 9, 16}, [&](const Schedule& made, const std::string& what) {
+        const ValidatedSchedule lowered = validate(made);
+        const auto pairs = send_release_pairs(*lowered);
+        for (int r = 0; r < made.num_ranks; ++r) {
+          const auto expected = releases_by_scan(*lowered, r);
+          EXPECT_EQ(send_releases(*lowered, r), expected) << what << " rank " << r;
+          std::map<size_t, std::vector<size_t>> from_pairs;
+          for (const auto& [recv, send] : pairs[r]) from_pairs[recv].push_back(send);
+          EXPECT_EQ(from_pairs, expected) << what << " rank " << r;
+          EXPECT_TRUE(std::is_sorted(pairs[r].begin(), pairs[r].end()));
+          ++compared;
+          released += static_cast<int>(expected.size());
         }
-      }
-    }
-  }
+      });
   EXPECT_GT(compared, 1000);
   EXPECT_GT(released, 1000);  // the rule releases most sends after a receive, not at the end
 }

@@ -24,36 +24,33 @@ int message_stage(const Action& comm) {
 // Tables of one rank's list, kept across ranks so that a walk allocates them once.
 struct RankTables {
   std::vector<size_t> receives;   // positions of the rank's receives, in order
-  std::vector<int> slot_at;       // [position] the message's slot, -1 for a compute action
   std::vector<int> receive_slot;  // [message_index] the slot of its receive here, -1: none
   std::vector<size_t> set;        // the entries of receive_slot this rank set
+  std::vector<size_t> released;   // the slots of the sends one receive lets go
 };
 
-// Rank r's list as the walk's events, in the runtime's order, appended to `out`. `releases`:
-// the rank's (RECV position, SEND position) pairs of send_release_pairs(), by RECV position.
-void events_of(const Schedule& s, int r, int recv_ahead,
-               const std::vector<std::pair<size_t, size_t>>& releases, RankTables& t,
+// Rank r's list as the walk's events, in the runtime's order, appended to `out`: one pass down
+// the list with the runtime's rules for posting receives (ReceivesPosted) and letting go of
+// sends (SendReleases), whose peers' ends `ends` has. Each message has a slot, its place among
+// the rank's: a receive its place among the receives, a send the receives' count and its place
+// among the sends.
+void events_of(const Schedule& s, int r, int recv_ahead, const MessageEnds& ends, RankTables& t,
                std::vector<Event>& out) {
   const std::vector<Action>& actions = s.actions[r];
-  const std::vector<size_t> posted = receives_posted(actions, recv_ahead);
-  // Receives and sends are numbered by their place among the rank's messages (slots); the
-  // receive of each message between adjacent stages by its message_index().
+  // The receives in order (a receive is posted before the list reaches it), and the receive of
+  // each message between adjacent stages by its message_index().
   t.receives.clear();
   t.set.clear();
-  t.slot_at.assign(actions.size(), -1);
-  int slots = 0;
   for (size_t p = 0; p < actions.size(); ++p) {
     const Action& a = actions[p];
-    if (!is_recv(a.op) && !is_send(a.op)) continue;
-    if (is_recv(a.op)) {
-      t.receives.push_back(p);
-      if (!is_skip_message(a)) {
-        t.set.push_back(message_index(message_of(a), s.num_stages, s.num_microbatches));
-        t.receive_slot[t.set.back()] = slots;
-      }
+    if (!is_recv(a.op)) continue;
+    if (!is_skip_message(a)) {
+      t.set.push_back(message_index(message_of(a), s.num_stages, s.num_microbatches));
+      t.receive_slot[t.set.back()] = static_cast<int>(t.receives.size());
     }
-    t.slot_at[p] = slots++;
+    t.receives.push_back(p);
   }
+  const int receives = static_cast<int>(t.receives.size());
   // The receive whose buffer an F takes as input, or a backward as its output gradient.
   const auto taken = [&](const Action& atom) {
     const bool forward = atom.op == Op::F;
@@ -63,28 +60,38 @@ void events_of(const Schedule& s, int r, int recv_ahead,
                                         s.num_microbatches)];
   };
   // An atom or a message per action, and a post and a release at most per message.
-  out.reserve(actions.size() + static_cast<size_t>(slots));
+  out.reserve(actions.size() + 2 * t.receives.size());
   bool note = false;  // the peak is taken before the next event
   const auto add = [&](Event::Kind kind, int stage, int slot) {
     out.emplace_back(kind, note, stage, slot);
     note = false;
   };
-  size_t next = 0;
-  auto released = releases.begin();
+  ReceivesPosted posting(t.receives.size(), recv_ahead);
+  SendReleases releases;
+  size_t posted = 0;  // receives posted so far
+  int received = 0, sent = 0;
   for (size_t p = 0; p < actions.size(); ++p) {
-    for (; next < posted[p]; ++next) {
-      const Action& recv = actions[t.receives[next]];
+    const Action& action = actions[p];
+    const bool receive = is_recv(action.op);
+    for (const size_t now = posting.next(receive); posted < now; ++posted) {
+      const Action& recv = actions[t.receives[posted]];
       if (is_skip_message(recv)) continue;
-      add(Event::kPost, message_stage(recv), t.slot_at[t.receives[next]]);
+      add(Event::kPost, message_stage(recv), static_cast<int>(posted));
     }
     note = true;
-    const Action& action = actions[p];
-    if (is_recv(action.op) && !is_skip_message(action)) {
-      add(Event::kArrive, message_stage(action), t.slot_at[p]);
-    }
-    if (is_send(action.op)) add(Event::kSend, message_stage(action), t.slot_at[p]);
-    for (; released != releases.end() && released->first == p; ++released) {
-      add(Event::kRelease, -1, t.slot_at[released->second]);
+    if (receive) {
+      const int slot = received++;
+      if (!is_skip_message(action)) add(Event::kArrive, message_stage(action), slot);
+      const MessageEnds::End& send = ends.sent_at[message_index(action, s)];
+      t.released.clear();
+      releases.received(send.rank, send.position, t.released);
+      for (size_t released : t.released) add(Event::kRelease, -1, static_cast<int>(released));
+    } else if (is_send(action.op)) {
+      const int slot = receives + sent++;
+      add(Event::kSend, message_stage(action), slot);
+      const MessageEnds::End& receive = ends.received_at[message_index(action, s)];
+      PPTRAIN_ASSERT(receive.rank >= 0, to_string(action), " has no matching receive");
+      releases.sent(receive.rank, receive.position, static_cast<size_t>(slot));
     }
     for (const Action& atom : atoms_of(action)) {
       switch (atom.op) {
@@ -208,12 +215,12 @@ MemoryWalk::MemoryWalk(const ValidatedSchedule& validated, int recv_ahead)
   Schedule lowered_here;
   if (validated.lowered_here()) lowered_here = lower(validated.given());
   const Schedule& s = validated.lowered_here() ? lowered_here : *validated;
-  const auto releases = send_release_pairs(s);
+  const MessageEnds ends(s);
   RankTables tables;
   tables.receive_slot.assign(message_count(s.num_stages, s.num_microbatches), -1);
   events_.resize(s.num_ranks);
   for (int r = 0; r < s.num_ranks; ++r) {
-    events_of(s, r, recv_ahead, releases[r], tables, events_[r]);
+    events_of(s, r, recv_ahead, ends, tables, events_[r]);
     stages_of_.push_back(s.stages_of(r));
     slots_ = std::max(slots_, s.actions[r].size());
   }

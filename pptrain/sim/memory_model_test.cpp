@@ -5,8 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <map>
+#include <random>
+
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/registry.h"
+#include "pptrain/schedule/semantics.h"
+#include "pptrain/schedule/testing.h"
+#include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 
 namespace pptrain {
@@ -85,6 +92,146 @@ TEST(MemoryModel, MessagesFollowTheRuntimesPostingAndReleases) {
   EXPECT_DOUBLE_EQ(predict_memory(lowered, stages, VersionRule{}, rules)[0].messages, 6);
   // Rank 1 receives the forwards: F takes a buffer as its input (counted in the activation).
   EXPECT_DOUBLE_EQ(one[1].activations, 100);
+}
+
+// A rank's peaks read off the runtime's rules action by action, with their list forms
+// (receives_posted, send_releases) rather than the walk's compiled events: activations alone,
+// with messages, with one action's working memory.
+std::array<double, 3> peaks_by_the_rules(const Schedule& lowered, int r,
+                                         const std::vector<StageBytes>& stages,
+                                         const MemoryRules& rules) {
+  const std::vector<Action>& actions = lowered.actions[r];
+  const std::vector<size_t> posted = receives_posted(actions, rules.recv_ahead);
+  const std::map<size_t, std::vector<size_t>> releases = send_releases(lowered, r);
+  std::vector<size_t> receives;
+  std::map<size_t, size_t> receive_of;  // [message_index] the position of its receive here
+  for (size_t p = 0; p < actions.size(); ++p) {
+    if (!is_recv(actions[p].op)) continue;
+    receives.push_back(p);
+    if (!is_skip_message(actions[p])) receive_of[message_index(actions[p], lowered)] = p;
+  }
+  const auto bytes_of = [&](const Action& comm) {
+    return is_skip_message(comm) ? -1 : message_of(comm).boundary + 1;
+  };
+  const double notice = rules.sized_receives ? 0 : rules.notice_bytes;
+  std::map<size_t, double> buffer;  // [position of the SEND or RECV] the bytes it holds
+  double held = 0, messages = 0;
+  std::array<double, 3> peak = {0, 0, 0};
+  const auto note = [&](double working) {
+    peak[0] = std::max(peak[0], held);
+    peak[1] = std::max(peak[1], held + messages);
+    peak[2] = std::max(peak[2], held + messages + working);
+  };
+  const auto hold = [&](size_t position, double bytes) {
+    buffer[position] = bytes;
+    messages += bytes;
+  };
+  const auto let_go = [&](size_t position) {
+    messages -= buffer[position];
+    buffer[position] = 0;
+  };
+  // The receive of the message an F takes as input, or a backward as its gradient.
+  const auto take = [&](const Action& atom) {
+    const bool forward = atom.op == Op::F;
+    const int boundary = forward ? atom.stage - 1 : atom.stage;
+    if (boundary < 0 || boundary >= lowered.num_stages - 1) return;
+    const auto it = receive_of.find(message_index(Message{!forward, boundary, atom.microbatch},
+                                                  lowered.num_stages, lowered.num_microbatches));
+    if (it != receive_of.end()) let_go(it->second);
+  };
+  size_t next = 0;
+  for (size_t p = 0; p < actions.size(); ++p) {
+    for (; next < posted[p]; ++next) {
+      const Action& recv = actions[receives[next]];
+      if (is_skip_message(recv)) continue;
+      hold(receives[next], rules.sized_receives ? stages[bytes_of(recv)].message : notice);
+    }
+    note(0);
+    const Action& a = actions[p];
+    if (is_recv(a.op) && !is_skip_message(a) && !rules.sized_receives) {
+      messages -= buffer[p];
+      hold(p, stages[bytes_of(a)].message);
+      messages += notice;
+      note(0);
+      messages -= notice;
+    }
+    if (is_send(a.op)) {
+      hold(p, bytes_of(a) >= 0 ? stages[bytes_of(a)].message + notice : 0);
+      note(0);
+    }
+    if (const auto it = releases.find(p); it != releases.end()) {
+      for (size_t send : it->second) let_go(send);
+    }
+    for (const Action& atom : atoms_of(a)) {
+      const StageBytes* stage = atom.stage >= 0 ? &stages[atom.stage] : nullptr;
+      switch (atom.op) {
+        case Op::F:
+          take(atom);
+          held += stage->activation;
+          note(stage->forward_transient);
+          break;
+        case Op::I:
+          note(stage->transient);
+          held += stage->weight_stash - stage->activation;
+          take(atom);
+          note(0);
+          break;
+        case Op::B:
+          note(stage->transient);
+          held -= stage->activation;
+          take(atom);
+          break;
+        case Op::W:
+          note(stage->transient);
+          held -= stage->weight_stash;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return peak;
+}
+
+// The walk gives, bit for bit, the peaks the runtime's rules give action by action: every
+// schedule, with and without a skip message, its receives posted 1, 4 or all ahead, sized or
+// holding a notice until their message comes, under uneven stage bytes.
+TEST(MemoryModel, TheWalkIsTheRuntimesRulesActionByAction) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> bytes(0.5, 40.0);
+  int compared = 0;
+  testing::for_each_schedule(
+      {2, 3, 4}, {1, 4, 9}, [&](const Schedule& made, const std::string& what) {
+        const ValidatedSchedule validated = validate(made);
+        std::vector<StageBytes> stages(made.num_stages);
+        for (StageBytes& stage : stages) {
+          stage.activation = bytes(rng);
+          stage.weight_stash = stage.activation * 0.3;
+          stage.transient = bytes(rng);
+          stage.forward_transient = bytes(rng);
+          stage.message = bytes(rng);
+        }
+        for (int ahead : {1, 4, -1}) {
+          for (bool sized : {true, false}) {
+            MemoryRules rules;
+            rules.recv_ahead = ahead;
+            rules.sized_receives = sized;
+            rules.notice_bytes = sized ? 0 : 0.25;
+            const std::vector<RankMemory> predicted =
+                predict_memory(MemoryWalk(validated, ahead), stages, VersionRule{}, rules);
+            for (int r = 0; r < made.num_ranks; ++r) {
+              const std::array<double, 3> peak = peaks_by_the_rules(*validated, r, stages, rules);
+              const std::string where = what + " rank " + std::to_string(r) + " ahead " +
+                                        std::to_string(ahead) + (sized ? "" : " with notices");
+              EXPECT_EQ(predicted[r].activations, peak[0]) << where;
+              EXPECT_EQ(predicted[r].messages, peak[1] - peak[0]) << where;
+              EXPECT_EQ(predicted[r].transient, peak[2] - peak[1]) << where;
+              ++compared;
+            }
+          }
+        }
+      });
+  EXPECT_GT(compared, 1000);
 }
 
 TEST(MemoryModel, WeightsCountSnapshotsAndGradientBuffers) {
