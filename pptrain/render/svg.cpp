@@ -45,10 +45,7 @@ std::string fmt(double value) {
   return std::string(buffer, end.ptr);
 }
 std::string px(double value) {
-  char buffer[320];  // room for any double in fixed notation (1e308 has 309 digits)
-  const auto end =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 1);
-  return std::string(buffer, end.ptr);
+  return detail::fixed1(value);
 }
 
 std::string escape(const std::string& text) {
@@ -459,5 +456,35 @@ std::string render_svg(const Timeline& timeline, const SvgOptions& options) {
 std::string render_svg(const std::vector<Timeline>& timelines, const SvgOptions& options) {
   return SvgWriter(timelines, options).render();
 }
+
+namespace detail {
+
+// A coordinate's tenths as a whole number where that is sure to be printf's rounding: for
+// |value| < 1e9, value * 10 is within 2^-20 of its exact product, so when it lies less than
+// 0.499 from a whole number n, n is the exact product's nearest whole number, the rounding
+// printf makes; ties and everything else go to std::to_chars (printf's own digits).
+std::string fixed1(double value) {
+  const double size = std::fabs(value);
+  if (size < 1e9) {
+    const double tenths = size * 10;
+    const double whole = std::nearbyint(tenths);
+    if (std::fabs(tenths - whole) < 0.499) {
+      const auto n = static_cast<long long>(whole);
+      char buffer[32];
+      char* at = buffer;
+      if (std::signbit(value)) *at++ = '-';
+      at = std::to_chars(at, buffer + sizeof buffer - 2, n / 10).ptr;  // 2 left for ".d"
+      *at++ = '.';
+      *at++ = static_cast<char>('0' + n % 10);
+      return std::string(buffer, at);
+    }
+  }
+  char buffer[320];  // room for any double in fixed notation (1e308 has 309 digits)
+  const auto end =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 1);
+  return std::string(buffer, end.ptr);
+}
+
+}  // namespace detail
 
 }  // namespace pptrain

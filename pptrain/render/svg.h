@@ -36,4 +36,9 @@ struct SvgOptions {
 std::string render_svg(const Timeline& timeline, const SvgOptions& options = {});
 std::string render_svg(const std::vector<Timeline>& timelines, const SvgOptions& options = {});
 
+namespace detail {
+// printf's "%.1f" of `value`, as the SVG writes its coordinates (exposed for its test).
+std::string fixed1(double value);
+}  // namespace detail
+
 }  // namespace pptrain

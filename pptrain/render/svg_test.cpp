@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
 #include <vector>
 
 #include "pptrain/common/check.h"
@@ -170,6 +173,27 @@ TEST(Svg, RanksWithTwoStagesLabelTheStage) {
   EXPECT_NE(svg.find("(sN: stage N)"), std::string::npos);
   t.events = {{0, Action::make(Op::F, 0, 0), 0, 1}, {1, Action::make(Op::F, 1, 0), 1, 2}};
   EXPECT_EQ(render_svg(t).find(">s1<"), std::string::npos);
+}
+
+// Coordinates are printf's "%.1f", digit for digit: values of every size, both signs, and those
+// right at and beside a tie (x.x5), where a rounding of the product by 10 could go either way.
+TEST(Svg, CoordinatesArePrintfsTenths) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<double> values = {0.0,  -0.0,         0.05, 0.15, 0.25, 0.35,  -0.05,  -0.04, 0.95,
+                                9.95, 999999999.95, 1e9,  -1e9, 1e15, 1e300, 123.45, 2.675, 1.005};
+  for (int i = 0; i < 200000; ++i) {
+    const double scale = std::pow(10.0, std::uniform_int_distribution<int>(-3, 12)(rng));
+    double v = unit(rng) * scale;
+    if (i % 3 == 0) v = std::round(v * 10) / 10 + 0.05;                  // at a tie
+    if (i % 3 == 1) v = std::nextafter(std::round(v * 20) / 20, 1e300);  // beside one
+    values.push_back(i % 2 ? -v : v);
+  }
+  for (double v : values) {
+    char expected[400];
+    std::snprintf(expected, sizeof expected, "%.1f", v);
+    ASSERT_EQ(detail::fixed1(v), expected) << std::hexfloat << v;
+  }
 }
 
 }  // namespace
