@@ -391,7 +391,8 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
     Schedule order = fastest->made;
     order.name = kAutoSchedule;
     chosen = std::make_shared<const Schedule>(std::move(order));
-    // The search has the figures (c, above); a timeline is simulated again.
+    // The search keeps the figures c has from above; a candidate evaluated alone is simulated
+    // again for its timeline.
     if (!schedules.prune()) out = measure(scaled, options, c, *fastest, schedules.record());
   }
   c.made = chosen;

@@ -369,7 +369,8 @@ struct MessageEnds {
 // memory model's walk does it in its own pass).
 class SendReleases {
  public:
-  // A SEND of this rank at `position`, whose message rank `peer` receives at `received` there.
+  // A SEND of this rank at `position` (or any number that grows down the list: received() hands
+  // it back), whose message rank `peer` receives at `received` there.
   void sent(int peer, size_t received, size_t position);
   // A RECV of this rank from rank `peer`, whose SEND runs at `sent` there: appends to `released`
   // the positions of the sends it lets go, in their order.
