@@ -43,6 +43,16 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
 
   std::vector<double> forward_ms, input_ms, weight_ms, stash_bytes, weight_stash_bytes,
       forward_transient, backward_transient;
+  // The last layer computes the loss too, as the last stage does in a run (its forward keeps
+  // what the loss's backward needs, and its backward starts from the loss): targets of the
+  // model's kind (compute_loss), made outside the measured windows.
+  const bool last = index == num_layers(options.model) - 1;
+  const torch::Tensor target =
+      !last ? torch::Tensor()
+      : options.model.kind == "gpt"
+          ? torch::randint(0, options.model.vocab_size, {input.size(0), options.model.seq_len},
+                           torch::kInt64)
+          : torch::randn(layer_output_shape(options.model, index, input.size(0)));
   for (int iter = 0; iter < options.warmup + options.iters; ++iter) {
     // The input needs a gradient so that I computes dX, as it does inside a pipeline stage.
     torch::Tensor x = input.is_floating_point() ? input.detach().requires_grad_(true) : input;
@@ -57,19 +67,24 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
     reset_window_peak();
     double start = thread_cpu_ms();
     torch::Tensor output = layer.forward(x);
+    const torch::Tensor loss = last ? compute_loss(options.model, output, target) : torch::Tensor();
     const double f_ms = thread_cpu_ms() - start;
     const int64_t after = allocated_bytes();
     const int64_t forward_peak = window_peak_bytes();
     result.activation_bytes = static_cast<double>(tensor_bytes(output));
 
-    auto grad_output = torch::randn_like(output);
+    const torch::Tensor grad_output = last ? torch::Tensor() : torch::randn_like(output);
     WeightGradStore store;
     const int64_t before_i = allocated_bytes();
     reset_window_peak();
     start = thread_cpu_ms();
     {
       DeferWeightGrads defer(&store);
-      output.backward(grad_output);
+      if (last) {
+        loss.backward();
+      } else {
+        output.backward(grad_output);
+      }
     }
     const double i_ms = thread_cpu_ms() - start;
     const int64_t before_w = allocated_bytes();
