@@ -87,17 +87,26 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   for (auto& list : s.actions) list.reserve(6L * M);  // F, I and W of two stages
 
   constexpr int kNotYet = -1;
-  // Step at which each fact (semantics.h) came true: kNotYet until it has.
+  // Step at which each fact (semantics.h) left by one rank for another came true: kNotYet until
+  // it has. A W's weight gradients are no one's input, so a W writes nothing.
   FactTable<int> done_at(S, M, kNotYet);
   // [stage] its next F, I and W: each in microbatch order. A W needs only its I, so the W's
   // waiting on a stage are those of microbatches next_w .. next_i - 1, and the first says
   // whether any is ready.
   std::vector<int> next_f(S, 0), next_i(S, 0), next_w(S, 0);
   std::vector<int> stashes(P, 0);
-  // Everything `a` waits for has happened by `step`.
+  // Everything `a` waits for has happened by `step`. A fact of the rank's own stages came true
+  // at an earlier step if its action was placed at all, which the counters say: the table's
+  // entry of a backward's own forward, about 2P microbatches back, is long out of cache at
+  // P = 256, the counters are not.
   const auto inputs_done = [&](const Action& a, int step) {
     for (const Need& need : inputs_of(a, s.stage_to_rank, /*lowered=*/false)) {
-      if (done_at[need] == kNotYet || done_at[need] > step) return false;
+      if (s.stage_to_rank[need.stage] == s.stage_to_rank[a.stage]) {
+        const auto& next = need.fact == Fact::kOutput ? next_f : next_i;
+        if (next[need.stage] <= need.microbatch) return false;
+      } else if (done_at[need] == kNotYet || done_at[need] > step) {
+        return false;
+      }
     }
     return true;
   };
@@ -155,7 +164,7 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
         mb = next_w[st]++;
       }
       const Action& chosen = s.actions[r].emplace_back(op, st, mb);
-      done_at[produced_by(chosen)] = step + 1;
+      if (op != Op::W) done_at[produced_by(chosen)] = step + 1;
       ++scheduled;
     }
     // Every action lasts one step, so a step in which nobody starts anything changes nothing.

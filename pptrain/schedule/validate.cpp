@@ -680,26 +680,34 @@ class Validator {
     std::vector<size_t> pc;     // where each rank stopped
     bool order_broken = false;  // an action reached waits for a later one of its rank
   };
+  // The run asks only whether a fact has come true: a byte per fact, set as its action runs, not
+  // where its producer sits in the table of positions. The byte of a backward's own forward,
+  // about 2P microbatches back, is still in cache at P = 256 (3 MB for the whole table); its
+  // position, in 32 bytes per (stage, microbatch), is not.
   ComputeRun run_compute_only() {
     ComputeRun run;
-    // [rank] the ranks waiting for one of its actions: (their position there, waiting rank).
-    std::vector<std::vector<std::pair<int, int>>> waiters(s_.num_ranks);
+    FactTable<unsigned char> done(s_, 0, /*messages=*/false);
+    // [rank] the ranks waiting for a fact one of its actions leaves: (that fact, waiting rank).
+    std::vector<std::vector<std::pair<Need, int>>> waiters(s_.num_ranks);
     run.pc = run_ranks([&](int r, std::vector<size_t>& at, std::vector<int>& runnable) {
       const auto& list = s_.actions[r];
       const size_t from = at[r];
       for (; at[r] < list.size(); ++at[r]) {
-        const Where* awaited = first_input_not_produced(list[at[r]], r, at, run.order_broken);
+        const Action& action = list[at[r]];
+        const std::optional<Need> awaited =
+            first_input_not_produced(action, r, done, run.order_broken);
         if (awaited) {
-          waiters[awaited->rank].emplace_back(awaited->position, r);
+          waiters[s_.rank_of(awaited->stage, awaited->microbatch)].emplace_back(*awaited, r);
           break;
         }
+        if (is_collective(action.op)) continue;  // a REDUCE_GRAD leaves no fact (semantics.h)
+        for (const Action& atom : atoms_of(action)) done[produced_by(atom)] = 1;
       }
       if (at[r] == from) return;
-      // Wake the ranks whose awaited action rank r has now run; the others go on waiting.
+      // Wake the ranks whose awaited fact rank r has now left; the others go on waiting.
       auto& mine = waiters[r];
-      const auto still = std::partition(mine.begin(), mine.end(), [&](const auto& w) {
-        return static_cast<size_t>(w.first) >= at[r];
-      });
+      const auto still = std::partition(mine.begin(), mine.end(),
+                                        [&](const auto& w) { return done[w.first] == 0; });
       for (auto it = still; it != mine.end(); ++it) runnable.push_back(it->second);
       mine.erase(still, mine.end());
     });
@@ -739,25 +747,30 @@ class Validator {
     }
     return std::nullopt;
   }
-  // An action of rank r that waits at positions `pc` for one of its inputs from another rank:
-  // where that input is made; null when none is missing. Only the inputs of the compute-only
-  // schedule: a skip message's comes from a stage whose output (or input gradient) the stages in
-  // between pass on too, so it has been made when theirs has (which message the deadlock
-  // message names, first_receipt_not_produced() says). An input made on rank r must be made
-  // earlier in its list; `order_broken` is set when one is not.
-  const Where* first_input_not_produced(const Action& action, int r, const std::vector<size_t>& pc,
-                                        bool& order_broken) {
-    const Where* awaited = nullptr;
-    for_each_atom(action, [&](const Action& atom, int part) {
-      for (const Need& need : inputs_of(atom, s_.stage_to_rank, /*lowered=*/false)) {
-        const Where& producer = made_at(need);
-        if (producer.rank == r) {
-          order_broken |= !producer.before(Where{r, static_cast<int>(pc[r]), part});
-        } else if (!awaited && pc[producer.rank] <= static_cast<size_t>(producer.position)) {
-          awaited = &producer;
+  // An action of rank r that waits for one of its inputs from another rank, `done` marking the
+  // facts left so far: the first such input; none when none is missing. Only the inputs of the
+  // compute-only schedule: a skip message's comes from a stage whose output (or input gradient)
+  // the stages in between pass on too, so it has been made when theirs has (which message the
+  // deadlock message names, first_receipt_not_produced() says). An input made on rank r must be
+  // made earlier in its list, or by an earlier part of the same composite; `order_broken` is set
+  // when one is not.
+  std::optional<Need> first_input_not_produced(const Action& action, int r,
+                                               const FactTable<unsigned char>& done,
+                                               bool& order_broken) {
+    std::optional<Need> awaited;
+    const Atoms parts = atoms_of(action);
+    for (const Action* atom = parts.begin(); atom != parts.end(); ++atom) {
+      for (const Need& need : inputs_of(*atom, s_.stage_to_rank, /*lowered=*/false)) {
+        if (done[need]) continue;
+        if (s_.rank_of(need.stage, need.microbatch) != r) {
+          if (!awaited) awaited = need;
+        } else if (std::none_of(parts.begin(), atom, [&](const Action& earlier) {
+                     return produced_by(earlier) == need;
+                   })) {
+          order_broken = true;
         }
       }
-    });
+    }
     return awaited;
   }
   // Fails with a deadlock if a rank has actions left at `pc`. `awaited(r)` says what rank r

@@ -229,10 +229,14 @@ class Simulation {
   double input_ready(const Action& atom, int r) const {
     double ready = 0;
     for (const Need& need : inputs_of(atom, s_, /*lowered=*/!direct_)) {
-      const double t = done_at_[need];
-      if (t == kNotYet) return kNotYet;
+      // direct_: a producer on rank r came earlier in its list (the validator checked the order),
+      // so it ended by free_at_[r], which bounds the start anyway. Not looked up: a backward's own
+      // forward ran about 2P microbatches earlier, and at P = 256 its entry is long out of cache.
       const bool message =
           direct_ ? s_.rank_of(need.stage, need.microbatch) != r : is_sent(need.fact);
+      if (direct_ && !message) continue;
+      const double t = done_at_[need];
+      if (t == kNotYet) return kNotYet;
       ready = std::max(ready, message ? t + cost_.message_latency(atom) : t);
     }
     return ready;
