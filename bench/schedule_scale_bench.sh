@@ -52,12 +52,16 @@ for b in "$@"; do
 done
 echo "zb-v with M = 8P, time per compute action (wall time less the tiny run's):"
 for b in "$@"; do
-  line="  $b:"
+  line="  $b:" least="" most=""
   for p in $SIZES; do
     m=$((8 * p))
     read -r s k < <(best_run "$b" schedule --schedule zb-v --pp "$p" --microbatches "$m" --json)
     n=$((6 * p * m))
-    line+=$(printf "  P=%d %.0f ns" "$p" "$(echo "($s - ${seconds[$b,tiny]}) * 1000000000 / $n" | bc -l)")
+    ns=$(echo "($s - ${seconds[$b,tiny]}) * 1000000000 / $n" | bc -l)
+    line+=$(printf "  P=%d %.0f ns" "$p" "$ns")
+    if [[ -z "$least" ]] || (($(echo "$ns < $least" | bc))); then least=$ns; fi
+    if [[ -z "$most" ]] || (($(echo "$ns > $most" | bc))); then most=$ns; fi
   done
-  echo "$line"
+  # The issue's test of linearity: the largest time per action over the smallest.
+  echo "$line  (largest / smallest $(printf "%.2f" "$(echo "$most / $least" | bc -l)")x)"
 done
