@@ -6,6 +6,11 @@
 // and `actions/s`, compute actions per second: a pass that is linear in the schedule's size keeps
 // that rate constant as P grows (issue 31 asks for within 1.5x from P = 32 to 256).
 //
+// The rates at P = 256 are below those of `pptrain schedule`, which puts its heap in huge pages
+// (common/malloc.h): here the heap is in 4 KiB pages, beside the schedules kept for the other
+// benchmarks (200 MB at P = 256). GLIBC_TUNABLES=glibc.malloc.hugetlb=1 before the run gives
+// glibc's heap huge pages (validate_given/zb_v/256 125 -> 102 ms, simulate_figures 136 -> 111).
+//
 //   cmake --build build --target bench_plan_micro
 //   ./build/bench/bench_plan_micro                                  # every case, a few minutes
 //   ./build/bench/bench_plan_micro --benchmark_filter='zb_v/64/'     # one schedule and size
