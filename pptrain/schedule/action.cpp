@@ -1,9 +1,11 @@
 #include "pptrain/schedule/action.h"
 
+#include <array>
+#include <atomic>
 #include <cctype>
-#include <map>
-#include <memory>
+#include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "pptrain/common/check.h"
 
@@ -41,32 +43,88 @@ int read_number(std::string_view text, size_t& pos) {
 }
 
 // The parts of every composite made in this process, each once: an entry never changes or moves
-// (readers keep references), equal parts (by their text) share one index.
+// (readers keep references), equal parts share one index. A dualpipev schedule of P = 256 makes
+// half a million of them, and every pass over it reads them: interning looks the parts up by
+// their hash in an open-addressed table (one slot read per new composite), and reading takes no
+// lock. Entries live in chunks that never move; a reader has its index from an action made after
+// the entry was stored, and each chunk's address is published with release.
 class Composites {
  public:
   int intern(const std::vector<Action>& parts) {
-    std::string key;
-    for (const Action& part : parts) key += to_string(part) + ";";
+    const uint32_t hash = hash_of(parts);
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto [it, added] = index_.emplace(std::move(key), static_cast<int>(entries_.size()));
-    if (added) entries_.push_back(std::make_unique<const std::vector<Action>>(parts));
-    return it->second;
+    size_t slot = hash & (slots_.size() - 1);
+    for (; slots_[slot].index >= 0; slot = (slot + 1) & (slots_.size() - 1)) {
+      if (slots_[slot].hash == hash && entry(slots_[slot].index) == parts) {
+        return slots_[slot].index;
+      }
+    }
+    const int index = size_.load(std::memory_order_relaxed);
+    const size_t chunk = static_cast<size_t>(index) >> kChunkBits;
+    PPTRAIN_CHECK(chunk < kMaxChunks, "more than ", kMaxChunks << kChunkBits,
+                  " distinct composite actions in one process");
+    if (!chunks_[chunk].load(std::memory_order_relaxed)) {
+      chunks_[chunk].store(new std::vector<Action>[kChunkSize], std::memory_order_release);
+    }
+    chunks_[chunk].load(std::memory_order_relaxed)[index & (kChunkSize - 1)] = parts;
+    slots_[slot] = Slot{hash, index};
+    size_.store(index + 1, std::memory_order_release);
+    if (2 * static_cast<size_t>(index + 1) > slots_.size()) grow();
+    return index;
   }
-  const std::vector<Action>& parts(int index) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(entries_.size()), "no composite ", index);
-    return *entries_[index];
+  const std::vector<Action>& parts(int index) const {
+    PPTRAIN_ASSERT(index >= 0 && index < size_.load(std::memory_order_acquire), "no composite ",
+                   index);
+    return entry(index);
   }
 
  private:
-  std::mutex mutex_;
-  std::map<std::string, int> index_;
-  std::vector<std::unique_ptr<const std::vector<Action>>> entries_;
+  static constexpr int kChunkBits = 12;
+  static constexpr int kChunkSize = 1 << kChunkBits;
+  static constexpr size_t kMaxChunks = 1 << 14;  // 67 million composites
+
+  struct Slot {
+    uint32_t hash = 0;
+    int index = -1;  // -1: empty
+  };
+
+  const std::vector<Action>& entry(int index) const {
+    return chunks_[static_cast<size_t>(index) >> kChunkBits].load(
+        std::memory_order_acquire)[index & (kChunkSize - 1)];
+  }
+  static uint32_t hash_of(const std::vector<Action>& parts) {
+    uint64_t hash = parts.size();
+    for (const Action& part : parts) {
+      for (const int field : {static_cast<int>(part.op), part.stage, part.microbatch, part.peer}) {
+        hash = (hash ^ static_cast<uint32_t>(field)) * 0x9E3779B97F4A7C15ULL;
+        hash ^= hash >> 29;
+      }
+    }
+    return static_cast<uint32_t>(hash ^ (hash >> 32));
+  }
+  // Twice the slots, the entries placed again by their hash (under the lock).
+  void grow() {
+    std::vector<Slot> larger(2 * slots_.size());
+    for (const Slot& s : slots_) {
+      if (s.index < 0) continue;
+      size_t slot = s.hash & (larger.size() - 1);
+      while (larger[slot].index >= 0) slot = (slot + 1) & (larger.size() - 1);
+      larger[slot] = s;
+    }
+    slots_.swap(larger);
+  }
+
+  std::mutex mutex_;                                 // interning: the slots and the next entry
+  std::vector<Slot> slots_ = std::vector<Slot>(64);  // a power of two, at most half used
+  std::atomic<int> size_{0};
+  std::array<std::atomic<std::vector<Action>*>, kMaxChunks> chunks_{};
 };
 
+// Never destroyed: a process that made half a million composites would free each at exit for
+// nothing (the chunks stay reachable from here for leak checkers).
 Composites& composites() {
-  static Composites table;
-  return table;
+  static Composites* const table = new Composites;
+  return *table;
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+#include <vector>
+
 #include "pptrain/common/check.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -122,6 +125,46 @@ TEST(ActionText, CompositesAreSixteenBytesAndEqualWhenTheirPartsAre) {
   EXPECT_TRUE(Action::make(Op::F, 0, 0).parts().empty());
   ASSERT_EQ(a.parts().size(), 2u);
   EXPECT_EQ(a.parts()[1], Action::make(Op::B, 3, 0));
+}
+
+// The parts of composite k of the tests below: a forward and a backward, distinct for every k.
+std::vector<Action> parts_of_composite(int k) {
+  return {Action::make(Op::F, k % 97, k / 97), Action::make(Op::B, k % 89, 1000 + k)};
+}
+
+TEST(ActionText, ManyCompositesKeepTheirPartsAndTheirIdentity) {
+  // More than one chunk of the table and several of its growths.
+  constexpr int kCount = 20000;
+  std::vector<Action> made;
+  for (int k = 0; k < kCount; ++k) made.push_back(Action::overlap(parts_of_composite(k)));
+  for (int k = 0; k < kCount; ++k) {
+    ASSERT_EQ(made[k].parts(), parts_of_composite(k)) << k;
+    ASSERT_EQ(Action::overlap(parts_of_composite(k)), made[k]) << k;
+    if (k > 0) {
+      ASSERT_NE(made[k], made[k - 1]) << k;
+    }
+  }
+  // The same parts in the other order are another composite.
+  const auto parts = parts_of_composite(7);
+  EXPECT_NE(Action::overlap({parts[1], parts[0]}), made[7]);
+}
+
+TEST(ActionText, CompositesMadeOnSeveralThreadsAtOnceAgree) {
+  // Four threads intern the same parts in different orders while reading what they made.
+  constexpr int kThreads = 4, kCount = 6000;
+  std::vector<std::vector<Action>> made(kThreads, std::vector<Action>(kCount));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCount; ++i) {
+        const int k = 50000 + (t % 2 == 0 ? i : kCount - 1 - i);
+        made[t][k - 50000] = Action::overlap(parts_of_composite(k));
+        if (made[t][k - 50000].parts() != parts_of_composite(k)) std::abort();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 1; t < kThreads; ++t) EXPECT_EQ(made[t], made[0]);
 }
 
 TEST(Lowering, ReplicatedMessagesFollowTheMicrobatch) {
