@@ -147,6 +147,9 @@ expect_error "too many ranks" "--pp 5000000 is more than the 1024 ranks" \
   "$pptrain" schedule --schedule 1f1b --pp 5000000 --microbatches 8
 expect_error "too many microbatches" "stage-microbatches, more than the 1048576" \
   "$pptrain" schedule --schedule zb-v --pp 8 --microbatches 100000
+expect_error "too many microbatches over the steps" \
+  "--microbatches 2048 x --steps 3 = 6144 on 256 stages makes" \
+  "$pptrain" schedule --schedule pipedream --pp 256 --microbatches 2048
 expect_error "too many partition workers" "more than 1024 workers" \
   "$pptrain" partition --profile "$(dirname "$0")/../data/pipedream/resnet50/graph.txt" --method pipedream --workers 100000
 

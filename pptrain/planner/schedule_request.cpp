@@ -55,6 +55,13 @@ Schedule generate_schedule(const ScheduleRequest& request, const CostModel& cost
   // An asynchronous schedule never flushes: show `steps` mini-batches in one list, so the
   // steady state across step boundaries is what the simulator and the pictures show.
   const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  if (asynchronous) {
+    // The limit on the list's size, named by what the user gave (make_schedule checks it too).
+    check_schedule_size(pp, resolve_chunks(entry, request.chunks),
+                        static_cast<long long>(request.steps) * microbatches,
+                        "--microbatches " + std::to_string(microbatches) + " x --steps " +
+                            std::to_string(request.steps) + " =");
+  }
   options.microbatches = asynchronous ? request.steps * microbatches : microbatches;
   options.chunks = request.chunks;
   // zb-auto plans for the cost model and the limit; the other generators ignore them.
