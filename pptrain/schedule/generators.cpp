@@ -87,8 +87,9 @@ Schedule zb_v_list_schedule(int ranks, int microbatches) {
   for (auto& list : s.actions) list.reserve(6L * M);  // F, I and W of two stages
 
   constexpr int kNotYet = -1;
-  // Step at which each fact (semantics.h) left by one rank for another came true: kNotYet until
-  // it has. A W's weight gradients are no one's input, so a W writes nothing.
+  // Step at which each fact (semantics.h) came true: kNotYet until it has. Read only for inputs
+  // from another rank (see inputs_done); a W's weight gradients are no one's input, so a W
+  // writes nothing.
   FactTable<int> done_at(S, M, kNotYet);
   // [stage] its next F, I and W: each in microbatch order. A W needs only its I, so the W's
   // waiting on a stage are those of microbatches next_w .. next_i - 1, and the first says
