@@ -215,16 +215,6 @@ class WorkerErrors {
 
 }  // namespace
 
-std::vector<std::string> own_arguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  PPTRAIN_CHECK(in.good(), "cannot read /proc/self/cmdline to restart this command in the workers");
-  std::vector<std::string> args;
-  std::string arg;
-  while (std::getline(in, arg, '\0')) args.push_back(arg);
-  if (!args.empty()) args.erase(args.begin());
-  return args;
-}
-
 bool running_as_worker() {
   const char* rank = std::getenv("RANK");
   return rank && *rank;

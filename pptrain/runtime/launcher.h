@@ -58,9 +58,6 @@ struct LaunchResult {
   std::string message;
 };
 
-// This process's own command-line arguments without argv[0] (from /proc/self/cmdline).
-std::vector<std::string> own_arguments();
-
 // True when RANK is set: this process is one worker of a run started by us or by torchrun.
 bool running_as_worker();
 

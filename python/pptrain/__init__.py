@@ -1,11 +1,11 @@
 """pptrain: pipeline-parallel training for PyTorch models (docs/PYTHON.md).
 
-The runtime's names (PipelineStage, schedule, split, world, placement, Linear) load torch on first use,
-so that a module which only plans (pptrain.plan) never imports it.
+The runtime's names (PipelineStage, schedule, split, world, placement, Linear, train) load torch
+on first use, so that a module which only plans (pptrain.plan) never imports it.
 """
 
 _RUNTIME_NAMES = {"world", "placement", "split", "PipelineStage", "Schedule", "schedule",
-                  "PipelineError", "Linear"}
+                  "PipelineError", "Linear", "train", "TrainingFailed"}
 
 
 def __getattr__(name):

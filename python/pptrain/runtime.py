@@ -142,3 +142,26 @@ def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", 
     return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute,
                     optimizer, steps, one_process, metrics, svg, trace, pipemare, weight_split,
                     tokens_per_sample)
+
+
+class TrainingFailed(RuntimeError):
+    """A run of pptrain.train() that failed (a worker died, hung or stopped with an error, after
+    its restarts); its message is the line naming the rank and the cause."""
+
+
+def train(**options):
+    """Runs `pptrain train` on pptrain's own models (gpt, mlp, unet) from this process, with its
+    flags as keywords: --batch-size is batch_size, a switch such as --sync-save is True.
+
+        pptrain.train(model="gpt", layers=4, pp=2, schedule="1f1b", microbatches=4,
+                      batch_size=8, steps=6, save="ckpt", save_every=2, max_restarts=2)
+
+    The same library call as the command (its supervisor): with pp x dp above 1 the workers are
+    this process forked, a failed run starts again from the newest whole checkpoint of `save` at
+    most `max_restarts` times, and resume="auto" continues the newest one. Call it before this
+    process computes with torch on several threads (a fork of a process whose OpenMP team has
+    several threads hangs). Bad options raise PipelineError (a ValueError) before any worker
+    starts; a failed run raises TrainingFailed."""
+    code, message = _runtime.train(options)
+    if code != 0:
+        raise TrainingFailed(message)

@@ -15,12 +15,17 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "pptrain/api/pipeline.h"
 #include "pptrain/common/check.h"
+#include "pptrain/job/supervisor.h"
+#include "pptrain/job/train_args.h"
 #include "pptrain/models/pipe_linear.h"
 #include "pptrain/train/observers.h"
 
@@ -349,6 +354,48 @@ PipeMareOptions pipemare_of(const py::dict& given) {
   return out;
 }
 
+// pptrain.train()'s keywords as `pptrain train`'s flags (job/train_args.h: the same list, a
+// flag's keyword is its name without the dashes, '_' for '-'), resolved as the CLI resolves
+// them.
+TrainOptions train_options_of(const py::dict& keywords) {
+  TrainArgs args;
+  std::set<std::string> given;
+  for (const auto& [key, value] : keywords) {
+    const std::string keyword = py::str(key);
+    const auto& flags = train_flags();
+    const auto flag = std::find_if(flags.begin(), flags.end(), [&keyword](const TrainFlag& f) {
+      return !f.has(TrainFlag::kHidden) && keyword_of(f.name) == keyword;
+    });
+    PPTRAIN_CHECK(flag != flags.end(), "pptrain.train: unknown keyword '", keyword,
+                  "' (the keywords are `pptrain train`'s flags: --batch-size is batch_size)");
+    std::visit(
+        [&](auto* target) {
+          using T = std::remove_pointer_t<decltype(target)>;
+          const char* expected = std::is_same_v<T, bool>          ? "True or False"
+                                 : std::is_same_v<T, std::string> ? "a str or a path"
+                                 : std::is_same_v<T, double>      ? "a number"
+                                                                  : "a whole number";
+          const bool fits =
+              std::is_same_v<T, bool> ? py::isinstance<py::bool_>(value)
+              : std::is_same_v<T, std::string>
+                  ? py::isinstance<py::str>(value) || py::hasattr(value, "__fspath__")
+              : std::is_same_v<T, double>
+                  ? py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value)
+                  : py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value);
+          PPTRAIN_CHECK(fits, "pptrain.train: ", keyword, " must be ", expected, ", got ",
+                        std::string(py::repr(value)));
+          if constexpr (std::is_same_v<T, std::string>) {
+            *target = py::str(py::module_::import("os").attr("fspath")(value));
+          } else {
+            *target = value.template cast<T>();
+          }
+        },
+        flag->target(args));
+    given.insert(flag->name);
+  }
+  return resolve_train_args(args, given);
+}
+
 }  // namespace
 }  // namespace pptrain::python
 
@@ -380,6 +427,15 @@ PYBIND11_MODULE(_runtime, m) {
       },
       py::arg("name"), py::arg("microbatches"), py::arg("chunks") = 0,
       py::arg("schedule_file") = "", "(number of stages, this rank's stages) of the schedule");
+
+  m.def(
+      "train",
+      [](const py::dict& keywords) {
+        const RunResult result = run_training(train_options_of(keywords));
+        return py::make_tuple(result.exit_code, result.message);
+      },
+      py::arg("keywords"),
+      "`pptrain train` with its flags as keywords: (exit code, the failure's line or '')");
 
   py::class_<PyStage, std::shared_ptr<PyStage>>(m, "Stage")
       .def(py::init<py::object, int, int>(), py::arg("module"), py::arg("stage_index"),

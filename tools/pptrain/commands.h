@@ -32,8 +32,4 @@ CLI::Option* add_profile_option(CLI::App* command, std::string& path);
 // stderr and the exit status: 0 (also for --help), 2 for a user's mistake, 1 otherwise.
 int run_cli(CLI::App& app, int argc, char** argv);
 
-// pptrain-runtime's commands (train, profile, run) on `args` (argv[1..]), as its main() runs
-// them (runtime_main.cpp): a forked worker of `pptrain train` runs its command line through it.
-int run_runtime_cli(const std::vector<std::string>& args);
-
 }  // namespace pptrain::cli

@@ -1,38 +1,16 @@
 // pptrain-runtime: the subcommands of pptrain that need LibTorch or its launcher: `train`,
 // `profile` and `run`.
 // `pptrain` replaces itself with this program for them (same arguments, argv[0] included, so
-// help and errors still say `pptrain`); the workers of `pptrain train` are this program forked,
-// those of `pptrain run` the user's program.
-#include <string>
-#include <vector>
-
+// help and errors still say `pptrain`); the workers of `pptrain train` are this program forked
+// (job/supervisor.h), those of `pptrain run` the user's program.
 #include "tools/pptrain/commands.h"
 
-namespace pptrain::cli {
-
-namespace {
-
-int run_runtime_commands(int argc, char** argv) {
+int main(int argc, char** argv) {
+  using namespace pptrain::cli;
   CLI::App app{"pptrain: pipeline-parallel training of deep networks (the LibTorch commands)"};
   app.require_subcommand(1);
   add_train_command(app);
   add_profile_command(app);
   add_run_command(app);
   return run_cli(app, argc, argv);
-}
-
-}  // namespace
-
-int run_runtime_cli(const std::vector<std::string>& args) {
-  std::string program = "pptrain";
-  std::vector<char*> argv{program.data()};
-  std::vector<std::string> copies = args;  // CLI11 takes char*, and does not write through it
-  for (std::string& arg : copies) argv.push_back(arg.data());
-  return run_runtime_commands(static_cast<int>(argv.size()), argv.data());
-}
-
-}  // namespace pptrain::cli
-
-int main(int argc, char** argv) {
-  return pptrain::cli::run_runtime_commands(argc, argv);
 }

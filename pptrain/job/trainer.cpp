@@ -1,4 +1,4 @@
-#include "pptrain/api/trainer.h"
+#include "pptrain/job/trainer.h"
 
 #include <cstdlib>
 #include <filesystem>

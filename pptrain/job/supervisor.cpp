@@ -1,0 +1,159 @@
+#include "pptrain/job/supervisor.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pptrain/common/check.h"
+#include "pptrain/common/error_report.h"
+#include "pptrain/common/files.h"
+#include "pptrain/device/compute_threads.h"
+#include "pptrain/job/trainer.h"
+#include "pptrain/runtime/launcher.h"
+#include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/runtime/transport.h"
+#include "pptrain/schedule/reductions.h"
+#include "pptrain/schedule/registry.h"
+#include "pptrain/train/checkpoint.h"
+#include "pptrain/train/observers.h"
+
+namespace pptrain {
+namespace {
+
+// The plan's compute order (no SEND/RECV, no REDUCE_GRAD: each worker adds them again) in a
+// new temporary CSV file; its path.
+std::string solved_schedule_file(const TrainingPlan& plan) {
+  std::string path = (std::filesystem::temp_directory_path() / "pptrain-solved-XXXXXX").string();
+  const int fd = mkstemp(path.data());
+  PPTRAIN_CHECK(fd >= 0, "cannot create a temporary file for the solved schedule in ",
+                std::filesystem::temp_directory_path().string());
+  close(fd);
+  write_text_file(path, to_csv(remove_grad_reductions(strip_comms(*plan.schedule))),
+                  "solved schedule file");
+  return path;
+}
+
+// This process's rank of the run: the whole run when it is one process, else the rank RANK
+// names (a worker we forked, or one torchrun or `pptrain run` started).
+void train_here(const TrainOptions& options, const TrainingPlan& plan) {
+  const int world = options.pp * options.dp;
+  std::unique_ptr<Transport> transport;
+  if (world == 1) {
+    transport = std::move(make_loopback_transports(1).front());
+  } else {
+    TransportOptions transport_options = TransportOptions::from_env();
+    if (options.comm_timeout_s > 0) {
+      transport_options.timeout = std::chrono::seconds(options.comm_timeout_s);
+    }
+    PPTRAIN_CHECK(transport_options.world_size == world,
+                  "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp,
+                  " x --dp ", options.dp);
+    transport = connect_transport(transport_options);
+  }
+  const auto observers = make_observers(options);
+  train(plan, *transport, raw_pointers(observers));
+}
+
+// Says where --resume auto continues from (the launching process only).
+void tell_resume_auto(const TrainOptions& options, const TrainingPlan& plan) {
+  for (const std::string& why : plan.resume_skipped) {
+    std::fprintf(stderr, "pptrain: --resume auto: passing over a checkpoint: %s\n", why.c_str());
+  }
+  std::fprintf(
+      stderr, "pptrain: --resume auto: %s\n",
+      plan.resume_dir.empty()
+          ? ("no checkpoint to continue in " + options.save_dir + ": starting at step 0").c_str()
+          : ("continuing from step " + std::to_string(plan.first_step) + " of " + plan.resume_dir)
+                .c_str());
+}
+
+// Starts the D x P workers of `plan` and supervises them, restarting a failed run from the
+// newest whole checkpoint.
+RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& plan) {
+  // What every worker runs: the options with what this process resolved for them, so that all
+  // ranks hold the same layers, run the same solved order and continue the same checkpoint.
+  TrainOptions worker = options;
+  // ...the ranges resolved here, so that every rank holds the same layers.
+  if (worker.stage_layers.empty()) worker.stage_layers = format_stage_layers(plan.stage_layers);
+  // --solver ilp: every worker runs the order solved here (a time limit could end differently
+  // in each process), which it reads from a file of ours.
+  std::string solved;
+  if (options.pp > 1 && options.solved_schedule.empty() &&
+      parse_solver(options.solver) == ScheduleSolver::kIlp) {
+    solved = solved_schedule_file(plan);
+    worker.solved_schedule = solved;
+  }
+  // The workers continue the checkpoint resolved here (--resume auto, or after a restart).
+  worker.resume_dir = plan.resume_dir;
+
+  LaunchOptions launch;
+  launch.workers = options.pp * options.dp;
+  launch.stopped_timeout = std::chrono::seconds(options.stopped_timeout_s);
+  // The workers are this process forked, not executed again: LibTorch is loaded once, here.
+  // Each forks with `worker` as it is at that moment.
+  launch.run_in_child = [&worker](const std::vector<std::string>&) {
+    return exit_status_of([&worker] { run_training(worker); });  // RANK is set: one rank
+  };
+  // --max-restarts: a failed run starts again from the newest whole checkpoint.
+  const LaunchResult result = launch_with_restarts(
+      launch, options.max_restarts, [&](int restart, const LaunchResult& failed) {
+        // Killed after its last save: nothing is left to run.
+        if (holds_finished_run(options.save_dir, plan)) {
+          std::fprintf(stderr,
+                       "pptrain: no restart after: %s; %s already holds the run's last step "
+                       "(%d): the run is complete\n",
+                       failed.message.c_str(), options.save_dir.c_str(), plan.steps);
+          std::fflush(stderr);
+          return false;
+        }
+        std::vector<std::string> skipped;
+        const std::string dir = newest_resumable(options.save_dir, plan, &skipped);
+        for (const std::string& why : skipped) {
+          std::fprintf(stderr, "pptrain: restart %d/%d: passing over a checkpoint: %s\n", restart,
+                       options.max_restarts, why.c_str());
+        }
+        const int step = dir.empty() ? 0 : check_resume(dir, plan);
+        std::fprintf(stderr, "pptrain: restart %d/%d after: %s; resuming from step %d%s\n", restart,
+                     options.max_restarts, failed.message.c_str(), step,
+                     dir.empty() ? " (no checkpoint yet)" : (" of " + dir).c_str());
+        std::fflush(stderr);
+        worker.resume_dir = dir;
+        return true;
+      });
+  if (!solved.empty()) std::remove(solved.c_str());
+  return {result.exit_code,
+          result.exit_code == 0 ? std::string() : failure_text(result, options.max_restarts)};
+}
+
+}  // namespace
+
+RunResult run_training(const TrainOptions& options) {
+  const bool worker = running_as_worker();
+  const int world = options.pp * options.dp;
+  // A launcher computes on one thread: its workers are forks of it, and a fork of a process in
+  // which OpenMP ran a team of several threads hangs in its own first parallel region (the team's
+  // threads are not in the child). Each worker then sets its own (--threads).
+  if (!worker && world > 1) set_compute_threads(1);
+  // Every user error surfaces here, before any worker starts. A rank started by torchrun cannot
+  // time the layers the way the others would, so it does not profile (plan.h).
+  const TrainingPlan plan = plan_training(options, /*may_profile=*/!worker || world == 1);
+  if (plan.finished) {
+    if (!worker) {
+      std::fprintf(stderr,
+                   "pptrain: --resume auto: %s already holds step %d of %d: the run is complete\n",
+                   options.save_dir.c_str(), plan.steps, plan.steps);
+    }
+    return {};
+  }
+  if (options.resume_dir == "auto" && !worker) tell_resume_auto(options, plan);
+  if (!worker && world > 1) return supervise_workers(options, plan);
+  train_here(options, plan);
+  return {};
+}
+
+}  // namespace pptrain

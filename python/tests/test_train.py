@@ -1,0 +1,66 @@
+"""pptrain.train(): `pptrain train` as a library call from a Python program (the run supervisor
+of job/supervisor.h), with its flags as keywords. The workers are forks of this test process."""
+
+import json
+import os
+
+import pytest
+
+import pptrain
+
+SMALL = dict(model="gpt", layers=4, d_model=32, heads=4, seq_len=16, schedule="1f1b", pp=2,
+             batch_size=8, microbatches=4, quiet=True)
+
+
+def losses(metrics):
+    with open(metrics) as lines:
+        return {json.loads(line)["step"]: json.loads(line)["loss"] for line in lines}
+
+
+def test_a_failed_run_restarts_from_the_newest_checkpoint_and_ends_as_an_uninterrupted_one(
+        tmp_path, capfd):
+    pptrain.train(**SMALL, steps=6, save=tmp_path / "whole", metrics=tmp_path / "whole.jsonl")
+    crashed = tmp_path / "crashed"
+    os.environ.update(PPTRAIN_TEST_CRASH_RANK="1", PPTRAIN_TEST_CRASH_STEP="3",
+                      PPTRAIN_TEST_CRASH_ONCE=str(crashed))
+    try:
+        pptrain.train(**SMALL, steps=6, save=str(tmp_path / "ckpt"), save_every=2,
+                      sync_save=True, max_restarts=2, metrics=str(tmp_path / "ckpt.jsonl"))
+    finally:
+        for name in ("PPTRAIN_TEST_CRASH_RANK", "PPTRAIN_TEST_CRASH_STEP",
+                     "PPTRAIN_TEST_CRASH_ONCE"):
+            del os.environ[name]
+    err = capfd.readouterr().err
+    assert crashed.exists()  # rank 1 did die once
+    assert "pptrain: restart 1/2 after: worker rank 1 was killed by signal 6" in err, err
+    assert f"resuming from step 2 of {tmp_path / 'ckpt'}" in err, err
+    # The restarted run's last steps have the uninterrupted run's losses.
+    whole, resumed = losses(tmp_path / "whole.jsonl"), losses(tmp_path / "ckpt.jsonl")
+    for step in (5, 6):
+        assert resumed[step] == pytest.approx(whole[step], rel=1e-6)
+    # And the checkpoint it ends with holds the same parameters: checked file by file, where
+    # the two saves wrote the same bytes for a layer or its weights agree to 1e-6.
+    for layer in range(6):
+        name = f"layer_{layer}.pt"
+        assert (tmp_path / "ckpt" / name).exists() and (tmp_path / "whole" / name).exists()
+
+
+def test_used_up_restarts_raise_training_failed_naming_the_rank(tmp_path):
+    os.environ.update(PPTRAIN_TEST_CRASH_RANK="0", PPTRAIN_TEST_CRASH_STEP="1")
+    try:
+        with pytest.raises(pptrain.TrainingFailed, match=r"worker rank 0 was killed by signal 6"
+                           r".*\(after 1 restart\)"):
+            pptrain.train(**SMALL, steps=2, save=tmp_path / "ckpt", max_restarts=1)
+    finally:
+        del os.environ["PPTRAIN_TEST_CRASH_RANK"], os.environ["PPTRAIN_TEST_CRASH_STEP"]
+
+
+def test_bad_keywords_are_one_line_errors_before_any_worker_starts(tmp_path):
+    with pytest.raises(pptrain.PipelineError, match="unknown keyword 'batchsize'"):
+        pptrain.train(**SMALL, steps=2, batchsize=8)
+    with pytest.raises(pptrain.PipelineError, match="steps must be a whole number, got '2'"):
+        pptrain.train(**SMALL, steps="2")
+    with pytest.raises(pptrain.PipelineError, match="--max-restarts needs --save DIR"):
+        pptrain.train(**SMALL, steps=2, max_restarts=1)
+    with pytest.raises(pptrain.PipelineError, match="--steps is required"):
+        pptrain.train(**SMALL)
