@@ -367,8 +367,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                               options.memory_limit);
   // One process has no pipeline to cap (its reference run holds every microbatch).
   if (options.pp > 1 && options.memory_limit > 0) {
-    check_peak_within_limit(simulate(plan.schedule, cost, rule, Record::kFigures), options.memory_limit,
-                            schedule.name);
+    check_peak_within_limit(simulate(plan.schedule, cost, rule, Record::kFigures),
+                            options.memory_limit, schedule.name);
   }
 
   plan.weights = rule;
