@@ -108,10 +108,7 @@ PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
   }
   // Copies of the pipeline, or the replicas of a stage, combine its gradients as soon as its
   // last W is done.
-  if ((options.data_parallel > 1 && !averages) ||
-      (schedule.replicated() && !has_grad_reductions(schedule))) {
-    schedule = add_grad_reductions(schedule);
-  }
+  schedule = with_grad_reductions(std::move(schedule), options.data_parallel, averages);
   const int stages = schedule.num_stages;
   set_skips(options, schedule);
   return {validate(schedule), weight_rule(options, name, stages), averages};

@@ -47,7 +47,7 @@
 // Data parallelism (`data_parallel` D) runs D copies of the pipeline on D x P ranks; each
 // copy's ranks pass step() their copy's share of the batch. Replicated schedules (chimera,
 // gems) sum their replicas' gradients. `pptrain train` is itself a program on this API
-// (api/trainer.h).
+// (job/trainer.h).
 #pragma once
 
 #include <torch/torch.h>

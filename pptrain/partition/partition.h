@@ -78,12 +78,12 @@ struct PartitionOptions {
 
 // The flags of `pptrain partition` (its messages name them), for the CLI and the Python package.
 struct PartitionRequest {
-  std::string method;          // uniform | params | time | pipedream
-  int pp = 0;                  // stages, for uniform/params/time
-  int workers = 0;             // pipedream: one level of that many at kDefaultBandwidthBytesPerS
-  std::vector<Level> levels;   // pipedream: the machine, innermost first (instead of workers)
-  double bandwidth = 0;        // uniform/params/time: bytes/s between stages; 0: compute only
-  double memory_limit = 0;     // pipedream: bytes per worker; 0: none
+  std::string method;         // uniform | params | time | pipedream
+  int pp = 0;                 // stages, for uniform/params/time
+  int workers = 0;            // pipedream: one level of that many at kDefaultBandwidthBytesPerS
+  std::vector<Level> levels;  // pipedream: the machine, innermost first (instead of workers)
+  double bandwidth = 0;       // uniform/params/time: bytes/s between stages; 0: compute only
+  double memory_limit = 0;    // pipedream: bytes per worker; 0: none
 };
 
 // The options of a request, refusing combinations that mean nothing for its method (UserError

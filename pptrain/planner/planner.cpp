@@ -229,9 +229,7 @@ struct Made {
 };
 
 Made made_for(Schedule made) {
-  Schedule runs = made;
-  if (runs.replicated() && !has_grad_reductions(runs)) runs = add_grad_reductions(runs);
-  ValidatedSchedule validated = validate(std::move(runs));
+  ValidatedSchedule validated = validate(with_grad_reductions(made));
   MemoryWalk walk(validated);
   return {std::move(made), std::move(validated), std::move(walk)};
 }

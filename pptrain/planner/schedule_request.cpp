@@ -128,19 +128,16 @@ RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_na
                                    bool vertical_sync, int microbatches_per_step, int dp,
                                    bool averages_copies) {
   check_data_parallel(dp);
-  if (schedule.replicated()) {
-    PPTRAIN_CHECK(dp == 1, "--dp ", dp, " does not apply to '", schedule.name,
-                  "': its stages are replicated already, and its replicas sum their gradients");
-    // What runs: the replicas of each stage sum their gradients (a file may place its own).
-    if (!has_grad_reductions(schedule)) schedule = add_grad_reductions(schedule);
-  }
-  if (dp > 1) {
-    PPTRAIN_CHECK(schedule.flushes, "--dp ", dp, " needs a synchronous schedule, but ",
-                  schedule.name,
-                  " does not flush (its stages step inside the run, with no step end at which to "
-                  "all-reduce the gradients)");
-    if (!averages_copies) schedule = add_grad_reductions(schedule);
-  }
+  PPTRAIN_CHECK(!schedule.replicated() || dp == 1, "--dp ", dp, " does not apply to '",
+                schedule.name,
+                "': its stages are replicated already, and its replicas sum their gradients");
+  PPTRAIN_CHECK(dp == 1 || schedule.flushes, "--dp ", dp, " needs a synchronous schedule, but ",
+                schedule.name,
+                " does not flush (its stages step inside the run, with no step end at which to "
+                "all-reduce the gradients)");
+  // What runs: the replicas or the copies of each stage combine its gradients (a file may
+  // place its own).
+  schedule = with_grad_reductions(std::move(schedule), dp, averages_copies);
   // Validation reports problems at the positions of the schedule as given (the user's file, for
   // an import); it lowers a compute-only one when its messages are first asked for.
   VersionRule rule =

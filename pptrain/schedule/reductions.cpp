@@ -127,6 +127,14 @@ std::vector<int> match_replica_reductions(const Schedule& schedule,
   return order;
 }
 
+Schedule with_grad_reductions(Schedule schedule, int copies, bool averages_copies) {
+  if ((copies > 1 && !averages_copies) ||
+      (schedule.replicated() && !has_grad_reductions(schedule))) {
+    return add_grad_reductions(schedule);
+  }
+  return schedule;
+}
+
 Schedule add_grad_reductions(const Schedule& schedule) {
   PPTRAIN_CHECK(schedule.flushes, "schedule '", schedule.name,
                 "' is asynchronous (no flush): its stages step their optimizers inside the run, "

@@ -43,6 +43,14 @@ Schedule remove_grad_reductions(const Schedule& schedule);
 // True if any rank's list holds a REDUCE_GRAD.
 bool has_grad_reductions(const Schedule& schedule);
 
+// The schedule as it runs on `copies` copies of the pipeline: the one rule of when a run's
+// gradients are combined by REDUCE_GRAD actions, which `pptrain schedule`, `plan`, `train`,
+// `compare` and the library's PipelineSchedule all apply. A replicated schedule that places
+// none of its own gets its replicas' sums; with copies > 1 every stage gets the copies'
+// all-reduce, unless the schedule averages its copies itself (`averages_copies`: avgpipe's
+// elastic averaging); any other schedule comes back unchanged.
+Schedule with_grad_reductions(Schedule schedule, int copies = 1, bool averages_copies = false);
+
 // A replicated schedule's reductions as collectives: `queues[r]` lists the stages rank r reduces,
 // in its list order, and the reduction of a stage ends once every replica of it (replicas_of) has
 // reached its own, each replica taking its reductions one after another. Returns the stages in

@@ -192,5 +192,27 @@ TEST(Reductions, ReplicatedStagesReduceOnEachReplica) {
                            [](const Action& a) { return is_collective(a.op); }));
 }
 
+// The one rule of when a run's gradients are combined: the copies' all-reduce for copies > 1
+// (not for a schedule that averages its copies itself), the replicas' sums for a replicated
+// schedule that places none of its own, nothing else.
+TEST(GradReductions, WithGradReductionsIsTheOneRule) {
+  const Schedule plain = make_schedule({"1f1b", 2, 4});
+  EXPECT_EQ(with_grad_reductions(plain), plain);
+  EXPECT_EQ(with_grad_reductions(plain, 2), add_grad_reductions(plain));
+  EXPECT_EQ(with_grad_reductions(plain, 2, /*averages_copies=*/true), plain);
+  const Schedule replicated = make_schedule({"chimera", 4, 8});
+  ASSERT_TRUE(replicated.replicated());
+  EXPECT_EQ(with_grad_reductions(replicated), add_grad_reductions(replicated));
+  // A replicated schedule that places its own reductions keeps them where they are.
+  Schedule own = add_grad_reductions(replicated);
+  std::swap(own.actions[0][own.actions[0].size() - 1], own.actions[0][own.actions[0].size() - 2]);
+  ASSERT_NE(own, add_grad_reductions(replicated));
+  EXPECT_EQ(with_grad_reductions(own), own);
+  // An asynchronous schedule runs without reductions; asked for copies, it is refused.
+  const Schedule asynchronous = make_schedule({"pipedream", 2, 4});
+  EXPECT_EQ(with_grad_reductions(asynchronous), asynchronous);
+  EXPECT_THROW(with_grad_reductions(asynchronous, 2), UserError);
+}
+
 }  // namespace
 }  // namespace pptrain

@@ -1,6 +1,6 @@
 // Observers of a training run: everything rank 0 does with a step's report besides training.
 //
-// The train loop (api/trainer.h) knows nothing of stdout, files or pictures: it hands each
+// The train loop (job/trainer.h) knows nothing of stdout, files or pictures: it hands each
 // StepReport (report.h) to a list of observers, in order. The CLI makes the list from its flags
 // with make_observers(); a program of its own can pass any observers, or none.
 //

@@ -341,9 +341,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   const ScheduleEntry* entry =
       options.schedule_file.empty() ? &find_schedule(options.schedule) : nullptr;
   const bool averages = entry && entry->averages_copies;
-  if ((options.dp > 1 && !averages) || (schedule.replicated() && !has_grad_reductions(schedule))) {
-    schedule = add_grad_reductions(schedule);
-  }
+  schedule = with_grad_reductions(std::move(schedule), options.dp, averages);
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);

@@ -4,7 +4,7 @@
 //
 //   TrainOptions options;                      // from the command line
 //   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // every user error here
-//   train(plan, transport, observers);         // api/trainer.h: reads the plan, never changes it
+//   train(plan, transport, observers);         // job/trainer.h: reads the plan, never changes it
 //
 // plan_training() runs every check that does not need the workers (model, data file, schedule,
 // partition, output paths) in whichever process calls it, so bad input never starts a worker.
