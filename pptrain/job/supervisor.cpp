@@ -1,9 +1,12 @@
 #include "pptrain/job/supervisor.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -36,6 +39,36 @@ std::string solved_schedule_file(const TrainingPlan& plan) {
   write_text_file(path, to_csv(remove_grad_reductions(strip_comms(*plan.schedule))),
                   "solved schedule file");
   return path;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat info {};
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// The path execv() runs for `program`: as given when it has a '/', else found on PATH.
+std::string resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) {
+    PPTRAIN_CHECK(is_executable_file(program), "cannot run '", program,
+                  "': not an executable file");
+    return program;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (size_t start = 0; start <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = dirs.substr(start, end - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  throw UserError("cannot run '" + program + "': no such program on PATH");
+}
+
+// The launcher's result as a run's.
+RunResult result_of(const LaunchResult& launched, int max_restarts) {
+  return {launched.exit_code,
+          launched.exit_code == 0 ? std::string() : failure_text(launched, max_restarts)};
 }
 
 // This process's rank of the run: the whole run when it is one process, else the rank RANK
@@ -126,8 +159,7 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
         return true;
       });
   if (!solved.empty()) std::remove(solved.c_str());
-  return {result.exit_code,
-          result.exit_code == 0 ? std::string() : failure_text(result, options.max_restarts)};
+  return result_of(result, options.max_restarts);
 }
 
 }  // namespace
@@ -154,6 +186,29 @@ RunResult run_training(const TrainOptions& options) {
   if (!worker && world > 1) return supervise_workers(options, plan);
   train_here(options, plan);
   return {};
+}
+
+RunResult run_program(const ProgramRun& run) {
+  PPTRAIN_CHECK(!run.program.empty(),
+                "pptrain run needs a program: pptrain run --nproc N PROGRAM [ARGS...]");
+  PPTRAIN_CHECK(run.ranks >= 1 && run.ranks <= 1024, "--nproc must be in 1..1024, got ", run.ranks);
+  PPTRAIN_CHECK(run.stopped_timeout_s >= 1, "--stopped-timeout must be >= 1 s, got ",
+                run.stopped_timeout_s);
+  PPTRAIN_CHECK(run.max_restarts >= 0, "--max-restarts must be >= 0, got ", run.max_restarts);
+  LaunchOptions launch;
+  launch.workers = run.ranks;
+  launch.executable = resolve_program(run.program);
+  launch.args = run.args;
+  launch.stopped_timeout = std::chrono::seconds(run.stopped_timeout_s);
+  launch.hold_error_lines = false;  // a program's stderr is its own
+  const LaunchResult result =
+      launch_with_restarts(launch, run.max_restarts, [&](int restart, const LaunchResult& failed) {
+        std::fprintf(stderr, "pptrain: restart %d/%d after: %s\n", restart, run.max_restarts,
+                     failed.message.c_str());
+        std::fflush(stderr);
+        return true;
+      });
+  return result_of(result, run.max_restarts);
 }
 
 }  // namespace pptrain

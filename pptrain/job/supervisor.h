@@ -22,22 +22,31 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "pptrain/job/run_result.h"
 #include "pptrain/train/plan.h"
 
 namespace pptrain {
 
-// How a run ended.
-struct RunResult {
-  int exit_code = 0;  // 0; 1 for a failure of the run; 2 when a worker found bad input
-  // Empty on success; else one line naming the failed rank and its cause, with "(after N
-  // restarts)" when the restarts were used up.
-  std::string message;
-  bool ok() const { return exit_code == 0; }
-};
-
 // Runs `options`' training to its end (see above). Throws UserError on bad options; a failure
 // of a rank in this process (a one-process run, or a rank started by torchrun) throws too.
 RunResult run_training(const TrainOptions& options);
+
+// `pptrain run`: N local ranks of any program, with torchrun's environment (runtime/launcher.h),
+// supervised as run_training() supervises its workers.
+struct ProgramRun {
+  int ranks = 1;                  // 1..1024
+  std::string program;            // a path, or a name found on PATH
+  std::vector<std::string> args;  // the program's own arguments
+  int stopped_timeout_s = 60;     // a rank stopped (SIGSTOP) this long stops the run, named
+  // Restarts of the whole group after a failure (not after exit status 2, bad input); the
+  // program continues from its own checkpoint, TORCHELASTIC_RESTART_COUNT counting them.
+  int max_restarts = 0;
+};
+
+// Starts the ranks and supervises them to their end. UserError on bad options (a program that
+// is not an executable file, a count out of range).
+RunResult run_program(const ProgramRun& run);
 
 }  // namespace pptrain

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/job/run_result.h"
+
 namespace pptrain::cli {
 
 void add_schedule_command(CLI::App& app);
@@ -27,6 +29,10 @@ std::optional<int> positive_int(const std::string& text);
 std::vector<std::string> split_commas(const std::string& text);
 // The required `--profile FILE` of partition and plan.
 CLI::Option* add_profile_option(CLI::App* command, std::string& path);
+
+// A run that failed (train, run): its line as "pptrain: error: <message>" and its exit status,
+// now. Returns when the run succeeded.
+void exit_unless_ok(const RunResult& result);
 
 // Parses the command line and runs the chosen subcommand; turns every error into one line on
 // stderr and the exit status: 0 (also for --help), 2 for a user's mistake, 1 otherwise.

@@ -1,3 +1,5 @@
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "pptrain/common/error_report.h"
@@ -5,6 +7,13 @@
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
+
+void exit_unless_ok(const RunResult& result) {
+  if (result.ok()) return;
+  std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
+  std::fflush(stderr);
+  std::exit(result.exit_code);
+}
 
 int run_cli(CLI::App& app, int argc, char** argv) {
   int parse_status = -1;  // set when the command line itself is wrong, or asks for help

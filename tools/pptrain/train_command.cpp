@@ -8,8 +8,6 @@
 // then starts P workers (itself forked, one per rank) and supervises them; with RANK set (by
 // torchrun or `pptrain run`) it runs as that rank. --pp 1 trains in this process: the reference
 // every pipelined run must match.
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <set>
 #include <string>
@@ -47,12 +45,7 @@ void add_train_command(CLI::App& app) {
     for (const TrainFlag& flag : train_flags()) {
       if (cmd->get_option(flag.name)->count() > 0) given.insert(flag.name);
     }
-    const RunResult result = run_training(resolve_train_args(*args, given));
-    if (!result.ok()) {
-      std::fprintf(stderr, "pptrain: error: %s\n", result.message.c_str());
-      std::fflush(stderr);
-      std::exit(result.exit_code);
-    }
+    exit_unless_ok(run_training(resolve_train_args(*args, given)));
   });
 }
 
