@@ -9,8 +9,9 @@
 # folders of a build of main and of the branch. Compared: the help of every subcommand;
 # `schedule --json` and the CSV of every registry schedule at three sizes; `plan` folders for the
 # four PipeDream profiles; and (unless --no-train) a 2-step training run of every schedule on 2
-# ranks: its losses (metrics JSON lines without the timings) and its checkpoint's parameter and
-# optimizer files. Exits 1 when anything differs.
+# ranks: its losses (metrics JSON lines without the timings), its checkpoint's parameter files
+# byte for byte, and its optimizer files' tensors (scripts/optim_state_digest.py: their entries
+# are named by addresses, which change from run to run). Exits 1 when anything differs.
 set -uo pipefail
 old=$(cd "$1" && pwd) new=$(cd "$2" && pwd)
 train=1
@@ -21,7 +22,8 @@ trap 'rm -rf "$work"' EXIT
 differ=0
 
 # run NAME COMMAND...: the command's stdout in $work/<build>/NAME, once per build (the command
-# names the binary as $PPTRAIN and its output folder as $OUT).
+# names the binary as $PPTRAIN, found on PATH so that both print the same name, and its output
+# folder as $OUT).
 run() {
   local name=$1
   shift
@@ -29,7 +31,7 @@ run() {
     local bin=$old
     [ $build = new ] && bin=$new
     mkdir -p "$work/$build/$name.d"
-    PPTRAIN=$bin/pptrain OUT=$work/$build/$name.d bash -c "$*" > "$work/$build/$name" 2>&1
+    PATH=$bin:$PATH PPTRAIN=pptrain OUT=$work/$build/$name.d bash -c "$*" > "$work/$build/$name" 2>&1
   done
   if cmp -s "$work/old/$name" "$work/new/$name" && diff -r "$work/old/$name.d" "$work/new/$name.d" > /dev/null; then
     echo "same     $name"
@@ -55,18 +57,22 @@ done
 
 for profile in alexnet gnmt resnet50 vgg16; do
   file=$(ls "$root/data/pipedream/$profile"/* | head -1)
-  run "plan-$profile" "\$PPTRAIN plan --profile $file --workers 4 --memory-limit 8e9 --batch 64 --out \$OUT/plan > /dev/null; \
+  run "plan-$profile" "\$PPTRAIN plan --profile $file --workers 4 --memory-limit 32e9 --batch 64 --out \$OUT/plan > /dev/null && \
     cd \$OUT/plan && sha256sum \$(find . -type f | sort)"
 done
 
 if [ $train = 1 ]; then
   for s in $schedules; do
+    dp=1
+    [ "$s" = avgpipe ] && dp=2  # it averages the weights of two or more copies
     run "train-$s" "\$PPTRAIN train --model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 \
-      --pp 2 --schedule $s --batch-size 8 --microbatches 4 --steps 2 --quiet --save \$OUT/ckpt \
-      --metrics \$OUT/m.jsonl > /dev/null 2>&1 || echo failed; \
-      python3 -c 'import json,sys; [print(json.loads(l)[\"loss\"]) for l in open(sys.argv[1])]' \
-        \$OUT/m.jsonl; rm -f \$OUT/m.jsonl; cd \$OUT/ckpt 2>/dev/null && \
-      sha256sum layer_*.pt optim_*.pt; cd / ; rm -rf \$OUT/ckpt"
+      --pp 2 --dp $dp --schedule $s --batch-size 8 --microbatches 4 --steps 2 --quiet \
+      --save \$OUT/ckpt --metrics \$OUT/m.jsonl > /dev/null 2>&1 || echo failed; \
+      [ -f \$OUT/m.jsonl ] && python3 -c 'import json, sys
+for line in open(sys.argv[1]): print(json.loads(line)[\"loss\"])' \$OUT/m.jsonl; \
+      rm -f \$OUT/m.jsonl; cd \$OUT/ckpt 2>/dev/null && \
+      sha256sum layer_*.pt && python3 $root/scripts/optim_state_digest.py optim_*.pt; cd /; \
+      rm -rf \$OUT/ckpt"
   done
 fi
 

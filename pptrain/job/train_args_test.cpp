@@ -32,7 +32,9 @@ TEST(TrainFlags, EachNameIsOneFlagWithAPythonKeyword) {
     // A switch sets a bool; every flag writes into the arguments it is given.
     TrainArgs args;
     const TrainFlagTarget target = flag.target(args);
-    if (flag.has(TrainFlag::kSwitch)) EXPECT_TRUE(std::holds_alternative<bool*>(target));
+    if (flag.has(TrainFlag::kSwitch)) {
+      EXPECT_TRUE(std::holds_alternative<bool*>(target)) << flag.name;
+    }
   }
   EXPECT_EQ(keyword_of("--batch-size"), "batch_size");
   EXPECT_EQ(keyword_of("--d-model"), "d_model");

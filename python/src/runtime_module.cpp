@@ -431,7 +431,14 @@ PYBIND11_MODULE(_runtime, m) {
   m.def(
       "train",
       [](const py::dict& keywords) {
-        const RunResult result = run_training(train_options_of(keywords));
+        const TrainOptions options = train_options_of(keywords);
+        // LibTorch's autograd refuses to run under the GIL, and the workers (forks of this
+        // process) never touch Python.
+        RunResult result;
+        {
+          py::gil_scoped_release no_python;
+          result = run_training(options);
+        }
         return py::make_tuple(result.exit_code, result.message);
       },
       py::arg("keywords"),
