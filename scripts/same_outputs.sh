@@ -6,10 +6,10 @@
 #   scripts/same_outputs.sh OLD_DIR NEW_DIR [--no-train]
 #
 # OLD_DIR and NEW_DIR hold a `pptrain` (and `pptrain-runtime`) each, e.g. the tools/pptrain
-# folders of a build of main and of the branch. Compared: the help of every subcommand;
-# `schedule --json` and the CSV of every registry schedule at three sizes; `plan` folders for the
-# four PipeDream profiles; and (unless --no-train) a 2-step training run of every schedule on 2
-# ranks: its losses (metrics JSON lines without the timings), its checkpoint's parameter files
+# folders of a build of main and of the branch. Compared: the help of every subcommand; for
+# every registry schedule at three sizes, `schedule --json`, the text summary, the grid, the
+# CSV, the SVG and the Chrome trace; `plan` folders for the four PipeDream profiles; and (unless
+# --no-train) a 2-step training run of every schedule on 2 ranks: its losses (metrics JSON lines without the timings), its checkpoint's parameter files
 # byte for byte, and its optimizer files' tensors (scripts/optim_state_digest.py: their entries
 # are named by addresses, which change from run to run). Exits 1 when anything differs.
 set -uo pipefail
@@ -51,7 +51,8 @@ for s in $schedules; do
   for size in "2 4" "4 8" "4 16"; do
     set -- $size
     run "schedule-$s-p$1-m$2" "\$PPTRAIN schedule --schedule $s --pp $1 --microbatches $2 --json; \
-      \$PPTRAIN schedule --schedule $s --pp $1 --microbatches $2 --export \$OUT/s.csv > /dev/null"
+      \$PPTRAIN schedule --schedule $s --pp $1 --microbatches $2 --grid --export \$OUT/s.csv \
+        --svg \$OUT/s.svg --trace \$OUT/s.json"
   done
 done
 

@@ -1,10 +1,16 @@
 #include "pptrain/planner/schedule_request.h"
 
+#include <cstdarg>
 #include <cstdio>
 #include <set>
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
+#include "pptrain/render/chrome_trace.h"
+#include "pptrain/render/svg.h"
 #include "pptrain/schedule/auto_schedule.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
@@ -210,6 +216,138 @@ nlohmann::ordered_json schedule_summary_json(const RequestedSchedule& made, cons
                   {"solve_s", ilp.solve_s}};
   }
   return out;
+}
+
+namespace {
+
+// printf's formatting appended to `out`.
+__attribute__((format(printf, 2, 3))) void append(std::string& out, const char* format, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, format);
+  const int n = std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  PPTRAIN_ASSERT(n >= 0 && n < static_cast<int>(sizeof buffer), "a summary line of ", n,
+                 " characters");
+  out += buffer;
+}
+
+std::string percent(double ratio) {
+  std::string out;
+  append(out, "%.1f%%", 100 * ratio);
+  return out;
+}
+
+// "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
+std::string file_stem(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t dot = name.rfind('.');
+  if (dot != std::string::npos && dot > 0) name.resize(dot);
+  return name.empty() ? "imported" : name;
+}
+
+}  // namespace
+
+std::string schedule_summary_text(const RequestedSchedule& made, const CostModel& cost,
+                                  double memory_limit, const SimResult& result) {
+  const Schedule& s = made.validated.given();
+  const VersionRule& rule = made.rule;
+  std::string out;
+  append(out, "schedule      %s\n", s.name.c_str());
+  if (rule.asynchronous()) {
+    append(out, "weights       %s, no flush: %d steps of %d microbatches in one run\n",
+           update_name(rule.update), s.num_microbatches / rule.microbatches_per_step,
+           rule.microbatches_per_step);
+  }
+  append(out, "ranks (P)     %d\n", s.num_ranks);
+  append(out, "chunks (V)    %d\n", s.chunks());
+  append(out, "microbatches  %d\n", s.num_microbatches);
+  if (cost.replicas > 1) {
+    append(out, "replicas (D)  %d: each stage all-reduces its gradients after its last W or B\n",
+           cost.replicas);
+  }
+  out += "cost model    " + cost.to_string() + "\n";
+  append(out, "memory        W keeps r = %g of a microbatch's activations after I",
+         cost.mem_w_ratio);
+  if (memory_limit > 0) append(out, "; limit %g per rank", memory_limit);
+  out += "\n";
+  append(out, "makespan      %g\n", result.makespan);
+  append(out, "bubble ratio  %.4f (%s)\n", result.bubble_ratio,
+         percent(result.bubble_ratio).c_str());
+  // The peak memory column only when the weights are counted: otherwise it repeats the
+  // activations.
+  const bool weights = cost.counts_weights();
+  append(out, "\nrank  %10s  %10s  %16s  %15s%s\n", "busy", "idle", "peak activations",
+         "weight versions", weights ? "  peak memory" : "");
+  for (const auto& r : result.ranks) {
+    append(out, "%4d  %10g  %10g  %16g  %15d", r.rank, r.busy, r.idle, r.peak_activations,
+           r.weight_versions);
+    if (weights) append(out, "  %11g", r.peak_memory);
+    out += "\n";
+  }
+  if (made.ilp) {
+    const IlpReport& ilp = *made.ilp;
+    append(out, "solver        ilp: span %g (heuristic %g), %s, best bound %g, gap %s, %.2f s\n",
+           ilp.objective, ilp.heuristic, ilp.proven_optimal ? "proven optimal" : "not proven",
+           ilp.best_bound, percent(ilp.gap).c_str(), ilp.solve_s);
+  }
+  return out;
+}
+
+void write_schedule_files(const RequestedSchedule& made, const CostModel& cost, SimResult& result,
+                          const ScheduleFiles& files) {
+  if (!files.csv_path.empty()) {
+    write_text_file(
+        files.csv_path,
+        to_csv(files.with_comms ? *made.validated : strip_comms(made.validated.given())),
+        "--export file");
+  }
+  result.timeline.title = schedule_timeline_title(made, cost, result);
+  if (!files.svg_path.empty()) {
+    SvgOptions options;
+    options.show_comms = files.with_comms;
+    write_text_file(files.svg_path, render_svg(result.timeline, options), "--svg file");
+  }
+  if (!files.trace_path.empty()) {
+    write_text_file(files.trace_path, render_chrome_trace(result.timeline), "--trace file");
+  }
+}
+
+Schedule import_schedule(const std::string& path, std::optional<int> pp,
+                         std::optional<int> microbatches, std::optional<int> chunks) {
+  Schedule s = read_schedule_csv(path);
+  s.name = file_stem(path);
+  const auto agree = [&](std::optional<int> given, const char* flag, int inferred,
+                         const char* what) {
+    PPTRAIN_CHECK(!given || *given == inferred, flag, " ", given.value_or(0), " does not match '",
+                  path, "', which has ", inferred, " ", what);
+  };
+  agree(pp, "--pp", s.num_ranks, "ranks");
+  agree(microbatches, "--microbatches", s.num_microbatches, "microbatches");
+  agree(chunks, "--chunks", s.chunks(), "chunks (stages per rank)");
+  return s;
+}
+
+CostModel profile_stage_costs(const std::string& profile_path, const std::string& stage_layers,
+                              int stages, int dp, double mem_w_ratio) {
+  const Profile profile = read_profile(profile_path);
+  std::vector<LayerRange> ranges;
+  if (!stage_layers.empty()) {
+    ranges = parse_stage_layers(stage_layers);
+    PPTRAIN_CHECK(static_cast<int>(ranges.size()) == stages, "--stage-layers '", stage_layers,
+                  "' has ", ranges.size(), " stages, the schedule ", stages);
+  } else {
+    PartitionOptions options;
+    options.method = "time";
+    options.stages = stages;
+    for (const StagePlan& stage : make_partition(profile, options).stages) {
+      ranges.emplace_back(stage.first_layer, stage.last_layer);
+    }
+  }
+  CostModel cost = cost_from_profile(profile, ranges, dp);
+  cost.mem_w_ratio = mem_w_ratio;
+  return cost;
 }
 
 }  // namespace pptrain

@@ -94,6 +94,38 @@ SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cos
 std::string schedule_timeline_title(const RequestedSchedule& made, const CostModel& cost,
                                     const SimResult& result);
 
+// `pptrain schedule`'s summary as text: the schedule, its weight rule, P, V, M, D, the cost and
+// memory settings, makespan and bubble, a line per rank (busy, idle, peak activations, weight
+// versions, and peak memory when the cost model counts the weights), and for the ILP what CBC
+// proved.
+std::string schedule_summary_text(const RequestedSchedule& made, const CostModel& cost,
+                                  double memory_limit, const SimResult& result);
+
+// The files `pptrain schedule` writes, each when its path is given.
+struct ScheduleFiles {
+  std::string csv_path;     // --export: the schedule as CSV (compute-only unless with_comms)
+  std::string svg_path;     // --svg: the simulated timeline as a picture
+  std::string trace_path;   // --trace: the simulated timeline as a Chrome trace
+  bool with_comms = false;  // the CSV with its SEND/RECV, the picture with its messages
+};
+
+// Writes `files` (one-line UserError naming the flag of a file it cannot write); the timeline's
+// title is schedule_timeline_title()'s.
+void write_schedule_files(const RequestedSchedule& made, const CostModel& cost, SimResult& result,
+                          const ScheduleFiles& files);
+
+// `--import FILE.csv`: the schedule of a CSV file, named after the file ("dir/1f1b.csv" ->
+// "1f1b"). UserError (one line naming the flag) when a given --pp, --microbatches or --chunks
+// does not match what the file holds.
+Schedule import_schedule(const std::string& path, std::optional<int> pp,
+                         std::optional<int> microbatches, std::optional<int> chunks);
+
+// `--profile FILE`: the costs, in ms, of the profiled model cut into `stages` stages by
+// `stage_layers` ("0-3,4-7"; empty: the time partition), for `dp` copies of the pipeline.
+// UserError when the ranges do not make `stages` stages.
+CostModel profile_stage_costs(const std::string& profile_path, const std::string& stage_layers,
+                              int stages, int dp, double mem_w_ratio);
+
 // `pptrain schedule --json`: the schedule, P, V, M, D, makespan, bubble, the memory settings and
 // each rank's busy, idle, peak activations, peak memory and weight versions; `solver` and, for
 // the ILP, what CBC proved; `skips` ([[from, to], ...]) when the schedule has any.

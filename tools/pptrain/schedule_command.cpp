@@ -6,32 +6,19 @@
 //   pptrain schedule --import mine.csv --cost F=1,I=1,W=1,comm=0.1 --json
 //   pptrain schedule --schedule zb-v --pp 4 --microbatches 8 --dp 2 --cost reduce=3 --svg v.svg
 //   pptrain schedule --schedule 1f1b-rr --replicas 3,1 --microbatches 6 --grid
-//   pptrain schedule --list     # the registry as a markdown table (the README's)
+//   pptrain schedule --list     # the registry as a markdown table (docs/CLI.md's)
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pptrain/common/check.h"
-#include "pptrain/common/files.h"
 #include "pptrain/common/malloc.h"
-#include "pptrain/partition/partition.h"
-#include "pptrain/partition/profile.h"
 #include "pptrain/planner/schedule_request.h"
-#include "pptrain/render/chrome_trace.h"
-#include "pptrain/render/svg.h"
-#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/grid.h"
-#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
-#include "pptrain/schedule/schedule.h"
-#include "pptrain/schedule/validate.h"
-#include "pptrain/schedule/weight_versions.h"
-#include "pptrain/sim/simulator.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
@@ -64,20 +51,10 @@ struct ScheduleArgs {
   double time_limit_s = 60;          // --solver ilp: CBC's wall-time limit, seconds
   std::vector<std::string> skips;    // --skip FROM:TO, repeatable
   // Which of the numeric flags the user gave (an imported schedule must agree with them).
-  bool pp_given = false, microbatches_given = false, chunks_given = false;
-  bool time_limit_given = false;
+  bool pp_given = false, microbatches_given = false, chunks_given = false, time_limit_given = false;
 };
 
-// "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
-std::string file_stem(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const size_t dot = name.rfind('.');
-  if (dot != std::string::npos && dot > 0) name.resize(dot);
-  return name.empty() ? "imported" : name;
-}
-
-Schedule import_schedule(const ScheduleArgs& args) {
+Schedule import_of(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.schedule.empty(),
                 "--schedule and --import cannot be used together (got "
                 "--schedule ",
@@ -85,17 +62,12 @@ Schedule import_schedule(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.skips.empty(),
                 "--skip does not apply to --import: the file's skip "
                 "messages (0SEND_F3>2 ...) give its skips");
-  Schedule s = read_schedule_csv(args.import_path);
-  s.name = file_stem(args.import_path);
-  const auto agree = [&](bool given, const char* flag, int value, int inferred, const char* what) {
-    PPTRAIN_CHECK(!given || value == inferred, flag, " ", value, " does not match '",
-                  args.import_path, "', which has ", inferred, " ", what);
+  const auto given = [](bool is_given, int value) {
+    return is_given ? std::optional<int>(value) : std::nullopt;
   };
-  agree(args.pp_given, "--pp", args.pp, s.num_ranks, "ranks");
-  agree(args.microbatches_given, "--microbatches", args.microbatches, s.num_microbatches,
-        "microbatches");
-  agree(args.chunks_given, "--chunks", args.chunks, s.chunks(), "chunks (stages per rank)");
-  return s;
+  return import_schedule(args.import_path, given(args.pp_given, args.pp),
+                         given(args.microbatches_given, args.microbatches),
+                         given(args.chunks_given, args.chunks));
 }
 
 // "3,1" -> {3, 1}; a one-line UserError naming the flag for anything else.
@@ -112,78 +84,6 @@ std::vector<int> parse_replicas(const std::string& text) {
     replicas.push_back(*value);
   }
   return replicas;
-}
-
-std::string percent(double ratio) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f%%", 100 * ratio);
-  return buffer;
-}
-
-// --solver ilp's line of the summary: what CBC proved.
-void print_ilp(const IlpReport& ilp) {
-  std::printf("solver        ilp: span %g (heuristic %g), %s, best bound %g, gap %s, %.2f s\n",
-              ilp.objective, ilp.heuristic, ilp.proven_optimal ? "proven optimal" : "not proven",
-              ilp.best_bound, percent(ilp.gap).c_str(), ilp.solve_s);
-}
-
-void print_summary(const Schedule& s, const VersionRule& rule, const CostModel& cost,
-                   double memory_limit, const SimResult& result) {
-  std::printf("schedule      %s\n", s.name.c_str());
-  if (rule.asynchronous()) {
-    std::printf("weights       %s, no flush: %d steps of %d microbatches in one run\n",
-                update_name(rule.update), s.num_microbatches / rule.microbatches_per_step,
-                rule.microbatches_per_step);
-  }
-  std::printf("ranks (P)     %d\n", s.num_ranks);
-  std::printf("chunks (V)    %d\n", s.chunks());
-  std::printf("microbatches  %d\n", s.num_microbatches);
-  if (cost.replicas > 1) {
-    std::printf("replicas (D)  %d: each stage all-reduces its gradients after its last W or B\n",
-                cost.replicas);
-  }
-  std::printf("cost model    %s\n", cost.to_string().c_str());
-  std::printf("memory        W keeps r = %g of a microbatch's activations after I",
-              cost.mem_w_ratio);
-  if (memory_limit > 0) std::printf("; limit %g per rank", memory_limit);
-  std::printf("\n");
-  std::printf("makespan      %g\n", result.makespan);
-  std::printf("bubble ratio  %.4f (%s)\n", result.bubble_ratio,
-              percent(result.bubble_ratio).c_str());
-  // The peak memory column only when the weights are counted: otherwise it repeats the
-  // activations.
-  const bool weights = cost.counts_weights();
-  std::printf("\nrank  %10s  %10s  %16s  %15s%s\n", "busy", "idle", "peak activations",
-              "weight versions", weights ? "  peak memory" : "");
-  for (const auto& r : result.ranks) {
-    std::printf("%4d  %10g  %10g  %16g  %15d", r.rank, r.busy, r.idle, r.peak_activations,
-                r.weight_versions);
-    if (weights) std::printf("  %11g", r.peak_memory);
-    std::printf("\n");
-  }
-}
-
-// --profile: the profiled model in `stages` stages (--stage-layers, else the time partition),
-// its costs in ms.
-CostModel profile_cost(const ScheduleArgs& args, int stages) {
-  PPTRAIN_CHECK(args.cost == ScheduleArgs().cost, "give --cost or --profile, not both");
-  const Profile profile = read_profile(args.profile);
-  std::vector<LayerRange> ranges;
-  if (!args.stage_layers.empty()) {
-    ranges = parse_stage_layers(args.stage_layers);
-    PPTRAIN_CHECK(static_cast<int>(ranges.size()) == stages, "--stage-layers '", args.stage_layers,
-                  "' has ", ranges.size(), " stages, the schedule ", stages);
-  } else {
-    PartitionOptions options;
-    options.method = "time";
-    options.stages = stages;
-    for (const StagePlan& stage : make_partition(profile, options).stages) {
-      ranges.emplace_back(stage.first_layer, stage.last_layer);
-    }
-  }
-  CostModel cost = cost_from_profile(profile, ranges, args.dp);
-  cost.mem_w_ratio = args.mem_w_ratio;
-  return cost;
 }
 
 // The request of the flags: --schedule NAME and what goes with it.
@@ -220,13 +120,14 @@ void run_schedule_command(const ScheduleArgs& args) {
                 "--time-limit applies to --solver ilp only (the heuristic takes milliseconds)");
   CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
   std::optional<Schedule> imported;
-  if (!args.import_path.empty()) imported = import_schedule(args);
+  if (!args.import_path.empty()) imported = import_of(args);
   if (!args.profile.empty()) {
     const int stages = imported ? imported->num_stages
                        : args.schedule == kRoundRobinSchedule
                            ? static_cast<int>(parse_replicas(args.replicas).size())
                            : args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
-    cost = profile_cost(args, stages);
+    PPTRAIN_CHECK(args.cost == ScheduleArgs().cost, "give --cost or --profile, not both");
+    cost = profile_stage_costs(args.profile, args.stage_layers, stages, args.dp, args.mem_w_ratio);
   }
   cost.replicas = args.dp;
   PPTRAIN_CHECK(args.cores >= 0, "--cores must be >= 0 (0: a core per rank), got ", args.cores);
@@ -238,42 +139,27 @@ void run_schedule_command(const ScheduleArgs& args) {
                 *imported, std::string(), false,
                 args.microbatches_given ? args.microbatches : imported->num_microbatches, args.dp)
           : make_requested_schedule(request_of(args, solver), cost);
-  // Its lowered form (a schedule of P = 256 and thousands of microbatches holds millions of
-  // actions) is made only for what shows the messages.
-  const Schedule& given = made.validated.given();
   // A timeline only to draw or trace: without, the figures cost no event per action.
   const bool drawn = !args.svg_path.empty() || !args.trace_path.empty();
   SimResult result = simulate_requested(made, cost, args.memory_limit,
                                         drawn ? Record::kTimeline : Record::kFigures);
 
-  if (!args.export_path.empty()) {
-    write_text_file(args.export_path,
-                    to_csv(args.with_comms ? *made.validated : strip_comms(given)),
-                    "--export file");
-  }
+  write_schedule_files(made, cost, result,
+                       {args.export_path, args.svg_path, args.trace_path, args.with_comms});
   if (args.grid) {
     GridOptions options;
     options.with_comms = args.with_comms;
     // With --json, stdout holds the JSON object alone.
-    std::fputs(render_grid(args.with_comms ? *made.validated : given, options).c_str(),
-               args.json ? stderr : stdout);
+    std::fputs(
+        render_grid(args.with_comms ? *made.validated : made.validated.given(), options).c_str(),
+        args.json ? stderr : stdout);
     if (!args.json) std::fputs("\n", stdout);
-  }
-  result.timeline.title = schedule_timeline_title(made, cost, result);
-  if (!args.svg_path.empty()) {
-    SvgOptions options;
-    options.show_comms = args.with_comms;
-    write_text_file(args.svg_path, render_svg(result.timeline, options), "--svg file");
-  }
-  if (!args.trace_path.empty()) {
-    write_text_file(args.trace_path, render_chrome_trace(result.timeline), "--trace file");
   }
   if (args.json) {
     std::cout << schedule_summary_json(made, cost, args.memory_limit, result, solver).dump()
               << std::endl;
   } else {
-    print_summary(given, made.rule, cost, args.memory_limit, result);
-    if (made.ilp) print_ilp(*made.ilp);
+    std::fputs(schedule_summary_text(made, cost, args.memory_limit, result).c_str(), stdout);
   }
 }
 
