@@ -12,7 +12,7 @@ cd "${1:-"$(dirname "$0")/.."}"
 
 # Lowest first; docs/ARCHITECTURE.md shows the same table. Layer 10 is tools/pptrain, tests/ and
 # bench/.
-layers="common=0 schedule=1 partition=1 sim=2 render=2 planner=3 device=3 models=4 data=5 runtime=6 train=7 api=8 job=9"
+layers="common=0 schedule=1 partition=1 sim=2 render=2 planner=3 device=3 compare=4 models=4 data=5 runtime=6 train=7 api=8 job=9"
 
 # The C++ files git knows of (tracked or new), or every one when this is not a git checkout.
 sources() {

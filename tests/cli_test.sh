@@ -237,31 +237,10 @@ expect_error "bad mem-w-ratio" "--mem-w-ratio must be in .0, 1. (the share" \
   "$pptrain" schedule --schedule zb-h2 --pp 4 --microbatches 8 --mem-w-ratio 1.5
 expect_error "unknown flag" "--bogus" "$pptrain" schedule --bogus
 
-# pptrain compare with a stand-in trainer: a script that writes metrics as `pptrain train
-# --metrics` does (1f1b's losses equal the --pp 1 run's, pipedream's do not; pipedream lacks
-# weight_bytes and bytes_sent and spends 1.5x the compute; gpipe fails), and whose schedule list
-# lacks wpipe, which compare then reports as not built.
-cat >"$work/fake_pptrain" <<'FAKE'
-#!/usr/bin/env bash
-if [ "$1" = schedule ]; then
-  printf '| schedule | chunks per rank | what it is |\n| `1f1b` | 1 | - |\n| `pipedream` | 1 | - |\n| `gpipe` | 1 | - |\n'
-  exit 0
-fi
-[ "$1" = train ] || exit 1
-while [ $# -gt 0 ]; do
-  case $1 in --metrics) metrics=$2; shift ;; --schedule) schedule=$2; shift ;; esac
-  shift
-done
-if [ "$schedule" = gpipe ]; then echo "pptrain: error: gpipe broke" >&2; echo "more" >&2; exit 1; fi
-: >"$metrics"
-for step in 1 2 3 4; do
-  if [ "$schedule" = pipedream ]; then
-    echo "{\"step\":$step,\"loss\":$((10 - step)).5,\"bubble_ratio\":0.1,\"peak_activation_bytes\":[20,10],\"optimizer_state_bytes\":[5,5],\"compute_s\":[1,2]}" >>"$metrics"
-  else
-    echo "{\"step\":$step,\"loss\":$((10 - step)),\"bubble_ratio\":0.2,\"peak_activation_bytes\":[10,10],\"optimizer_state_bytes\":[5,5],\"compute_s\":[1,1],\"bytes_sent\":[8,8],\"weight_bytes\":[5,5]}" >>"$metrics"
-  fi
-done
-FAKE
+# pptrain compare with a stand-in trainer (tests/stand_in_trainer.sh: a script that writes
+# metrics as `pptrain train --metrics` does, fails gpipe and refuses wpipe as a binary built
+# without it would).
+cp "$(dirname "$0")/stand_in_trainer.sh" "$work/fake_pptrain"
 chmod +x "$work/fake_pptrain"
 compare_out="$work/compare"
 "$pptrain" compare --pptrain "$work/fake_pptrain" --out "$compare_out" --steps 4 \

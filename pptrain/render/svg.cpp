@@ -49,26 +49,7 @@ std::string px(double value) {
 }
 
 std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
+  return detail::xml_escape(text);
 }
 
 struct Rgb {
@@ -483,6 +464,29 @@ std::string fixed1(double value) {
   const auto end =
       std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, 1);
   return std::string(buffer, end.ptr);
+}
+
+std::string xml_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace detail

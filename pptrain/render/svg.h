@@ -37,8 +37,11 @@ std::string render_svg(const Timeline& timeline, const SvgOptions& options = {})
 std::string render_svg(const std::vector<Timeline>& timelines, const SvgOptions& options = {});
 
 namespace detail {
-// printf's "%.1f" of `value`, as the SVG writes its coordinates (exposed for its test).
+// printf's "%.1f" of `value`, as the SVG writes its coordinates (exposed for its test and for
+// line_chart.h, which writes its coordinates alike).
 std::string fixed1(double value);
+// `text` as SVG text or an attribute's value: &, <, > and " escaped.
+std::string xml_escape(const std::string& text);
 }  // namespace detail
 
 }  // namespace pptrain

@@ -9,16 +9,13 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/render/testing.h"
 #include "pptrain/schedule/action.h"
 
 namespace pptrain {
 namespace {
 
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
+using testing::count;
 
 // True if every element is closed in order (self-closing or by its closing tag) and no raw '&'
 // or '<' stands in text: enough XML to catch a broken writer.

@@ -148,8 +148,12 @@ const ScheduleEntry& find_schedule(const std::string& name) {
   for (const auto& entry : schedule_registry()) {
     if (entry.name == name) return entry;
   }
-  throw UserError("unknown schedule '" + name + "' (expected one of: " + schedule_names_text() +
+  throw UserError(unknown_schedule_text(name) + " (expected one of: " + schedule_names_text() +
                   ")");
+}
+
+std::string unknown_schedule_text(const std::string& name) {
+  return "unknown schedule '" + name + "'";
 }
 
 std::vector<std::string> schedule_names() {

@@ -82,6 +82,9 @@ struct ScheduleEntry {
 const std::vector<ScheduleEntry>& schedule_registry();
 // The entry called `name`; UserError naming it and listing every name if there is none.
 const ScheduleEntry& find_schedule(const std::string& name);
+// "unknown schedule 'NAME'": how find_schedule()'s error begins, by which `pptrain compare`
+// knows a training binary that was built without a schedule.
+std::string unknown_schedule_text(const std::string& name);
 // The registry's names, in its order.
 std::vector<std::string> schedule_names();
 // "gpipe, 1f1b, interleaved-1f1b, ..." for messages.

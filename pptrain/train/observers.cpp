@@ -71,29 +71,31 @@ void MetricsWriter::on_start(const RunInfo&) {
   PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
 }
 
-nlohmann::ordered_json step_metrics_json(const StepReport& r) {
-  return {{"step", r.step},
-          {"loss", r.loss},
-          {"step_time_s", r.step_seconds},
-          {"samples_per_s", r.samples_per_s},
-          {"tokens_per_s", r.tokens_per_s},
-          {"bubble_ratio", r.stats.bubble_ratio},
-          {"grad_norm", r.grad_norm},
-          {"peak_activation_bytes", r.peak_activation_bytes},
-          {"weight_versions", r.weight_versions},
-          {"optimizer_state_bytes", r.optimizer_state_bytes},
-          {"compute_s", r.compute_s},
-          {"bytes_sent", r.bytes_sent},
-          {"weight_bytes", r.weight_bytes},
-          {"rollbacks", r.rollbacks},
-          {"checkpoint_stall_s", r.checkpoint_stall_s},
-          {"resident_bytes", r.resident_bytes},
-          {"peak_memory_bytes", r.peak_memory_bytes},
-          {"predicted_peak_memory_bytes", r.predicted_peak_memory_bytes}};
+StepMetrics step_metrics(const StepReport& r) {
+  StepMetrics m;
+  m.step = r.step;
+  m.loss = r.loss;
+  m.step_time_s = r.step_seconds;
+  m.samples_per_s = r.samples_per_s;
+  m.tokens_per_s = r.tokens_per_s;
+  m.bubble_ratio = r.stats.bubble_ratio;
+  m.grad_norm = r.grad_norm;
+  m.peak_activation_bytes = r.peak_activation_bytes;
+  m.weight_versions = r.weight_versions;
+  m.optimizer_state_bytes = r.optimizer_state_bytes;
+  m.compute_s = r.compute_s;
+  m.bytes_sent = r.bytes_sent;
+  m.weight_bytes = r.weight_bytes;
+  m.rollbacks = r.rollbacks;
+  m.checkpoint_stall_s = r.checkpoint_stall_s;
+  m.resident_bytes = r.resident_bytes;
+  m.peak_memory_bytes = r.peak_memory_bytes;
+  m.predicted_peak_memory_bytes = r.predicted_peak_memory_bytes;
+  return m;
 }
 
 void MetricsWriter::on_step(const StepReport& r) {
-  nlohmann::ordered_json line = step_metrics_json(r);
+  nlohmann::ordered_json line = to_json(step_metrics(r));
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
     line["compare_sim"]["memory"] = memory_json(r.predicted_memory, measured_peaks(r));

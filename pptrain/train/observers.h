@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "pptrain/sim/compare.h"
+#include "pptrain/sim/step_metrics.h"
 #include "pptrain/train/plan.h"
 #include "pptrain/train/report.h"
 
@@ -55,9 +56,8 @@ class SimComparison : public StepObserver {
   std::optional<Comparison> result_;
 };
 
-// One step's figures as a line of --metrics: step, loss, step_time_s, samples_per_s,
-// tokens_per_s, bubble_ratio, grad_norm and the per-rank lists (peak_activation_bytes, ...).
-nlohmann::ordered_json step_metrics_json(const StepReport& report);
+// One step's figures as a line of --metrics holds them (sim/step_metrics.h).
+StepMetrics step_metrics(const StepReport& report);
 
 class MetricsWriter : public StepObserver {
  public:

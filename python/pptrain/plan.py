@@ -7,6 +7,7 @@ hand its CSV to torch.distributed.pipelining (docs/PYTHON.md).
     s.simulate("F=1,I=1,W=1")       # {'makespan': ..., 'bubble_ratio': ..., 'ranks': [...]}
     open("zb-v.csv", "w").write(s.to_csv())
     plan.from_csv(open("zb-v.csv").read()).simulate()
+    plan.compare(out="cmp", only="1f1b,pipedream", steps=3)   # pptrain compare, as a dict
 
 Errors are ValueError (pptrain.plan.PlanError) with the CLI's one-line message; an invalid
 schedule's (ScheduleError, a PlanError) names the rank, the position and the action, then shows
@@ -15,6 +16,8 @@ the grid, and carries them as `rank`, `position` and `reason`.
 
 import json
 import os
+import shutil
+import tempfile
 
 from . import _plan
 
@@ -142,3 +145,33 @@ def plan(profile, workers, memory_limit=0, batch=0, microbatches=(), partitions=
                         optimizer, mem_w_ratio, w_fraction, max_chunks, top, memory_margin,
                         jobs, "" if out is None else os.fspath(out))
     return Plan(result)
+
+
+def compare(out=None, only=None, pptrain=None, model="gpt", layers=8, d_model=64, heads=4,
+            seq_len=64, data="default", pp=4, batch_size=32, microbatches=8, steps=300, seed=1,
+            loss_at=0, progress=None):
+    """`pptrain compare` (docs/APPROACHES.md): trains one configuration with each approach of the
+    survey (`only`: a comma list or a list of survey names or schedules; None: all 14) plus a
+    `--pp 1` reference, one `pptrain train` child process after the other, and returns
+    compare.json as a dict: "command", "config", "reference", "approaches" (each with its
+    "status", "measured" figures and "survey" marks) and "disagreements". With `out`, also writes
+    compare.md, compare.json, losses.svg and runs/ there, as the CLI does; without, the runs go to
+    a temporary folder, removed afterwards. `pptrain` is the binary that trains (with its
+    pptrain-runtime; default: `pptrain` on the PATH); `progress` (e.g. print) gets a line per run
+    as it ends. The other keywords are the CLI's flags (`loss_at` 0: steps // 2). Errors:
+    ValueError with the CLI's message."""
+    if pptrain is None:
+        pptrain = shutil.which("pptrain")
+        if pptrain is None:
+            raise PlanError("compare: no pptrain on the PATH to train with; give "
+                            "pptrain=PATH (the binary, with its pptrain-runtime beside it)")
+    if only is not None and not isinstance(only, str):
+        only = ",".join(only)
+    flags = dict(only=only, pptrain=os.fspath(pptrain), model=model, layers=layers,
+                 d_model=d_model, heads=heads, seq_len=seq_len, data=os.fspath(data), pp=pp,
+                 batch_size=batch_size, microbatches=microbatches, steps=steps, seed=seed,
+                 loss_at=loss_at, progress=progress)
+    if out is not None:
+        return json.loads(_plan.compare(os.fspath(out), True, **flags))
+    with tempfile.TemporaryDirectory(prefix="pptrain-compare-") as folder:
+        return json.loads(_plan.compare(folder, False, **flags))

@@ -1,16 +1,19 @@
 // pptrain._plan: the schedules of pptrain's planner for Python, without LibTorch (python/pptrain/
-// plan.py is its Python face). It calls what `pptrain schedule` calls
-// (planner/schedule_request.h), so both take the same options, give the same figures and fail
-// with the same one-line messages.
+// plan.py is its Python face). It calls what `pptrain schedule`, `plan` and `compare` call
+// (planner/schedule_request.h, planner/planner.h, compare/comparison.h), so both take the same
+// options, give the same figures and fail with the same one-line messages.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/compare/comparison.h"
+#include "pptrain/compare/report.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
 #include "pptrain/planner/plan_file.h"
@@ -121,6 +124,23 @@ std::string partition_json(const std::string& profile_path, const std::string& m
   request.memory_limit = memory_limit;
   const PartitionOptions options = partition_options(request);
   return to_json(make_partition(read_profile(profile_path), options));
+}
+
+// `pptrain compare` (the options' fields named as its flags): compare.json's text, and with
+// `write_files` its three files in options.out. `progress` (None: nothing) gets a line per run.
+// The runs take minutes: Python's other threads go on meanwhile.
+std::string compare_json_text(CompareOptions options, bool write_files, py::object progress) {
+  std::function<void(const std::string&)> report;
+  if (!progress.is_none()) {
+    report = [&progress](const std::string& line) {
+      py::gil_scoped_acquire acquire;
+      progress(line);
+    };
+  }
+  py::gil_scoped_release release;
+  const CompareResult result = run_compare(std::move(options), report);
+  if (write_files) write_compare_files(result);
+  return compare_json(result).dump(2);
 }
 
 }  // namespace
@@ -278,6 +298,35 @@ PYBIND11_MODULE(_plan, m) {
       py::arg("microbatches"), py::arg("partitions"), py::arg("schedules"), py::arg("recompute"),
       py::arg("optimizer"), py::arg("mem_w_ratio"), py::arg("w_fraction"), py::arg("max_chunks"),
       py::arg("top"), py::arg("memory_margin"), py::arg("jobs"), py::arg("out"));
+
+  m.def(
+      "compare",
+      [](const std::string& out, bool write_files, std::optional<std::string> only,
+         const std::string& pptrain, const std::string& model, int layers, int d_model, int heads,
+         int seq_len, const std::string& data, int pp, int batch_size, int microbatches, int steps,
+         int seed, int loss_at, py::object progress) {
+        CompareOptions options;
+        options.out = out;
+        options.only = std::move(only);
+        options.pptrain = pptrain;
+        options.model = model;
+        options.layers = layers;
+        options.d_model = d_model;
+        options.heads = heads;
+        options.seq_len = seq_len;
+        options.data = data;
+        options.pp = pp;
+        options.batch_size = batch_size;
+        options.microbatches = microbatches;
+        options.steps = steps;
+        options.seed = seed;
+        options.loss_at = loss_at;
+        return compare_json_text(std::move(options), write_files, std::move(progress));
+      },
+      py::arg("out"), py::arg("write_files"), py::arg("only"), py::arg("pptrain"), py::arg("model"),
+      py::arg("layers"), py::arg("d_model"), py::arg("heads"), py::arg("seq_len"), py::arg("data"),
+      py::arg("pp"), py::arg("batch_size"), py::arg("microbatches"), py::arg("steps"),
+      py::arg("seed"), py::arg("loss_at"), py::arg("progress"));
 
   m.def(
       "import_csv",

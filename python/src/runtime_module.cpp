@@ -170,7 +170,9 @@ struct PyStage {
 // Keeps the latest step's report (rank 0 gets them all) as its --metrics line.
 class LatestReport : public StepObserver {
  public:
-  void on_step(const StepReport& report) override { latest_ = step_metrics_json(report).dump(); }
+  void on_step(const StepReport& report) override {
+    latest_ = to_json(step_metrics(report)).dump();
+  }
   const std::string& latest() const { return latest_; }
 
  private:

@@ -10,6 +10,7 @@ import pytest
 from pptrain import plan
 
 PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COST = "F=1,I=2,W=1,comm=0.25"
 
 
@@ -134,3 +135,51 @@ def test_partitions_equal_pptrain_partition():
         assert plan.partition(profile, **kwargs) == json.loads(cli.stdout)
     with pytest.raises(ValueError, match="--pp"):
         plan.partition(profile, "time")
+
+
+# A stand-in for `pptrain train` that writes metrics lines in no time: gpipe fails, wpipe is
+# refused as an unknown schedule.
+STAND_IN = os.path.join(ROOT, "tests", "stand_in_trainer.sh")
+
+
+def without_timing(compare_json):
+    """compare.json without what differs from run to run or between callers: the wall times
+    and the command line."""
+    out = dict(compare_json, command=None)
+    out["reference"] = dict(out["reference"], wall_s=None)
+    out["approaches"] = [dict(a, wall_s=None) for a in out["approaches"]]
+    return out
+
+
+def test_compare_equals_pptrain_compare(tmp_path):
+    only = "1f1b,PipeDream,gpipe,wpipe"
+    lines = []
+    got = plan.compare(out=tmp_path / "py", only=only.split(","), pptrain=STAND_IN, steps=4,
+                       progress=lines.append)
+    assert got == json.loads((tmp_path / "py" / "compare.json").read_text())
+    assert [a["status"] for a in got["approaches"]] == [
+        "failed: pptrain: error: gpipe broke", "sync", "async", "not built"]
+    assert got["command"][:4] == ["pptrain", "compare", "--out", str(tmp_path / "py")]
+    assert len(lines) == 5 and lines[4] == f"compare: [5/5] WPipe (wpipe): not built in {STAND_IN}"
+    cli = subprocess.run([PPTRAIN, "compare", "--out", str(tmp_path / "cli"), "--only", only,
+                          "--pptrain", STAND_IN, "--steps", "4"],
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    cli_json = json.loads((tmp_path / "cli" / "compare.json").read_text())
+    assert without_timing(got) == without_timing(cli_json)
+    svg = [(tmp_path / run / "losses.svg").read_text() for run in ("py", "cli")]
+    assert svg[0] == svg[1]
+    # Without out: the same data, and no folder left behind.
+    again = plan.compare(only="DAPPLE", pptrain=STAND_IN, steps=4, loss_at=3)
+    assert [a["approach"] for a in again["approaches"]] == ["DAPPLE"]
+    assert again["config"]["loss_at"] == 3 and again["approaches"][0]["status"] == "sync"
+    assert not os.path.exists(again["command"][3])
+
+
+def test_compare_errors_are_the_clis(tmp_path):
+    with pytest.raises(ValueError, match="--steps must be >= 1, got 0"):
+        plan.compare(out=tmp_path, pptrain=sys.executable, steps=0)
+    with pytest.raises(ValueError, match="--only: unknown approach 'nosuch'"):
+        plan.compare(out=tmp_path, pptrain=sys.executable, only="1f1b,nosuch")
+    with pytest.raises(ValueError, match="--pptrain: '/nonexistent' is not an executable file"):
+        plan.compare(out=tmp_path, pptrain="/nonexistent")
