@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/common/blas_kernels.h"
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/launcher.h"
 #include "tools/pptrain/commands.h"
@@ -76,6 +77,12 @@ void add_run_command(CLI::App& app) {
     PPTRAIN_CHECK(*stopped_timeout >= 1, "--stopped-timeout must be >= 1 s, got ",
                   *stopped_timeout);
     PPTRAIN_CHECK(*max_restarts >= 0, "--max-restarts must be >= 0, got ", *max_restarts);
+    // The ranks inherit the kernels chosen at this program's start (OPENBLAS_CORETYPE and
+    // pptrain's note, which `import pptrain` trusts); said once here when pptrain changed them.
+    if (blas_kernels_changed()) {
+      std::fprintf(stderr, "pptrain: %s\n", blas_kernels_line().c_str());
+      std::fflush(stderr);
+    }
     LaunchOptions launch;
     launch.workers = *nproc;
     launch.executable = resolve_program(rest.front());
