@@ -175,6 +175,7 @@ void write_all(int fd, const std::string& text) {
   const OpenBlasState state = handle ? state_of(handle) : OpenBlasState{};
   if (!state.loaded) _exit(0);
   write_all(fd, state.version + "\n" + state.kernels + "\n" + join(state.available, " ") + "\n");
+  if (kernels.empty()) _exit(0);  // OpenBLAS's own choice is kept whatever it computes
   const auto sgemm = reinterpret_cast<SgemmFn>(dlsym(handle, "sgemm_"));
   write_all(fd, sgemm && sgemm_matches_reference(sgemm) ? "ok\n" : "wrong\n");
   _exit(0);
@@ -539,27 +540,34 @@ BlasChoice choose_before_load(const BlasEnvironment& env, const CpuFeatures& cpu
                               const BlasProber& probe) {
   BlasChoice choice;
   if (blas_policy(env) != BlasPolicy::kChoose) return choice;
-  const std::vector<std::string> runnable = runnable_kernels(cpu);
-  if (runnable.empty()) return choice;
-  // OpenBLAS's own choice, and beside it (in parallel) the best set this CPU runs: most often the
-  // one chosen, so one round of probes decides.
-  const std::vector<OpenBlasState> first = probe({"", runnable.front()});
-  const OpenBlasState& detected = first.at(0);
+  if (runnable_kernels(cpu).empty()) return choice;
+  // OpenBLAS's own choice first, alone: where OpenBLAS knows the CPU it is the best already, and
+  // one process decides.
+  const OpenBlasState detected = probe({""}).at(0);
   if (!detected.loaded) return choice;
   BlasChoiceNote note;
   note.state = BlasChoiceNote::State::kKept;
   note.kernels = note.detected = detected.kernels;
-  for (const std::string& candidate : better_kernels(cpu, detected.kernels, detected.available)) {
-    const OpenBlasState state =
-        candidate == runnable.front() ? first.at(1) : probe({candidate}).at(0);
-    if (state.loaded && state.kernels == candidate && state.product_ok) {
-      note.state = BlasChoiceNote::State::kChecked;
-      note.kernels = candidate;
-      choice.env.set.emplace_back(kCoretypeVariable, candidate);
-      choice.line = kernels_line(state, chosen_why(note));
-      break;
+  // Then the better sets two at a time, in parallel: the best one may not load when asked (0.3.21
+  // cannot be asked for Cooperlake), and the next is then ready.
+  const std::vector<std::string> better = better_kernels(cpu, detected.kernels, detected.available);
+  constexpr size_t kAtOnce = 2;
+  for (size_t from = 0; from < better.size() && note.state == BlasChoiceNote::State::kKept;
+       from += kAtOnce) {
+    const std::vector<std::string> batch(better.begin() + from,
+                                         better.begin() + std::min(better.size(), from + kAtOnce));
+    const std::vector<OpenBlasState> states = probe(batch);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const OpenBlasState& state = states.at(i);
+      if (state.loaded && state.kernels == batch[i] && state.product_ok) {
+        note.state = BlasChoiceNote::State::kChecked;
+        note.kernels = batch[i];
+        choice.env.set.emplace_back(kCoretypeVariable, batch[i]);
+        choice.line = kernels_line(state, chosen_why(note));
+        break;
+      }
+      note.failed.push_back(batch[i]);
     }
-    note.failed.push_back(candidate);
   }
   if (note.state == BlasChoiceNote::State::kKept && !note.failed.empty()) {
     choice.line = kernels_line(detected, kept_why(note));

@@ -145,7 +145,8 @@ struct BlasChoice {
 };
 // Loads OpenBLAS in one fresh process per entry of `kernels` ("" for as it loads by itself:
 // OPENBLAS_CORETYPE as in the environment), all at once, and reports each: what it runs, what it
-// holds and whether its product is right. A process that crashes reports a failed product.
+// holds and whether its product is right (not checked for ""). A process that crashes reports a
+// failed product. choose_before_load() asks for "" alone, then for the better sets two at a time.
 using BlasProber = std::function<std::vector<OpenBlasState>(const std::vector<std::string>&)>;
 BlasChoice choose_before_load(const BlasEnvironment& env, const CpuFeatures& cpu,
                               const BlasProber& probe);
