@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "pptrain/common/blas_kernels.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
@@ -148,6 +149,9 @@ RunInfo run_info(const TrainingPlan& plan) {
                   plan.copies, plan.world_size(), plan.copies);
     run.header += std::string("\n") + line;
   }
+  // Which kernels compute the products, as this process settled them at its start (empty when the
+  // program did not, or LibTorch's BLAS is not OpenBLAS): figures of runs compare only with it.
+  if (!blas_kernels_line().empty()) run.header += "\n" + blas_kernels_line();
   if (!plan.resume_dir.empty()) {
     run.header +=
         "\nresuming " + plan.resume_dir + " after step " + std::to_string(plan.first_step);

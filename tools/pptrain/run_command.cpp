@@ -9,10 +9,12 @@
 // signal, or stopped for --stopped-timeout seconds), the others are stopped and the run exits
 // non-zero with one line naming that rank; with --max-restarts N all are started again, at most
 // N times (the program resumes from its own checkpoint, as under torchrun).
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "pptrain/common/blas_kernels.h"
 #include "pptrain/job/supervisor.h"
 #include "tools/pptrain/commands.h"
 
@@ -39,6 +41,12 @@ void add_run_command(CLI::App& app) {
     if (!rest.empty()) {
       program.program = rest.front();
       program.args.assign(rest.begin() + 1, rest.end());
+    }
+    // The ranks inherit the kernels chosen at this program's start (OPENBLAS_CORETYPE and
+    // pptrain's note, which `import pptrain` trusts); said once here when pptrain changed them.
+    if (blas_kernels_changed()) {
+      std::fprintf(stderr, "pptrain: %s\n", blas_kernels_line().c_str());
+      std::fflush(stderr);
     }
     exit_unless_ok(run_program(program));
   });
