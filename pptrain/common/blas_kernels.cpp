@@ -195,9 +195,9 @@ OpenBlasState parse_probe(const std::string& text, bool exited_cleanly) {
   return state;
 }
 
-// The real BlasProber: a forked process per entry, all at once, each reporting through a pipe.
 }  // namespace
 
+// The real BlasProber: a forked process per entry, all at once, each reporting through a pipe.
 std::vector<OpenBlasState> probe_openblas(const std::vector<std::string>& kernel_sets) {
   struct Child {
     pid_t pid = -1;
