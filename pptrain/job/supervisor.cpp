@@ -111,7 +111,6 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
   // What every worker runs: the options with what this process resolved for them, so that all
   // ranks hold the same layers, run the same solved order and continue the same checkpoint.
   TrainOptions worker = options;
-  // ...the ranges resolved here, so that every rank holds the same layers.
   if (worker.stage_layers.empty()) worker.stage_layers = format_stage_layers(plan.stage_layers);
   // --solver ilp: every worker runs the order solved here (a time limit could end differently
   // in each process), which it reads from a file of ours.
