@@ -51,7 +51,7 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
 VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
   VersionRule rule = version_rule_of(name, options.vertical_sync, stages, options.microbatches);
   if (options.update_interval > 0) {
-    PPTRAIN_CHECK(rule.update == WeightUpdate::kAmpNet,
+    PPTRAIN_CHECK(rule.update->uses_update_interval(),
                   "update_interval applies to ampnet only, not '", name, "'");
     rule.update_interval = options.update_interval;
   }
@@ -89,7 +89,7 @@ PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
     name = options.schedule;
     const ScheduleEntry& entry = find_schedule(name);
     averages = entry.averages_copies;
-    const bool asynchronous = entry.update != WeightUpdate::kFlush;
+    const bool asynchronous = entry.asynchronous();
     PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", name,
                   "' is asynchronous: it is one schedule over the whole run, so give "
                   "PipelineOptions::steps");
@@ -130,7 +130,7 @@ PlannedSchedule serial_reference(const PipelineOptions& options, int stages) {
   PPTRAIN_CHECK(options.schedule_file.empty() && !options.planned,
                 "serial_reference() takes a schedule of the registry");
   const ScheduleEntry& entry = find_schedule(options.schedule);
-  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  const bool asynchronous = entry.asynchronous();
   PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", options.schedule,
                 "' is asynchronous: give PipelineOptions::steps");
   const long long microbatches =

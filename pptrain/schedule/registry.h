@@ -3,7 +3,8 @@
 // Each entry says what the schedule is called, how many stages per rank it runs by default and
 // which it accepts, what it is in one line, and how to make it. `--schedule` checks names
 // against it, `--help` and `pptrain schedule --list` (which the README's table is checked
-// against) print it. A new schedule is one entry in registry.cpp.
+// against) print it. Each family of schedules states its entries (generator, summary, chunks) and
+// its weight rule in its own file of schedule/families/; the registry lists the families.
 //
 //   Schedule s = make_schedule({"1f1b", /*ranks=*/4, /*microbatches=*/8});
 //   Schedule z = make_schedule({"zb-v", 4, 8});   // chunks 0: the entry's default (2)
@@ -69,17 +70,24 @@ struct ScheduleEntry {
   std::string summary;     // one line, for --help and the README
   // Builds the schedule for the options, `chunks` already resolved and in range.
   std::function<Schedule(const ScheduleOptions& options)> make;
-  // How the weights are updated: kFlush for a synchronous schedule; otherwise the rule of an
-  // asynchronous one (no flush), which `make` marks with flushes = false.
-  WeightUpdate update = WeightUpdate::kFlush;
-  // True for avgpipe: the --dp copies of the pipeline combine no gradients; each trains on its
-  // own share of the batch and they pull their weights together every --avg-interval steps
-  // (elastic averaging, train/stage_copies.h). Each pipeline itself flushes (kFlush).
+  // How the weights are updated: the synchronous rule, or an asynchronous family's (no flush),
+  // whose `make` marks the schedule with flushes = false.
+  const WeightRule* update = &synchronous_rule();
+  // True when the --dp copies of the pipeline combine no gradients: each trains on its own
+  // share of the batch and they pull their weights together every --avg-interval steps
+  // (elastic averaging, train/stage_copies.h). Each pipeline itself flushes.
   bool averages_copies = false;
+  // The rule --vertical-sync switches this entry's to; null where the option does not apply.
+  const WeightRule* vertical_sync = nullptr;
+
+  bool asynchronous() const { return update->asynchronous(); }
 };
 
 // Every schedule, in a stable order (the order of --help and the README).
 const std::vector<ScheduleEntry>& schedule_registry();
+// The weight rule called `name` ("flush", or an entry's rule or --vertical-sync rule by its
+// name()); UserError naming it if there is none.
+const WeightRule& find_weight_rule(const std::string& name);
 // The entry called `name`; UserError naming it and listing every name if there is none.
 const ScheduleEntry& find_schedule(const std::string& name);
 // "unknown schedule 'NAME'": how find_schedule()'s error begins, by which `pptrain compare`

@@ -159,7 +159,7 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
   // One rank has nothing to overlap: every synchronous schedule is the same one-process run.
   // Its chunks are still checked, so a flag that --pp 2 would refuse is refused at --pp 1 too.
   const int chunks = resolve_chunks(entry, options.chunks);
-  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  const bool asynchronous = entry.asynchronous();
   // No flush: one list over the whole run, its microbatches numbered across steps.
   const long long run_microbatches = asynchronous ? 1LL * options.steps * M : M;
   check_schedule_size(
@@ -199,7 +199,7 @@ PipeMareOptions plan_pipemare(const TrainOptions& options, const VersionRule& ru
       {"--pipemare-decay", !std::isnan(options.pipemare_decay)},
   };
   for (const auto& [flag, set] : given) {
-    PPTRAIN_CHECK(!set || rule.update == WeightUpdate::kPipeMare, flag,
+    PPTRAIN_CHECK(!set || rule.update->corrects_delay(), flag,
                   " applies to --schedule pipemare only, not '",
                   options.schedule_file.empty() ? options.schedule : "a schedule file", "'");
   }
@@ -277,7 +277,7 @@ void check_checkpoint_flags(const TrainOptions& options, const TrainingPlan& pla
 void plan_update_rule(const TrainOptions& options, VersionRule& rule) {
   const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
   if (options.update_interval != TrainOptions::kNotGiven) {
-    PPTRAIN_CHECK(rule.update == WeightUpdate::kAmpNet,
+    PPTRAIN_CHECK(rule.update->uses_update_interval(),
                   "--update-interval applies to --schedule ampnet only, not '", name, "'");
     PPTRAIN_CHECK(options.update_interval >= 1, "--update-interval must be >= 1, got ",
                   options.update_interval);
