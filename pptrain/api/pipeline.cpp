@@ -49,13 +49,10 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
 // The weight rule of `name` ("" for a file: synchronous) on `stages` stages, with the options'
 // settings.
 VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
-  VersionRule rule = version_rule_of(name, options.vertical_sync, stages, options.microbatches);
-  if (options.update_interval > 0) {
-    PPTRAIN_CHECK(rule.update->uses_update_interval(),
-                  "update_interval applies to ampnet only, not '", name, "'");
-    rule.update_interval = options.update_interval;
-  }
-  return rule;
+  FamilyValues given;
+  if (options.update_interval > 0) given["--update-interval"] = options.update_interval;
+  check_family_options(given, name);
+  return version_rule_of(name, options.vertical_sync, stages, options.microbatches, given);
 }
 
 // The schedule and weight rule `options` ask for, on P ranks.

@@ -1,6 +1,10 @@
 #include "pptrain/schedule/registry.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <set>
+#include <sstream>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -121,8 +125,63 @@ void check_schedule_size(int ranks, int chunks, long long microbatches,
                 " pptrain plans in one schedule");
 }
 
+std::vector<FamilyOption> family_options() {
+  std::vector<FamilyOption> all;
+  std::set<std::string> seen;
+  for (const auto& entry : schedule_registry()) {
+    for (const FamilyOption& option : entry.options) {
+      if (seen.insert(option.flag).second) all.push_back(option);
+    }
+  }
+  return all;
+}
+
+void check_family_options(const FamilyValues& given, const std::string& schedule) {
+  const ScheduleEntry* entry = schedule.empty() ? nullptr : &find_schedule(schedule);
+  for (const auto& [flag, value] : given) {
+    std::string owners;
+    for (const auto& e : schedule_registry()) {
+      for (const FamilyOption& option : e.options) {
+        if (option.flag == flag) owners += (owners.empty() ? "" : ", ") + e.name;
+      }
+    }
+    PPTRAIN_CHECK(!owners.empty(), "unknown family option ", flag);
+    const FamilyOption* own = nullptr;
+    for (size_t i = 0; entry && i < entry->options.size(); ++i) {
+      if (entry->options[i].flag == flag) own = &entry->options[i];
+    }
+    PPTRAIN_CHECK(own, flag, " applies to --schedule ", owners, " only, not '",
+                  entry ? schedule : "a schedule file", "'");
+    if (own->kind == FamilyOption::Kind::kSwitch) continue;
+    std::ostringstream got;
+    std::visit([&got](auto v) { got << v; }, value);
+    const double v = std::visit([](auto x) { return static_cast<double>(x); }, value);
+    if (std::isinf(own->max)) {
+      PPTRAIN_CHECK(v >= own->min, flag, " must be >= ", own->min, ", got ", got.str());
+    } else {
+      PPTRAIN_CHECK(v >= own->min && v < own->max, flag, " must be in [", own->min, ", ", own->max,
+                    "), got ", got.str());
+    }
+  }
+}
+
+bool family_switch(const FamilyValues& given, const std::string& flag) {
+  const auto it = given.find(flag);
+  return it != given.end() && std::get<bool>(it->second);
+}
+
+int family_int(const FamilyValues& given, const std::string& flag, int otherwise) {
+  const auto it = given.find(flag);
+  return it == given.end() ? otherwise : std::get<int>(it->second);
+}
+
+double family_number(const FamilyValues& given, const std::string& flag, double otherwise) {
+  const auto it = given.find(flag);
+  return it == given.end() ? otherwise : std::get<double>(it->second);
+}
+
 VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
-                            int microbatches) {
+                            int microbatches, const FamilyValues& given) {
   VersionRule rule;
   rule.stages = stages;
   rule.microbatches_per_step = microbatches;
@@ -134,6 +193,7 @@ VersionRule version_rule_of(const std::string& name, bool vertical_sync, int sta
                   name.empty() ? "a schedule file" : name, "'");
     rule.update = entry->vertical_sync;
   }
+  if (entry && entry->configure_rule) entry->configure_rule(given, rule);
   PPTRAIN_CHECK(
       rule.fits_1f1b(), name, " on ", stages, " stages needs --microbatches >= ", stages - 1,
       " (its first stage runs that many forwards ahead into the next step), got ", microbatches);

@@ -48,9 +48,6 @@ class WeightRule {
   virtual int versions_kept(const VersionRule& r, int stage) const = 0;
   virtual bool fits_1f1b(const VersionRule& /*r*/) const { return true; }
   virtual bool ties_parameters() const { return false; }
-  // True when a stage steps after every U backwards, U = VersionRule::update_interval
-  // (--update-interval applies to this rule).
-  virtual bool uses_update_interval() const { return false; }
   // True when training corrects the delay of the rule's one version (a per-stage learning rate
   // and a correction of the backward's weights, train/pipemare.h).
   virtual bool corrects_delay() const { return false; }

@@ -18,6 +18,16 @@ std::vector<ScheduleEntry> avgpipe_family() {
     return schedule;
   };
   entry.averages_copies = true;
+  // Training reads them (train/plan.cpp: the averaging's interval and rate).
+  entry.options = {
+      {"--avg-interval",
+       "avgpipe: steps between two elastic averagings of the --dp copies (default 4)",
+       FamilyOption::Kind::kInt, 1},
+      {"--avg-alpha",
+       "avgpipe: how far each copy and the centre move towards each other, in (0, 2/D) "
+       "(default 0.9/D)",
+       FamilyOption::Kind::kNumber},
+  };
   return {entry};
 }
 
