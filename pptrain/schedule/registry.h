@@ -100,9 +100,9 @@ struct ScheduleEntry {
   // The rule --vertical-sync switches this entry's to; null where the option does not apply.
   const WeightRule* vertical_sync = nullptr;
   // The options of the entry's family (FamilyOption above).
-  std::vector<FamilyOption> options;
+  std::vector<FamilyOption> options = {};
   // Sets what the family's options say in the rule (an update interval); unset: nothing.
-  std::function<void(const FamilyValues& given, VersionRule& rule)> configure_rule;
+  std::function<void(const FamilyValues& given, VersionRule& rule)> configure_rule = {};
 
   bool asynchronous() const { return update->asynchronous(); }
 };
