@@ -51,7 +51,6 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
 VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
   FamilyValues given;
   if (options.update_interval > 0) given["--update-interval"] = options.update_interval;
-  check_family_options(given, name);
   return version_rule_of(name, options.vertical_sync, stages, options.microbatches, given);
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <iterator>
-#include <set>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -36,23 +35,19 @@ std::pair<int64_t, int64_t> parse_seq_len_range(const std::string& text) {
 // value goes into TrainOptions::family under its name.
 std::vector<TrainFlag> family_flags() {
   std::vector<TrainFlag> flags;
-  std::set<std::string> seen;
-  for (const ScheduleEntry& entry : schedule_registry()) {
-    for (const FamilyOption& option : entry.options) {
-      if (!seen.insert(option.flag).second) continue;
-      const bool is_switch = option.kind == FamilyOption::Kind::kSwitch;
-      const FamilyValue initial = is_switch                                 ? FamilyValue(false)
-                                  : option.kind == FamilyOption::Kind::kInt ? FamilyValue(0)
-                                                                            : FamilyValue(0.0);
-      const std::string name = option.flag;
-      flags.push_back({option.flag.c_str(), option.help.c_str(),
-                       [name, initial](TrainArgs& a) -> TrainFlagTarget {
-                         const auto [slot, _] = a.options.family.emplace(name, initial);
-                         return std::visit([](auto& v) -> TrainFlagTarget { return &v; },
-                                           slot->second);
-                       },
-                       is_switch ? kSwitch : 0u});
-    }
+  for (const FamilyOption* option : family_options()) {
+    const bool is_switch = option->kind == FamilyOption::Kind::kSwitch;
+    const FamilyValue initial = is_switch                                  ? FamilyValue(false)
+                                : option->kind == FamilyOption::Kind::kInt ? FamilyValue(0)
+                                                                           : FamilyValue(0.0);
+    const std::string name = option->flag;
+    flags.push_back({option->flag.c_str(), option->help.c_str(),
+                     [name, initial](TrainArgs& a) -> TrainFlagTarget {
+                       const auto [slot, _] = a.options.family.emplace(name, initial);
+                       return std::visit([](auto& v) -> TrainFlagTarget { return &v; },
+                                         slot->second);
+                     },
+                     is_switch ? kSwitch : 0u});
   }
   return flags;
 }

@@ -1,6 +1,5 @@
 #include "pptrain/schedule/registry.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -125,12 +124,12 @@ void check_schedule_size(int ranks, int chunks, long long microbatches,
                 " pptrain plans in one schedule");
 }
 
-std::vector<FamilyOption> family_options() {
-  std::vector<FamilyOption> all;
+std::vector<const FamilyOption*> family_options() {
+  std::vector<const FamilyOption*> all;
   std::set<std::string> seen;
   for (const auto& entry : schedule_registry()) {
     for (const FamilyOption& option : entry.options) {
-      if (seen.insert(option.flag).second) all.push_back(option);
+      if (seen.insert(option.flag).second) all.push_back(&option);
     }
   }
   return all;
@@ -182,6 +181,7 @@ double family_number(const FamilyValues& given, const std::string& flag, double 
 
 VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
                             int microbatches, const FamilyValues& given) {
+  check_family_options(given, name);
   VersionRule rule;
   rule.stages = stages;
   rule.microbatches_per_step = microbatches;

@@ -141,8 +141,9 @@ constexpr long long kMaxStageMicrobatches = 1 << 20;
 void check_schedule_size(int ranks, int chunks, long long microbatches,
                          const std::string& microbatches_flag = "--microbatches");
 
-// Every family option of the registry, once each, in the registry's order.
-std::vector<FamilyOption> family_options();
+// Every family option of the registry, once each, in the registry's order (they live as long as
+// the registry: the program).
+std::vector<const FamilyOption*> family_options();
 // UserError (one line naming the flag) when a given option is not one of `schedule`'s family
 // ("" for a schedule file: none is) or is out of its range.
 void check_family_options(const FamilyValues& given, const std::string& schedule);
@@ -155,7 +156,8 @@ double family_number(const FamilyValues& given, const std::string& flag, double 
 // with `microbatches` per step; --vertical-sync turns pipedream's into vertical sync. UserError
 // naming the flag when --vertical-sync is given for another schedule, or when the rule does not
 // fit the 1F1B order (2bw with fewer than S-1 microbatches per step).
-// `given`: the family options, which may set more of the rule (configure_rule).
+// `given`: the family options, checked (check_family_options) and then set in the rule by the
+// entry's configure_rule.
 VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
                             int microbatches, const FamilyValues& given = {});
 

@@ -284,7 +284,6 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   const CostModel cost = planning_cost(options, may_profile);
   Schedule schedule = requested_schedule(options, cost, what);
   const std::string entry_name = options.schedule_file.empty() ? options.schedule : "";
-  check_family_options(options.family, entry_name);
   const VersionRule rule = version_rule_of(entry_name, options.vertical_sync, schedule.num_stages,
                                            options.data.microbatches, options.family);
   check_predicting_rule(options, rule);

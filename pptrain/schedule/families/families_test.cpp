@@ -33,10 +33,10 @@ TEST(Families, EveryEntrysRuleIsFoundByItsName) {
 
 TEST(Families, OptionsAreFlagsListedOnce) {
   std::set<std::string> flags;
-  for (const FamilyOption& option : family_options()) {
-    EXPECT_EQ(option.flag.rfind("--", 0), 0u) << option.flag;
-    EXPECT_TRUE(flags.insert(option.flag).second) << option.flag;
-    EXPECT_FALSE(option.help.empty()) << option.flag;
+  for (const FamilyOption* option : family_options()) {
+    EXPECT_EQ(option->flag.rfind("--", 0), 0u) << option->flag;
+    EXPECT_TRUE(flags.insert(option->flag).second) << option->flag;
+    EXPECT_FALSE(option->help.empty()) << option->flag;
   }
   EXPECT_TRUE(flags.count("--update-interval"));
   EXPECT_TRUE(flags.count("--pipemare-decay"));
