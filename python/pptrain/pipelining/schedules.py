@@ -1,0 +1,321 @@
+"""torch.distributed.pipelining.schedules over pptrain: torch's schedule classes, each running
+an order of pptrain's registry (or a CSV) with torch's calling convention.
+
+    schedule = Schedule1F1B(stage, n_microbatches=4, loss_fn=loss_fn)
+    schedule.step(x)                            # on the first stage's rank
+    output = schedule.step(target=y, losses=losses)   # on the last stage's rank
+    schedule.step()                             # on the ranks between
+
+`losses` gets the loss of each microbatch (the list is cleared first) and step() returns the
+microbatches' outputs concatenated on the rank that holds the last stage, None elsewhere. The
+gradients are left in the stages' parameters: their mean over the microbatches, or their sum
+with scale_grads=False.
+"""
+
+import inspect
+import os
+import tempfile
+
+import torch
+
+from .. import runtime as _pptrain
+from .stage import PipelineStage
+
+# torch's class -> pptrain's schedule of the same order (or None: an order written here).
+_ORDERS = {}
+
+
+def _check_chunk_specs(name, args_chunk_spec, kwargs_chunk_spec, output_merge_spec):
+    """pptrain splits every input and target along dimension 0 and concatenates the outputs so:
+    torch's default, or a spec that says the same."""
+    specs = list(args_chunk_spec or ()) + list((kwargs_chunk_spec or {}).values())
+    if any(getattr(spec, "split_dim", None) != 0 for spec in specs):
+        raise NotImplementedError(f"{name}: a chunk spec other than dimension 0 is not "
+                                  "supported: pptrain splits the inputs along dimension 0")
+    if output_merge_spec is not None:
+        raise NotImplementedError(f"{name}: output_merge_spec is not supported: the outputs are "
+                                  "concatenated along dimension 0; give None")
+
+
+def _detach(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detach(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detach(v) for k, v in value.items()}
+    return value
+
+
+def _merge(chunks):
+    """The microbatches' outputs as one batch: tensors concatenated along dimension 0, tuples
+    and dicts element by element."""
+    first = chunks[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(chunks) if first.dim() > 0 else torch.stack(chunks)
+    if isinstance(first, (tuple, list)):
+        return type(first)(_merge([c[i] for c in chunks]) for i in range(len(first)))
+    if isinstance(first, dict):
+        return {k: _merge([c[k] for c in chunks]) for k in first}
+    return chunks
+
+
+class _PipelineSchedule:
+    """What every class has in common: this rank's stages, the loss, step()."""
+
+    _pptrain_name = ""  # pptrain's schedule of the class's order
+
+    def __init__(self, stages, n_microbatches, loss_fn, scale_grads, single, options=None):
+        name = type(self).__name__
+        if single and isinstance(stages, (list, tuple)):
+            raise TypeError(f"{name} takes one stage (a PipelineStage), got a "
+                            f"{type(stages).__name__} of {len(stages)}; several stages per rank "
+                            "take ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ...")
+        if not single and not isinstance(stages, (list, tuple)):
+            raise TypeError(f"{name} takes a list of this rank's stages, got a "
+                            f"{type(stages).__name__}; one stage per rank takes Schedule1F1B or "
+                            "ScheduleGPipe")
+        stages = [stages] if single else list(stages)
+        if not stages:
+            raise ValueError(f"{name}: no stages")
+        for stage in stages:
+            if not isinstance(stage, PipelineStage):
+                raise TypeError(f"{name}: a stage must be a pptrain.pipelining.PipelineStage "
+                                f"(or one of Pipe.build_stage), got {type(stage).__name__}")
+        if not isinstance(n_microbatches, int) or n_microbatches < 1:
+            raise ValueError(f"{name}: n_microbatches must be a whole number >= 1, got "
+                             f"{n_microbatches!r}")
+        if loss_fn is None:
+            raise NotImplementedError(f"{name}: loss_fn=None (forwards only) is not supported: "
+                                      "pptrain's schedules train; give a loss_fn")
+        self._stages = stages
+        self._stage = stages[0]
+        self._n_microbatches = n_microbatches
+        self._loss_fn = loss_fn
+        self.scale_grads = scale_grads
+        self._options = dict(options or {})
+        self._has_first = any(s.is_first for s in stages)
+        self._has_last = any(s.is_last for s in stages)
+        self._outputs, self._internal_losses = [], []
+        self._schedule = None
+
+    def _run(self, name="", schedule_file=""):
+        """Makes pptrain's schedule of this order over the stages."""
+        chunks = len(self._stages) if len(self._stages) > 1 and not schedule_file else 0
+        self._schedule = _pptrain.schedule(
+            name=name, stages=self._stages, n_microbatches=self._n_microbatches,
+            loss_fn=self._loss, chunks=chunks, schedule_file=schedule_file, **self._options)
+
+    def _loss(self, output, target):
+        """The program's loss of one microbatch, kept for `losses` with its output; times the
+        microbatches for scale_grads=False, since pptrain's gradients are their mean."""
+        loss = self._loss_fn(output, target)
+        self._outputs.append(_detach(output))
+        self._internal_losses.append(loss.detach())
+        return loss if self.scale_grads else loss * self._n_microbatches
+
+    def _inputs(self, args, kwargs):
+        """The first stage's input as pptrain takes it: one tensor, a tuple, or a dict bound to
+        the first stage's forward (keywords, or positions and keywords together)."""
+        if not kwargs:
+            return args[0] if len(args) == 1 else tuple(args)
+        if not args:
+            return dict(kwargs)
+        first = next(s for s in self._stages if s.is_first)
+        bound = inspect.signature(first.submod.forward).bind(*args, **kwargs)
+        return dict(bound.arguments)
+
+    def step(self, *args, target=None, losses=None, **kwargs):
+        """One training step on a batch split into the microbatches along dimension 0: the
+        inputs on the first stage's rank, `target` (and `losses`) on the last stage's. Returns
+        the microbatches' outputs concatenated on the last stage's rank, None elsewhere."""
+        name = type(self).__name__
+        if self._schedule is None:
+            raise RuntimeError(f"{name}: no order to run yet; call _load_csv(path) first")
+        if self._has_first and not args and not kwargs:
+            raise ValueError(f"{name}.step(): this rank holds stage 0, the first; pass the "
+                             "batch's inputs: step(x)")
+        if self._has_last and target is None:
+            last = self._stages[0].num_stages - 1
+            raise ValueError(f"{name}.step(): this rank holds stage {last}, the last; pass the "
+                             "batch's target: step(target=y, losses=losses)")
+        self._outputs, self._internal_losses = [], []
+        inputs = self._inputs(args, kwargs) if self._has_first else None
+        given = () if inputs is None else (inputs,)
+        self._schedule.step(*given, target=target if self._has_last else None)
+        if not self._has_last:
+            return None
+        if losses is not None:
+            if self._pptrain_name == "" and len(self._internal_losses) != self._n_microbatches:
+                raise RuntimeError(f"{name}: expected {self._n_microbatches} losses, got "
+                                   f"{len(self._internal_losses)}")
+            losses.clear()
+            losses.extend(self._internal_losses)
+        return _merge(self._outputs) if self._outputs else None
+
+
+class PipelineScheduleSingle(_PipelineSchedule):
+    """The schedules of one stage per rank."""
+
+    def __init__(self, stage, n_microbatches, loss_fn=None, args_chunk_spec=None,
+                 kwargs_chunk_spec=None, output_merge_spec=None, scale_grads=True):
+        if type(self) is PipelineScheduleSingle:
+            raise NotImplementedError("PipelineScheduleSingle is the base of torch's one-stage "
+                                      "schedules; make ScheduleGPipe or Schedule1F1B")
+        _check_chunk_specs(type(self).__name__, args_chunk_spec, kwargs_chunk_spec,
+                           output_merge_spec)
+        super().__init__(stage, n_microbatches, loss_fn, scale_grads, single=True)
+        self._run(name=_ORDERS[type(self)])
+
+
+class PipelineScheduleMulti(_PipelineSchedule):
+    """The schedules of several stages per rank. Made as such, it runs the order of a CSV
+    file: _load_csv(path)."""
+
+    def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None,
+                 kwargs_chunk_spec=None, output_merge_spec=None, use_full_backward=None,
+                 scale_grads=True):
+        _check_chunk_specs(type(self).__name__, args_chunk_spec, kwargs_chunk_spec,
+                           output_merge_spec)
+        super().__init__(stages, n_microbatches, loss_fn, scale_grads, single=False)
+        order = _ORDERS.get(type(self))
+        if order is not None:
+            self._run(name=order)
+        elif type(self) is ScheduleLoopedBFS:
+            self._run_text(self._looped_bfs_csv())
+
+    def _load_csv(self, filename, format="compute_only"):
+        """Runs the order of a schedule CSV in torch's form: compute actions only
+        ("compute_only") or with their SEND and RECV ("compute_comms"); pptrain reads both."""
+        if format not in ("compute_only", "compute_comms"):
+            raise ValueError(f"_load_csv: format {format!r} is not compute_only or "
+                             "compute_comms")
+        if not os.path.isfile(filename):
+            raise ValueError(f"_load_csv: no file {filename!r}")
+        self._run(schedule_file=os.fspath(filename))
+
+    def _run_text(self, csv):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "schedule.csv")
+            with open(path, "w") as f:
+                f.write(csv)
+            self._run(schedule_file=path)
+
+    def _looped_bfs_csv(self):
+        """Looped BFS: each rank runs the forwards of all microbatches on its first stage, then
+        on its next one, and so on; then the backwards the same way from its last stage."""
+        ranks, num_stages = self._stage.group_size, self._stage.num_stages
+        if num_stages % ranks:
+            raise ValueError(f"ScheduleLoopedBFS: {num_stages} stages do not loop over "
+                             f"{ranks} ranks; give a multiple of {ranks}")
+        rows = []
+        for rank in range(ranks):
+            local = list(range(rank, num_stages, ranks))
+            actions = [f"{s}F{m}" for s in local for m in range(self._n_microbatches)]
+            actions += [f"{s}B{m}" for s in reversed(local) for m in range(self._n_microbatches)]
+            rows.append(",".join(actions))
+        return "\n".join(rows) + "\n"
+
+
+class ScheduleGPipe(PipelineScheduleSingle):
+    """GPipe: all forwards, then all backwards (pptrain's gpipe)."""
+
+
+class Schedule1F1B(PipelineScheduleSingle):
+    """1F1B: warm-up forwards, then one forward one backward (pptrain's 1f1b)."""
+
+
+class ScheduleInterleaved1F1B(PipelineScheduleMulti):
+    """Interleaved 1F1B: stage s on rank s mod P (pptrain's interleaved-1f1b)."""
+
+    def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None,
+                 kwargs_chunk_spec=None, output_merge_spec=None, scale_grads=True):
+        # Explicit: the classes of the same signature below share this method.
+        PipelineScheduleMulti.__init__(self, stages, n_microbatches, loss_fn, args_chunk_spec,
+                                       kwargs_chunk_spec, output_merge_spec,
+                                       scale_grads=scale_grads)
+
+
+class ScheduleLoopedBFS(PipelineScheduleMulti):
+    """Looped BFS: stage s on rank s mod P, each stage's microbatches in one run (an order
+    written here as a CSV; pptrain's registry has none)."""
+
+    def __init__(self, stages, n_microbatches, loss_fn=None, output_merge_spec=None,
+                 scale_grads=True):
+        super().__init__(stages, n_microbatches, loss_fn, output_merge_spec=output_merge_spec,
+                         scale_grads=scale_grads)
+
+
+class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
+    """torch's interleaved zero-bubble schedule: pptrain has no such order and runs
+    interleaved-1f1b on the same placement (the same gradients, more bubble)."""
+
+    __init__ = ScheduleInterleaved1F1B.__init__
+
+
+class ScheduleZBVZeroBubble(PipelineScheduleMulti):
+    """ZB-V: rank r holds stages r and 2P-1-r (pptrain's zb-v)."""
+
+    __init__ = ScheduleInterleaved1F1B.__init__
+
+
+class ScheduleDualPipeV(PipelineScheduleMulti):
+    """DualPipeV: ZB-V's placement, forwards and backwards paired (pptrain's dualpipev)."""
+
+    __init__ = ScheduleInterleaved1F1B.__init__
+
+
+class _PipelineScheduleRuntime(PipelineScheduleMulti):
+    """torch's runtime for a schedule of its CSV form: _load_csv(path, format) then step()."""
+
+
+class _PptrainSchedule(_PipelineSchedule):
+    """A schedule of pptrain's registry by its name, with torch's calling convention: one stage
+    or a list of them; keywords beyond torch's go to pptrain.schedule (weight_split, ...)."""
+
+    def __init__(self, stages, n_microbatches, loss_fn=None, scale_grads=True, **options):
+        super().__init__(stages, n_microbatches, loss_fn, scale_grads,
+                         single=not isinstance(stages, (list, tuple)), options=options)
+        self._run(name=self._pptrain_name)
+
+
+_ORDERS.update({
+    ScheduleGPipe: "gpipe",
+    Schedule1F1B: "1f1b",
+    ScheduleInterleaved1F1B: "interleaved-1f1b",
+    ScheduleInterleavedZeroBubble: "interleaved-1f1b",
+    ScheduleZBVZeroBubble: "zb-v",
+    ScheduleDualPipeV: "dualpipev",
+})
+
+_TORCH_NAMES = {
+    "1F1B": Schedule1F1B,
+    "Interleaved1F1B": ScheduleInterleaved1F1B,
+    "GPipe": ScheduleGPipe,
+    "LoopedBFS": ScheduleLoopedBFS,
+    "InterleavedZeroBubble": ScheduleInterleavedZeroBubble,
+    "PipelineScheduleSingle": PipelineScheduleSingle,
+    "PipelineScheduleMulti": PipelineScheduleMulti,
+    "ZBVZeroBubble": ScheduleZBVZeroBubble,
+    "DualPipeV": ScheduleDualPipeV,
+}
+_pptrain_classes = {}
+
+
+def get_schedule_class(schedule_name):
+    """The class of a schedule by torch's name (any case: "1F1B", "Interleaved1F1B", "GPipe",
+    "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV", ...) or by pptrain's
+    (`pptrain schedule --list`: "zb-h1", "zb-auto", "v-half", ...)."""
+    by_lower = {k.lower(): v for k, v in _TORCH_NAMES.items()}
+    if schedule_name.lower() in by_lower:
+        return by_lower[schedule_name.lower()]
+    from .. import plan
+    names = plan.schedule_names()
+    if schedule_name not in names:
+        raise ValueError(f"unknown schedule name '{schedule_name}': torch's are "
+                         f"{', '.join(_TORCH_NAMES)}; pptrain's {', '.join(names)}")
+    if schedule_name not in _pptrain_classes:
+        class_name = "Schedule_" + schedule_name.replace("-", "_")
+        _pptrain_classes[schedule_name] = type(class_name, (_PptrainSchedule,),
+                                               {"_pptrain_name": schedule_name})
+    return _pptrain_classes[schedule_name]

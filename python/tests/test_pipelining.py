@@ -1,0 +1,188 @@
+"""pptrain.pipelining: a program written for torch.distributed.pipelining (pipelining_worker.py,
+its import line changed) trains on 2 ranks equal to plain torch in one process, with torch's
+schedule classes, a manual split, traced splits and two stages per rank; what has no meaning
+here, or is wrong, stops with a one-line error."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import pipelining_worker as worker  # noqa: E402
+from pptrain import pipelining  # noqa: E402
+
+PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
+
+
+def launch(out, cases, *flags, timeout=240):
+    """`pptrain run --nproc 2` of the worker, in a process group of its own killed whole if it
+    outlives `timeout`; returns (exit status, stderr)."""
+    command = [PPTRAIN, "run", "--nproc", "2", sys.executable,
+               os.path.join(HERE, "pipelining_worker.py"), out, ",".join(cases), *flags]
+    env = dict(os.environ, PPTRAIN_COMM_TIMEOUT_S="20")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env, start_new_session=True)
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"{' '.join(command)} did not finish in {timeout} s")
+    return process.returncode, err
+
+
+def reference(marked=False, scale_grads=True):
+    """Plain torch in one process: each step's loss of every microbatch, each step's output,
+    and the parameters by name after the steps."""
+    model = worker.model(marked)
+    optimizer = torch.optim.SGD(model.parameters(), lr=worker.LR)
+    m = worker.MICROBATCHES
+    step_losses, outputs = [], []
+    for x, y in worker.batches():
+        optimizer.zero_grad()
+        losses, chunks = [], []
+        for xm, ym in zip(x.chunk(m), y.chunk(m)):
+            output = model(xm)
+            loss = worker.loss_fn(output, ym)
+            (loss / m if scale_grads else loss).backward()
+            losses.append(float(loss))
+            chunks.append(output.detach())
+        optimizer.step()
+        step_losses.append(losses)
+        outputs.append(torch.cat(chunks))
+    return step_losses, outputs, {n: p.detach() for n, p in model.named_parameters()}
+
+
+def expect_equals_plain_torch(case, ranks):
+    """The ranks' `losses` lists, merged outputs and parameters (by name) equal plain torch's
+    to 1e-5."""
+    cut, _, keywords = worker.CASES[case]
+    ref_losses, ref_outputs, ref_params = reference(
+        marked=cut == "marked", scale_grads=keywords.get("scale_grads", True))
+    last = [r for r in ranks if r["losses"]]
+    assert len(last) == 1, "exactly one rank holds the last stage"
+    assert [len(step) for step in last[0]["losses"]] == [worker.MICROBATCHES] * worker.STEPS
+    for got, want in zip(last[0]["losses"], ref_losses):
+        assert got == pytest.approx(want, rel=1e-5)
+    for got, want in zip(last[0]["outputs"], ref_outputs):
+        assert torch.allclose(torch.tensor(got), want, rtol=1e-5, atol=1e-6)
+    params = {}
+    for r in ranks:
+        params.update(r["params"])
+    assert sorted(params) == sorted(ref_params), "the stages keep the model's parameter names"
+    for name, want in ref_params.items():
+        assert torch.allclose(torch.tensor(params[name]), want, rtol=1e-5, atol=1e-6), name
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Every case of the worker, trained in one launch (its ranks import torch once)."""
+    out = str(tmp_path_factory.mktemp("pipelining") / "run")
+    code, stderr = launch(out, list(worker.CASES))
+    results = {}
+    for case in worker.CASES:
+        paths = [f"{out}.{case}.{rank}.json" for rank in range(2)]
+        if all(os.path.exists(p) for p in paths):
+            results[case] = [json.load(open(p)) for p in paths]
+        else:
+            results[case] = f"the launch exited with {code} before {case}:\n{stderr}"
+    return results
+
+
+@pytest.mark.parametrize("case", list(worker.CASES))
+def test_torch_program_equals_plain_torch(trained, case):
+    ranks = trained[case]
+    if isinstance(ranks, str):
+        pytest.fail(ranks, pytrace=False)
+    expect_equals_plain_torch(case, ranks)
+
+
+def test_process_group_from_torchrun_environment_and_step_without_input(tmp_path):
+    """A program that never calls init_process_group trains as well; then the first stage's
+    rank calling step() without the batch stops the run with a one-line error, no rank left."""
+    out = str(tmp_path / "run")
+    code, stderr = launch(out, ["gpipe-manual"], "--no-init", "--step-without-input")
+    expect_equals_plain_torch(
+        "gpipe-manual", [json.load(open(f"{out}.gpipe-manual.{r}.json")) for r in range(2)])
+    assert code != 0
+    assert ("ValueError: Schedule1F1B.step(): this rank holds stage 0, the first; pass the "
+            "batch's inputs: step(x)") in stderr
+
+
+# Bad input, in this one process (a world of one: no RANK in the environment).
+def one_line_error(kind, call):
+    with pytest.raises(kind) as error:
+        call()
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    x = torch.randn(2, worker.DIM)
+    return pipelining.pipeline(worker.model(), (x,),
+                               split_spec={"layers.2": pipelining.SplitPoint.BEGINNING})
+
+
+def test_stage_index_out_of_range(pipe):
+    assert "stage_index 2 is not in 0..1" in one_line_error(
+        ValueError, lambda: pipelining.PipelineStage(worker.model(), 2, 2, "cpu"))
+    assert "stage_index 5 is not in 0..1" in one_line_error(
+        ValueError, lambda: pipe.build_stage(5, torch.device("cpu")))
+
+
+def test_split_spec_naming_no_module():
+    message = one_line_error(ValueError, lambda: pipelining.pipeline(
+        worker.model(), (torch.randn(2, worker.DIM),),
+        split_spec={"layers.9": pipelining.SplitPoint.BEGINNING}))
+    assert "'layers.9'" in message and "no submodule" in message
+
+
+def test_schedule_given_a_list_or_one_stage_against_its_kind():
+    stage = pipelining.PipelineStage(worker.model(), 0, 1, "cpu")
+    assert "ScheduleGPipe takes one stage" in one_line_error(
+        TypeError, lambda: pipelining.ScheduleGPipe([stage], 2, loss_fn=worker.loss_fn))
+    assert "ScheduleInterleaved1F1B takes a list" in one_line_error(
+        TypeError, lambda: pipelining.ScheduleInterleaved1F1B(stage, 2, loss_fn=worker.loss_fn))
+
+
+def test_step_without_input_on_the_first_stage():
+    stage = pipelining.PipelineStage(worker.model(), 0, 1, "cpu")
+    schedule = pipelining.ScheduleGPipe(stage, 2, loss_fn=worker.loss_fn)
+    assert "pass the batch's inputs" in one_line_error(
+        ValueError, lambda: schedule.step(target=torch.randn(4, worker.DIM)))
+    assert "pass the batch's target" in one_line_error(
+        ValueError, lambda: schedule.step(torch.randn(4, worker.DIM)))
+
+
+def test_what_has_no_meaning_here():
+    model = worker.model()
+    assert "device cuda:0" in one_line_error(
+        ValueError, lambda: pipelining.PipelineStage(model, 0, 1, torch.device("cuda:0")))
+    assert "dw_builder" in one_line_error(
+        NotImplementedError,
+        lambda: pipelining.PipelineStage(model, 0, 1, "cpu", dw_builder=lambda: None))
+    stage = pipelining.PipelineStage(model, 0, 1, "cpu")
+    assert "loss_fn=None" in one_line_error(
+        NotImplementedError, lambda: pipelining.Schedule1F1B(stage, 2))
+    assert "unknown schedule name 'nope'" in one_line_error(
+        ValueError, lambda: pipelining.get_schedule_class("nope"))
+
+
+def test_schedule_names():
+    assert pipelining.get_schedule_class("zbvzerobubble") is pipelining.ScheduleZBVZeroBubble
+    assert pipelining.get_schedule_class("1F1B") is pipelining.Schedule1F1B
+    assert pipelining.get_schedule_class("zb-h1")._pptrain_name == "zb-h1"
+
+
+def test_pipe_runs_the_whole_model_and_keeps_parameter_names(pipe):
+    x = torch.randn(4, worker.DIM)
+    assert torch.allclose(pipe(x), worker.model()(x))
+    names = [n for s in range(pipe.num_stages)
+             for n, _ in pipe.get_stage_module(s).named_parameters()]
+    assert names == [n for n, _ in worker.model().named_parameters()]
