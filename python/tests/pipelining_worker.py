@@ -1,6 +1,6 @@
 """A training program written for torch.distributed.pipelining, as torch's documentation writes
-one, with only its import line changed to pptrain.pipelining. Started on 2 ranks by `pptrain run`
-(torchrun's environment).
+one, with only its import line changed to pptrain.pipelining. Started on 2 ranks (the cases of
+RANKS2) or 4 (RANKS4) by `pptrain run` (torchrun's environment).
 
     pipelining_worker.py OUT CASE[,CASE...] [--no-init] [--step-without-input]
 
@@ -20,9 +20,10 @@ import torch.distributed as dist
 
 from pptrain import plan
 from pptrain.pipelining import (PipelineStage, Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe,
-                                ScheduleInterleaved1F1B, ScheduleLoopedBFS,
-                                ScheduleZBVZeroBubble, SplitPoint, _PipelineScheduleRuntime,
-                                get_schedule_class, pipe_split, pipeline)
+                                ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble,
+                                ScheduleLoopedBFS, ScheduleZBVZeroBubble, SplitPoint, pipe_split,
+                                pipeline)
+from pptrain.pipelining.schedules import _PipelineScheduleRuntime, get_schedule_class
 
 DIM = 8
 BATCH = 8
@@ -87,20 +88,29 @@ def loss_fn(output, target):
     return torch.nn.functional.mse_loss(output, target)
 
 
-# case -> (how the model is cut, the schedule class, keywords of the schedule)
+# case -> (how the model is cut, which stages a rank holds, the schedule class, its keywords).
+# The cuts: "manual" (torch's documentation's way), "split2" (pipeline() at layers.2),
+# "marked" (at the model's pipe_split()), "split4" (pipeline() at layers.1, 2 and 3). A rank
+# holds one stage ("one"), or two: stage s on rank s % P ("loop") or ranks r and 2P-1-r ("v").
 CASES = {
-    "gpipe-manual": ("manual", ScheduleGPipe, {}),
-    "1f1b-manual": ("manual", Schedule1F1B, {}),
-    "1f1b-sum": ("manual", Schedule1F1B, {"scale_grads": False}),
-    "1f1b-traced": ("traced2", Schedule1F1B, {}),
-    "1f1b-marked": ("marked", Schedule1F1B, {}),
-    "interleaved-traced": ("loop4", ScheduleInterleaved1F1B, {}),
-    "loopedbfs-traced": ("loop4", ScheduleLoopedBFS, {}),
-    "zbv-traced": ("v4", ScheduleZBVZeroBubble, {}),
-    "dualpipev-traced": ("v4", ScheduleDualPipeV, {}),
-    "zb-h1-by-name": ("traced2", get_schedule_class("zb-h1"), {}),
-    "runtime-csv": ("traced2", _PipelineScheduleRuntime, {}),
+    "gpipe-manual": ("manual", "one", ScheduleGPipe, {}),
+    "1f1b-manual": ("manual", "one", Schedule1F1B, {}),
+    "1f1b-sum": ("manual", "one", Schedule1F1B, {"scale_grads": False}),
+    "1f1b-split2": ("split2", "one", Schedule1F1B, {}),
+    "1f1b-marked": ("marked", "one", Schedule1F1B, {}),
+    "interleaved-split4": ("split4", "loop", ScheduleInterleaved1F1B, {}),
+    "interleaved-zb-split4": ("split4", "loop", ScheduleInterleavedZeroBubble, {}),
+    "loopedbfs-split4": ("split4", "loop", ScheduleLoopedBFS, {}),
+    "zbv-split4": ("split4", "v", ScheduleZBVZeroBubble, {}),
+    "dualpipev-split4": ("split4", "v", ScheduleDualPipeV, {}),
+    "zb-h1-by-name": ("split2", "one", get_schedule_class("zb-h1"), {}),
+    "runtime-csv": ("split2", "one", _PipelineScheduleRuntime, {}),
+    # On 4 ranks: the ranks between call step() without arguments.
+    "gpipe-split4": ("split4", "one", ScheduleGPipe, {}),
+    "1f1b-split4": ("split4", "one", Schedule1F1B, {}),
 }
+RANKS4 = ["gpipe-split4", "1f1b-split4"]
+RANKS2 = [case for case in CASES if case not in RANKS4]
 
 
 def manual_stage(rank, world):
@@ -118,31 +128,28 @@ def manual_stage(rank, world):
     return [PipelineStage(m, rank, world, torch.device("cpu"))]
 
 
-def traced_stages(cut, rank, world, x):
-    """A split by pipeline(): in 2 stages at layers.2 (or at the model's pipe_split()), or in 4
-    (two per rank) at layers.1, 2 and 3, looped (stage s on rank s % 2) or in a V."""
+def traced_stages(cut, placement, rank, world, x):
+    """This rank's stages of a split by pipeline()."""
     x_mb = x.chunk(MICROBATCHES)[0]
     if cut == "marked":
         pipe = pipeline(model(marked=True), mb_args=(x_mb,))
-    elif cut == "traced2":
+    elif cut == "split2":
         pipe = pipeline(model(), mb_args=(x_mb,), split_spec={"layers.2": SplitPoint.BEGINNING})
     else:
         spec = {f"layers.{i}": SplitPoint.BEGINNING for i in (1, 2, 3)}
         pipe = pipeline(model(), mb_args=(x_mb,), split_spec=spec)
-    if cut == "loop4":
-        mine = [rank, rank + world]
-    elif cut == "v4":
-        mine = [rank, 2 * world - 1 - rank]
-    else:
-        mine = [rank]
-    return [pipe.build_stage(s, torch.device("cpu")) for s in mine]
+    mine = {"one": [rank], "loop": [rank, rank + world], "v": [rank, 2 * world - 1 - rank]}
+    return [pipe.build_stage(s, torch.device("cpu")) for s in mine[placement]]
 
 
 def train(case, out, rank, world):
-    cut, schedule_class, keywords = CASES[case]
+    cut, placement, schedule_class, keywords = CASES[case]
     x0, _ = next(batches())
-    stages = manual_stage(rank, world) if cut == "manual" else traced_stages(cut, rank, world, x0)
-    one = len(stages) == 1 and schedule_class is not _PipelineScheduleRuntime
+    if cut == "manual":
+        stages = manual_stage(rank, world)
+    else:
+        stages = traced_stages(cut, placement, rank, world, x0)
+    one = placement == "one" and schedule_class is not _PipelineScheduleRuntime
     schedule = schedule_class(stages[0] if one else stages, n_microbatches=MICROBATCHES,
                               loss_fn=loss_fn, **keywords)
     if schedule_class is _PipelineScheduleRuntime:

@@ -1,7 +1,7 @@
 """pptrain.pipelining: a program written for torch.distributed.pipelining (pipelining_worker.py,
-its import line changed) trains on 2 ranks equal to plain torch in one process, with torch's
-schedule classes, a manual split, traced splits and two stages per rank; what has no meaning
-here, or is wrong, stops with a one-line error."""
+its import line changed) trains on 2 and 4 ranks equal to plain torch in one process, with
+torch's schedule classes, a manual split, traced splits and two stages per rank; what has no
+meaning here, or is wrong, stops with a one-line error."""
 import json
 import os
 import signal
@@ -19,10 +19,10 @@ from pptrain import pipelining  # noqa: E402
 PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
 
 
-def launch(out, cases, *flags, timeout=240):
-    """`pptrain run --nproc 2` of the worker, in a process group of its own killed whole if it
+def launch(out, nproc, cases, *flags, timeout=240):
+    """`pptrain run --nproc N` of the worker, in a process group of its own killed whole if it
     outlives `timeout`; returns (exit status, stderr)."""
-    command = [PPTRAIN, "run", "--nproc", "2", sys.executable,
+    command = [PPTRAIN, "run", "--nproc", str(nproc), sys.executable,
                os.path.join(HERE, "pipelining_worker.py"), out, ",".join(cases), *flags]
     env = dict(os.environ, PPTRAIN_COMM_TIMEOUT_S="20")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -61,7 +61,7 @@ def reference(marked=False, scale_grads=True):
 def expect_equals_plain_torch(case, ranks):
     """The ranks' `losses` lists, merged outputs and parameters (by name) equal plain torch's
     to 1e-5."""
-    cut, _, keywords = worker.CASES[case]
+    cut, _, _, keywords = worker.CASES[case]
     ref_losses, ref_outputs, ref_params = reference(
         marked=cut == "marked", scale_grads=keywords.get("scale_grads", True))
     last = [r for r in ranks if r["losses"]]
@@ -81,32 +81,44 @@ def expect_equals_plain_torch(case, ranks):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """Every case of the worker, trained in one launch (its ranks import torch once)."""
-    out = str(tmp_path_factory.mktemp("pipelining") / "run")
-    code, stderr = launch(out, list(worker.CASES))
-    results = {}
-    for case in worker.CASES:
-        paths = [f"{out}.{case}.{rank}.json" for rank in range(2)]
-        if all(os.path.exists(p) for p in paths):
-            results[case] = [json.load(open(p)) for p in paths]
-        else:
-            results[case] = f"the launch exited with {code} before {case}:\n{stderr}"
-    return results
+    """trained(nproc, case): what the ranks wrote for `case`, from one launch of all the cases
+    of that many ranks (its ranks import torch once), made at the first test that asks."""
+    launched = {}
+
+    def result(nproc, case):
+        if nproc not in launched:
+            cases = worker.RANKS2 if nproc == 2 else worker.RANKS4
+            out = str(tmp_path_factory.mktemp(f"ranks{nproc}") / "run")
+            code, stderr = launch(out, nproc, cases)
+            launched[nproc] = {}
+            for c in cases:
+                paths = [f"{out}.{c}.{rank}.json" for rank in range(nproc)]
+                if all(os.path.exists(p) for p in paths):
+                    launched[nproc][c] = [json.load(open(p)) for p in paths]
+                else:
+                    launched[nproc][c] = f"the launch exited with {code} before {c}:\n{stderr}"
+        ranks = launched[nproc][case]
+        if isinstance(ranks, str):
+            pytest.fail(ranks, pytrace=False)
+        return ranks
+    return result
 
 
-@pytest.mark.parametrize("case", list(worker.CASES))
-def test_torch_program_equals_plain_torch(trained, case):
-    ranks = trained[case]
-    if isinstance(ranks, str):
-        pytest.fail(ranks, pytrace=False)
-    expect_equals_plain_torch(case, ranks)
+@pytest.mark.parametrize("case", worker.RANKS2)
+def test_torch_program_on_2_ranks_equals_plain_torch(trained, case):
+    expect_equals_plain_torch(case, trained(2, case))
+
+
+@pytest.mark.parametrize("case", worker.RANKS4)
+def test_torch_program_on_4_ranks_equals_plain_torch(trained, case):
+    expect_equals_plain_torch(case, trained(4, case))
 
 
 def test_process_group_from_torchrun_environment_and_step_without_input(tmp_path):
     """A program that never calls init_process_group trains as well; then the first stage's
     rank calling step() without the batch stops the run with a one-line error, no rank left."""
     out = str(tmp_path / "run")
-    code, stderr = launch(out, ["gpipe-manual"], "--no-init", "--step-without-input")
+    code, stderr = launch(out, 2, ["gpipe-manual"], "--no-init", "--step-without-input")
     expect_equals_plain_torch(
         "gpipe-manual", [json.load(open(f"{out}.gpipe-manual.{r}.json")) for r in range(2)])
     assert code != 0
@@ -186,3 +198,34 @@ def test_pipe_runs_the_whole_model_and_keeps_parameter_names(pipe):
     names = [n for s in range(pipe.num_stages)
              for n, _ in pipe.get_stage_module(s).named_parameters()]
     assert names == [n for n, _ in worker.model().named_parameters()]
+
+
+class Scaled(torch.nn.Module):
+    """A forward with a keyword argument that the second stage reads."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(worker.DIM, worker.DIM)
+        self.b = torch.nn.Linear(worker.DIM, worker.DIM)
+
+    def forward(self, x, scale=None):
+        return self.b(torch.tanh(self.a(x))) * scale
+
+
+def test_keywords_of_step_reach_the_stage_that_reads_them():
+    """step(x, scale=s): the keyword goes to the first stage's forward, and through it to the
+    second stage, which reads it; both stages on this one process."""
+    model = Scaled()
+    x, y = torch.randn(8, worker.DIM), torch.randn(8, worker.DIM)
+    scale = torch.linspace(1, 2, 8).unsqueeze(1)
+    pipe = pipelining.pipeline(model, (x[:2],), {"scale": scale[:2]},
+                               split_spec={"b": pipelining.SplitPoint.BEGINNING})
+    stages = [pipe.build_stage(s, "cpu") for s in range(2)]
+    schedule = pipelining.ScheduleInterleaved1F1B(stages, 4, loss_fn=worker.loss_fn)
+    losses = []
+    output = schedule.step(x, scale=scale, target=y, losses=losses)
+    assert torch.allclose(output, model(x, scale=scale), rtol=1e-5, atol=1e-6)
+    want = [float(worker.loss_fn(model(xm, scale=sm), ym))
+            for xm, sm, ym in zip(x.chunk(4), scale.chunk(4), y.chunk(4))]
+    assert [float(loss) for loss in losses] == pytest.approx(want, rel=1e-5)

@@ -22,7 +22,7 @@ from ._split import Pipe, PipeInfo, SplitPoint, pipe_split, pipeline
 from .schedules import (PipelineScheduleMulti, PipelineScheduleSingle, Schedule1F1B,
                         ScheduleDualPipeV, ScheduleGPipe, ScheduleInterleaved1F1B,
                         ScheduleInterleavedZeroBubble, ScheduleLoopedBFS, ScheduleZBVZeroBubble,
-                        _PipelineScheduleRuntime, get_schedule_class)
+                        get_schedule_class)
 from .stage import PipelineStage, build_stage
 
 __all__ = [
