@@ -9,8 +9,11 @@ stages between); the first stage takes the model's inputs and the last returns t
 output.
 """
 
+from __future__ import annotations
+
 import enum
 import operator
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.fx
@@ -26,7 +29,7 @@ class SplitPoint(enum.Enum):
     END = 2
 
 
-def pipe_split():
+def pipe_split() -> None:
     """A cut between two stages, called in a model's forward: nothing outside pipeline()."""
     if _tracer is not None:
         _tracer.create_node("call_function", pipe_split, (), {})
@@ -161,16 +164,17 @@ class Pipe(torch.nn.Module):
     def forward(self, *args, **kwargs):
         return self.split_gm(*args, **kwargs)
 
-    def get_stage_module(self, stage_idx):
+    def get_stage_module(self, stage_idx: int) -> torch.nn.Module:
         if not isinstance(stage_idx, int) or not 0 <= stage_idx < self.num_stages:
             raise ValueError(f"stage_index {stage_idx!r} is not in 0..{self.num_stages - 1} "
                              f"(the pipe has {self.num_stages} stages)")
         return getattr(self.split_gm, f"submod_{stage_idx}")
 
-    def info(self):
+    def info(self) -> PipeInfo:
         return PipeInfo(self.num_stages, self.split_gm.graph)
 
-    def build_stage(self, stage_index, device, group=None):
+    def build_stage(self, stage_index: int, device: Union[str, torch.device, None],
+                    group: Optional[Any] = None) -> PipelineStage:
         """The PipelineStage of stage `stage_index`, run on this rank."""
         return PipelineStage(self.get_stage_module(stage_index), stage_index, self.num_stages,
                              device, group=group)
@@ -188,7 +192,11 @@ def _check_no_shared_parameters(stages):
                     "pptrain.pipelining does not share parameters between stages")
 
 
-def pipeline(module, mb_args, mb_kwargs=None, split_spec=None, split_policy=None):
+def pipeline(module: torch.nn.Module, mb_args: Union[tuple, Any],
+             mb_kwargs: Optional[dict[str, Any]] = None,
+             split_spec: Optional[dict[str, SplitPoint]] = None,
+             split_policy: Optional[Callable[[torch.fx.GraphModule], torch.fx.GraphModule]] = None
+             ) -> Pipe:
     """Cuts `module` into stages: before (SplitPoint.BEGINNING) or after (SplitPoint.END) each
     submodule `split_spec` names by its qualified name ({"layers.2": SplitPoint.BEGINNING}),
     and at each pipe_split() its forward calls. `mb_args` and `mb_kwargs`, a microbatch's

@@ -12,9 +12,12 @@ gradients are left in the stages' parameters: their mean over the microbatches, 
 with scale_grads=False.
 """
 
+from __future__ import annotations
+
 import inspect
 import os
 import tempfile
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -125,7 +128,8 @@ class _PipelineSchedule:
         bound = inspect.signature(first.submod.forward).bind(*args, **kwargs)
         return dict(bound.arguments)
 
-    def step(self, *args, target=None, losses=None, **kwargs):
+    def step(self, *args: Any, target: Any = None, losses: Optional[list] = None,
+             **kwargs: Any) -> Any:
         """One training step on a batch split into the microbatches along dimension 0: the
         inputs on the first stage's rank, `target` (and `losses`) on the last stage's. Returns
         the microbatches' outputs concatenated on the last stage's rank, None elsewhere."""
@@ -157,8 +161,11 @@ class _PipelineSchedule:
 class PipelineScheduleSingle(_PipelineSchedule):
     """The schedules of one stage per rank."""
 
-    def __init__(self, stage, n_microbatches, loss_fn=None, args_chunk_spec=None,
-                 kwargs_chunk_spec=None, output_merge_spec=None, scale_grads=True):
+    def __init__(self, stage: PipelineStage, n_microbatches: int,
+                 loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+                 args_chunk_spec: Optional[tuple] = None,
+                 kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True) -> None:
         if type(self) is PipelineScheduleSingle:
             raise NotImplementedError("PipelineScheduleSingle is the base of torch's one-stage "
                                       "schedules; make ScheduleGPipe or Schedule1F1B")
@@ -172,9 +179,11 @@ class PipelineScheduleMulti(_PipelineSchedule):
     """The schedules of several stages per rank. Made as such, it runs the order of a CSV
     file: _load_csv(path)."""
 
-    def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None,
-                 kwargs_chunk_spec=None, output_merge_spec=None, use_full_backward=None,
-                 scale_grads=True):
+    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
+                 loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+                 args_chunk_spec: Optional[tuple] = None,
+                 kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
+                 use_full_backward: Optional[bool] = None, scale_grads: bool = True) -> None:
         _check_chunk_specs(type(self).__name__, args_chunk_spec, kwargs_chunk_spec,
                            output_merge_spec)
         super().__init__(stages, n_microbatches, loss_fn, scale_grads, single=False)
@@ -184,7 +193,7 @@ class PipelineScheduleMulti(_PipelineSchedule):
         elif type(self) is ScheduleLoopedBFS:
             self._run_text(self._looped_bfs_csv())
 
-    def _load_csv(self, filename, format="compute_only"):
+    def _load_csv(self, filename: Union[str, os.PathLike], format: str = "compute_only") -> None:
         """Runs the order of a schedule CSV in torch's form: compute actions only
         ("compute_only") or with their SEND and RECV ("compute_comms"); pptrain reads both."""
         if format not in ("compute_only", "compute_comms"):
@@ -228,8 +237,11 @@ class Schedule1F1B(PipelineScheduleSingle):
 class ScheduleInterleaved1F1B(PipelineScheduleMulti):
     """Interleaved 1F1B: stage s on rank s mod P (pptrain's interleaved-1f1b)."""
 
-    def __init__(self, stages, n_microbatches, loss_fn=None, args_chunk_spec=None,
-                 kwargs_chunk_spec=None, output_merge_spec=None, scale_grads=True):
+    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
+                 loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+                 args_chunk_spec: Optional[tuple] = None,
+                 kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
+                 scale_grads: bool = True) -> None:
         # Explicit: the classes of the same signature below share this method.
         PipelineScheduleMulti.__init__(self, stages, n_microbatches, loss_fn, args_chunk_spec,
                                        kwargs_chunk_spec, output_merge_spec,
@@ -240,8 +252,9 @@ class ScheduleLoopedBFS(PipelineScheduleMulti):
     """Looped BFS: stage s on rank s mod P, each stage's microbatches in one run (an order
     written here as a CSV; pptrain's registry has none)."""
 
-    def __init__(self, stages, n_microbatches, loss_fn=None, output_merge_spec=None,
-                 scale_grads=True):
+    def __init__(self, stages: list[PipelineStage], n_microbatches: int,
+                 loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+                 output_merge_spec: Any = None, scale_grads: bool = True) -> None:
         super().__init__(stages, n_microbatches, loss_fn, output_merge_spec=output_merge_spec,
                          scale_grads=scale_grads)
 
@@ -273,7 +286,9 @@ class _PptrainSchedule(_PipelineSchedule):
     """A schedule of pptrain's registry by its name, with torch's calling convention: one stage
     or a list of them; keywords beyond torch's go to pptrain.schedule (weight_split, ...)."""
 
-    def __init__(self, stages, n_microbatches, loss_fn=None, scale_grads=True, **options):
+    def __init__(self, stages: Union[PipelineStage, list[PipelineStage]], n_microbatches: int,
+                 loss_fn: Optional[Callable[..., torch.Tensor]] = None, scale_grads: bool = True,
+                 **options: Any) -> None:
         super().__init__(stages, n_microbatches, loss_fn, scale_grads,
                          single=not isinstance(stages, (list, tuple)), options=options)
         self._run(name=self._pptrain_name)
@@ -302,7 +317,7 @@ _TORCH_NAMES = {
 _pptrain_classes = {}
 
 
-def get_schedule_class(schedule_name):
+def get_schedule_class(schedule_name: str) -> type:
     """The class of a schedule by torch's name (any case: "1F1B", "Interleaved1F1B", "GPipe",
     "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV", ...) or by pptrain's
     (`pptrain schedule --list`: "zb-h1", "zb-auto", "v-half", ...)."""

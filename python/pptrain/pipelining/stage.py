@@ -10,8 +10,11 @@ to another port: rank 0 takes a free one and tells the others over torch's group
 this one process.
 """
 
+from __future__ import annotations
+
 import os
 import socket
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -28,7 +31,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _join_world():
+def _join_world() -> tuple[int, int]:
     """(rank, size): joins pptrain's runtime once, with torch's default group as the world."""
     global _joined
     if _joined is not None:
@@ -84,8 +87,10 @@ class PipelineStage(_pptrain.PipelineStage):
     input_args and output_args (example tensors) are not needed: every message carries its
     tensors' shapes, which may change from batch to batch."""
 
-    def __init__(self, submodule, stage_index, num_stages, device, input_args=None,
-                 output_args=None, group=None, dw_builder=None):
+    def __init__(self, submodule: torch.nn.Module, stage_index: int, num_stages: int,
+                 device: Union[str, torch.device, None], input_args: Any = None,
+                 output_args: Any = None, group: Optional[dist.ProcessGroup] = None,
+                 dw_builder: Optional[Callable[[], Callable[..., None]]] = None) -> None:
         where = f"PipelineStage(stage_index={stage_index})"
         if not isinstance(submodule, torch.nn.Module):
             raise TypeError(f"{where}: submodule must be a torch.nn.Module, got "
@@ -109,7 +114,9 @@ class PipelineStage(_pptrain.PipelineStage):
         self.is_last = stage_index == num_stages - 1
 
 
-def build_stage(stage_module, stage_index, pipe_info, device, group=None):
+def build_stage(stage_module: torch.nn.Module, stage_index: int, pipe_info: Any,
+                device: Union[str, torch.device, None],
+                group: Optional[dist.ProcessGroup] = None) -> PipelineStage:
     """A stage of a model split by pipeline(): `stage_module` is pipe.get_stage_module(i) and
     `pipe_info` pipe.info()."""
     return PipelineStage(stage_module, stage_index, pipe_info.num_stages, device, group=group)
