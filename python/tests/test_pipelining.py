@@ -229,3 +229,26 @@ def test_keywords_of_step_reach_the_stage_that_reads_them():
     want = [float(worker.loss_fn(model(xm, scale=sm), ym))
             for xm, sm, ym in zip(x.chunk(4), scale.chunk(4), y.chunk(4))]
     assert [float(loss) for loss in losses] == pytest.approx(want, rel=1e-5)
+
+
+class Reused(torch.nn.Module):
+    """`a` runs before the cut at `b` and again after it; `unused` never runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(worker.DIM, worker.DIM)
+        self.b = torch.nn.Linear(worker.DIM, worker.DIM)
+        self.unused = torch.nn.Linear(worker.DIM, worker.DIM)
+
+    def forward(self, x):
+        return self.a(self.b(self.a(x)))
+
+
+def test_a_parameter_of_two_stages_and_a_split_point_never_reached():
+    x = torch.randn(2, worker.DIM)
+    assert "parameter a.weight is used by stages 0 and 1" in one_line_error(
+        NotImplementedError, lambda: pipelining.pipeline(
+            Reused(), (x,), split_spec={"b": pipelining.SplitPoint.BEGINNING}))
+    assert "'unused', which Reused's forward never calls" in one_line_error(
+        ValueError, lambda: pipelining.pipeline(
+            Reused(), (x,), split_spec={"unused": pipelining.SplitPoint.END}))
