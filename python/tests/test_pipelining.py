@@ -252,3 +252,18 @@ def test_a_parameter_of_two_stages_and_a_split_point_never_reached():
     assert "'unused', which Reused's forward never calls" in one_line_error(
         ValueError, lambda: pipelining.pipeline(
             Reused(), (x,), split_spec={"unused": pipelining.SplitPoint.END}))
+
+
+def test_a_schedule_class_of_ones_own():
+    """torch lets a program subclass its bases with an order of its own; pptrain runs only its
+    registry's orders and CSV files, and says so."""
+    class Mine(pipelining.PipelineScheduleSingle):
+        pass
+
+    stage = pipelining.PipelineStage(worker.model(), 0, 1, "cpu")
+    assert "not a PipelineScheduleSingle of its own" in one_line_error(
+        NotImplementedError, lambda: Mine(stage, 2, loss_fn=worker.loss_fn))
+    multi = pipelining.PipelineScheduleMulti([stage], 2, loss_fn=worker.loss_fn)
+    assert "call _load_csv(path) first" in one_line_error(
+        RuntimeError, lambda: multi.step(torch.randn(4, worker.DIM),
+                                         target=torch.randn(4, worker.DIM)))

@@ -135,7 +135,8 @@ class _PipelineSchedule:
         the microbatches' outputs concatenated on the last stage's rank, None elsewhere."""
         name = type(self).__name__
         if self._schedule is None:
-            raise RuntimeError(f"{name}: no order to run yet; call _load_csv(path) first")
+            raise RuntimeError(f"{name}: no order to run yet; call _load_csv(path) first (a "
+                               "PipelineScheduleMulti runs the order of a CSV)")
         if self._has_first and not args and not kwargs:
             raise ValueError(f"{name}.step(): this rank holds stage 0, the first; pass the "
                              "batch's inputs: step(x)")
@@ -166,9 +167,11 @@ class PipelineScheduleSingle(_PipelineSchedule):
                  args_chunk_spec: Optional[tuple] = None,
                  kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
                  scale_grads: bool = True) -> None:
-        if type(self) is PipelineScheduleSingle:
-            raise NotImplementedError("PipelineScheduleSingle is the base of torch's one-stage "
-                                      "schedules; make ScheduleGPipe or Schedule1F1B")
+        if type(self) not in _ORDERS:
+            raise NotImplementedError(
+                f"{type(self).__name__}: pptrain runs the orders of its registry, not a "
+                "PipelineScheduleSingle of its own; make ScheduleGPipe or Schedule1F1B, or run "
+                "a CSV with _PipelineScheduleRuntime._load_csv")
         _check_chunk_specs(type(self).__name__, args_chunk_spec, kwargs_chunk_spec,
                            output_merge_spec)
         super().__init__(stage, n_microbatches, loss_fn, scale_grads, single=True)
