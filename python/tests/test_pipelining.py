@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -267,3 +268,24 @@ def test_a_schedule_class_of_ones_own():
     assert "call _load_csv(path) first" in one_line_error(
         RuntimeError, lambda: multi.step(torch.randn(4, worker.DIM),
                                          target=torch.randn(4, worker.DIM)))
+
+
+@pytest.mark.parametrize("ranks,microbatches,bubbles", [(2, 4, (0.077, 0.111)),
+                                                        (4, 8, (0.111, 0.158))])
+def test_interleaved_zero_bubble_order_has_less_bubble_than_interleaved_1f1b(
+        ranks, microbatches, bubbles):
+    """ScheduleInterleavedZeroBubble's order (written here) splits each backward into I and W
+    and holds the W's back to fill the waits: the simulator, at F = I = W, finds the bubble its
+    docstring states, below interleaved-1f1b's."""
+    from pptrain import plan
+    schedule = pipelining.ScheduleInterleavedZeroBubble.__new__(
+        pipelining.ScheduleInterleavedZeroBubble)
+    schedule._stage = types.SimpleNamespace(group_size=ranks, num_stages=2 * ranks)
+    schedule._n_microbatches = microbatches
+    order = schedule._order_csv()
+    assert "I" in order and "W" in order and "B" not in order
+    cost = "F=1,I=1,W=1,comm=0"
+    ours = plan.from_csv(order).simulate(cost)["bubble_ratio"]
+    interleaved = plan.schedule("interleaved-1f1b", pp=ranks, microbatches=microbatches,
+                                chunks=2).simulate(cost)["bubble_ratio"]
+    assert (round(ours, 3), round(interleaved, 3)) == bubbles

@@ -193,8 +193,8 @@ class PipelineScheduleMulti(_PipelineSchedule):
         order = _ORDERS.get(type(self))
         if order is not None:
             self._run(name=order)
-        elif type(self) is ScheduleLoopedBFS:
-            self._run_text(self._looped_bfs_csv())
+        elif isinstance(self, (ScheduleLoopedBFS, ScheduleInterleavedZeroBubble)):
+            self._run_text(self._order_csv())
 
     def _load_csv(self, filename: Union[str, os.PathLike], format: str = "compute_only") -> None:
         """Runs the order of a schedule CSV in torch's form: compute actions only
@@ -213,20 +213,6 @@ class PipelineScheduleMulti(_PipelineSchedule):
                 f.write(csv)
             self._run(schedule_file=path)
 
-    def _looped_bfs_csv(self):
-        """Looped BFS: each rank runs the forwards of all microbatches on its first stage, then
-        on its next one, and so on; then the backwards the same way from its last stage."""
-        ranks, num_stages = self._stage.group_size, self._stage.num_stages
-        if num_stages % ranks:
-            raise ValueError(f"ScheduleLoopedBFS: {num_stages} stages do not loop over "
-                             f"{ranks} ranks; give a multiple of {ranks}")
-        rows = []
-        for rank in range(ranks):
-            local = list(range(rank, num_stages, ranks))
-            actions = [f"{s}F{m}" for s in local for m in range(self._n_microbatches)]
-            actions += [f"{s}B{m}" for s in reversed(local) for m in range(self._n_microbatches)]
-            rows.append(",".join(actions))
-        return "\n".join(rows) + "\n"
 
 
 class ScheduleGPipe(PipelineScheduleSingle):
@@ -251,9 +237,31 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
                                        scale_grads=scale_grads)
 
 
+def _looped(schedule_name, stage, n_microbatches):
+    """(ranks, stages per rank) of a placement of stage s on rank s mod P."""
+    ranks, num_stages = stage.group_size, stage.num_stages
+    if num_stages % ranks:
+        raise ValueError(f"{schedule_name}: {num_stages} stages do not loop over {ranks} "
+                         f"ranks; give a multiple of {ranks}")
+    return ranks, num_stages // ranks
+
+
 class ScheduleLoopedBFS(PipelineScheduleMulti):
     """Looped BFS: stage s on rank s mod P, each stage's microbatches in one run (an order
     written here as a CSV; pptrain's registry has none)."""
+
+    def _order_csv(self):
+        """Each rank runs the forwards of all microbatches on its first stage, then on its next
+        one, and so on; then the backwards the same way from its last stage."""
+        ranks, _ = _looped(type(self).__name__, self._stage, self._n_microbatches)
+        microbatches = range(self._n_microbatches)
+        rows = []
+        for rank in range(ranks):
+            local = list(range(rank, self._stage.num_stages, ranks))
+            actions = [f"{s}F{m}" for s in local for m in microbatches]
+            actions += [f"{s}B{m}" for s in reversed(local) for m in microbatches]
+            rows.append(",".join(actions))
+        return "\n".join(rows) + "\n"
 
     def __init__(self, stages: list[PipelineStage], n_microbatches: int,
                  loss_fn: Optional[Callable[..., torch.Tensor]] = None,
@@ -263,10 +271,39 @@ class ScheduleLoopedBFS(PipelineScheduleMulti):
 
 
 class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
-    """torch's interleaved zero-bubble schedule: pptrain has no such order and runs
-    interleaved-1f1b on the same placement (the same gradients, more bubble)."""
+    """Interleaved zero bubble: stage s on rank s mod P, each backward split into I and W, the
+    W's filling the waits (an order written here as a CSV, not torch's own)."""
 
     __init__ = ScheduleInterleaved1F1B.__init__
+
+    def _order_csv(self):
+        """pptrain's interleaved-1f1b order with each B split into I and W, and each W held back
+        until the rank's next F (in the cool-down, its next I) has run: the rank then has a W
+        to run while it waits for a message. At F = I = W the simulator finds a bubble of 0.077
+        instead of interleaved-1f1b's 0.111 on 2 ranks and 4 microbatches, 0.111 instead of 0.158
+        on 4 ranks and 8."""
+        from .. import plan
+        ranks, chunks = _looped(type(self).__name__, self._stage, self._n_microbatches)
+        order = plan.schedule("interleaved-1f1b", pp=ranks, microbatches=self._n_microbatches,
+                              chunks=chunks).actions()
+        rows = []
+        for actions in order:
+            row, held = [], []  # held: W's not placed yet, oldest first
+            forwards_left = sum(1 for a in actions if "F" in a)
+            for action in actions:
+                stage, microbatch = action.split("F" if "F" in action else "B")
+                if "F" in action:
+                    row.append(action)
+                    forwards_left -= 1
+                else:
+                    row.append(f"{stage}I{microbatch}")
+                    held.append(f"{stage}W{microbatch}")
+                    if forwards_left > 0:
+                        continue
+                if len(held) > 1:
+                    row.append(held.pop(0))
+            rows.append(",".join(row + held))
+        return "\n".join(rows) + "\n"
 
 
 class ScheduleZBVZeroBubble(PipelineScheduleMulti):
@@ -301,7 +338,6 @@ _ORDERS.update({
     ScheduleGPipe: "gpipe",
     Schedule1F1B: "1f1b",
     ScheduleInterleaved1F1B: "interleaved-1f1b",
-    ScheduleInterleavedZeroBubble: "interleaved-1f1b",
     ScheduleZBVZeroBubble: "zb-v",
     ScheduleDualPipeV: "dualpipev",
 })
