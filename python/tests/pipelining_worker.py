@@ -90,8 +90,10 @@ def loss_fn(output, target):
 
 # case -> (how the model is cut, which stages a rank holds, the schedule class, its keywords).
 # The cuts: "manual" (torch's documentation's way), "split2" (pipeline() at layers.2),
-# "marked" (at the model's pipe_split()), "split4" (pipeline() at layers.1, 2 and 3). A rank
-# holds one stage ("one"), or two: stage s on rank s % P ("loop") or ranks r and 2P-1-r ("v").
+# "marked" (at the model's pipe_split()), "split4" (pipeline() at layers.1, 2 and 3), "split8"
+# (also inside each block, before its ff2: the residual's input and ff1's output cross the cut
+# together). A rank holds one stage ("one"), or two: stage s on rank s % P ("loop") or ranks r
+# and 2P-1-r ("v").
 CASES = {
     "gpipe-manual": ("manual", "one", ScheduleGPipe, {}),
     "1f1b-manual": ("manual", "one", Schedule1F1B, {}),
@@ -108,8 +110,10 @@ CASES = {
     # On 4 ranks: the ranks between call step() without arguments.
     "gpipe-split4": ("split4", "one", ScheduleGPipe, {}),
     "1f1b-split4": ("split4", "one", Schedule1F1B, {}),
+    "interleaved-split8": ("split8", "loop", ScheduleInterleaved1F1B, {}),
+    "zbv-split8": ("split8", "v", ScheduleZBVZeroBubble, {}),
 }
-RANKS4 = ["gpipe-split4", "1f1b-split4"]
+RANKS4 = ["gpipe-split4", "1f1b-split4", "interleaved-split8", "zbv-split8"]
 RANKS2 = [case for case in CASES if case not in RANKS4]
 
 
@@ -137,6 +141,8 @@ def traced_stages(cut, placement, rank, world, x):
         pipe = pipeline(model(), mb_args=(x_mb,), split_spec={"layers.2": SplitPoint.BEGINNING})
     else:
         spec = {f"layers.{i}": SplitPoint.BEGINNING for i in (1, 2, 3)}
+        if cut == "split8":
+            spec.update({f"layers.{i}.ff2": SplitPoint.BEGINNING for i in range(4)})
         pipe = pipeline(model(), mb_args=(x_mb,), split_spec=spec)
     mine = {"one": [rank], "loop": [rank, rank + world], "v": [rank, 2 * world - 1 - rank]}
     return [pipe.build_stage(s, torch.device("cpu")) for s in mine[placement]]
