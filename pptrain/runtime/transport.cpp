@@ -11,11 +11,13 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -278,7 +280,27 @@ class ShmRing {
     write_header(at, tag, length);
     if (length > 0) std::memcpy(data_ + at + kRecordHeader, bytes, length);
     control_->head.store(head + padding + need, std::memory_order_release);
+    // The doorbell: a receiver asleep on it wakes now (a futex on the shared page).
+    control_->writes.fetch_add(1, std::memory_order_seq_cst);
+    if (control_->sleeping.load(std::memory_order_seq_cst) != 0) {
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control_->writes), FUTEX_WAKE, 1, nullptr,
+                nullptr, 0);
+    }
     return true;
+  }
+
+  // The receiver: how many records were written so far (wrapping), and a sleep until that
+  // changes from `seen`, for at most `at_most`. Sleeping lets the scheduler run others and wake
+  // this thread first when the record comes, where polling would keep it runnable.
+  uint32_t writes() const { return control_->writes.load(std::memory_order_seq_cst); }
+  void sleep_until_written(uint32_t seen, std::chrono::microseconds at_most) {
+    control_->sleeping.store(1, std::memory_order_seq_cst);
+    if (control_->writes.load(std::memory_order_seq_cst) == seen) {
+      timespec timeout{0, static_cast<long>(at_most.count()) * 1000};
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control_->writes), FUTEX_WAIT, seen,
+                &timeout, nullptr, 0);
+    }
+    control_->sleeping.store(0, std::memory_order_seq_cst);
   }
 
   // The receiver: hands every record written so far to take(tag, bytes, length), in order, and
@@ -303,7 +325,10 @@ class ShmRing {
   struct Control {
     alignas(64) std::atomic<uint64_t> head;
     alignas(64) std::atomic<uint64_t> tail;
+    alignas(64) std::atomic<uint32_t> writes;  // records written, the futex a receiver sleeps on
+    std::atomic<uint32_t> sleeping;            // 1 while the receiver sleeps on `writes`
   };
+  static_assert(sizeof(std::atomic<uint32_t>) == 4, "a futex is 32 bits");
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "the ring's counters are shared");
 
   void write_header(uint64_t at, int64_t tag, uint64_t length) {
@@ -340,9 +365,8 @@ std::string host_identity() {
   return id;
 }
 
-// Whether PPTRAIN_SHM asks for the shared-memory path ("1" or "on"; off by default: on a
-// machine with more runnable threads than cores its polling waits lost to Gloo's sleeping ones,
-// docs/PERFORMANCE.md "The cost of an action").
+// Whether PPTRAIN_SHM asks for the shared-memory path ("1" or "on"; off by default until it is
+// measured beyond one loaded machine, docs/PERFORMANCE.md "The cost of an action").
 bool shared_memory_allowed() {
   const char* value = std::getenv("PPTRAIN_SHM");
   return value && (std::strcmp(value, "1") == 0 || std::strcmp(value, "on") == 0);
@@ -519,14 +543,17 @@ class SharedMemoryLinks {
   }
 
   // Polls until `done()` holds: spinning for 50 us (a message between two busy ranks comes
-  // within microseconds), then yielding the core until 1 ms, then in naps of 50 us. Throws after
+  // within microseconds), then asleep on the peer's ring until it writes (naps of at most
+  // 1 ms, so that the other rings and what waits to be sent still move). Throws after
   // the timeout, or when `peer`'s process is gone, in the words of c10d_waiter().
   template <typename Done>
   void wait_until(Done&& done, int peer, const std::string& what) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     auto checked = start;
+    ShmRing& ring = *peers_.at(peer).in;
     while (true) {
+      const uint32_t seen = ring.writes();
       {
         std::lock_guard<std::mutex> lock(mutex_);
         progress_locked();
@@ -534,10 +561,6 @@ class SharedMemoryLinks {
       }
       const auto now = Clock::now();
       if (now - start < std::chrono::microseconds(50)) continue;
-      if (now - start < std::chrono::milliseconds(1)) {
-        std::this_thread::yield();
-        continue;
-      }
       if (now - start >= timeout_) {
         throw std::runtime_error(what + ": no answer within " +
                                  std::to_string(timeout_.count() / 1000) +
@@ -552,7 +575,7 @@ class SharedMemoryLinks {
                                    "process ended");
         }
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ring.sleep_until_written(seen, std::chrono::microseconds(1000));
     }
   }
 
