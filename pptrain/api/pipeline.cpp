@@ -13,6 +13,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
@@ -158,7 +159,8 @@ StagePlacement place_stages(const World& world, const PipelineOptions& options) 
 
 World init_from_env() {
   World world;
-  if (std::getenv("RANK") == nullptr) {
+  const ClusterEnv env = cluster_env_of_process();
+  if (!is_launched_rank(env)) {
     world.transport = std::move(make_loopback_transports(1)[0]);
     return world;
   }
