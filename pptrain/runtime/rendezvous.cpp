@@ -150,6 +150,7 @@ NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round) {
     }
     node.node_rank = index;
     node.nnodes = nodes;
+    node.world_size = 0;
     for (int i = 0; i < nodes; ++i) {
       std::istringstream entry(text(store->get(prefix + "node/" + std::to_string(i))));
       std::string host;

@@ -27,9 +27,7 @@ namespace pptrain::cli {
 
 void add_run_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "run",
-      "Start N ranks of any program with torchrun's environment (on one node or each of "
-      "several), supervised");
+      "run", "Start N local ranks of any program with torchrun's environment, supervised");
   auto run = std::make_shared<ProgramRun>();
   auto flags = std::make_shared<TrainArgs>();  // its torchrun flags of the nodes only
   CLI::Option* nproc = cmd->add_option("--nproc", run->ranks,
