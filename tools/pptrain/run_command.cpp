@@ -4,7 +4,7 @@
 // (runtime/rendezvous.h: static, or the c10d rendezvous).
 //
 //   pptrain run --nproc 2 ./my_training --steps 10
-//   pptrain run --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 \
+//   pptrain run --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400
 //               --rdzv-id=job1 ./my_training           (on each node)
 //
 // Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT and one
