@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <variant>
@@ -38,7 +39,7 @@ using TrainFlagTarget = std::variant<int*, uint64_t*, double*, std::string*, boo
 struct TrainFlag {
   const char* name;  // "--layers"
   const char* help;
-  TrainFlagTarget (*target)(TrainArgs& args);
+  std::function<TrainFlagTarget(TrainArgs& args)> target;
   unsigned traits = 0;  // of the k* below
 
   static constexpr unsigned kSwitch = 1;       // no value: given, it sets its bool (--quiet)
@@ -52,7 +53,9 @@ struct TrainFlag {
   bool has(unsigned trait) const { return (traits & trait) != 0; }
 };
 
-// Every flag of `pptrain train`, in the order --help lists them.
+// Every flag of `pptrain train`, in the order --help lists them; the options of the schedule
+// families (schedule/registry.h: FamilyOption) are among them, bound into
+// TrainOptions::family (resolve_train_args() keeps the given ones only).
 const std::vector<TrainFlag>& train_flags();
 
 // The Python keyword of a flag: "--batch-size" -> "batch_size".
