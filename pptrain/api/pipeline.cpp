@@ -13,6 +13,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
@@ -49,13 +50,9 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
 // The weight rule of `name` ("" for a file: synchronous) on `stages` stages, with the options'
 // settings.
 VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
-  VersionRule rule = version_rule_of(name, options.vertical_sync, stages, options.microbatches);
-  if (options.update_interval > 0) {
-    PPTRAIN_CHECK(rule.update == WeightUpdate::kAmpNet,
-                  "update_interval applies to ampnet only, not '", name, "'");
-    rule.update_interval = options.update_interval;
-  }
-  return rule;
+  FamilyValues given;
+  if (options.update_interval > 0) given["--update-interval"] = options.update_interval;
+  return version_rule_of(name, options.vertical_sync, stages, options.microbatches, given);
 }
 
 // The schedule and weight rule `options` ask for, on P ranks.
@@ -89,7 +86,7 @@ PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
     name = options.schedule;
     const ScheduleEntry& entry = find_schedule(name);
     averages = entry.averages_copies;
-    const bool asynchronous = entry.update != WeightUpdate::kFlush;
+    const bool asynchronous = entry.asynchronous();
     PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", name,
                   "' is asynchronous: it is one schedule over the whole run, so give "
                   "PipelineOptions::steps");
@@ -130,7 +127,7 @@ PlannedSchedule serial_reference(const PipelineOptions& options, int stages) {
   PPTRAIN_CHECK(options.schedule_file.empty() && !options.planned,
                 "serial_reference() takes a schedule of the registry");
   const ScheduleEntry& entry = find_schedule(options.schedule);
-  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  const bool asynchronous = entry.asynchronous();
   PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", options.schedule,
                 "' is asynchronous: give PipelineOptions::steps");
   const long long microbatches =
@@ -158,7 +155,8 @@ StagePlacement place_stages(const World& world, const PipelineOptions& options) 
 
 World init_from_env() {
   World world;
-  if (std::getenv("RANK") == nullptr) {
+  const ClusterEnv env = cluster_env_of_process();
+  if (!is_launched_rank(env)) {
     world.transport = std::move(make_loopback_transports(1)[0]);
     return world;
   }

@@ -83,8 +83,11 @@ struct World {
   std::shared_ptr<Transport> transport;
 };
 
-// Joins the run described by torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT (LOCAL_RANK is not needed on CPU). Without RANK, a world of one process.
+// Joins the run its launcher describes (runtime/cluster_env.h): torchrun's RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT (LOCAL_RANK is not needed on CPU); srun's SLURM_PROCID, SLURM_NTASKS
+// and first host of SLURM_JOB_NODELIST; mpirun's OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE with
+// MASTER_ADDR. Under Slurm or MPI, rank 0 prints one line naming the launcher. Without any, a
+// world of one process.
 // Every receive and collective fails after PPTRAIN_COMM_TIMEOUT_S seconds (default 60) without
 // an answer, naming the peer, instead of hanging. UserError on a malformed environment.
 World init_from_env();

@@ -157,7 +157,7 @@ double simulated_bubble(const Approach& a, int pp, int microbatches) {
   const ScheduleEntry& entry = find_schedule(a.schedule);
   CostModel cost = CostModel::parse("F=1,I=1,W=1");
   cost.replicas = a.dp;
-  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  const bool asynchronous = entry.asynchronous();
   ScheduleOptions options;
   options.name = a.schedule;
   options.ranks = pp;

@@ -1,9 +1,11 @@
 #include "pptrain/job/train_args.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/schedule/registry.h"
 
 namespace pptrain {
 namespace {
@@ -12,6 +14,7 @@ constexpr unsigned kSwitch = TrainFlag::kSwitch;
 constexpr unsigned kShowDefault = TrainFlag::kShowDefault;
 constexpr unsigned kRequired = TrainFlag::kRequired;
 constexpr unsigned kHidden = TrainFlag::kHidden;
+constexpr unsigned kNode = TrainFlag::kNode;
 
 // "MIN:MAX" with 1 <= MIN <= MAX.
 std::pair<int64_t, int64_t> parse_seq_len_range(const std::string& text) {
@@ -29,10 +32,31 @@ std::pair<int64_t, int64_t> parse_seq_len_range(const std::string& text) {
   return {min, max};
 }
 
+// The family options of the registry as flags, each once, in the registry's order; a flag's
+// value goes into TrainOptions::family under its name.
+std::vector<TrainFlag> family_flags() {
+  std::vector<TrainFlag> flags;
+  for (const FamilyOption* option : family_options()) {
+    const bool is_switch = option->kind == FamilyOption::Kind::kSwitch;
+    const FamilyValue initial = is_switch                                  ? FamilyValue(false)
+                                : option->kind == FamilyOption::Kind::kInt ? FamilyValue(0)
+                                                                           : FamilyValue(0.0);
+    const std::string name = option->flag;
+    flags.push_back({option->flag.c_str(), option->help.c_str(),
+                     [name, initial](TrainArgs& a) -> TrainFlagTarget {
+                       const auto [slot, _] = a.options.family.emplace(name, initial);
+                       return std::visit([](auto& v) -> TrainFlagTarget { return &v; },
+                                         slot->second);
+                     },
+                     is_switch ? kSwitch : 0u});
+  }
+  return flags;
+}
+
 }  // namespace
 
 const std::vector<TrainFlag>& train_flags() {
-  static const std::vector<TrainFlag> flags = {
+  static const std::vector<TrainFlag> before_family = {
       {"--model", "Model: gpt, mlp or unet",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.model.kind; }, kRequired},
       {"--layers", "Transformer / MLP blocks",
@@ -129,32 +153,8 @@ const std::vector<TrainFlag>& train_flags() {
       {"--vertical-sync",
        "pipedream: every stage uses the weight version a microbatch entered with",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.vertical_sync; }, kSwitch},
-      {"--no-lr-reschedule",
-       "pipemare: every stage at --lr from the first step (default: divided by the "
-       "stage's delay, annealed to --lr over --pipemare-warmup steps)",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.no_lr_reschedule; }, kSwitch},
-      {"--no-discrepancy-correction",
-       "pipemare: the backward on the newest weights as they are (default: moved back "
-       "by the recent updates towards the weights its forward saw)",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.no_discrepancy_correction; },
-       kSwitch},
-      {"--pipemare-warmup",
-       "pipemare: steps over which the rescheduled rate reaches --lr (default 100)",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.pipemare_warmup; }},
-      {"--pipemare-decay",
-       "pipemare: D in [0, 1) of the correction's running average, which keeps "
-       "D^(1/delay) of its old value per step (default 0.1)",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.pipemare_decay; }},
-      {"--update-interval",
-       "ampnet: each stage steps its optimizer after every U backwards (default 1)",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.update_interval; }},
-      {"--avg-interval",
-       "avgpipe: steps between two elastic averagings of the --dp copies (default 4)",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.avg_interval; }},
-      {"--avg-alpha",
-       "avgpipe: how far each copy and the centre move towards each other, in (0, 2/D) "
-       "(default 0.9/D)",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.avg_alpha; }},
+  };
+  static const std::vector<TrainFlag> after_family = {
       {"--seed", "Seed of the weights and the data",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.model.seed; }, kShowDefault},
       {"--threads", "Compute threads per process",
@@ -167,6 +167,34 @@ const std::vector<TrainFlag>& train_flags() {
        "Seconds a worker may stay stopped (SIGSTOP) before the launcher stops the run, "
        "naming it",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.stopped_timeout_s; }, kShowDefault},
+      {"--nnodes",
+       "Nodes of the run, N or MIN:MAX (c10d rendezvous); this process starts the ranks of "
+       "its own node, as torchrun's node agent",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.nnodes; }, kNode | kShowDefault},
+      {"--nproc-per-node",
+       "Ranks on this node (train: default --pp x --dp over --nnodes; run: default 1)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.nproc_per_node; }, kNode},
+      {"--node-rank", "This node's place, 0..nnodes-1 (static rendezvous)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.node_rank; }, kNode | kShowDefault},
+      {"--master-addr",
+       "Host of rank 0, where the ranks meet (static rendezvous; under mpirun on several "
+       "hosts, instead of MASTER_ADDR); default 127.0.0.1",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.master_addr; }, kNode},
+      {"--master-port",
+       "Port of rank 0's store (default: a free port on one node, 29500 on several)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.master_port; }, kNode},
+      {"--rdzv-backend",
+       "static (--node-rank, --master-addr) or c10d (the node agents meet at "
+       "--rdzv-endpoint and are given their node ranks there)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_backend; }, kNode},
+      {"--rdzv-endpoint", "c10d: HOST[:PORT] of the node agents' store (default port 29400)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_endpoint; }, kNode},
+      {"--rdzv-id", "c10d: the run's id, the same on every node (TORCHELASTIC_RUN_ID)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_id; }, kNode | kShowDefault},
+      {"--rdzv-conf",
+       "c10d: join_timeout=S (default 600: how long an agent waits for the others), "
+       "last_call_timeout=S (default 30: with MIN:MAX, how long past MIN nodes)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_conf; }, kNode},
       {"--metrics", "Write one JSON line of metrics per step",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.metrics_path; }},
       {"--trace", "Write the last step's measured Chrome trace (JSON)",
@@ -226,6 +254,12 @@ const std::vector<TrainFlag>& train_flags() {
        "and print predicted vs measured (with --svg: both timelines)",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.compare_sim; }, kSwitch},
   };
+  static const std::vector<TrainFlag> flags = [] {
+    std::vector<TrainFlag> all = before_family;
+    for (const TrainFlag& flag : family_flags()) all.push_back(flag);
+    for (const TrainFlag& flag : after_family) all.push_back(flag);
+    return all;
+  }();
   return flags;
 }
 
@@ -241,6 +275,9 @@ TrainOptions resolve_train_args(const TrainArgs& args, const std::set<std::strin
     PPTRAIN_CHECK(!flag.has(kRequired) || has(flag.name), flag.name, " is required");
   }
   TrainOptions o = args.options;
+  for (auto it = o.family.begin(); it != o.family.end();) {
+    it = has(it->first.c_str()) ? std::next(it) : o.family.erase(it);
+  }
   PPTRAIN_CHECK(!has("--time-limit") || o.solver == "ilp",
                 "--time-limit applies to --solver ilp only (the heuristic takes milliseconds)");
   if (!args.plan_path.empty()) {

@@ -13,20 +13,24 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/train/plan.h"
 
 namespace pptrain {
 
-// TrainOptions as given, with the two flags that are read into it only once they are resolved.
+// TrainOptions as given, with the two flags that are read into it only once they are resolved,
+// and torchrun's flags of the nodes (run_training()'s second argument).
 struct TrainArgs {
   TrainOptions options;
   std::string seq_len_range;  // "MIN:MAX": each batch has its own sequence length (gpt)
   std::string plan_path;      // plan.json of `pptrain plan`
+  NodeGroupOptions nodes;
 };
 
 // Where a flag's value goes: a field of TrainArgs, typed as the field is.
@@ -35,7 +39,7 @@ using TrainFlagTarget = std::variant<int*, uint64_t*, double*, std::string*, boo
 struct TrainFlag {
   const char* name;  // "--layers"
   const char* help;
-  TrainFlagTarget (*target)(TrainArgs& args);
+  std::function<TrainFlagTarget(TrainArgs& args)> target;
   unsigned traits = 0;  // of the k* below
 
   static constexpr unsigned kSwitch = 1;       // no value: given, it sets its bool (--quiet)
@@ -43,10 +47,15 @@ struct TrainFlag {
   static constexpr unsigned kRequired = 4;
   // What a launcher passes its workers, not a user's flag (--stage-layers): not in --help.
   static constexpr unsigned kHidden = 8;
+  // torchrun's flags of the nodes (--nnodes, --node-rank, --rdzv-endpoint, ...): `pptrain run`
+  // takes them too, and both also take torchrun's other spelling (--node_rank), unlisted.
+  static constexpr unsigned kNode = 16;
   bool has(unsigned trait) const { return (traits & trait) != 0; }
 };
 
-// Every flag of `pptrain train`, in the order --help lists them.
+// Every flag of `pptrain train`, in the order --help lists them; the options of the schedule
+// families (schedule/registry.h: FamilyOption) are among them, bound into
+// TrainOptions::family (resolve_train_args() keeps the given ones only).
 const std::vector<TrainFlag>& train_flags();
 
 // The Python keyword of a flag: "--batch-size" -> "batch_size".

@@ -60,7 +60,7 @@ Schedule generate_schedule(const ScheduleRequest& request, const CostModel& cost
   options.ranks = pp;
   // An asynchronous schedule never flushes: show `steps` mini-batches in one list, so the
   // steady state across step boundaries is what the simulator and the pictures show.
-  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  const bool asynchronous = entry.asynchronous();
   if (asynchronous) {
     // The limit on the list's size, named by what the user gave (make_schedule checks it too).
     check_schedule_size(pp, resolve_chunks(entry, request.chunks),
@@ -179,7 +179,7 @@ nlohmann::ordered_json schedule_summary_json(const RequestedSchedule& made, cons
   const Schedule& s = made.validated.given();
   nlohmann::ordered_json out;
   out["schedule"] = s.name;
-  out["weight_update"] = update_name(made.rule.update);
+  out["weight_update"] = made.rule.name();
   out["pp"] = s.num_ranks;
   out["chunks"] = s.chunks();
   out["microbatches"] = s.num_microbatches;
@@ -256,9 +256,8 @@ std::string schedule_summary_text(const RequestedSchedule& made, const CostModel
   std::string out;
   append(out, "schedule      %s\n", s.name.c_str());
   if (rule.asynchronous()) {
-    append(out, "weights       %s, no flush: %d steps of %d microbatches in one run\n",
-           update_name(rule.update), s.num_microbatches / rule.microbatches_per_step,
-           rule.microbatches_per_step);
+    append(out, "weights       %s, no flush: %d steps of %d microbatches in one run\n", rule.name(),
+           s.num_microbatches / rule.microbatches_per_step, rule.microbatches_per_step);
   }
   append(out, "ranks (P)     %d\n", s.num_ranks);
   append(out, "chunks (V)    %d\n", s.chunks());

@@ -41,7 +41,9 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/runtime/rendezvous.h"
 #include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
@@ -690,18 +692,18 @@ int env_int(const char* name) {
 
 }  // namespace
 
+// The rank its launcher gave this process (runtime/cluster_env.h: torchrun's variables, srun's
+// or mpirun's).
 TransportOptions TransportOptions::from_env() {
+  const ClusterEnv env = cluster_env_of_process();
+  PPTRAIN_CHECK(env.launcher != Launcher::kNone,
+                "environment variable RANK is not set (expected as torchrun sets it: RANK, "
+                "WORLD_SIZE, MASTER_ADDR, MASTER_PORT; or srun's, or mpirun's)");
   TransportOptions options;
-  options.rank = env_int("RANK");
-  options.world_size = env_int("WORLD_SIZE");
-  options.master_port = env_int("MASTER_PORT");
-  const char* addr = std::getenv("MASTER_ADDR");
-  PPTRAIN_CHECK(addr && *addr, "environment variable MASTER_ADDR is not set");
-  options.master_addr = addr;
-  PPTRAIN_CHECK(options.world_size >= 1 && options.rank < options.world_size, "RANK=", options.rank,
-                " is not below WORLD_SIZE=", options.world_size);
-  PPTRAIN_CHECK(options.master_port > 0 && options.master_port < 65536,
-                "MASTER_PORT=", options.master_port, " is not a TCP port");
+  options.rank = env.rank;
+  options.world_size = env.world_size;
+  options.master_addr = env.master_addr;
+  options.master_port = env.master_port;
   if (const char* t = std::getenv("PPTRAIN_COMM_TIMEOUT_S"); t && *t) {
     options.timeout = std::chrono::seconds(env_int("PPTRAIN_COMM_TIMEOUT_S"));
   }
@@ -709,13 +711,10 @@ TransportOptions TransportOptions::from_env() {
   return options;
 }
 
-namespace {
-
-// The local address this host reaches `master_addr` from, which is where the other ranks reach
-// this one: a UDP socket "connected" to it (nothing is sent) is bound to the outgoing
-// interface's address. On the master's host that is the master address itself; on another host
-// it is that host's address on the shared network, not the master's (which it cannot bind).
-// Empty when the route cannot be found.
+// The local address this host reaches `master_addr` from (rendezvous.h), which is where the
+// other ranks reach this one: a UDP socket "connected" to it (nothing is sent) is bound to the
+// outgoing interface's address. On the master's host that is the master address itself; on another
+// host it is that host's address on the shared network, not the master's (which it cannot bind).
 std::string local_address_towards(const std::string& master_addr, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -744,6 +743,8 @@ std::string local_address_towards(const std::string& master_addr, int port) {
   ::freeaddrinfo(found);
   return local;
 }
+
+namespace {
 
 // Gloo's device: on GLOO_SOCKET_IFNAME's interface when it is set (as torch does), else on the
 // address this host reaches the master from.

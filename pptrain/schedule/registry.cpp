@@ -1,39 +1,24 @@
 #include "pptrain/schedule/registry.h"
 
+#include <cmath>
 #include <cstdio>
+#include <set>
+#include <sstream>
+#include <utility>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/families/families.h"
 
 namespace pptrain {
 namespace {
 
-// A generator that takes no chunk count (it runs the one its entry allows).
-template <Schedule (*Make)(int, int)>
-Schedule without_chunks(const ScheduleOptions& o) {
-  return Make(o.ranks, o.microbatches);
-}
-
-Schedule with_chunks(const ScheduleOptions& o) {
-  return make_interleaved_1f1b(o.ranks, o.microbatches, o.chunks);
-}
-
-Schedule zb_auto(const ScheduleOptions& o) {
-  const AutoScheduleOptions options{o.ranks, o.microbatches, o.costs, o.memory_limit,
-                                    o.rank_memory_limits};
-  if (o.solver == ScheduleSolver::kIlp) return make_zb_ilp(options, o.time_limit_s, o.ilp_report);
-  return make_zb_auto(options);
-}
-
-// An asynchronous schedule: the 1F1B order without a flush; they differ only in their rule.
-ScheduleEntry async_1f1b(const std::string& name, const std::string& summary, WeightUpdate update) {
-  const auto make = [name](const ScheduleOptions& o) {
-    Schedule schedule = make_1f1b(o.ranks, o.microbatches);
-    schedule.name = name;
-    schedule.flushes = false;
-    return schedule;
-  };
-  return {name, 1, 1, 1, summary, make, update};
+// The schedules --vertical-sync applies to, for its message.
+std::string vertical_sync_schedules() {
+  std::string text;
+  for (const auto& entry : schedule_registry()) {
+    if (entry.vertical_sync) text += (text.empty() ? "" : ", ") + entry.name;
+  }
+  return text;
 }
 
 std::string chunks_text(const ScheduleEntry& e) {
@@ -47,101 +32,26 @@ std::string chunks_text(const ScheduleEntry& e) {
 }  // namespace
 
 const std::vector<ScheduleEntry>& schedule_registry() {
-  static const std::vector<ScheduleEntry> entries = {
-      {"gpipe", 1, 1, 1,
-       "GPipe: all forwards, then all backwards; bubble (P-1)/(M+P-1), M microbatches of "
-       "activations",
-       without_chunks<make_gpipe>},
-      {"1f1b", 1, 1, 1,
-       "PipeDream-Flush / DAPPLE: warm-up forwards, then one forward one backward; GPipe's "
-       "bubble with at most P microbatches of activations",
-       without_chunks<make_1f1b>},
-      {"interleaved-1f1b", 2, 2, 0,
-       "Megatron's virtual stages: stage s on rank s mod P, 1/V of 1F1B's bubble; M a multiple "
-       "of P",
-       with_chunks},
-      {"zb-h1", 1, 1, 1,
-       "zero bubble H1: backward split into I and W, the W's fill 1F1B's bubble; 1F1B's memory",
-       without_chunks<make_zb_h1>},
-      {"zb-h2", 1, 1, 1,
-       "zero bubble H2: more warm-up forwards, no bubble when F = I = W; about twice 1F1B's "
-       "memory",
-       without_chunks<make_zb_h2>},
-      {"zb-v", 2, 2, 2,
-       "zero bubble V: rank r holds stages r and 2P-1-r; no bubble from M >= 2P with 1F1B's "
-       "memory",
-       without_chunks<make_zb_v>},
-      {"zb-auto", 1, 1, 1,
-       "zero bubble, automatic: the paper's greedy places F, I, W for the cost model (--cost) "
-       "under --memory-limit K (one microbatch's activations on a stage = 1; P: ZB-1p, 2P: "
-       "ZB-2p)",
-       zb_auto},
-      {"v-half", 2, 2, 2,
-       "V-Half (controllable memory): ZB-V's placement, one repeating block per microbatch; "
-       "(P+2)/2 microbatches of activations, about half of 1F1B's; bubble about 7/12 of 1F1B's",
-       without_chunks<make_v_half>},
-      {"v-min", 2, 2, 2,
-       "V-Min (controllable memory): the tightest V block; (P+4)/3 microbatches of activations, "
-       "about a third of 1F1B's; bubble about 2/3 of 1F1B's",
-       without_chunks<make_v_min>},
-      {"dualpipev", 2, 2, 2,
-       "DualPipeV: torch.distributed.pipelining's ScheduleDualPipeV order, forwards and "
-       "backwards of the two stages paired in OVERLAP_F_B actions; M >= 2P",
-       without_chunks<make_dualpipev>},
-      {"chimera", 1, 1, 1,
-       "Chimera: two pipelines in opposite directions, stage s on ranks s and P-1-s, half the "
-       "microbatches each way; bubble (P-2) max(F, B) per P microbatches; P even, M a "
-       "multiple of P",
-       without_chunks<make_chimera>},
-      {"gems", 1, 1, 1,
-       "GEMS: Chimera's two replicas, one microbatch in flight per direction; 2 microbatches of "
-       "activations, bubble ratio (P-2)/P; P and M even",
-       without_chunks<make_gems>},
-      async_1f1b("pipedream",
-                 "PipeDream (async): 1F1B without flush, an optimizer step after every "
-                 "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "
-                 "versions everywhere",
-                 WeightUpdate::kPipeDream),
-      async_1f1b("2bw",
-                 "PipeDream-2BW (async): 1F1B without flush, step k's gradients taken on the "
-                 "weights of step k-1; 2 versions per stage",
-                 WeightUpdate::kTwoBW),
-      async_1f1b("pipemare",
-                 "PipeMare (async): 1F1B without flush, no stash (1 version): the backward reruns "
-                 "the forward on the newest weights, corrected by the recent updates; per-stage "
-                 "learning rate",
-                 WeightUpdate::kPipeMare),
-      {"avgpipe", 1, 1, 1,
-       "AvgPipe (async across copies): --dp D pipelines, each 1F1B with a flush, that combine "
-       "no gradients; every --avg-interval steps elastic averaging pulls their weights together",
-       [](const ScheduleOptions& o) {
-         Schedule schedule = make_1f1b(o.ranks, o.microbatches);
-         schedule.name = "avgpipe";
-         return schedule;
-       },
-       WeightUpdate::kFlush, /*averages_copies=*/true},
-      {"wpipe", 2, 2, 2,
-       "WPipe (async): two groups of stages interleaved on every rank (stage s on rank s mod "
-       "P); the first as 2bw (2 versions), running the next step's forwards early, the second "
-       "on fresh weights (1 version); the groups step alternately",
-       [](const ScheduleOptions& o) {
-         return make_wpipe(o.ranks, o.microbatches, o.period > 0 ? o.period : o.microbatches);
-       },
-       WeightUpdate::kWPipe},
-      async_1f1b("ampnet",
-                 "AMPNet (async): 1F1B without flush, no stash (1 version), a step after every "
-                 "--update-interval backwards; forward and backward each on the newest weights",
-                 WeightUpdate::kAmpNet),
-      async_1f1b("spectrain",
-                 "SpecTrain (async): 1F1B without flush, a step after every microbatch; forward "
-                 "and backward on weights predicted along the optimizer's smoothed direction",
-                 WeightUpdate::kSpecTrain),
-      async_1f1b("xpipe",
-                 "XPipe (async): 1F1B without flush, a step per mini-batch; forward and backward "
-                 "on weights predicted once per mini-batch along the optimizer's direction",
-                 WeightUpdate::kXPipe),
-  };
+  static const std::vector<ScheduleEntry> entries = [] {
+    std::vector<ScheduleEntry> all;
+    for (auto family :
+         {synchronous_family, bidirectional_family, pipedream_family, two_bw_family,
+          pipemare_family, avgpipe_family, wpipe_family, ampnet_family, weight_prediction_family}) {
+      for (ScheduleEntry& entry : family()) all.push_back(std::move(entry));
+    }
+    return all;
+  }();
   return entries;
+}
+
+const WeightRule& find_weight_rule(const std::string& name) {
+  if (name == synchronous_rule().name()) return synchronous_rule();
+  for (const auto& entry : schedule_registry()) {
+    for (const WeightRule* rule : {entry.update, entry.vertical_sync}) {
+      if (rule && name == rule->name()) return *rule;
+    }
+  }
+  throw UserError("unknown weight rule '" + name + "'");
 }
 
 const ScheduleEntry& find_schedule(const std::string& name) {
@@ -214,16 +124,76 @@ void check_schedule_size(int ranks, int chunks, long long microbatches,
                 " pptrain plans in one schedule");
 }
 
+std::vector<const FamilyOption*> family_options() {
+  std::vector<const FamilyOption*> all;
+  std::set<std::string> seen;
+  for (const auto& entry : schedule_registry()) {
+    for (const FamilyOption& option : entry.options) {
+      if (seen.insert(option.flag).second) all.push_back(&option);
+    }
+  }
+  return all;
+}
+
+void check_family_options(const FamilyValues& given, const std::string& schedule) {
+  const ScheduleEntry* entry = schedule.empty() ? nullptr : &find_schedule(schedule);
+  for (const auto& [flag, value] : given) {
+    std::string owners;
+    for (const auto& e : schedule_registry()) {
+      for (const FamilyOption& option : e.options) {
+        if (option.flag == flag) owners += (owners.empty() ? "" : ", ") + e.name;
+      }
+    }
+    PPTRAIN_CHECK(!owners.empty(), "unknown family option ", flag);
+    const FamilyOption* own = nullptr;
+    for (size_t i = 0; entry && i < entry->options.size(); ++i) {
+      if (entry->options[i].flag == flag) own = &entry->options[i];
+    }
+    PPTRAIN_CHECK(own, flag, " applies to --schedule ", owners, " only, not '",
+                  entry ? schedule : "a schedule file", "'");
+    if (own->kind == FamilyOption::Kind::kSwitch) continue;
+    std::ostringstream got;
+    std::visit([&got](auto v) { got << v; }, value);
+    const double v = std::visit([](auto x) { return static_cast<double>(x); }, value);
+    if (std::isinf(own->max)) {
+      PPTRAIN_CHECK(v >= own->min, flag, " must be >= ", own->min, ", got ", got.str());
+    } else {
+      PPTRAIN_CHECK(v >= own->min && v < own->max, flag, " must be in [", own->min, ", ", own->max,
+                    "), got ", got.str());
+    }
+  }
+}
+
+bool family_switch(const FamilyValues& given, const std::string& flag) {
+  const auto it = given.find(flag);
+  return it != given.end() && std::get<bool>(it->second);
+}
+
+int family_int(const FamilyValues& given, const std::string& flag, int otherwise) {
+  const auto it = given.find(flag);
+  return it == given.end() ? otherwise : std::get<int>(it->second);
+}
+
+double family_number(const FamilyValues& given, const std::string& flag, double otherwise) {
+  const auto it = given.find(flag);
+  return it == given.end() ? otherwise : std::get<double>(it->second);
+}
+
 VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
-                            int microbatches) {
+                            int microbatches, const FamilyValues& given) {
+  check_family_options(given, name);
   VersionRule rule;
   rule.stages = stages;
   rule.microbatches_per_step = microbatches;
-  if (!name.empty()) rule.update = find_schedule(name).update;
-  PPTRAIN_CHECK(!vertical_sync || rule.update == WeightUpdate::kPipeDream,
-                "--vertical-sync applies to --schedule pipedream only, not '",
-                name.empty() ? "a schedule file" : name, "'");
-  if (vertical_sync) rule.update = WeightUpdate::kVerticalSync;
+  const ScheduleEntry* entry = name.empty() ? nullptr : &find_schedule(name);
+  if (entry) rule.update = entry->update;
+  if (vertical_sync) {
+    PPTRAIN_CHECK(entry && entry->vertical_sync, "--vertical-sync applies to --schedule ",
+                  vertical_sync_schedules(), " only, not '",
+                  name.empty() ? "a schedule file" : name, "'");
+    rule.update = entry->vertical_sync;
+  }
+  if (entry && entry->configure_rule) entry->configure_rule(given, rule);
   PPTRAIN_CHECK(
       rule.fits_1f1b(), name, " on ", stages, " stages needs --microbatches >= ", stages - 1,
       " (its first stage runs that many forwards ahead into the next step), got ", microbatches);

@@ -3,7 +3,8 @@
 // Each entry says what the schedule is called, how many stages per rank it runs by default and
 // which it accepts, what it is in one line, and how to make it. `--schedule` checks names
 // against it, `--help` and `pptrain schedule --list` (which the README's table is checked
-// against) print it. A new schedule is one entry in registry.cpp.
+// against) print it. Each family of schedules states its entries (generator, summary, chunks) and
+// its weight rule in its own file of schedule/families/; the registry lists the families.
 //
 //   Schedule s = make_schedule({"1f1b", /*ranks=*/4, /*microbatches=*/8});
 //   Schedule z = make_schedule({"zb-v", 4, 8});   // chunks 0: the entry's default (2)
@@ -15,7 +16,10 @@
 #pragma once
 
 #include <functional>
+#include <limits>
+#include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "pptrain/schedule/auto_schedule.h"
@@ -61,6 +65,23 @@ struct ScheduleOptions {
   IlpReport* ilp_report = nullptr;
 };
 
+// An option a family adds to a training run: a flag of `pptrain train` and, by the same list, a
+// keyword of Python's pptrain.train() (job/train_args.h). Given for a schedule of another family
+// or out of its range, it is a one-line error (check_family_options below).
+struct FamilyOption {
+  enum class Kind { kSwitch, kInt, kNumber };
+  std::string flag;  // "--pipemare-warmup"
+  std::string help;  // for --help, starting with the family's name
+  Kind kind = Kind::kSwitch;
+  // A given value must be >= min, and < max when max is finite (kInt, kNumber).
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+};
+
+// The family options given for a run, by flag: a switch given is true.
+using FamilyValue = std::variant<bool, int, double>;
+using FamilyValues = std::map<std::string, FamilyValue>;
+
 struct ScheduleEntry {
   std::string name;
   int default_chunks = 1;  // V when ScheduleOptions::chunks is 0
@@ -69,17 +90,28 @@ struct ScheduleEntry {
   std::string summary;     // one line, for --help and the README
   // Builds the schedule for the options, `chunks` already resolved and in range.
   std::function<Schedule(const ScheduleOptions& options)> make;
-  // How the weights are updated: kFlush for a synchronous schedule; otherwise the rule of an
-  // asynchronous one (no flush), which `make` marks with flushes = false.
-  WeightUpdate update = WeightUpdate::kFlush;
-  // True for avgpipe: the --dp copies of the pipeline combine no gradients; each trains on its
-  // own share of the batch and they pull their weights together every --avg-interval steps
-  // (elastic averaging, train/stage_copies.h). Each pipeline itself flushes (kFlush).
+  // How the weights are updated: the synchronous rule, or an asynchronous family's (no flush),
+  // whose `make` marks the schedule with flushes = false.
+  const WeightRule* update = &synchronous_rule();
+  // True when the --dp copies of the pipeline combine no gradients: each trains on its own
+  // share of the batch and they pull their weights together every --avg-interval steps
+  // (elastic averaging, train/stage_copies.h). Each pipeline itself flushes.
   bool averages_copies = false;
+  // The rule --vertical-sync switches this entry's to; null where the option does not apply.
+  const WeightRule* vertical_sync = nullptr;
+  // The options of the entry's family (FamilyOption above).
+  std::vector<FamilyOption> options = {};
+  // Sets what the family's options say in the rule (an update interval); unset: nothing.
+  std::function<void(const FamilyValues& given, VersionRule& rule)> configure_rule = {};
+
+  bool asynchronous() const { return update->asynchronous(); }
 };
 
 // Every schedule, in a stable order (the order of --help and the README).
 const std::vector<ScheduleEntry>& schedule_registry();
+// The weight rule called `name` ("flush", or an entry's rule or --vertical-sync rule by its
+// name()); UserError naming it if there is none.
+const WeightRule& find_weight_rule(const std::string& name);
 // The entry called `name`; UserError naming it and listing every name if there is none.
 const ScheduleEntry& find_schedule(const std::string& name);
 // "unknown schedule 'NAME'": how find_schedule()'s error begins, by which `pptrain compare`
@@ -109,12 +141,25 @@ constexpr long long kMaxStageMicrobatches = 1 << 20;
 void check_schedule_size(int ranks, int chunks, long long microbatches,
                          const std::string& microbatches_flag = "--microbatches");
 
+// Every family option of the registry, once each, in the registry's order (they live as long as
+// the registry: the program).
+std::vector<const FamilyOption*> family_options();
+// UserError (one line naming the flag) when a given option is not one of `schedule`'s family
+// ("" for a schedule file: none is) or is out of its range.
+void check_family_options(const FamilyValues& given, const std::string& schedule);
+// A given option's value, or `otherwise` when it was not given.
+bool family_switch(const FamilyValues& given, const std::string& flag);
+int family_int(const FamilyValues& given, const std::string& flag, int otherwise);
+double family_number(const FamilyValues& given, const std::string& flag, double otherwise);
+
 // The weight rule of running `name` ("" for an imported file: synchronous) on `stages` stages
 // with `microbatches` per step; --vertical-sync turns pipedream's into vertical sync. UserError
 // naming the flag when --vertical-sync is given for another schedule, or when the rule does not
 // fit the 1F1B order (2bw with fewer than S-1 microbatches per step).
+// `given`: the family options, checked (check_family_options) and then set in the rule by the
+// entry's configure_rule.
 VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
-                            int microbatches);
+                            int microbatches, const FamilyValues& given = {});
 
 // Builds the named schedule: resolves chunks (0 = default), checks it against the entry, then
 // calls its generator with the options (chunks resolved). UserError naming the bad value for an

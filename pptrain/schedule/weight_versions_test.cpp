@@ -7,6 +7,7 @@
 #include <set>
 
 #include "pptrain/schedule/generators.h"
+#include "pptrain/schedule/registry.h"
 
 namespace pptrain {
 namespace {
@@ -42,7 +43,7 @@ int replay_most_versions(const VersionRule& rule, const Schedule& schedule, int 
 }
 
 TEST(VersionRule, PipeDreamStashesUntilTheBackward) {
-  const VersionRule rule{WeightUpdate::kPipeDream, 4, 8};
+  const VersionRule rule{&find_weight_rule("pipedream"), 4, 8};
   // Stage 0 runs 3 forwards ahead: microbatch 10 uses W_0^(7) forward and backward.
   EXPECT_EQ(rule.forward_version(10, 0), 7);
   EXPECT_EQ(rule.backward_version(10, 0), 7);
@@ -52,12 +53,12 @@ TEST(VersionRule, PipeDreamStashesUntilTheBackward) {
 }
 
 TEST(VersionRule, VerticalSyncUsesTheVersionAMicrobatchEnteredWith) {
-  const VersionRule rule{WeightUpdate::kVerticalSync, 4, 8};
+  const VersionRule rule{&find_weight_rule("vertical-sync"), 4, 8};
   for (int stage = 0; stage < 4; ++stage) EXPECT_EQ(rule.forward_version(10, stage), 7);
 }
 
 TEST(VersionRule, TwoBWUsesThePreviousStepsWeights) {
-  const VersionRule rule{WeightUpdate::kTwoBW, 4, 8};
+  const VersionRule rule{&find_weight_rule("2bw"), 4, 8};
   EXPECT_EQ(rule.forward_version(7, 2), 0);   // step 0: W^(-1) = W^(0)
   EXPECT_EQ(rule.forward_version(8, 2), 0);   // step 1: W^(0)
   EXPECT_EQ(rule.forward_version(23, 0), 1);  // step 2: W^(1)
@@ -66,7 +67,7 @@ TEST(VersionRule, TwoBWUsesThePreviousStepsWeights) {
 }
 
 TEST(VersionRule, PipeMareUsesTheNewestWeightsForwardAndBackward) {
-  const VersionRule rule{WeightUpdate::kPipeMare, 4, 2};
+  const VersionRule rule{&find_weight_rule("pipemare"), 4, 2};
   // Stage 0 runs 3 forwards ahead: microbatch 5's forward follows the backwards of 0 and 1, one
   // step; its backward follows those of 0 .. 4, two steps.
   EXPECT_EQ(rule.forward_version(5, 0), 1);
@@ -77,24 +78,24 @@ TEST(VersionRule, PipeMareUsesTheNewestWeightsForwardAndBackward) {
   EXPECT_EQ(rule.delay(0), 2);  // ceil(3 / 2)
   EXPECT_EQ(rule.delay(2), 1);
   EXPECT_EQ(rule.delay(3), 0);
-  EXPECT_EQ((VersionRule{WeightUpdate::kPipeMare, 4, 8}.delay(0)), 1);
-  EXPECT_EQ((VersionRule{WeightUpdate::kTwoBW, 4, 8}.delay(0)), 0);
-  EXPECT_FALSE((VersionRule{WeightUpdate::kTwoBW, 4, 8}.backward_reruns_forward()));
+  EXPECT_EQ((VersionRule{&find_weight_rule("pipemare"), 4, 8}.delay(0)), 1);
+  EXPECT_EQ((VersionRule{&find_weight_rule("2bw"), 4, 8}.delay(0)), 0);
+  EXPECT_FALSE((VersionRule{&find_weight_rule("2bw"), 4, 8}.backward_reruns_forward()));
 }
 
 // The counts the documents give (PipeDream: stage s keeps S-s; vertical sync S; 2BW 2) are what
 // the 1F1B order without flush really needs, and no action asks for a version already dropped.
 TEST(VersionRule, VersionsKeptAreWhatThePipelinedOrderNeeds) {
-  for (WeightUpdate update :
-       {WeightUpdate::kPipeDream, WeightUpdate::kVerticalSync, WeightUpdate::kTwoBW,
-        WeightUpdate::kPipeMare, WeightUpdate::kAmpNet}) {
+  for (const WeightRule* update :
+       {&find_weight_rule("pipedream"), &find_weight_rule("vertical-sync"),
+        &find_weight_rule("2bw"), &find_weight_rule("pipemare"), &find_weight_rule("ampnet")}) {
     for (int stages : {1, 2, 4, 5}) {
       for (int m : {1, 2, 3, 4, 8}) {
         const VersionRule rule{update, stages, m};
         if (!rule.fits_1f1b()) continue;
         const Schedule order = make_1f1b(stages, 4 * m);  // four steps, no flush
         for (int s = 0; s < stages; ++s) {
-          SCOPED_TRACE(std::string(update_name(update)) + " S=" + std::to_string(stages) +
+          SCOPED_TRACE(std::string(update->name()) + " S=" + std::to_string(stages) +
                        " M=" + std::to_string(m) + " stage " + std::to_string(s));
           EXPECT_EQ(replay_most_versions(rule, order, s), rule.versions_kept(s));
         }
@@ -104,7 +105,7 @@ TEST(VersionRule, VersionsKeptAreWhatThePipelinedOrderNeeds) {
 }
 
 TEST(VersionRule, AmpNetStepsEveryUpdateIntervalOnTheNewestWeights) {
-  VersionRule rule{WeightUpdate::kAmpNet, 4, 8};
+  VersionRule rule{&find_weight_rule("ampnet"), 4, 8};
   EXPECT_EQ(rule.period(), 1);  // --update-interval 1 by default
   rule.update_interval = 3;
   EXPECT_EQ(rule.period(), 3);
@@ -122,7 +123,7 @@ TEST(VersionRule, AmpNetStepsEveryUpdateIntervalOnTheNewestWeights) {
 }
 
 TEST(VersionRule, SpecTrainPredictsWithThePapersLags) {
-  const VersionRule rule{WeightUpdate::kSpecTrain, 4, 8};
+  const VersionRule rule{&find_weight_rule("spectrain"), 4, 8};
   EXPECT_TRUE(rule.predicts());
   EXPECT_EQ(rule.period(), 1);
   EXPECT_EQ(rule.prediction_group(), 1);
@@ -140,7 +141,7 @@ TEST(VersionRule, SpecTrainPredictsWithThePapersLags) {
     }
   }
   // Two stages: the last has nothing to predict, so no copy.
-  const VersionRule two{WeightUpdate::kSpecTrain, 2, 4};
+  const VersionRule two{&find_weight_rule("spectrain"), 2, 4};
   EXPECT_EQ(two.prediction_lag(1, false), 0);
   EXPECT_EQ(two.prediction_lag(1, true), 0);
   EXPECT_EQ(two.versions_kept(1), 1);
@@ -148,7 +149,7 @@ TEST(VersionRule, SpecTrainPredictsWithThePapersLags) {
 }
 
 TEST(VersionRule, XPipePredictsOncePerMiniBatchWithRoundedLags) {
-  const VersionRule rule{WeightUpdate::kXPipe, 4, 2};
+  const VersionRule rule{&find_weight_rule("xpipe"), 4, 2};
   EXPECT_EQ(rule.period(), 2);
   EXPECT_EQ(rule.prediction_group(), 2);
   // forward round((S + M - s/2 - 2) / M) = round((4 - s/2) / 2): 2, 1.75, 1.5, 1.25; a tie
@@ -171,13 +172,13 @@ TEST(VersionRule, XPipePredictsOncePerMiniBatchWithRoundedLags) {
 // pipelined 1F1B order those versions are the live ones at that moment, so the pipeline needs
 // no stored version.
 TEST(VersionRule, PredictionsStartFromTheLiveVersionInThePipelinedOrder) {
-  for (WeightUpdate update : {WeightUpdate::kSpecTrain, WeightUpdate::kXPipe}) {
+  for (const WeightRule* update : {&find_weight_rule("spectrain"), &find_weight_rule("xpipe")}) {
     for (int stages : {1, 2, 4, 5}) {
       for (int m : {1, 2, 3, 4, 8}) {
         const VersionRule rule{update, stages, m};
         const Schedule order = make_1f1b(stages, 4 * m);
         for (int s = 0; s < stages; ++s) {
-          SCOPED_TRACE(std::string(update_name(update)) + " S=" + std::to_string(stages) +
+          SCOPED_TRACE(std::string(update->name()) + " S=" + std::to_string(stages) +
                        " M=" + std::to_string(m) + " stage " + std::to_string(s));
           int live = 0;
           for (const Action& a : order.actions[s]) {
@@ -201,7 +202,7 @@ TEST(VersionRule, PredictionsStartFromTheLiveVersionInThePipelinedOrder) {
 TEST(VersionRule, WPipeOrderNeedsTwoVersionsOnTheFirstGroupAndOneOnTheSecond) {
   for (int ranks : {1, 2, 4}) {
     for (int m : {1, 2, 3, 8}) {
-      const VersionRule rule{WeightUpdate::kWPipe, 2 * ranks, m};
+      const VersionRule rule{&find_weight_rule("wpipe"), 2 * ranks, m};
       const Schedule order = make_wpipe(ranks, 4 * m, m);
       for (int s = 0; s < 2 * ranks; ++s) {
         SCOPED_TRACE("P=" + std::to_string(ranks) + " M=" + std::to_string(m) + " stage " +
@@ -211,7 +212,7 @@ TEST(VersionRule, WPipeOrderNeedsTwoVersionsOnTheFirstGroupAndOneOnTheSecond) {
       }
     }
   }
-  const VersionRule rule{WeightUpdate::kWPipe, 4, 8};
+  const VersionRule rule{&find_weight_rule("wpipe"), 4, 8};
   EXPECT_EQ(rule.forward_version(8, 1), 0);   // step 1 on the first group: W^(0)
   EXPECT_EQ(rule.forward_version(8, 2), 1);   // on the second: W^(1)
   EXPECT_EQ(rule.forward_version(23, 0), 1);  // step 2: W^(1) and W^(2)
@@ -221,9 +222,9 @@ TEST(VersionRule, WPipeOrderNeedsTwoVersionsOnTheFirstGroupAndOneOnTheSecond) {
 // 2BW with fewer microbatches per step than S - 1: stage 0's forwards run two steps ahead and
 // would need a version that does not exist yet (the paper asks for m >= the pipeline depth).
 TEST(VersionRule, TwoBWNeedsEnoughMicrobatchesPerStep) {
-  EXPECT_FALSE((VersionRule{WeightUpdate::kTwoBW, 4, 2}.fits_1f1b()));
-  EXPECT_TRUE((VersionRule{WeightUpdate::kTwoBW, 4, 3}.fits_1f1b()));
-  const VersionRule too_few{WeightUpdate::kTwoBW, 4, 2};
+  EXPECT_FALSE((VersionRule{&find_weight_rule("2bw"), 4, 2}.fits_1f1b()));
+  EXPECT_TRUE((VersionRule{&find_weight_rule("2bw"), 4, 3}.fits_1f1b()));
+  const VersionRule too_few{&find_weight_rule("2bw"), 4, 2};
   int asked_for_missing = 0;
   const Schedule order = make_1f1b(4, 8);
   for (const Action& a : order.actions[0]) {

@@ -37,7 +37,7 @@ TEST(MemoryModel, ActivationsAreTheSimulatorsPeakForEverySchedule) {
       ScheduleOptions options;
       options.name = entry.name;
       options.ranks = ranks;
-      options.microbatches = entry.update == WeightUpdate::kFlush ? 4 * ranks : 8 * ranks;
+      options.microbatches = !entry.asynchronous() ? 4 * ranks : 8 * ranks;
       Schedule schedule;
       try {
         schedule = make_schedule(options);

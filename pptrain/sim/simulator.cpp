@@ -451,7 +451,7 @@ class Simulation {
 SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
                    const VersionRule& rule, Record record) {
   PPTRAIN_CHECK(!rule.asynchronous() || rule.stages == schedule.given().num_stages, "weight rule ",
-                update_name(rule.update), " is for ", rule.stages, " stages but schedule '",
+                rule.name(), " is for ", rule.stages, " stages but schedule '",
                 schedule.given().name, "' has ", schedule.given().num_stages);
   return Simulation(schedule, cost, rule, record).run();
 }

@@ -679,7 +679,7 @@ TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
   // The versions the simulator reports are the rule's, for every asynchronous schedule.
   for (const auto& name : schedule_names()) {
     const ScheduleEntry& entry = find_schedule(name);
-    if (entry.update == WeightUpdate::kFlush) continue;
+    if (!entry.asynchronous()) continue;
     SCOPED_TRACE(name);
     const int stages = 4 * entry.default_chunks;
     const VersionRule rule = version_rule_of(name, false, stages, 8);
@@ -870,7 +870,7 @@ TEST(Simulator, ReductionsDelayNoComputeAndShareOneChannelPerRank) {
   c.reduce = 7;
   c.replicas = 8;
   for (const auto& name : schedule_names()) {
-    if (find_schedule(name).update != WeightUpdate::kFlush) continue;
+    if (find_schedule(name).asynchronous()) continue;
     SCOPED_TRACE(name);
     const Schedule plain = make_schedule({name, 4, 8});
     const SimResult base = simulate(validate(plain), c);

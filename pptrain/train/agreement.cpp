@@ -88,7 +88,7 @@ std::string verdict(const std::vector<Settings>& ranks) {
 }
 
 std::string pipemare_text(const TrainingPlan& plan) {
-  if (plan.weights.update != WeightUpdate::kPipeMare) return "(not pipemare)";
+  if (!plan.weights.update->corrects_delay()) return "(not pipemare)";
   const PipeMareOptions& o = plan.pipemare;
   return std::string("lr-reschedule ") + (o.lr_reschedule ? "on" : "off") + ", correction " +
          (o.correction ? "on" : "off") + ", warmup " + std::to_string(o.warmup_steps) + ", decay " +
@@ -125,7 +125,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--warmup-steps", std::to_string(plan.optimizer.warmup_steps)},
       {"--clip", to_text(plan.optimizer.clip)},
       {"--recompute", plan.recompute ? "on" : "off"},
-      {"the weight update (--vertical-sync)", update_name(plan.weights.update)},
+      {"the weight update (--vertical-sync)", plan.weights.name()},
       {"pipemare's fixes (--no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup, "
        "--pipemare-decay)",
        pipemare_text(plan)},

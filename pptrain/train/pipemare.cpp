@@ -8,6 +8,15 @@
 
 namespace pptrain {
 
+PipeMareOptions pipemare_options(const FamilyValues& given) {
+  PipeMareOptions out;
+  out.lr_reschedule = !family_switch(given, "--no-lr-reschedule");
+  out.correction = !family_switch(given, "--no-discrepancy-correction");
+  out.warmup_steps = family_int(given, "--pipemare-warmup", out.warmup_steps);
+  out.decay = family_number(given, "--pipemare-decay", out.decay);
+  return out;
+}
+
 double pipemare_lr_scale(int delay, int step, int warmup_steps) {
   if (delay <= 1) return 1;
   const double progress =

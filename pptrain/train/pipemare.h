@@ -26,6 +26,7 @@
 
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/tensor_file.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/train/weight_prediction.h"
 
 namespace pptrain {
@@ -36,6 +37,11 @@ struct PipeMareOptions {
   int warmup_steps = 100;     // K: the steps over which T1's rate anneals to the base rate
   double decay = 0.1;         // D: T2's average keeps g = D^(1 / delay) of its old value
 };
+
+// The fixes as the family's options given for a run say (schedule/families/pipemare.cpp:
+// --no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup, --pipemare-decay, checked
+// there), the defaults above for those not given.
+PipeMareOptions pipemare_options(const FamilyValues& given);
 
 // T1's factor for a stage `delay` steps behind at its `step`-th optimizer step (0-based):
 // delay^-(1 - min(step / warmup_steps, 1)); 1 for a delay of 0 or 1.

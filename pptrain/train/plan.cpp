@@ -159,7 +159,7 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
   // One rank has nothing to overlap: every synchronous schedule is the same one-process run.
   // Its chunks are still checked, so a flag that --pp 2 would refuse is refused at --pp 1 too.
   const int chunks = resolve_chunks(entry, options.chunks);
-  const bool asynchronous = entry.update != WeightUpdate::kFlush;
+  const bool asynchronous = entry.asynchronous();
   // No flush: one list over the whole run, its microbatches numbered across steps.
   const long long run_microbatches = asynchronous ? 1LL * options.steps * M : M;
   check_schedule_size(
@@ -188,35 +188,6 @@ Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, 
   request.solver = solver;
   request.time_limit_s = options.time_limit_s;
   return entry.make(request);
-}
-
-// pipemare's options; UserError when one is given for another rule or is out of range.
-PipeMareOptions plan_pipemare(const TrainOptions& options, const VersionRule& rule) {
-  const std::pair<const char*, bool> given[] = {
-      {"--no-lr-reschedule", options.no_lr_reschedule},
-      {"--no-discrepancy-correction", options.no_discrepancy_correction},
-      {"--pipemare-warmup", options.pipemare_warmup != TrainOptions::kNotGiven},
-      {"--pipemare-decay", !std::isnan(options.pipemare_decay)},
-  };
-  for (const auto& [flag, set] : given) {
-    PPTRAIN_CHECK(!set || rule.update == WeightUpdate::kPipeMare, flag,
-                  " applies to --schedule pipemare only, not '",
-                  options.schedule_file.empty() ? options.schedule : "a schedule file", "'");
-  }
-  PipeMareOptions out;
-  out.lr_reschedule = !options.no_lr_reschedule;
-  out.correction = !options.no_discrepancy_correction;
-  if (options.pipemare_warmup != TrainOptions::kNotGiven) {
-    PPTRAIN_CHECK(options.pipemare_warmup >= 0, "--pipemare-warmup must be >= 0, got ",
-                  options.pipemare_warmup);
-    out.warmup_steps = options.pipemare_warmup;
-  }
-  if (!std::isnan(options.pipemare_decay)) {
-    PPTRAIN_CHECK(options.pipemare_decay >= 0 && options.pipemare_decay < 1,
-                  "--pipemare-decay must be in [0, 1), got ", options.pipemare_decay);
-    out.decay = options.pipemare_decay;
-  }
-  return out;
 }
 
 // Validates the schedule; a problem reads as `what` is not valid, followed by the marked grid.
@@ -272,41 +243,27 @@ void check_checkpoint_flags(const TrainOptions& options, const TrainingPlan& pla
                 "a step to save");
 }
 
-// ampnet's --update-interval into the rule, and the conditions of the predicting rules;
-// UserError naming the flag.
-void plan_update_rule(const TrainOptions& options, VersionRule& rule) {
+// The conditions of the predicting rules; UserError naming the flag.
+void check_predicting_rule(const TrainOptions& options, const VersionRule& rule) {
   const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
-  if (options.update_interval != TrainOptions::kNotGiven) {
-    PPTRAIN_CHECK(rule.update == WeightUpdate::kAmpNet,
-                  "--update-interval applies to --schedule ampnet only, not '", name, "'");
-    PPTRAIN_CHECK(options.update_interval >= 1, "--update-interval must be >= 1, got ",
-                  options.update_interval);
-    rule.update_interval = options.update_interval;
-  }
   PPTRAIN_CHECK(!rule.predicts() || options.optimizer == "adamw" || options.momentum > 0,
                 "--schedule ", name, " predicts weights along the optimizer's smoothed direction, ",
                 "which sgd with --momentum 0 does not have (use --momentum > 0 or --optimizer "
                 "adamw)");
 }
 
-// avgpipe's --avg-interval and --avg-alpha into the plan; UserError naming the flag when given
-// for another schedule, out of range, or when avgpipe has no copies to average.
+// The averaging of the copies into the plan (--avg-interval and --avg-alpha, checked against
+// the family before); UserError naming the flag when out of range, or when the schedule has no
+// copies to average.
 void plan_averaging(const TrainOptions& options, const ScheduleEntry* entry, TrainingPlan& plan) {
-  const bool averages = entry && entry->averages_copies;
-  const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
-  PPTRAIN_CHECK(averages || options.avg_interval == TrainOptions::kNotGiven,
-                "--avg-interval applies to --schedule avgpipe only, not '", name, "'");
-  PPTRAIN_CHECK(averages || std::isnan(options.avg_alpha),
-                "--avg-alpha applies to --schedule avgpipe only, not '", name, "'");
-  if (!averages) return;
+  if (!entry || !entry->averages_copies) return;
   PPTRAIN_CHECK(options.dp >= 2, "--schedule avgpipe averages the weights of --dp D >= 2 ",
                 "pipelines, got --dp ", options.dp);
   PPTRAIN_CHECK(options.zero == 0, "--zero 1 shards an optimizer the copies share; avgpipe's ",
                 "copies each keep their own");
-  plan.average_every = options.avg_interval == TrainOptions::kNotGiven ? 4 : options.avg_interval;
-  PPTRAIN_CHECK(plan.average_every >= 1, "--avg-interval must be >= 1, got ", plan.average_every);
+  plan.average_every = family_int(options.family, "--avg-interval", 4);
   // EASGD's moving rate beta = D x alpha = 0.9 by default; the centre is stable for beta < 2.
-  plan.average_alpha = std::isnan(options.avg_alpha) ? 0.9 / options.dp : options.avg_alpha;
+  plan.average_alpha = family_number(options.family, "--avg-alpha", 0.9 / options.dp);
   PPTRAIN_CHECK(plan.average_alpha > 0 && plan.average_alpha * options.dp < 2,
                 "--avg-alpha must be in (0, 2 / D) = (0, ", 2.0 / options.dp, "), got ",
                 plan.average_alpha);
@@ -326,11 +283,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   std::string what;
   const CostModel cost = planning_cost(options, may_profile);
   Schedule schedule = requested_schedule(options, cost, what);
-  VersionRule rule =
-      version_rule_of(options.schedule_file.empty() ? options.schedule : "", options.vertical_sync,
-                      schedule.num_stages, options.data.microbatches);
-  plan_update_rule(options, rule);
-  const PipeMareOptions pipemare = plan_pipemare(options, rule);
+  const std::string entry_name = options.schedule_file.empty() ? options.schedule : "";
+  const VersionRule rule = version_rule_of(entry_name, options.vertical_sync, schedule.num_stages,
+                                           options.data.microbatches, options.family);
+  check_predicting_rule(options, rule);
   PPTRAIN_CHECK(options.dp == 1 || !rule.asynchronous(), "--dp ", options.dp, ": '",
                 options.schedule, "' is asynchronous; copies of a pipeline average their ",
                 "gradients at a flush, which it does not have");
@@ -380,7 +336,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(options.model.kind != "unet" || !rule.asynchronous(),
                 "--model unet: ", plan.schedule->name,
                 " is asynchronous; skip connections run on synchronous schedules for now");
-  plan.pipemare = pipemare;
+  plan.pipemare = pipemare_options(options.family);
   plan_averaging(options, entry, plan);
   plan.model = options.model;
   plan.data = options.data;

@@ -24,6 +24,7 @@
 #include "pptrain/models/model.h"
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/runtime/executor.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/optimizer.h"
@@ -73,15 +74,9 @@ struct TrainOptions {
   // reference of an asynchronous schedule on that many stages). 0: one stage.
   int stages = 0;
   bool vertical_sync = false;  // pipedream: every stage uses the version a microbatch entered with
-  // pipemare's fixes (train/pipemare.h); kNotGiven / NaN: the default.
-  static constexpr int kNotGiven = std::numeric_limits<int>::min();
-  bool no_lr_reschedule = false;
-  bool no_discrepancy_correction = false;
-  int pipemare_warmup = kNotGiven;
-  double pipemare_decay = std::numeric_limits<double>::quiet_NaN();
-  int update_interval = kNotGiven;  // ampnet: a step after every U backwards; default 1
-  int avg_interval = kNotGiven;     // avgpipe: steps between two pulls of the copies; default 4
-  double avg_alpha = std::numeric_limits<double>::quiet_NaN();  // avgpipe: alpha; default 0.9/D
+  // The options of the schedule's family that were given, by flag (schedule/registry.h:
+  // FamilyOption; e.g. {"--update-interval", 2}); the others take their family's default.
+  FamilyValues family;
   int steps = 10;
   std::string optimizer = "sgd";  // "sgd" (with momentum) or "adamw" (weight decay 0.01)
   double lr = 0;                  // 0: 0.05 for sgd, 1e-3 for adamw

@@ -65,7 +65,7 @@ RankWeights::RankWeights(std::vector<Stage*> stages_in,
     // versions: its pipeline computes on the live weights.
     const bool stashes = !rule.predicts() && rule.versions_kept(s) > 1;
     versions.emplace_back(&stage, make_copy[l], /*snapshots=*/serial || stashes);
-    if (rule.update == WeightUpdate::kPipeMare) {
+    if (rule.update->corrects_delay()) {
       pipemare.emplace_back(&stage, make_copy[l], rule.delay(s), pipemare_options);
     }
     if (rule.predicts()) predictions.emplace_back(rule, s, make_copy[l]);

@@ -2,7 +2,7 @@
 
     import torch, pptrain
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
-    rank, size = pptrain.world()                      # torchrun's (or `pptrain run`'s) environment
+    rank, size = pptrain.world()                      # torchrun's, `pptrain run`'s, srun's, mpirun's
     stage = pptrain.PipelineStage(pptrain.split(model, [2])[rank], rank, size)
     schedule = pptrain.schedule("zb-h1", [stage], n_microbatches=4,
                                 loss_fn=torch.nn.functional.mse_loss)
@@ -25,7 +25,8 @@ PipelineError = _runtime.PipelineError
 
 
 def world():
-    """(rank, size) of this process; joins the run on first use."""
+    """(rank, size) of this process; joins the run on first use (started by torchrun, `pptrain
+    run`, srun or mpirun: docs/CLI.md, "Several nodes"; else a world of one)."""
     return _runtime.world()
 
 

@@ -358,8 +358,8 @@ PipeMareOptions pipemare_of(const py::dict& given) {
 
 // pptrain.train()'s keywords as `pptrain train`'s flags (job/train_args.h: the same list, a
 // flag's keyword is its name without the dashes, '_' for '-'), resolved as the CLI resolves
-// them.
-TrainOptions train_options_of(const py::dict& keywords) {
+// them; the keywords of the nodes (nnodes, node_rank, ...) go to `nodes`.
+TrainOptions train_options_of(const py::dict& keywords, NodeGroupOptions* nodes) {
   TrainArgs args;
   std::set<std::string> given;
   for (const auto& [key, value] : keywords) {
@@ -395,6 +395,7 @@ TrainOptions train_options_of(const py::dict& keywords) {
         flag->target(args));
     given.insert(flag->name);
   }
+  *nodes = args.nodes;
   return resolve_train_args(args, given);
 }
 
@@ -418,7 +419,8 @@ PYBIND11_MODULE(_runtime, m) {
 
   m.def(
       "world", [] { return py::make_tuple(world().rank, world().size); },
-      "(rank, size) of this process, joining the run (torchrun's environment) on first use");
+      "(rank, size) of this process, joining the run (torchrun's, srun's or mpirun's "
+      "environment) on first use");
   m.def(
       "placement",
       [](const std::string& name, int microbatches, int chunks, const std::string& file) {
@@ -433,13 +435,14 @@ PYBIND11_MODULE(_runtime, m) {
   m.def(
       "train",
       [](const py::dict& keywords) {
-        const TrainOptions options = train_options_of(keywords);
+        NodeGroupOptions nodes;
+        const TrainOptions options = train_options_of(keywords, &nodes);
         // LibTorch's autograd refuses to run under the GIL, and the workers (forks of this
         // process) never touch Python.
         RunResult result;
         {
           py::gil_scoped_release no_python;
-          result = run_training(options);
+          result = run_training(options, nodes);
         }
         return py::make_tuple(result.exit_code, result.message);
       },
