@@ -6,8 +6,9 @@
 #                     `pptrain run` with a rank that fails stops the other and names it;
 #   02_own_transformer_zero_bubble: zb-h1 and zb-v on 2 and 4 ranks, I/W split by autograd and
 #                     fused, print the losses of the one-rank run (1e-5);
-#   03_torchrun_multi_host: two ranks started by hand (RANK, MASTER_ADDR, MASTER_PORT) print the
-#                     losses of the one-rank run.
+#   03_torchrun_multi_host: two ranks started by hand (RANK, MASTER_ADDR, MASTER_PORT), and two
+#                     with srun's variables instead (SLURM_PROCID, ...), print the losses of the
+#                     one-rank run.
 # It also checks that the README's "Use pptrain in your own program" code is example 01's.
 #   tests/examples_test.sh BUILD_DIR
 set -euo pipefail
@@ -86,6 +87,22 @@ two=$(cd "$work" && RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port 
 wait $rank0 || { cat "$work/rank0.out"; fail "example 03's rank 0 failed"; }
 same_losses "$one" "$two" || fail "example 03's hand-started ranks differ from one rank: $two"
 echo "03, two ranks started by hand: the one-rank losses"
+
+# The same program under srun's variables and no RANK: init_from_env() finds Slurm, rank 0 says so.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo $((20000 + RANDOM % 20000)))
+srun_env() {
+  echo SLURM_JOB_ID=5 SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=$1 SLURM_LOCALID=$1 \
+    "SLURM_JOB_NODELIST=127.0.0.[1-2]" MASTER_PORT=$port
+}
+(cd "$work" && env $(srun_env 0) timeout 120 "$ex03/multi_host" >"$work/srun0.out" 2>&1) &
+rank0=$!
+two=$(cd "$work" && env $(srun_env 1) timeout 120 "$ex03/multi_host" | grep '^step') ||
+  fail "example 03's rank 1 under srun's variables failed"
+wait $rank0 || { cat "$work/srun0.out"; fail "example 03's rank 0 under srun's variables failed"; }
+same_losses "$one" "$two" || fail "example 03 under srun's variables differs from one rank: $two"
+grep -q "^pptrain: launcher found: slurm: rank 0 of 2, master 127.0.0.1:$port" "$work/srun0.out" ||
+  fail "example 03's rank 0 did not name Slurm: $(cat "$work/srun0.out")"
+echo "03, two ranks with srun's variables: the one-rank losses"
 
 # pptrain run: a rank that exits 1 stops the others, and the run names it.
 cat >"$work/fail_rank1.sh" <<'SH'

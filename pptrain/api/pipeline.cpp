@@ -13,6 +13,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
@@ -49,9 +50,8 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
 // The weight rule of `name` ("" for a file: synchronous) on `stages` stages, with the options'
 // settings.
 VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
-  FamilyValues given;
-  if (options.update_interval > 0) given["--update-interval"] = options.update_interval;
-  return version_rule_of(name, options.vertical_sync, stages, options.microbatches, given);
+  return version_rule_of(name, options.vertical_sync, stages, options.microbatches,
+                         options.family);
 }
 
 // The schedule and weight rule `options` ask for, on P ranks.
@@ -154,7 +154,8 @@ StagePlacement place_stages(const World& world, const PipelineOptions& options) 
 
 World init_from_env() {
   World world;
-  if (std::getenv("RANK") == nullptr) {
+  const ClusterEnv env = cluster_env_of_process();
+  if (!is_launched_rank(env)) {
     world.transport = std::move(make_loopback_transports(1)[0]);
     return world;
   }
@@ -271,6 +272,7 @@ struct PipelineSchedule::Impl {
   TiedParameters tied;
   std::optional<RankWeights> weights;  // with options.optimizer
   std::optional<StageCopies> combine;  // the stages whose gradients are combined with others'
+  CopyAveraging averaging;              // avgpipe's (planned.averages), from options.family
   std::optional<AsyncUpdates> async;
   std::map<int, int> owner;             // zero 1: model layer -> the copy keeping its state
   std::vector<torch::Tensor> counted;   // parameters whose gradient norm this rank adds
@@ -373,10 +375,7 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
   PPTRAIN_CHECK(!optimizer || !optimizer->post_validation || (copies == 1 && !asynchronous()),
                 "post-validation needs a synchronous schedule and data_parallel 1");
   check_stages();
-  PPTRAIN_CHECK(options.average_every >= 0, "average_every must be >= 1 (0: 4), got ",
-                options.average_every);
-  PPTRAIN_CHECK(options.average_alpha >= 0 && options.average_alpha * copies < 2,
-                "average_alpha must be in (0, 2 / D) (0: 0.9 / D), got ", options.average_alpha);
+  if (averages) averaging = copy_averaging(options.family, copies);
   make_groups();
   make_ties();
   check_skips();
@@ -553,7 +552,7 @@ void PipelineSchedule::Impl::make_weights() {
     // holds at once: it always keeps them as snapshots.
     const bool serial = ranks() == 1 && asynchronous();
     weights.emplace(runtime_stages, make_copy, planned.weights, *options.optimizer,
-                    options.pipemare, keeps, serial);
+                    options.family, keeps, serial);
     if (asynchronous()) async.emplace(planned.weights, *options.optimizer, *weights, &tied);
   }
   for (size_t l = 0; l < stages.size(); ++l) {
@@ -728,10 +727,7 @@ double PipelineSchedule::Impl::update(int step, const StepRecord& record, RankSt
     if (options.zero == 1) combine->share_weights(owner, copy);
   }
   // avgpipe: every copy, whichever branch its own norm took, joins the pull.
-  const int every = options.average_every > 0 ? options.average_every : 4;
-  if (averaged && (step + 1) % every == 0) {
-    combine->pull_to_centre(options.average_alpha > 0 ? options.average_alpha : 0.9 / copies);
-  }
+  if (averaged && (step + 1) % averaging.every == 0) combine->pull_to_centre(averaging.alpha);
   return norm;
 }
 

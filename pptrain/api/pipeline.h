@@ -69,7 +69,6 @@
 #include "pptrain/train/checkpoint.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/optimizer.h"
-#include "pptrain/train/pipemare.h"
 #include "pptrain/train/report.h"
 
 namespace pptrain {
@@ -83,8 +82,11 @@ struct World {
   std::shared_ptr<Transport> transport;
 };
 
-// Joins the run described by torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT (LOCAL_RANK is not needed on CPU). Without RANK, a world of one process.
+// Joins the run its launcher describes (runtime/cluster_env.h): torchrun's RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT (LOCAL_RANK is not needed on CPU); srun's SLURM_PROCID, SLURM_NTASKS
+// and first host of SLURM_JOB_NODELIST; mpirun's OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE with
+// MASTER_ADDR. Under Slurm or MPI, rank 0 prints one line naming the launcher. Without any, a
+// world of one process.
 // Every receive and collective fails after PPTRAIN_COMM_TIMEOUT_S seconds (default 60) without
 // an answer, naming the peer, instead of hanging. UserError on a malformed environment.
 World init_from_env();
@@ -181,7 +183,7 @@ struct PlannedSchedule {
   ValidatedSchedule schedule;
   VersionRule weights;
   // avgpipe: the data-parallel copies combine no gradients but pull their weights together
-  // every `average_every` steps.
+  // every few steps (PipelineOptions::family: --avg-interval, --avg-alpha).
   bool averages = false;
 };
 
@@ -213,14 +215,14 @@ struct PipelineOptions {
   // named bundle) goes straight to stage `to` > `from`, beside what stage to - 1 sends it, and
   // its gradient straight back; the stages between never see it.
   std::vector<SkipConnection> skips;
-  // The asynchronous schedules' own settings (docs/ASYNC.md): pipedream's vertical sync,
-  // ampnet's update interval (0: its default, 1), pipemare's fixes, and how often avgpipe's
-  // copies pull their weights together (0: every 4 steps), with which alpha (0: 0.9 / D).
+  // pipedream's vertical sync (docs/ASYNC.md).
   bool vertical_sync = false;
-  int update_interval = 0;
-  PipeMareOptions pipemare;
-  int average_every = 0;
-  double average_alpha = 0;
+  // The options of the schedule's family, by `pptrain train`'s flag (`pptrain train --help`
+  // lists them; docs/ASYNC.md), e.g. {{"--update-interval", 2}} for ampnet, {{"--avg-alpha",
+  // 0.3}} for avgpipe, {{"--no-lr-reschedule", true}, {"--pipemare-warmup", 50}} for pipemare:
+  // a switch is a bool, a count an int, a number a double. Those not given take their
+  // defaults; one of another family's, or out of its range, is a UserError naming it.
+  FamilyValues family;
   // Observers of every step's report (loss, times, peak memory, the measured timeline), on
   // rank 0; not owned. finish() ends them (writes the trace, the SVG).
   std::vector<StepObserver*> observers;

@@ -19,6 +19,7 @@
 #include "pptrain/job/trainer.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/runtime/rendezvous.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
@@ -71,8 +72,20 @@ RunResult result_of(const LaunchResult& launched, int max_restarts) {
           launched.exit_code == 0 ? std::string() : failure_text(launched, max_restarts)};
 }
 
-// This process's rank of the run: the whole run when it is one process, else the rank RANK
-// names (a worker we forked, or one torchrun or `pptrain run` started).
+// This node's place for its `nproc` ranks: the one the flags give (static), or the one a c10d
+// rendezvous gives in `round` (the restart count). Said on stderr when the run spans nodes.
+NodeAssignment place_node(const NodeGroup& group, int nproc, int round) {
+  const NodeAssignment node =
+      group.dynamic ? c10d_rendezvous(group, nproc, round) : static_assignment(group, nproc);
+  if (group.multi_node()) {
+    std::fprintf(stderr, "pptrain: %s\n", describe_node(node, nproc).c_str());
+    std::fflush(stderr);
+  }
+  return node;
+}
+
+// This process's rank of the run: the whole run when it is one process, else the rank its
+// launcher names (a worker we forked, or one torchrun, `pptrain run`, srun or mpirun started).
 void train_here(const TrainOptions& options, const TrainingPlan& plan) {
   const int world = options.pp * options.dp;
   std::unique_ptr<Transport> transport;
@@ -105,9 +118,36 @@ void tell_resume_auto(const TrainOptions& options, const TrainingPlan& plan) {
                 .c_str());
 }
 
-// Starts the D x P workers of `plan` and supervises them, restarting a failed run from the
-// newest whole checkpoint.
-RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& plan) {
+// The workers of this node: all D x P on one node, else --nproc-per-node or an even share.
+int workers_of_node(const TrainOptions& options, const NodeGroup& group, int nproc_per_node) {
+  const int world = options.pp * options.dp;
+  if (!group.multi_node()) {
+    PPTRAIN_CHECK(nproc_per_node == 0 || nproc_per_node == world, "--nproc-per-node ",
+                  nproc_per_node, " on one node: --pp ", options.pp, " x --dp ", options.dp,
+                  " needs ", world);
+    return world;
+  }
+  if (nproc_per_node > 0) return nproc_per_node;
+  PPTRAIN_CHECK(world % group.max_nodes == 0, "--pp ", options.pp, " x --dp ", options.dp, " = ",
+                world, " ranks do not divide over ", group.max_nodes,
+                " nodes: give --nproc-per-node");
+  return world / group.max_nodes;
+}
+
+// A node's place, checked against the run's ranks (a c10d rendezvous may gather other counts).
+NodeAssignment place_training_node(const TrainOptions& options, const NodeGroup& group, int nproc,
+                                   int round) {
+  const NodeAssignment node = place_node(group, nproc, round);
+  PPTRAIN_CHECK(node.world_size == options.pp * options.dp, "the ", node.nnodes, " nodes hold ",
+                node.world_size, " ranks, but --pp ", options.pp, " x --dp ", options.dp, " needs ",
+                options.pp * options.dp);
+  return node;
+}
+
+// Starts this node's workers of `plan` (all D x P on one node) and supervises them, restarting
+// a failed run from the newest whole checkpoint.
+RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& plan,
+                            const NodeGroup& group, int nproc) {
   // What every worker runs: the options with what this process resolved for them, so that all
   // ranks hold the same layers, run the same solved order and continue the same checkpoint.
   TrainOptions worker = options;
@@ -124,7 +164,9 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
   worker.resume_dir = plan.resume_dir;
 
   LaunchOptions launch;
-  launch.workers = options.pp * options.dp;
+  launch.workers = nproc;
+  launch.max_restarts = options.max_restarts;
+  launch.node = place_training_node(options, group, nproc, 0);
   launch.stopped_timeout = std::chrono::seconds(options.stopped_timeout_s);
   // The workers are this process forked, not executed again: LibTorch is loaded once, here.
   // Each forks with `worker` as it is at that moment.
@@ -155,6 +197,7 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
                      dir.empty() ? " (no checkpoint yet)" : (" of " + dir).c_str());
         std::fflush(stderr);
         worker.resume_dir = dir;
+        if (group.dynamic) launch.node = place_training_node(options, group, nproc, restart);
         return true;
       });
   if (!solved.empty()) std::remove(solved.c_str());
@@ -163,9 +206,14 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
 
 }  // namespace
 
-RunResult run_training(const TrainOptions& options) {
-  const bool worker = running_as_worker();
+RunResult run_training(const TrainOptions& options, const NodeGroupOptions& nodes) {
+  const bool worker = running_as_worker({nodes.master_addr, nodes.master_port});
   const int world = options.pp * options.dp;
+  const NodeGroup group = resolve_node_group(nodes);
+  PPTRAIN_CHECK(!worker || !group.multi_node(),
+                "--nnodes is for the process that starts the ranks of its node; this one is a "
+                "rank itself (RANK, SLURM_PROCID or OMPI_COMM_WORLD_RANK is set)");
+  const int nproc = workers_of_node(options, group, nodes.nproc_per_node);
   // A launcher computes on one thread: its workers are forks of it, and a fork of a process in
   // which OpenMP ran a team of several threads hangs in its own first parallel region (the team's
   // threads are not in the child). Each worker then sets its own (--threads).
@@ -182,7 +230,9 @@ RunResult run_training(const TrainOptions& options) {
     return {};
   }
   if (options.resume_dir == "auto" && !worker) tell_resume_auto(options, plan);
-  if (!worker && world > 1) return supervise_workers(options, plan);
+  if (!worker && (world > 1 || group.multi_node())) {
+    return supervise_workers(options, plan, group, nproc);
+  }
   train_here(options, plan);
   return {};
 }
@@ -190,7 +240,9 @@ RunResult run_training(const TrainOptions& options) {
 RunResult run_program(const ProgramRun& run) {
   PPTRAIN_CHECK(!run.program.empty(),
                 "pptrain run needs a program: pptrain run --nproc N PROGRAM [ARGS...]");
-  PPTRAIN_CHECK(run.ranks >= 1 && run.ranks <= 1024, "--nproc must be in 1..1024, got ", run.ranks);
+  PPTRAIN_CHECK(run.ranks >= 1 && run.ranks <= 1024,
+                "--nproc (--nproc-per-node) must be in 1..1024, got ", run.ranks);
+  const NodeGroup group = resolve_node_group(run.nodes);
   PPTRAIN_CHECK(run.stopped_timeout_s >= 1, "--stopped-timeout must be >= 1 s, got ",
                 run.stopped_timeout_s);
   PPTRAIN_CHECK(run.max_restarts >= 0, "--max-restarts must be >= 0, got ", run.max_restarts);
@@ -200,11 +252,14 @@ RunResult run_program(const ProgramRun& run) {
   launch.args = run.args;
   launch.stopped_timeout = std::chrono::seconds(run.stopped_timeout_s);
   launch.hold_error_lines = false;  // a program's stderr is its own
+  launch.max_restarts = run.max_restarts;
+  launch.node = place_node(group, run.ranks, 0);
   const LaunchResult result =
       launch_with_restarts(launch, run.max_restarts, [&](int restart, const LaunchResult& failed) {
         std::fprintf(stderr, "pptrain: restart %d/%d after: %s\n", restart, run.max_restarts,
                      failed.message.c_str());
         std::fflush(stderr);
+        if (group.dynamic) launch.node = place_node(group, run.ranks, restart);
         return true;
       });
   return result_of(result, run.max_restarts);

@@ -25,18 +25,24 @@
 #include <vector>
 
 #include "pptrain/job/run_result.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/train/plan.h"
 
 namespace pptrain {
 
 // Runs `options`' training to its end (see above). Throws UserError on bad options; a failure
-// of a rank in this process (a one-process run, or a rank started by torchrun) throws too.
-RunResult run_training(const TrainOptions& options);
+// of a rank in this process (a one-process run, or a rank started by torchrun, srun or mpirun)
+// throws too. `nodes`: torchrun's --nnodes flags, for a run over several nodes whose workers
+// this process starts on its own node (runtime/rendezvous.h); nproc_per_node 0 is --pp x --dp
+// over the nodes. Their --master-addr and --master-port also name rank 0's host under mpirun.
+RunResult run_training(const TrainOptions& options, const NodeGroupOptions& nodes = {});
 
-// `pptrain run`: N local ranks of any program, with torchrun's environment (runtime/launcher.h),
-// supervised as run_training() supervises its workers.
+// `pptrain run`: N ranks of any program on this node, with torchrun's environment
+// (runtime/launcher.h), supervised as run_training() supervises its workers; with `nodes`, this
+// node's ranks of a run over several (runtime/rendezvous.h).
 struct ProgramRun {
-  int ranks = 1;                  // 1..1024
+  int ranks = 1;  // 1..1024 on this node (--nproc, --nproc-per-node)
+  NodeGroupOptions nodes;
   std::string program;            // a path, or a name found on PATH
   std::vector<std::string> args;  // the program's own arguments
   int stopped_timeout_s = 60;     // a rank stopped (SIGSTOP) this long stops the run, named

@@ -14,6 +14,7 @@ constexpr unsigned kSwitch = TrainFlag::kSwitch;
 constexpr unsigned kShowDefault = TrainFlag::kShowDefault;
 constexpr unsigned kRequired = TrainFlag::kRequired;
 constexpr unsigned kHidden = TrainFlag::kHidden;
+constexpr unsigned kNode = TrainFlag::kNode;
 
 // "MIN:MAX" with 1 <= MIN <= MAX.
 std::pair<int64_t, int64_t> parse_seq_len_range(const std::string& text) {
@@ -166,6 +167,34 @@ const std::vector<TrainFlag>& train_flags() {
        "Seconds a worker may stay stopped (SIGSTOP) before the launcher stops the run, "
        "naming it",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.stopped_timeout_s; }, kShowDefault},
+      {"--nnodes",
+       "Nodes of the run, N or MIN:MAX (c10d rendezvous); this process starts the ranks of "
+       "its own node, as torchrun's node agent",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.nnodes; }, kNode | kShowDefault},
+      {"--nproc-per-node",
+       "Ranks on this node (train: default --pp x --dp over --nnodes; run: default 1)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.nproc_per_node; }, kNode},
+      {"--node-rank", "This node's place, 0..nnodes-1 (static rendezvous)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.node_rank; }, kNode | kShowDefault},
+      {"--master-addr",
+       "Host of rank 0, where the ranks meet (static rendezvous; under mpirun on several "
+       "hosts, instead of MASTER_ADDR); default 127.0.0.1",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.master_addr; }, kNode},
+      {"--master-port",
+       "Port of rank 0's store (default: a free port on one node, 29500 on several)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.master_port; }, kNode},
+      {"--rdzv-backend",
+       "static (--node-rank, --master-addr) or c10d (the node agents meet at "
+       "--rdzv-endpoint and are given their node ranks there)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_backend; }, kNode},
+      {"--rdzv-endpoint", "c10d: HOST[:PORT] of the node agents' store (default port 29400)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_endpoint; }, kNode},
+      {"--rdzv-id", "c10d: the run's id, the same on every node (TORCHELASTIC_RUN_ID)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_id; }, kNode | kShowDefault},
+      {"--rdzv-conf",
+       "c10d: join_timeout=S (default 600: how long an agent waits for the others), "
+       "last_call_timeout=S (default 30: with MIN:MAX, how long past MIN nodes)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.nodes.rdzv_conf; }, kNode},
       {"--metrics", "Write one JSON line of metrics per step",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.metrics_path; }},
       {"--trace", "Write the last step's measured Chrome trace (JSON)",

@@ -19,15 +19,18 @@
 #include <variant>
 #include <vector>
 
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/train/plan.h"
 
 namespace pptrain {
 
-// TrainOptions as given, with the two flags that are read into it only once they are resolved.
+// TrainOptions as given, with the two flags that are read into it only once they are resolved,
+// and torchrun's flags of the nodes (run_training()'s second argument).
 struct TrainArgs {
   TrainOptions options;
   std::string seq_len_range;  // "MIN:MAX": each batch has its own sequence length (gpt)
   std::string plan_path;      // plan.json of `pptrain plan`
+  NodeGroupOptions nodes;
 };
 
 // Where a flag's value goes: a field of TrainArgs, typed as the field is.
@@ -44,6 +47,9 @@ struct TrainFlag {
   static constexpr unsigned kRequired = 4;
   // What a launcher passes its workers, not a user's flag (--stage-layers): not in --help.
   static constexpr unsigned kHidden = 8;
+  // torchrun's flags of the nodes (--nnodes, --node-rank, --rdzv-endpoint, ...): `pptrain run`
+  // takes them too, and both also take torchrun's other spelling (--node_rank), unlisted.
+  static constexpr unsigned kNode = 16;
   bool has(unsigned trait) const { return (traits & trait) != 0; }
 };
 

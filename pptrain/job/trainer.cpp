@@ -39,7 +39,7 @@ void maybe_crash_for_test(int rank, int step) {
 PipelineOptions pipeline_options(const TrainingPlan& plan,
                                  const std::vector<StepObserver*>& observers) {
   PipelineOptions options;
-  options.planned = PlannedSchedule{plan.schedule, plan.weights, plan.average_every > 0};
+  options.planned = PlannedSchedule{plan.schedule, plan.weights, plan.averages_copies};
   options.microbatches = plan.microbatches();
   options.weight_split = plan.autograd_weight_split ? ExecutorOptions::WeightSplit::kAutograd
                                                     : ExecutorOptions::WeightSplit::kDeferredLayers;
@@ -47,9 +47,7 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
   options.data_parallel = plan.copies;
   options.zero = plan.zero;
   options.optimizer = plan.optimizer;
-  options.pipemare = plan.pipemare;
-  options.average_every = plan.average_every;
-  options.average_alpha = plan.average_alpha;
+  options.family = plan.family;
   options.observers = observers;
   options.steps = plan.steps;
   options.first_step = plan.first_step;

@@ -21,6 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+double seconds_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
 // The same tensors without their graph.
 TensorBundle detached(const TensorBundle& bundle) {
   TensorBundle out = bundle;
@@ -76,6 +80,19 @@ std::string first_line(const std::exception& e) {
 }
 
 }  // namespace
+
+StepCosts& StepCosts::operator+=(const StepCosts& other) {
+  total_s += other.total_s;
+  compute_s += other.compute_s;
+  post_s += other.post_s;
+  send_s += other.send_s;
+  recv_wait_s += other.recv_wait_s;
+  send_wait_s += other.send_wait_s;
+  compute_actions += other.compute_actions;
+  sends += other.sends;
+  receives += other.receives;
+  return *this;
+}
 
 BundleLossFn bundle_loss(LossFn loss) {
   return [loss = std::move(loss)](const TensorBundle& output, const TensorBundle& target) {
@@ -205,6 +222,7 @@ Executor::Slot& Executor::slot(StepState& state, int stage, int mb) {
 }
 
 StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start) {
+  const Clock::time_point called = Clock::now();
   const auto& actions = schedule_->actions[options_.rank];
   if (!state_) {
     state_ = std::make_unique<StepState>();
@@ -224,12 +242,16 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
     const Action& action = actions[p];
     if (is_recv(action.op)) {
       // The receive was posted ahead; what remains is waiting for it.
-      const double begin_s = std::chrono::duration<double>(Clock::now() - state.start).count();
+      const Clock::time_point waiting = Clock::now();
+      const double begin_s = seconds_between(state.start, waiting);
       auto it = state.posted.find(p);
       PPTRAIN_ASSERT(it != state.posted.end());
       Slot& s = slot(state, action.stage, action.microbatch);
       TensorBundle got = it->second.finish();
       state.posted.erase(it);
+      const Clock::time_point got_it = Clock::now();
+      state.record.costs.recv_wait_s += seconds_between(waiting, got_it);
+      ++state.record.costs.receives;
       if (!is_skip_message(action)) {
         if (action.op == Op::RECV_F && counting_allocator_installed()) {
           state.record.action_bytes.push_back({action, message_bytes(got), 0});
@@ -243,14 +265,16 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
       }
       const auto released = release_after_.find(p);
       if (released != release_after_.end()) {
+        const Clock::time_point releasing = Clock::now();
         for (size_t send : released->second) {
           auto sent = state.sent.find(send);
           if (sent == state.sent.end()) continue;
           sent->second.wait();
           state.sent.erase(sent);
         }
+        state.record.costs.send_wait_s += seconds_between(releasing, Clock::now());
       }
-      const double end_s = std::chrono::duration<double>(Clock::now() - state.start).count();
+      const double end_s = seconds_between(state.start, Clock::now());
       state.record.events.push_back({options_.rank, action, begin_s, end_s});
       continue;
     }
@@ -261,9 +285,14 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   for (auto it = retained_.begin(); it != retained_.end();) {
     it = crossing_.at(it->first) <= next_segment_ ? retained_.erase(it) : std::next(it);
   }
-  if (++next_segment_ < segment_ends_.size()) return record;
+  if (++next_segment_ < segment_ends_.size()) {
+    record.costs.total_s = seconds_between(called, Clock::now());
+    return record;
+  }
   // The end of the list: everything must be delivered before the next run reuses the tags.
+  const Clock::time_point releasing = Clock::now();
   for (auto& [position, sent] : state.sent) sent.wait();
+  record.costs.send_wait_s += seconds_between(releasing, Clock::now());
   for (auto& [key, s] : state.slots) {
     PPTRAIN_ASSERT(s.weight_grads.empty(), "stage ", key.first, " microbatch ", key.second,
                    " has weight gradients that no W ran");
@@ -271,6 +300,7 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   PPTRAIN_ASSERT(state.posted.empty() && state.next_recv == state.recv_positions.size());
   state_.reset();
   next_segment_ = 0;
+  record.costs.total_s = seconds_between(called, Clock::now());
   return record;
 }
 
@@ -361,12 +391,15 @@ void Executor::replay_forwards(const StepData& data, StepState& state) {
 
 void Executor::post_receives_through(size_t position, StepState& state) {
   // The rule (schedule/semantics.h: receives_posted) is shared with the memory model.
+  if (state.next_recv >= posted_before_[position]) return;
+  const Clock::time_point posting = Clock::now();
   while (state.next_recv < posted_before_[position]) {
     const size_t p = state.recv_positions[state.next_recv++];
     const Action& a = schedule_->actions[options_.rank][p];
     state.posted.emplace(p, BundleReceive(*options_.transport, peer_rank(a), tags_[p], origin_of(a),
                                           message_lengths_));
   }
+  state.record.costs.post_s += seconds_between(posting, Clock::now());
 }
 
 void Executor::run_action(const Action& action, size_t position, const StepData& data,
@@ -377,6 +410,7 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
   const int64_t bytes_before = counted ? allocated_bytes() : 0;
   if (counted) reset_window_peak();
   const int s = action.stage, mb = action.microbatch;
+  const Clock::time_point body = Clock::now();
   switch (action.op) {
     case Op::F:
       forward(s, mb, data, state);
@@ -427,6 +461,15 @@ void Executor::run_action(const Action& action, size_t position, const StepData&
       break;
     default:
       PPTRAIN_UNREACHABLE("cannot run ", to_string(action));
+  }
+  const double body_s = seconds_between(body, Clock::now());
+  StepCosts& costs = state.record.costs;
+  if (is_compute(action.op)) {
+    costs.compute_s += body_s;
+    ++costs.compute_actions;
+  } else if (is_send(action.op)) {
+    costs.send_s += body_s;
+    ++costs.sends;
   }
   const double end = std::chrono::duration<double>(Clock::now() - state.start).count();
   if (is_compute(action.op)) state.record.compute_cpu_s += (thread_cpu_ms() - cpu_begin) / 1e3;

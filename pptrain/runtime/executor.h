@@ -162,6 +162,26 @@ struct ActionBytes {
   int64_t transient = 0;
 };
 
+// Where one step's wall time went on this rank, in seconds, from the executor's own clock reads
+// (a few tens of nanoseconds each). What run_step spent outside these parts is the executor's
+// bookkeeping: finding slots, recording events, handing tensors over. bench/executor_bench.cpp
+// divides them by the counts to give an action's and a message's cost.
+struct StepCosts {
+  double total_s = 0;      // the whole run_step
+  double compute_s = 0;    // inside F, I, W, B: the stages' layers, the loss, autograd
+  double post_s = 0;       // posting receives ahead: a buffer and the transport's recv
+  double send_s = 0;       // SEND actions: the message packed and the transport's send posted
+  double recv_wait_s = 0;  // RECV actions: waiting for the message (and its transfer), unpacking
+  double send_wait_s = 0;  // waiting on sends: after a receive proves their arrival, at the end
+  int compute_actions = 0;
+  int sends = 0;
+  int receives = 0;
+  double bookkeeping_s() const {
+    return total_s - compute_s - post_s - send_s - recv_wait_s - send_wait_s;
+  }
+  StepCosts& operator+=(const StepCosts& other);
+};
+
 struct StepRecord {
   bool has_loss = false;  // true on the rank that holds the last stage
   double loss = 0;        // mean loss over the mini-batch (sum over microbatches of loss_m / M)
@@ -170,6 +190,7 @@ struct StepRecord {
   double compute_cpu_s = 0;           // thread CPU seconds of its F, I, W and B actions
   // Its F, I, W, B and RECV_F actions' bytes, in order; empty without the counting allocator.
   std::vector<ActionBytes> action_bytes;
+  StepCosts costs;
 };
 
 // What one microbatch holds on each stage in the step, read off `bytes` (StepRecord::

@@ -70,28 +70,24 @@ void forget_launcher_state() {
 // The child: become worker `rank`, then run the program again, by exec or by
 // options.run_in_child. Never returns.
 // `stderr_fd`: the write end of the pipe the launcher reads the worker's stderr from, or -1.
-[[noreturn]] void start_worker(const LaunchOptions& options, int rank, int port, pid_t parent,
-                               int stderr_fd) {
+[[noreturn]] void start_worker(const LaunchOptions& options, int rank, const NodeAssignment& node,
+                               pid_t parent, int stderr_fd) {
   // Die with the launcher even if it is SIGKILLed, so no worker is left waiting on its peers.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);
   if (stderr_fd >= 0 && dup2(stderr_fd, STDERR_FILENO) < 0) _exit(127);
-  setenv("RANK", std::to_string(rank).c_str(), 1);
-  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-  setenv("WORLD_SIZE", std::to_string(options.workers).c_str(), 1);
-  setenv("LOCAL_WORLD_SIZE", std::to_string(options.workers).c_str(), 1);
-  setenv("MASTER_ADDR", "127.0.0.1", 1);
-  setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  const Environment variables =
+      torchrun_variables(node, rank, options.workers, options.restart_count, options.max_restarts);
+  for (const auto& [name, value] : variables) setenv(name.c_str(), value.c_str(), 1);
   setenv("OMP_NUM_THREADS", "1", 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(options.restart_count).c_str(), 1);
   if (options.run_in_child) {
     forget_launcher_state();
     int status = 1;
     try {
       status = options.run_in_child(options.args);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "pptrain: error: worker %d: %s\n", rank, e.what());
+      std::fprintf(stderr, "pptrain: error: worker %d: %s\n", node.first_rank + rank, e.what());
     }
     std::fflush(nullptr);
     _exit(status);  // not the launcher's exit handlers and destructors
@@ -101,7 +97,7 @@ void forget_launcher_state() {
   for (const auto& a : options.args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   execv(options.executable.c_str(), argv.data());
-  std::fprintf(stderr, "pptrain: error: cannot start worker %d (%s): %s\n", rank,
+  std::fprintf(stderr, "pptrain: error: cannot start worker %d (%s): %s\n", node.first_rank + rank,
                options.executable.c_str(), std::strerror(errno));
   _exit(127);
 }
@@ -130,6 +126,9 @@ class WorkerErrors {
     std::string text;      // without "pptrain: error: " and the worker's "rank R: "
     bool consequence = false;
   };
+
+  // `first_rank`: the global rank of worker 0, which the workers' own lines name.
+  explicit WorkerErrors(int first_rank) : first_rank_(first_rank) {}
 
   ~WorkerErrors() {
     for (const Pipe& pipe : pipes_) {
@@ -201,7 +200,7 @@ class WorkerErrors {
       }
       const bool internal = line.rfind("pptrain: internal error: ", 0) == 0;
       std::string text = line.substr(line.find("error: ") + std::strlen("error: "));
-      const std::string own = "rank " + std::to_string(rank) + ": ";
+      const std::string own = "rank " + std::to_string(first_rank_ + rank) + ": ";
       if (text.rfind(own, 0) == 0) text.erase(0, own.size());
       if (internal) text = "internal error: " + text;
       held_.push_back({rank, line, text, is_consequence(line)});
@@ -209,15 +208,15 @@ class WorkerErrors {
     std::fflush(stderr);
   }
 
+  int first_rank_ = 0;
   std::vector<Pipe> pipes_;
   std::vector<Line> held_;
 };
 
 }  // namespace
 
-bool running_as_worker() {
-  const char* rank = std::getenv("RANK");
-  return rank && *rank;
+bool running_as_worker(const MasterHint& hint) {
+  return is_launched_rank(cluster_env_of_process(hint));
 }
 
 namespace {
@@ -239,6 +238,10 @@ int try_bind(int port) {
 }
 
 }  // namespace
+
+bool port_is_free(int port) {
+  return try_bind(port) == port;
+}
 
 // The port is free now, but rank 0 binds it only after loading LibTorch, a second later. A port
 // of the kernel's ephemeral range (ip_local_port_range) may meanwhile become the local end of
@@ -277,7 +280,14 @@ bool is_stopped(pid_t pid) {
 
 LaunchResult launch_workers(const LaunchOptions& options) {
   PPTRAIN_ASSERT(options.workers >= 1);
-  const int port = find_free_port();
+  NodeAssignment node;
+  if (options.node) {
+    node = *options.node;
+  } else {
+    node.world_size = options.workers;
+  }
+  if (node.master_port == 0) node.master_port = find_free_port();
+  const int first = node.first_rank;  // the global rank of local rank 0
   g_interrupt_signal = 0;
   struct sigaction action {};
   action.sa_handler = on_interrupt;
@@ -290,13 +300,13 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   const pid_t self = getpid();
   std::vector<pid_t> pids(options.workers, -1);
   std::vector<int> statuses(options.workers, 0);
-  WorkerErrors errors;
+  WorkerErrors errors(first);
   std::fflush(nullptr);  // no buffered output duplicated into the children
   for (int rank = 0; rank < options.workers; ++rank) {
     const int stderr_fd = options.hold_error_lines ? errors.open_pipe() : -1;
     const pid_t pid = fork();
     const int fork_errno = errno;
-    if (pid == 0) start_worker(options, rank, port, self, stderr_fd);
+    if (pid == 0) start_worker(options, rank, node, self, stderr_fd);
     if (stderr_fd >= 0) close(stderr_fd);
     PPTRAIN_CHECK(pid >= 0, "cannot start worker ", rank,
                   ": fork failed: ", std::strerror(fork_errno));
@@ -347,7 +357,7 @@ LaunchResult launch_workers(const LaunchOptions& options) {
         continue;
       const auto seconds =
           std::chrono::duration_cast<std::chrono::seconds>(now - *stopped_since[rank]).count();
-      stopped_message = "worker rank " + std::to_string(rank) +
+      stopped_message = "worker rank " + std::to_string(first + rank) +
                         " has been stopped (a SIGSTOP?) for " + std::to_string(seconds) + " s";
     }
   };
@@ -413,12 +423,13 @@ LaunchResult launch_workers(const LaunchOptions& options) {
     if (said) cause = said->rank;
   }
   const bool exited = std::find(failures.begin(), failures.end(), cause) != failures.end();
-  result.message = "worker rank " + std::to_string(cause) + " " +
+  result.message = "worker rank " + std::to_string(first + cause) + " " +
                    (exited ? describe_status(statuses[cause]) : std::string("failed")) +
                    (said ? ": " + said->text : std::string());
   for (const int rank : failures) {
     if (rank != cause)
-      result.message += "; rank " + std::to_string(rank) + " " + describe_status(statuses[rank]);
+      result.message +=
+          "; rank " + std::to_string(first + rank) + " " + describe_status(statuses[rank]);
   }
   result.message += "; stopped the other workers";
   // A user error found by a worker keeps its exit status 2.

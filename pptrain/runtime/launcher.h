@@ -2,7 +2,8 @@
 //
 // `pptrain train --pp 4 ...` without RANK in the environment starts 4 workers with the same
 // arguments and the environment torchrun would give each worker (RANK, WORLD_SIZE, LOCAL_RANK,
-// MASTER_ADDR=127.0.0.1, MASTER_PORT=<free port>) plus one compute thread per process
+// MASTER_ADDR=127.0.0.1, MASTER_PORT=<free port>, ...: cluster_env.h's torchrun_variables(); on
+// one node of several, LaunchOptions::node's ranks and master) plus one compute thread per process
 // (OMP_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1): each is the program executed again, or, with
 // LaunchOptions::run_in_child, this process forked, which saves loading LibTorch once per worker.
 // If a worker fails (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after
@@ -14,8 +15,11 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "pptrain/runtime/cluster_env.h"
 
 namespace pptrain {
 
@@ -34,6 +38,11 @@ struct LaunchOptions {
   // Restarts of the run so far: TORCHELASTIC_RESTART_COUNT in the workers' environment, as
   // torchrun sets it (launch_with_restarts counts them).
   int restart_count = 0;
+  int max_restarts = 0;  // TORCHELASTIC_MAX_RESTARTS, as torchrun sets it
+  // This node's place in a run over several nodes (runtime/rendezvous.h): the workers are its
+  // ranks first_rank.. of world_size, and meet at its master. Unset: the workers are the whole
+  // run, meeting at 127.0.0.1 on a free port. A master_port of 0 is a free port too.
+  std::optional<NodeAssignment> node;
   // When set, a worker is this process forked rather than `executable` run again: the child
   // takes the environment above, the default action of SIGINT and SIGTERM, closes the
   // descriptors an exec would, and exits with run_in_child(args) (its output flushed). It
@@ -58,12 +67,16 @@ struct LaunchResult {
   std::string message;
 };
 
-// True when RANK is set: this process is one worker of a run started by us or by torchrun.
-bool running_as_worker();
+// True when this process is one rank of a multi-process run started by us, torchrun, srun or
+// mpirun (cluster_env.h); `hint`: the command line's --master-addr/--master-port.
+bool running_as_worker(const MasterHint& hint = {});
 
 // A TCP port that was free on every address a moment ago, drawn below the kernel's ephemeral
 // range so that no outgoing connection takes it before rank 0 binds it.
 int find_free_port();
+
+// True when a listening socket could bind `port` on every address a moment ago.
+bool port_is_free(int port);
 
 // Spawns and supervises the workers; returns when all have exited (or were killed).
 LaunchResult launch_workers(const LaunchOptions& options);

@@ -10,26 +10,40 @@
 #endif
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/runtime/rendezvous.h"
 #include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
@@ -218,6 +232,360 @@ class Heartbeat {
   std::thread watchdog_;  // times the store (not on rank 0, which serves it)
 };
 
+// ---- Messages between ranks of one host through shared memory ---------------------------------
+//
+// Gloo moves a point-to-point message over TCP through a thread of its own on each side: the
+// receiver's loop thread reads the socket and wakes the thread waiting on the receive. On a
+// small machine whose cores the ranks' compute keeps busy, those two wake-ups are most of what a
+// small message costs (bench/executor_bench.cpp, docs/PERFORMANCE.md). Between two ranks of one
+// host, SharedMemoryLinks instead writes each message into a ring in shared memory that the
+// receiving thread itself polls while it waits: no thread in between, no system call on the way.
+// Collectives, subgroups, independent transports and messages above kShmMaxMessageBytes stay on
+// Gloo; both ends pick the path from the message's length, which they agree on (a receive's
+// buffer is as long as its message).
+
+// One direction between two ranks: a single-producer, single-consumer ring of records, each a
+// 64-byte header (tag, length in bytes) and the bytes, padded to 64. A record that would cross
+// the ring's end is preceded by a padding record (tag -1) to the end. `head` and `tail` count
+// bytes written and consumed since the start; each lives in its own cache line.
+class ShmRing {
+ public:
+  static constexpr uint64_t kControlBytes = 4096;
+  static constexpr uint64_t kRecordHeader = 64;
+
+  // Maps the shared-memory object `fd` (of kControlBytes + capacity bytes); throws on failure.
+  ShmRing(int fd, uint64_t capacity) : capacity_(capacity) {
+    void* base =
+        ::mmap(nullptr, kControlBytes + capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) throw std::runtime_error(std::string("mmap: ") + std::strerror(errno));
+    base_ = static_cast<uint8_t*>(base);
+    control_ = reinterpret_cast<Control*>(base_);
+    data_ = base_ + kControlBytes;
+  }
+  ~ShmRing() { ::munmap(base_, kControlBytes + capacity_); }
+  ShmRing(const ShmRing&) = delete;
+  ShmRing& operator=(const ShmRing&) = delete;
+
+  // The sender: writes one record if the ring has room for it now.
+  bool try_write(int64_t tag, const void* bytes, uint64_t length) {
+    const uint64_t need = kRecordHeader + padded(length);
+    const uint64_t head = control_->head.load(std::memory_order_relaxed);
+    const uint64_t tail = control_->tail.load(std::memory_order_acquire);
+    uint64_t at = head % capacity_;
+    const uint64_t to_end = capacity_ - at;
+    const uint64_t padding = to_end < need ? to_end : 0;
+    if (head + padding + need - tail > capacity_) return false;
+    if (padding > 0) {
+      write_header(at, -1, padding - kRecordHeader);
+      at = 0;
+    }
+    write_header(at, tag, length);
+    if (length > 0) std::memcpy(data_ + at + kRecordHeader, bytes, length);
+    control_->head.store(head + padding + need, std::memory_order_release);
+    // The doorbell: a receiver asleep on it wakes now (a futex on the shared page).
+    control_->writes.fetch_add(1, std::memory_order_seq_cst);
+    if (control_->sleeping.load(std::memory_order_seq_cst) != 0) {
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control_->writes), FUTEX_WAKE, 1, nullptr,
+                nullptr, 0);
+    }
+    return true;
+  }
+
+  // The receiver: how many records were written so far (wrapping), and a sleep until that
+  // changes from `seen`, for at most `at_most`. Sleeping lets the scheduler run others and wake
+  // this thread first when the record comes, where polling would keep it runnable.
+  uint32_t writes() const { return control_->writes.load(std::memory_order_seq_cst); }
+  void sleep_until_written(uint32_t seen, std::chrono::microseconds at_most) {
+    control_->sleeping.store(1, std::memory_order_seq_cst);
+    if (control_->writes.load(std::memory_order_seq_cst) == seen) {
+      timespec timeout{0, static_cast<long>(at_most.count()) * 1000};
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control_->writes), FUTEX_WAIT, seen,
+                &timeout, nullptr, 0);
+    }
+    control_->sleeping.store(0, std::memory_order_seq_cst);
+  }
+
+  // The receiver: hands every record written so far to take(tag, bytes, length), in order, and
+  // frees its room after each.
+  template <typename Take>
+  void drain(Take&& take) {
+    uint64_t tail = control_->tail.load(std::memory_order_relaxed);
+    const uint64_t head = control_->head.load(std::memory_order_acquire);
+    while (tail < head) {
+      const uint64_t at = tail % capacity_;
+      int64_t words[2];
+      std::memcpy(words, data_ + at, sizeof words);
+      if (words[0] >= 0) take(static_cast<int>(words[0]), data_ + at + kRecordHeader, words[1]);
+      tail += kRecordHeader + padded(static_cast<uint64_t>(words[1]));
+      control_->tail.store(tail, std::memory_order_release);
+    }
+  }
+
+  static uint64_t padded(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+ private:
+  struct Control {
+    alignas(64) std::atomic<uint64_t> head;
+    alignas(64) std::atomic<uint64_t> tail;
+    alignas(64) std::atomic<uint32_t> writes;  // records written, the futex a receiver sleeps on
+    std::atomic<uint32_t> sleeping;            // 1 while the receiver sleeps on `writes`
+  };
+  static_assert(sizeof(std::atomic<uint32_t>) == 4, "a futex is 32 bits");
+  static_assert(std::atomic<uint64_t>::is_always_lock_free, "the ring's counters are shared");
+
+  void write_header(uint64_t at, int64_t tag, uint64_t length) {
+    const int64_t words[2] = {tag, static_cast<int64_t>(length)};
+    std::memcpy(data_ + at, words, sizeof words);
+  }
+
+  uint64_t capacity_;
+  uint8_t* base_ = nullptr;
+  Control* control_ = nullptr;
+  uint8_t* data_ = nullptr;
+};
+
+// Per direction. A record takes at most half of it, so that one always fits, with the padding
+// to the ring's end before it, once the ring has drained.
+constexpr uint64_t kShmRingBytes = 8 << 20;
+constexpr int64_t kShmMaxMessageBytes = kShmRingBytes / 2 - ShmRing::kRecordHeader;
+
+// What two processes share when they see the same host, the same process ids and the same
+// /dev/shm: host name, boot, and the pid and mount namespaces.
+std::string host_identity() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  std::string id = name;
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  boot >> boot_id;
+  id += "/" + boot_id;
+  for (const char* ns : {"/proc/self/ns/pid", "/proc/self/ns/mnt"}) {
+    char link[128] = {};
+    const ssize_t n = ::readlink(ns, link, sizeof link - 1);
+    id += "/" + (n > 0 ? std::string(link, static_cast<size_t>(n)) : std::string("?"));
+  }
+  return id;
+}
+
+// Whether PPTRAIN_SHM asks for the shared-memory path ("1" or "on"; off by default until it is
+// measured beyond one loaded machine, docs/PERFORMANCE.md "The cost of an action").
+bool shared_memory_allowed() {
+  const char* value = std::getenv("PPTRAIN_SHM");
+  return value && (std::strcmp(value, "1") == 0 || std::strcmp(value, "on") == 0);
+}
+
+class SharedMemoryLinks {
+ public:
+  // Meets the other ranks in `store` (every rank calls it, at the same point): the peers that
+  // share this host and both of whose rings mapped get a link; the others none. `enabled`
+  // false: this rank takes part, but links to nobody.
+  SharedMemoryLinks(c10d::Store& store, int rank, int world_size, bool enabled,
+                    std::chrono::milliseconds timeout)
+      : timeout_(timeout) {
+    const std::string prefix = "pptrain/shm/";
+    const std::string host = enabled ? host_identity() : "off/" + std::to_string(rank);
+    store.set(prefix + "host/" + std::to_string(rank), bytes_of(host));
+    store.set(prefix + "pid/" + std::to_string(rank), bytes_of(std::to_string(::getpid())));
+    std::vector<int> local;
+    for (int peer = 0; peer < world_size; ++peer) {
+      if (peer != rank && text_of(store.get(prefix + "host/" + std::to_string(peer))) == host) {
+        local.push_back(peer);
+      }
+    }
+    const auto key = [&](const char* what, int from, int to) {
+      return prefix + what + "/" + std::to_string(from) + "-" + std::to_string(to);
+    };
+    // Each rank makes the rings it receives on and names them; then maps the ones it sends on.
+    std::map<int, std::string> made;
+    for (int peer : local) {
+      std::string name = "/pptrain-" + std::to_string(::getpid()) + "-" +
+                         std::to_string(std::random_device()()) + "-" + std::to_string(peer) + "-" +
+                         std::to_string(rank);
+      std::unique_ptr<ShmRing> ring = open_ring(name, /*create=*/true);
+      if (ring) {
+        peers_[peer].in = std::move(ring);
+        made[peer] = name;
+      } else {
+        name.clear();
+      }
+      store.set(key("ring", peer, rank), bytes_of(name));
+    }
+    for (int peer : local) {
+      const std::string name = text_of(store.get(key("ring", rank, peer)));
+      std::unique_ptr<ShmRing> ring = name.empty() ? nullptr : open_ring(name, /*create=*/false);
+      store.set(key("mapped", rank, peer), bytes_of(ring ? "1" : "0"));
+      if (ring) peers_[peer].out = std::move(ring);
+    }
+    for (int peer : local) {
+      const bool theirs = text_of(store.get(key("mapped", peer, rank))) == "1";
+      if (made.count(peer)) ::shm_unlink(made[peer].c_str());
+      Peer& p = peers_[peer];
+      if (!theirs || !p.in || !p.out) {
+        peers_.erase(peer);
+        continue;
+      }
+      p.pid = std::stoi(text_of(store.get(prefix + "pid/" + std::to_string(peer))));
+    }
+  }
+
+  // Whether a message of `bytes` to or from `peer` goes through shared memory.
+  bool covers(int peer, int64_t bytes) const {
+    return bytes <= kShmMaxMessageBytes && peers_.count(peer) > 0;
+  }
+
+  PendingComm send(const torch::Tensor& tensor, int peer, int tag, std::string what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Peer& p = peers_.at(peer);
+    progress_locked();
+    if (p.pending.empty() && p.out->try_write(tag, tensor.data_ptr(), tensor.nbytes())) {
+      return PendingComm(nullptr, tensor);
+    }
+    const uint64_t ticket = ++p.queued;
+    p.pending.push_back({tag, tensor});
+    return PendingComm(
+        [this, peer, ticket, what = std::move(what)] {
+          wait_until([&] { return peers_.at(peer).written >= ticket; }, peer, what);
+        },
+        tensor);
+  }
+
+  PendingComm recv(const torch::Tensor& buffer, int peer, int tag, std::string what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Peer& p = peers_.at(peer);
+    auto posted = std::make_shared<Posted>();
+    posted->buffer = buffer;
+    auto early = p.arrived.find(tag);
+    if (early != p.arrived.end() && !early->second.empty()) {
+      fill(*posted, early->second.front().data_ptr(), early->second.front().numel());
+      early->second.pop_front();
+    } else {
+      p.posted[tag].push_back(posted);
+    }
+    return PendingComm(
+        [this, posted, peer, what = std::move(what)] {
+          wait_until([&] { return posted->done; }, peer, what);
+          if (!posted->error.empty()) throw std::runtime_error(what + ": " + posted->error);
+        },
+        buffer);
+  }
+
+ private:
+  struct Outgoing {
+    int tag;
+    torch::Tensor tensor;
+  };
+  struct Posted {
+    torch::Tensor buffer;
+    bool done = false;
+    std::string error;
+  };
+  struct Peer {
+    std::unique_ptr<ShmRing> out, in;
+    int pid = -1;
+    std::deque<Outgoing> pending;  // sends the ring had no room for yet, in order
+    uint64_t queued = 0;           // sends queued in `pending` so far
+    uint64_t written = 0;          // of those, written into the ring
+    std::unordered_map<int, std::deque<std::shared_ptr<Posted>>> posted;  // by tag, in order
+    std::unordered_map<int, std::deque<torch::Tensor>> arrived;  // came before their receive
+  };
+
+  static std::unique_ptr<ShmRing> open_ring(const std::string& name, bool create) {
+    const int fd = ::shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
+    if (fd < 0) return nullptr;
+    std::unique_ptr<ShmRing> ring;
+    try {
+      if (!create || ::ftruncate(fd, ShmRing::kControlBytes + kShmRingBytes) == 0) {
+        ring = std::make_unique<ShmRing>(fd, kShmRingBytes);
+      }
+    } catch (const std::exception&) {
+    }
+    ::close(fd);
+    if (!ring && create) ::shm_unlink(name.c_str());
+    return ring;
+  }
+
+  static std::vector<uint8_t> bytes_of(const std::string& text) {
+    return std::vector<uint8_t>(text.begin(), text.end());
+  }
+  static std::string text_of(const std::vector<uint8_t>& bytes) {
+    return std::string(bytes.begin(), bytes.end());
+  }
+
+  static void fill(Posted& posted, const void* bytes, int64_t length) {
+    posted.done = true;
+    if (length != static_cast<int64_t>(posted.buffer.nbytes())) {
+      posted.error = "a message of " + std::to_string(length) + " bytes for a receive of " +
+                     std::to_string(posted.buffer.nbytes());
+      return;
+    }
+    if (length > 0) std::memcpy(posted.buffer.data_ptr(), bytes, static_cast<size_t>(length));
+  }
+
+  // Writes what waits to be sent, as far as the rings have room, and takes what came in.
+  void progress_locked() {
+    for (auto& [peer, p] : peers_) {
+      while (!p.pending.empty()) {
+        const Outgoing& next = p.pending.front();
+        if (!p.out->try_write(next.tag, next.tensor.data_ptr(), next.tensor.nbytes())) break;
+        p.pending.pop_front();
+        ++p.written;
+      }
+      p.in->drain([&p](int tag, const uint8_t* bytes, int64_t length) {
+        auto posted = p.posted.find(tag);
+        if (posted != p.posted.end() && !posted->second.empty()) {
+          fill(*posted->second.front(), bytes, length);
+          posted->second.pop_front();
+          return;
+        }
+        torch::Tensor copy = torch::empty({length}, torch::kUInt8);
+        if (length > 0) std::memcpy(copy.data_ptr(), bytes, static_cast<size_t>(length));
+        p.arrived[tag].push_back(std::move(copy));
+      });
+    }
+  }
+
+  // Polls until `done()` holds: spinning for 50 us (a message between two busy ranks comes
+  // within microseconds), then asleep on the peer's ring until it writes (naps of at most
+  // 1 ms, so that the other rings and what waits to be sent still move). Throws after
+  // the timeout, or when `peer`'s process is gone, in the words of c10d_waiter().
+  template <typename Done>
+  void wait_until(Done&& done, int peer, const std::string& what) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    auto checked = start;
+    ShmRing& ring = *peers_.at(peer).in;
+    while (true) {
+      const uint32_t seen = ring.writes();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        progress_locked();
+        if (done()) return;
+      }
+      const auto now = Clock::now();
+      if (now - start < std::chrono::microseconds(50)) continue;
+      if (now - start >= timeout_) {
+        throw std::runtime_error(what + ": no answer within " +
+                                 std::to_string(timeout_.count() / 1000) +
+                                 " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): timed out in "
+                                 "shared memory");
+      }
+      if (now - checked >= std::chrono::milliseconds(100)) {
+        checked = now;
+        if (::kill(peers_.at(peer).pid, 0) != 0 && errno == ESRCH) {
+          throw std::runtime_error(what +
+                                   ": the connection broke (the peer may have exited): its "
+                                   "process ended");
+        }
+      }
+      ring.sleep_until_written(seen, std::chrono::microseconds(1000));
+    }
+  }
+
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::map<int, Peer> peers_;  // the peers on this host with a link, by rank
+};
+
 class C10dTransport : public Transport {
  public:
   // `world_ranks`: the world rank of each of this group's ranks, for messages; empty: the world.
@@ -237,6 +605,9 @@ class C10dTransport : public Transport {
 
   PendingComm send(const torch::Tensor& tensor, int peer, int tag) override {
     PPTRAIN_ASSERT(tensor.is_contiguous(), "send needs a contiguous tensor");
+    if (shm_ && shm_->covers(peer, static_cast<int64_t>(tensor.nbytes()))) {
+      return shm_->send(tensor, peer, tag, "send to rank " + std::to_string(world_ranks_.at(peer)));
+    }
     std::vector<at::Tensor> tensors{tensor};
     return PendingComm(c10d_waiter(group_->send(tensors, peer, tag), options_.timeout,
                                    "send to rank " + std::to_string(world_ranks_.at(peer))),
@@ -245,6 +616,10 @@ class C10dTransport : public Transport {
 
   PendingComm recv(const torch::Tensor& buffer, int peer, int tag) override {
     PPTRAIN_ASSERT(buffer.is_contiguous(), "recv needs a contiguous buffer");
+    if (shm_ && shm_->covers(peer, static_cast<int64_t>(buffer.nbytes()))) {
+      return shm_->recv(buffer, peer, tag,
+                        "receive from rank " + std::to_string(world_ranks_.at(peer)));
+    }
     std::vector<at::Tensor> tensors{buffer};
     return PendingComm(c10d_waiter(group_->recv(tensors, peer, tag), options_.timeout,
                                    "receive from rank " + std::to_string(world_ranks_.at(peer))),
@@ -268,6 +643,12 @@ class C10dTransport : public Transport {
 
   // Once every rank has joined: from then on, each one's silence means something.
   void start_heartbeat() { heartbeat_ = std::make_unique<Heartbeat>(options_); }
+  // The world's transport: messages to the ranks of this host through shared memory (when
+  // TransportOptions::shared_memory), every rank taking part.
+  void link_local_ranks() {
+    shm_ = std::make_unique<SharedMemoryLinks>(*store_, options_.rank, options_.world_size,
+                                               options_.shared_memory, options_.timeout);
+  }
 
  private:
   // "rank 1" or "ranks 0, 2, 3": the other members (world ranks), which a collective waits for.
@@ -291,7 +672,8 @@ class C10dTransport : public Transport {
   TransportOptions options_;
   std::vector<int> world_ranks_;  // [group rank] -> world rank
   std::mutex formed_mutex_;
-  std::map<std::string, int> formed_;  // groups formed by name: members or independent name
+  std::map<std::string, int> formed_;       // groups formed by name: members or independent name
+  std::unique_ptr<SharedMemoryLinks> shm_;  // the world's transport only; may link no peer
   // The world's transport only. Last, so destroyed first, while rank 0 still serves the store.
   std::unique_ptr<Heartbeat> heartbeat_;
 };
@@ -310,31 +692,29 @@ int env_int(const char* name) {
 
 }  // namespace
 
+// The rank its launcher gave this process (runtime/cluster_env.h: torchrun's variables, srun's
+// or mpirun's).
 TransportOptions TransportOptions::from_env() {
+  const ClusterEnv env = cluster_env_of_process();
+  PPTRAIN_CHECK(env.launcher != Launcher::kNone,
+                "environment variable RANK is not set (expected as torchrun sets it: RANK, "
+                "WORLD_SIZE, MASTER_ADDR, MASTER_PORT; or srun's, or mpirun's)");
   TransportOptions options;
-  options.rank = env_int("RANK");
-  options.world_size = env_int("WORLD_SIZE");
-  options.master_port = env_int("MASTER_PORT");
-  const char* addr = std::getenv("MASTER_ADDR");
-  PPTRAIN_CHECK(addr && *addr, "environment variable MASTER_ADDR is not set");
-  options.master_addr = addr;
-  PPTRAIN_CHECK(options.world_size >= 1 && options.rank < options.world_size, "RANK=", options.rank,
-                " is not below WORLD_SIZE=", options.world_size);
-  PPTRAIN_CHECK(options.master_port > 0 && options.master_port < 65536,
-                "MASTER_PORT=", options.master_port, " is not a TCP port");
+  options.rank = env.rank;
+  options.world_size = env.world_size;
+  options.master_addr = env.master_addr;
+  options.master_port = env.master_port;
   if (const char* t = std::getenv("PPTRAIN_COMM_TIMEOUT_S"); t && *t) {
     options.timeout = std::chrono::seconds(env_int("PPTRAIN_COMM_TIMEOUT_S"));
   }
+  options.shared_memory = shared_memory_allowed();
   return options;
 }
 
-namespace {
-
-// The local address this host reaches `master_addr` from, which is where the other ranks reach
-// this one: a UDP socket "connected" to it (nothing is sent) is bound to the outgoing
-// interface's address. On the master's host that is the master address itself; on another host
-// it is that host's address on the shared network, not the master's (which it cannot bind).
-// Empty when the route cannot be found.
+// The local address this host reaches `master_addr` from (rendezvous.h), which is where the
+// other ranks reach this one: a UDP socket "connected" to it (nothing is sent) is bound to the
+// outgoing interface's address. On the master's host that is the master address itself; on another
+// host it is that host's address on the shared network, not the master's (which it cannot bind).
 std::string local_address_towards(const std::string& master_addr, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -363,6 +743,8 @@ std::string local_address_towards(const std::string& master_addr, int port) {
   ::freeaddrinfo(found);
   return local;
 }
+
+namespace {
 
 // Gloo's device: on GLOO_SOCKET_IFNAME's interface when it is set (as torch does), else on the
 // address this host reaches the master from.
@@ -412,6 +794,7 @@ std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
       c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
   auto transport =
       std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
+  if (options.world_size > 1) transport->link_local_ranks();
   if (options.heartbeat && options.world_size > 1) transport->start_heartbeat();
   return transport;
 }

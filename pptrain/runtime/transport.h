@@ -4,7 +4,10 @@
 // tensor, a blocking sum all-reduce and a barrier. Two implementations:
 //   connect_transport(options)    a c10d ProcessGroup (Gloo on CPU; NCCL when LibTorch was built
 //                                 with it and options.backend == "nccl"), rendezvous through a
-//                                 c10d TCPStore served by rank 0, as torchrun sets it up.
+//                                 c10d TCPStore served by rank 0, as torchrun sets it up. With
+//                                 TransportOptions::shared_memory, its sends and receives between
+//                                 ranks of one host go through rings in shared memory that the
+//                                 waiting thread polls, then sleeps on (no Gloo thread between).
 //   make_loopback_transports(P)   P ranks as threads of one process (loopback_transport.h); with
 //                                 P = 1 it is the transport of a one-process run (--pp 1).
 //
@@ -126,6 +129,12 @@ struct TransportOptions {
   // not answered for 60 s (stopped or hung)", even when nothing here waits on it. A rank says it
   // is done when its transport is destroyed, so one that finished is never taken for a hang.
   bool heartbeat = true;
+  // Point-to-point messages of up to 4 MiB (less 64 bytes) between ranks of this host through
+  // shared memory, polled by the waiting thread, instead of Gloo's TCP (collectives stay on Gloo).
+  // A pair of ranks uses it when both ask for it and both could map its rings; else Gloo.
+  // from_env(): on with PPTRAIN_SHM=1. Off by default until measured beyond one loaded machine
+  // (docs/PERFORMANCE.md, "The cost of an action").
+  bool shared_memory = false;
 
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun sets them. UserError if missing or
   // malformed; `timeout` from PPTRAIN_COMM_TIMEOUT_S when set.

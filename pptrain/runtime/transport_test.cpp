@@ -193,6 +193,100 @@ TEST(Transport, LoopbackIndependentTransport) {
   check_independent([&](int rank) -> Transport& { return *transports[rank]; });
 }
 
+// Rank `rank` of two on `port`, without a heartbeat.
+TransportOptions pair_options(int rank, int port, std::chrono::milliseconds timeout,
+                              bool shared_memory) {
+  TransportOptions options;
+  options.rank = rank;
+  options.world_size = 2;
+  options.master_port = port;
+  options.timeout = timeout;
+  options.heartbeat = false;
+  options.shared_memory = shared_memory;
+  return options;
+}
+
+// Two ranks of this process on shared memory and on Gloo alone (TransportOptions::
+// shared_memory): the same bytes arrive for every pattern the executor makes. Receives posted
+// before and after their message, two messages of one tag in order, receives waited on in
+// another order than sent, a message above the shared-memory limit (4 MiB: Gloo), an empty
+// one, and more in flight than a ring holds (8 MiB), sent before the receiver posts anything.
+void check_messages(bool shared_memory) {
+  SCOPED_TRACE(shared_memory ? "shared memory" : "gloo");
+  const int port = find_free_port();
+  const auto message = [](int index, int64_t floats) {
+    return torch::arange(floats, torch::kFloat32) + static_cast<float>(1000 * index);
+  };
+  const std::vector<int64_t> sizes = {3, 0, 1 << 18, 5 << 18, 7, 7};  // floats; 5 MiB
+  const std::vector<int> tags = {1, 2, 3, 4, 5, 5};
+  constexpr int kMany = 12;  // of 1 MiB each
+  std::vector<torch::Tensor> got(sizes.size() + kMany);
+  const std::string errors = testing::run_rank_threads(2, [&](int rank) {
+    auto transport =
+        connect_transport(pair_options(rank, port, std::chrono::seconds(30), shared_memory));
+    if (rank == 0) {
+      std::vector<PendingComm> sent;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        sent.push_back(transport->send(message(static_cast<int>(i), sizes[i]), 1, tags[i]));
+      }
+      for (int i = 0; i < kMany; ++i) {
+        sent.push_back(transport->send(message(100 + i, 1 << 18), 1, 100 + i));
+      }
+      for (auto& s : sent) s.wait();
+    } else {
+      std::vector<PendingComm> posted;
+      // Posted before anything is sent: the first three; the rest after their messages came.
+      for (size_t i = 0; i < 3; ++i) {
+        got[i] = torch::full({sizes[i]}, -1.0f);
+        posted.push_back(transport->recv(got[i], 0, tags[i]));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      posted[0].wait();  // takes in what came meanwhile, before its receives are posted
+      for (size_t i = 3; i < sizes.size(); ++i) {
+        got[i] = torch::full({sizes[i]}, -1.0f);
+        posted.push_back(transport->recv(got[i], 0, tags[i]));
+      }
+      for (int i = 0; i < kMany; ++i) {
+        got[sizes.size() + i] = torch::full({1 << 18}, -1.0f);
+        posted.push_back(transport->recv(got[sizes.size() + i], 0, 100 + i));
+      }
+      for (size_t i = posted.size(); i-- > 0;) posted[i].wait();  // the last one first
+    }
+    transport->barrier();
+  });
+  ASSERT_EQ(errors, "");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_TRUE(torch::equal(got[i], message(static_cast<int>(i), sizes[i]))) << "message " << i;
+  }
+  for (int i = 0; i < kMany; ++i) {
+    EXPECT_TRUE(torch::equal(got[sizes.size() + i], message(100 + i, 1 << 18))) << "many " << i;
+  }
+}
+
+TEST(Transport, SharedMemoryCarriesWhatGlooCarries) {
+  check_messages(/*shared_memory=*/true);
+  check_messages(/*shared_memory=*/false);
+}
+
+// A receive on shared memory whose message never comes fails after the timeout, in the words
+// of a Gloo receive's.
+TEST(Transport, SharedMemoryReceiveTimesOutNamingThePeer) {
+  const int port = find_free_port();
+  std::string error;
+  const std::string errors = testing::run_rank_threads(2, [&](int rank) {
+    auto transport = connect_transport(pair_options(rank, port, std::chrono::seconds(5), true));
+    // Both ranks wait in vain; no collective after it, whose own timeout a loaded machine could
+    // make it miss.
+    try {
+      transport->recv(torch::zeros({4}), 1 - rank, 9).wait();
+    } catch (const std::exception& e) {
+      if (rank == 0) error = e.what();
+    }
+  });
+  ASSERT_EQ(errors, "");
+  EXPECT_EQ(error.rfind("receive from rank 1: no answer within 5 s", 0), 0u) << error;
+}
+
 TEST(Transport, FromEnvNamesWhatIsMissing) {
   unsetenv("RANK");
   try {

@@ -151,7 +151,12 @@ void check_family_options(const FamilyValues& given, const std::string& schedule
     }
     PPTRAIN_CHECK(own, flag, " applies to --schedule ", owners, " only, not '",
                   entry ? schedule : "a schedule file", "'");
+    const bool is_switch = std::holds_alternative<bool>(value);
+    PPTRAIN_CHECK(is_switch == (own->kind == FamilyOption::Kind::kSwitch), flag,
+                  is_switch ? " takes a value, not a switch" : " is a switch (true or false)");
     if (own->kind == FamilyOption::Kind::kSwitch) continue;
+    PPTRAIN_CHECK(own->kind != FamilyOption::Kind::kInt || std::holds_alternative<int>(value), flag,
+                  " takes a whole number");
     std::ostringstream got;
     std::visit([&got](auto v) { got << v; }, value);
     const double v = std::visit([](auto x) { return static_cast<double>(x); }, value);
@@ -176,7 +181,9 @@ int family_int(const FamilyValues& given, const std::string& flag, int otherwise
 
 double family_number(const FamilyValues& given, const std::string& flag, double otherwise) {
   const auto it = given.find(flag);
-  return it == given.end() ? otherwise : std::get<double>(it->second);
+  if (it == given.end()) return otherwise;
+  const int* whole = std::get_if<int>(&it->second);
+  return whole ? *whole : std::get<double>(it->second);
 }
 
 VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,

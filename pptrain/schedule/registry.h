@@ -145,7 +145,8 @@ void check_schedule_size(int ranks, int chunks, long long microbatches,
 // the registry: the program).
 std::vector<const FamilyOption*> family_options();
 // UserError (one line naming the flag) when a given option is not one of `schedule`'s family
-// ("" for a schedule file: none is) or is out of its range.
+// ("" for a schedule file: none is), has a value of another kind (a switch is a bool, a count an
+// int, a number an int or a double), or is out of its range.
 void check_family_options(const FamilyValues& given, const std::string& schedule);
 // A given option's value, or `otherwise` when it was not given.
 bool family_switch(const FamilyValues& given, const std::string& flag);

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <variant>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/schedule/registry.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
@@ -87,19 +89,18 @@ std::string verdict(const std::vector<Settings>& ranks) {
   return "";
 }
 
-std::string pipemare_text(const TrainingPlan& plan) {
-  if (!plan.weights.update->corrects_delay()) return "(not pipemare)";
-  const PipeMareOptions& o = plan.pipemare;
-  return std::string("lr-reschedule ") + (o.lr_reschedule ? "on" : "off") + ", correction " +
-         (o.correction ? "on" : "off") + ", warmup " + std::to_string(o.warmup_steps) + ", decay " +
-         to_text(o.decay);
+// A family option's value as given, for comparing ranks.
+std::string family_value_text(const FamilyValue& value) {
+  if (const bool* on = std::get_if<bool>(&value)) return *on ? "on" : "off";
+  if (const int* count = std::get_if<int>(&value)) return std::to_string(*count);
+  return to_text(std::get<double>(value));
 }
 
 }  // namespace
 
 Settings plan_settings(const TrainingPlan& plan) {
   const ModelOptions& m = plan.model;
-  return {
+  Settings settings = {
       {"--pp", std::to_string(plan.ranks())},
       {"--dp", std::to_string(plan.copies)},
       {"--zero", std::to_string(plan.zero)},
@@ -126,10 +127,6 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--clip", to_text(plan.optimizer.clip)},
       {"--recompute", plan.recompute ? "on" : "off"},
       {"the weight update (--vertical-sync)", plan.weights.name()},
-      {"pipemare's fixes (--no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup, "
-       "--pipemare-decay)",
-       pipemare_text(plan)},
-      {"--update-interval", std::to_string(plan.weights.update_interval)},
       {"--skip-nonfinite", plan.optimizer.skip_nonfinite ? "on" : "off"},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
       {"--resume", plan.resume_dir.empty() ? "(none)" : plan.resume_dir},
@@ -138,6 +135,14 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--keep", std::to_string(plan.keep)},
       {"--sync-save", plan.background_save ? "off" : "on"},
   };
+  // The schedule family's options (schedule/registry.h), each as given or "(default)".
+  for (const FamilyOption* option : family_options()) {
+    const auto given = plan.family.find(option->flag);
+    settings.emplace_back(option->flag, given == plan.family.end()
+                                            ? "(default)"
+                                            : family_value_text(given->second));
+  }
+  return settings;
 }
 
 void check_ranks_agree(const TrainingPlan& plan, Transport& transport) {

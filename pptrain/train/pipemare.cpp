@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/train/stage_hooks.h"
 
 namespace pptrain {
 
@@ -83,6 +84,53 @@ void PipeMareStage::load_state(const std::string& prefix, const NamedTensors& in
                   live_->index(), "'s parameter");
     delta_[p].copy_(values[p]);
   }
+}
+
+namespace {
+
+// The fixes as the updates' hooks: a backward runs on the corrected weights of its version.
+class DelayCorrection final : public StageHooks {
+ public:
+  DelayCorrection(const VersionRule& rule, Stage* live, std::function<Stage()> make_copy,
+                  const FamilyValues& family)
+      : rule_(rule),
+        stage_(live->index()),
+        fixes_(live, std::move(make_copy), rule.delay(live->index()), pipemare_options(family)) {}
+
+  Stage& weights(int mb, bool backward, StageVersions& versions) override {
+    const int version =
+        backward ? rule_.backward_version(mb, stage_) : rule_.forward_version(mb, stage_);
+    Stage& newest = versions.weights(version);
+    if (!backward) return newest;
+    return fixes_.backward_weights(newest, version - rule_.forward_version(mb, stage_));
+  }
+  void gradients_to(Stage& target) override { fixes_.gradients_to(target); }
+  double lr_scale(int step) const override { return fixes_.lr_scale(step); }
+  void before_step() override { fixes_.before_step(); }
+  void after_update(const StageUpdate& update) override {
+    if (update.stepped) fixes_.after_step();
+  }
+  int buffers() const override { return fixes_.buffers(); }
+  void save_state(const std::string& prefix, NamedTensors& out) const override {
+    fixes_.save_state(prefix, out);
+  }
+  void load_state(const std::string& prefix, const NamedTensors& in,
+                  const std::string& flag) override {
+    fixes_.load_state(prefix, in, flag);
+  }
+
+ private:
+  VersionRule rule_;
+  int stage_;
+  PipeMareStage fixes_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageHooks> make_delay_correction(const VersionRule& rule, Stage* live,
+                                                  const std::function<Stage()>& make_copy,
+                                                  const FamilyValues& family) {
+  return std::make_unique<DelayCorrection>(rule, live, make_copy, family);
 }
 
 }  // namespace pptrain

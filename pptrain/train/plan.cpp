@@ -11,6 +11,7 @@
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/checkpoint.h"
+#include "pptrain/train/stage_copies.h"
 
 namespace pptrain {
 namespace {
@@ -253,20 +254,16 @@ void check_predicting_rule(const TrainOptions& options, const VersionRule& rule)
 }
 
 // The averaging of the copies into the plan (--avg-interval and --avg-alpha, checked against
-// the family before); UserError naming the flag when out of range, or when the schedule has no
-// copies to average.
+// the family before, --avg-alpha's range here); UserError naming the flag when out of range, or
+// when the schedule has no copies to average.
 void plan_averaging(const TrainOptions& options, const ScheduleEntry* entry, TrainingPlan& plan) {
   if (!entry || !entry->averages_copies) return;
   PPTRAIN_CHECK(options.dp >= 2, "--schedule avgpipe averages the weights of --dp D >= 2 ",
                 "pipelines, got --dp ", options.dp);
   PPTRAIN_CHECK(options.zero == 0, "--zero 1 shards an optimizer the copies share; avgpipe's ",
                 "copies each keep their own");
-  plan.average_every = family_int(options.family, "--avg-interval", 4);
-  // EASGD's moving rate beta = D x alpha = 0.9 by default; the centre is stable for beta < 2.
-  plan.average_alpha = family_number(options.family, "--avg-alpha", 0.9 / options.dp);
-  PPTRAIN_CHECK(plan.average_alpha > 0 && plan.average_alpha * options.dp < 2,
-                "--avg-alpha must be in (0, 2 / D) = (0, ", 2.0 / options.dp, "), got ",
-                plan.average_alpha);
+  copy_averaging(options.family, options.dp);  // checks --avg-alpha
+  plan.averages_copies = true;
 }
 
 // The stage of `stage_layers` that holds `layer`.
@@ -336,7 +333,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(options.model.kind != "unet" || !rule.asynchronous(),
                 "--model unet: ", plan.schedule->name,
                 " is asynchronous; skip connections run on synchronous schedules for now");
-  plan.pipemare = pipemare_options(options.family);
+  plan.family = options.family;
   plan_averaging(options, entry, plan);
   plan.model = options.model;
   plan.data = options.data;

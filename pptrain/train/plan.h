@@ -29,7 +29,6 @@
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/partition_plan.h"
-#include "pptrain/train/pipemare.h"
 
 namespace pptrain {
 
@@ -136,12 +135,11 @@ struct TrainingPlan {
   ValidatedSchedule schedule;
   // Which weights each action uses and when the optimizers step (kFlush: synchronous).
   VersionRule weights;
-  PipeMareOptions pipemare;  // used by a pipemare rule only
-  // avgpipe: the --dp copies combine no gradients and pull their weights together after every
-  // average_every-th step with this alpha (StageCopies::pull_to_centre); 0: they combine
-  // gradients as usual.
-  int average_every = 0;
-  double average_alpha = 0;
+  // The options of the schedule's family that were given (TrainOptions::family), checked.
+  FamilyValues family;
+  // avgpipe: the --dp copies combine no gradients and pull their weights together
+  // (train/stage_copies.h: copy_averaging(family)); false: they combine gradients as usual.
+  bool averages_copies = false;
   std::vector<LayerRange> stage_layers;  // [num_stages]: layers [first, last] of each stage
   // The model's skip connections between stages (unet), by the stages of their two layers;
   // schedule->skips are their skip_links().

@@ -8,6 +8,15 @@
 
 namespace pptrain {
 
+CopyAveraging copy_averaging(const FamilyValues& family, int copies) {
+  CopyAveraging out;
+  out.every = family_int(family, "--avg-interval", out.every);
+  out.alpha = family_number(family, "--avg-alpha", 0.9 / copies);
+  PPTRAIN_CHECK(out.alpha > 0 && out.alpha * copies < 2, "--avg-alpha must be in (0, 2 / D) = (0, ",
+                2.0 / copies, "), got ", out.alpha);
+  return out;
+}
+
 std::vector<int> zero_owners(const std::vector<int64_t>& layer_numel, int replicas) {
   std::vector<int64_t> held(replicas, 0);
   std::vector<int> owner;

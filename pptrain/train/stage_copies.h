@@ -34,6 +34,7 @@
 
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/transport.h"
+#include "pptrain/schedule/registry.h"
 
 namespace pptrain {
 
@@ -49,6 +50,17 @@ struct StageGroup {
   Transport* group = nullptr;
   int divide_by = 1;
 };
+
+// How avgpipe's D copies pull their weights together (StageCopies::pull_to_centre): after
+// every `every`-th step, with `alpha` (EASGD's moving rate is D x alpha).
+struct CopyAveraging {
+  int every = 4;
+  double alpha = 0;
+};
+// The averaging the family's options given say (--avg-interval, default 4; --avg-alpha,
+// default 0.9 / D): UserError naming --avg-alpha unless 0 < alpha < 2 / D, where the centre is
+// stable.
+CopyAveraging copy_averaging(const FamilyValues& family, int copies);
 
 class StageCopies {
  public:

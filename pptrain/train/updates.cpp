@@ -49,7 +49,7 @@ void scale_to_max_norm(const std::vector<torch::Tensor>& params, double norm, do
 RankWeights::RankWeights(std::vector<Stage*> stages_in,
                          const std::vector<std::function<Stage()>>& make_copy,
                          const VersionRule& rule, const OptimizerOptions& optimizer,
-                         const PipeMareOptions& pipemare_options,
+                         const FamilyValues& family,
                          const std::function<bool(int layer)>& keeps, bool serial)
     : stages(std::move(stages_in)) {
   PPTRAIN_ASSERT(make_copy.size() == stages.size(), "a copy factory per stage");
@@ -61,14 +61,11 @@ RankWeights::RankWeights(std::vector<Stage*> stages_in,
     for (auto& p : stage_params) p.mutable_grad() = torch::zeros_like(p);
     params.insert(params.end(), stage_params.begin(), stage_params.end());
     optimizers.emplace_back(optimizer, stage, keeps);
-    // A predicting rule's extra copies are predictions (WeightPrediction), not stashed
-    // versions: its pipeline computes on the live weights.
+    // A predicting rule's extra copies are predictions (its hooks), not stashed versions: its
+    // pipeline computes on the live weights.
     const bool stashes = !rule.predicts() && rule.versions_kept(s) > 1;
     versions.emplace_back(&stage, make_copy[l], /*snapshots=*/serial || stashes);
-    if (rule.update->corrects_delay()) {
-      pipemare.emplace_back(&stage, make_copy[l], rule.delay(s), pipemare_options);
-    }
-    if (rule.predicts()) predictions.emplace_back(rule, s, make_copy[l]);
+    hooks.push_back(make_stage_hooks(rule, &stage, make_copy[l], family));
   }
 }
 
@@ -149,25 +146,17 @@ Stage& AsyncUpdates::weights(int stage, int mb, bool backward) {
       backward ? rule_.backward_version(mb, stage) : rule_.forward_version(mb, stage);
   const int l = model_.local.at(stage);
   StageVersions& versions = model_.versions[l];
-  if (!model_.predictions.empty()) {
-    Stage& predicted = model_.predictions[l].weights(mb, backward, versions);
-    note_held(l);
-    return predicted;
-  }
-  Stage& weights = versions.weights(version);
+  Stage& weights = model_.hooks[l] ? model_.hooks[l]->weights(mb, backward, versions)
+                                   : versions.weights(version);
   note_held(l);
-  if (!backward || model_.pipemare.empty()) return weights;
-  return model_.pipemare[l].backward_weights(weights, version - rule_.forward_version(mb, stage));
+  return weights;
 }
 
 void AsyncUpdates::after_backward(int stage, int mb) {
   const int l = model_.local.at(stage);
   StageVersions& versions = model_.versions[l];
   const int version = rule_.backward_version(mb, stage);
-  if (!model_.pipemare.empty()) model_.pipemare[l].gradients_to(versions.weights(version));
-  if (!model_.predictions.empty()) {
-    model_.predictions[l].gradients_to(versions.weights(version));
-  }
+  if (model_.hooks[l]) model_.hooks[l]->gradients_to(versions.weights(version));
   auto [pending, fresh] = pending_version_.emplace(stage, version);
   PPTRAIN_ASSERT(fresh || pending->second == version, "stage ", stage,
                  " summed gradients of versions ", pending->second, " and ", version);
@@ -197,26 +186,24 @@ void AsyncUpdates::after_backward(int stage, int mb) {
   for (auto& p : params) p.mutable_grad().zero_();
   versions.stepped();
   note_held(l);
-  if (!model_.predictions.empty()) {
-    WeightPrediction& prediction = model_.predictions[l];
-    prediction.record(versions.live_version(), model_.optimizers[l].direction(*model_.stages[l]),
-                      optimizer_.lr_at(mb / rule_.microbatches_per_step));
-    prediction.release_older_than(oldest);
+  if (model_.hooks[l]) {
+    model_.hooks[l]->after_update({finite, model_.optimizers[l], *model_.stages[l],
+                                   versions.live_version(),
+                                   optimizer_.lr_at(mb / rule_.microbatches_per_step), oldest});
   }
 }
 
 void AsyncUpdates::step(int l, int step) {
   StageOptimizer& optimizer = model_.optimizers[l];
-  if (model_.pipemare.empty()) {
+  StageHooks* hooks = model_.hooks[l].get();
+  if (!hooks) {
     optimizer.set_lr(optimizer_.lr_at(step));
     optimizer.step();
     return;
   }
-  PipeMareStage& fixes = model_.pipemare[l];
-  optimizer.set_lr(optimizer_.lr_at(step) * fixes.lr_scale(step));
-  fixes.before_step();
+  optimizer.set_lr(optimizer_.lr_at(step) * hooks->lr_scale(step));
+  hooks->before_step();
   optimizer.step();
-  fixes.after_step();
 }
 
 double AsyncUpdates::grad_norm_squared() const {
@@ -237,10 +224,10 @@ int64_t AsyncUpdates::take_weight_bytes() {
 }
 
 void AsyncUpdates::note_held(size_t l) {
-  const int versions =
-      model_.versions[l].held() + (model_.predictions.empty() ? 0 : model_.predictions[l].held());
+  const StageHooks* hooks = model_.hooks[l].get();
+  const int versions = model_.versions[l].held() + (hooks ? hooks->versions_held() : 0);
   most_held_ = std::max(most_held_, versions);
-  const int copies = versions + (model_.pipemare.empty() ? 0 : model_.pipemare[l].buffers());
+  const int copies = versions + (hooks ? hooks->buffers() : 0);
   int& most = most_copies_[l];
   most = std::max(most, copies);
 }
@@ -250,8 +237,7 @@ void AsyncUpdates::save_state(NamedTensors& out) const {
     const int s = model_.stages[l]->index();
     const std::string prefix = "stage/" + std::to_string(s) + "/";
     model_.versions[l].save_state(prefix, out);
-    if (!model_.pipemare.empty()) model_.pipemare[l].save_state(prefix, out);
-    if (!model_.predictions.empty()) model_.predictions[l].save_state(prefix, out);
+    if (model_.hooks[l]) model_.hooks[l]->save_state(prefix, out);
     if (pending_version_.count(s)) {
       out[prefix + "pending_version"] = number_tensor(pending_version_.at(s));
     }
@@ -266,8 +252,7 @@ void AsyncUpdates::load_state(const NamedTensors& in, const std::string& flag) {
     const int s = model_.stages[l]->index();
     const std::string prefix = "stage/" + std::to_string(s) + "/";
     model_.versions[l].load_state(prefix, in, flag);
-    if (!model_.pipemare.empty()) model_.pipemare[l].load_state(prefix, in, flag);
-    if (!model_.predictions.empty()) model_.predictions[l].load_state(prefix, in, flag);
+    if (model_.hooks[l]) model_.hooks[l]->load_state(prefix, in, flag);
     pending_version_.erase(s);
     if (in.count(prefix + "pending_version")) {
       pending_version_[s] = static_cast<int>(number_of(in, prefix + "pending_version", flag));

@@ -2,7 +2,7 @@
 // post-validated), and the steps an asynchronous schedule takes between its microbatches on
 // weight versions.
 //
-//   RankWeights weights(stages, make_copies, rule, optimizer, pipemare, keeps, serial);
+//   RankWeights weights(stages, make_copies, rule, optimizer, family, keeps, serial);
 //   // synchronous: after the flush
 //   double norm = clip_grad_norm(weights.params, optimizer.clip, &pipeline, &counted);
 //   for (auto& o : weights.optimizers) { o.set_lr(optimizer.lr_at(step)); o.step(); }
@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "pptrain/runtime/stage.h"
@@ -27,33 +28,33 @@
 #include "pptrain/runtime/transport.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/optimizer.h"
-#include "pptrain/train/pipemare.h"
+#include "pptrain/train/stage_hooks.h"
 #include "pptrain/train/tied_parameters.h"
-#include "pptrain/train/weight_prediction.h"
 
 namespace pptrain {
 
 // What one rank keeps to update its stages: their parameters with gradients that live from the
 // start (zeroed in place, so a step's memory peak counts only what the step allocates), one
 // optimizer per stage (stages of an asynchronous schedule step at different times), each stage's
-// weight versions, pipemare's fixes and a predicting rule's predictions.
+// weight versions and its family's hooks (train/stage_hooks.h).
 struct RankWeights {
   // `stages`: this rank's, not owned. `make_copy[l]` builds a Stage of the same layers as
   // stages[l] (any values): the copies versions and predictions are kept in. `keeps(layer)`:
   // whether this rank keeps the optimizer state of that layer (--zero 1); unset: all. `serial`:
   // the one-process run of an asynchronous rule (one rank running every stage in turn), which
   // keeps its versions as snapshots since it runs later forwards before the same backwards.
+  // `family`: the options of the rule's family that were given, for its hooks.
   RankWeights(std::vector<Stage*> stages, const std::vector<std::function<Stage()>>& make_copy,
               const VersionRule& rule, const OptimizerOptions& optimizer,
-              const PipeMareOptions& pipemare, const std::function<bool(int layer)>& keeps,
+              const FamilyValues& family, const std::function<bool(int layer)>& keeps,
               bool serial);
 
   std::vector<Stage*> stages;
   std::vector<torch::Tensor> params;          // every stage's, in order
   std::vector<StageOptimizer> optimizers;     // [local stage]
   std::vector<StageVersions> versions;        // [local stage]
-  std::vector<PipeMareStage> pipemare;        // [local stage], for a pipemare rule only
-  std::vector<WeightPrediction> predictions;  // [local stage], for a predicting rule only
+  // [local stage]: the family's hooks, empty when it has none (train/stage_hooks.h).
+  std::vector<std::unique_ptr<StageHooks>> hooks;
   std::map<int, int> local;                   // global stage index -> local stage
 };
 
@@ -100,12 +101,12 @@ class AsyncUpdates {
   // The most versions one stage held since the last call.
   int take_most_held() { return std::exchange(most_held_, 1); }
   // The most bytes of weights this rank's stages held since the last call: each stage's most
-  // copies (versions, predictions, pipemare's delta and corrected copy) times its bytes.
+  // copies (versions and the hooks' copies) times its bytes.
   int64_t take_weight_bytes();
 
   // For a checkpoint between two steps: what the rank's stages hold beyond their weights and
-  // optimizer state (their versions, gradients summed since their last step, pipemare's
-  // averages, the predictions' directions and copies), under "stage/<s>/"; and back, in a new
+  // optimizer state (their versions, gradients summed since their last step, their hooks'
+  // state), under "stage/<s>/"; and back, in a new
   // process (UserError starting with `flag`).
   void save_state(NamedTensors& out) const;
   void load_state(const NamedTensors& in, const std::string& flag);
@@ -120,11 +121,11 @@ class AsyncUpdates {
   int most_held_ = 1;
   std::map<size_t, int> most_copies_;  // [local stage] -> most weight copies since the last take
 
-  // The optimizer step of local stage l in step `step` (0-based); pipemare's fixes around it
-  // (its stages take their k-th step in step k).
+  // The optimizer step of local stage l in step `step` (0-based), its hooks' rate and
+  // before_step() with it (a stage's k-th step is in step k).
   void step(int l, int step);
-  // Records local stage l's copies now: versions and predictions (weight_versions), and beside
-  // them pipemare's buffers (weight bytes).
+  // Records local stage l's copies now: versions and the hooks' versions held, and beside them
+  // the hooks' buffers (weight bytes).
   void note_held(size_t l);
 };
 

@@ -1,6 +1,7 @@
 #include "pptrain/train/weight_prediction.h"
 
 #include "pptrain/common/check.h"
+#include "pptrain/train/stage_hooks.h"
 
 namespace pptrain {
 
@@ -132,6 +133,43 @@ void WeightPrediction::load_state(const std::string& prefix, const NamedTensors&
                      number_of(in, at + "backward", flag) != 0};
     slots_[j].copy.load_state(at, in, flag);
   }
+}
+
+namespace {
+
+// The predictions as the updates' hooks: every pass runs on its prediction, and each step
+// records the direction the next predictions extrapolate along.
+class PredictionHooks final : public StageHooks {
+ public:
+  PredictionHooks(const VersionRule& rule, int stage, const std::function<Stage()>& make_copy)
+      : prediction_(rule, stage, make_copy) {}
+
+  Stage& weights(int mb, bool backward, StageVersions& versions) override {
+    return prediction_.weights(mb, backward, versions);
+  }
+  void gradients_to(Stage& target) override { prediction_.gradients_to(target); }
+  void after_update(const StageUpdate& update) override {
+    prediction_.record(update.live_version, update.optimizer.direction(update.live), update.lr);
+    prediction_.release_older_than(update.oldest_needed);
+  }
+  int versions_held() const override { return prediction_.held(); }
+  void save_state(const std::string& prefix, NamedTensors& out) const override {
+    prediction_.save_state(prefix, out);
+  }
+  void load_state(const std::string& prefix, const NamedTensors& in,
+                  const std::string& flag) override {
+    prediction_.load_state(prefix, in, flag);
+  }
+
+ private:
+  WeightPrediction prediction_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageHooks> make_weight_prediction(const VersionRule& rule, Stage* live,
+                                                   const std::function<Stage()>& make_copy) {
+  return std::make_unique<PredictionHooks>(rule, live->index(), make_copy);
 }
 
 }  // namespace pptrain

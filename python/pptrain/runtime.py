@@ -2,7 +2,7 @@
 
     import torch, pptrain
     model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
-    rank, size = pptrain.world()                      # torchrun's (or `pptrain run`'s) environment
+    rank, size = pptrain.world()                      # torchrun's, `pptrain run`'s, srun's, mpirun's
     stage = pptrain.PipelineStage(pptrain.split(model, [2])[rank], rank, size)
     schedule = pptrain.schedule("zb-h1", [stage], n_microbatches=4,
                                 loss_fn=torch.nn.functional.mse_loss)
@@ -25,7 +25,8 @@ PipelineError = _runtime.PipelineError
 
 
 def world():
-    """(rank, size) of this process; joins the run on first use."""
+    """(rank, size) of this process; joins the run on first use (started by torchrun, `pptrain
+    run`, srun or mpirun: docs/CLI.md, "Several nodes"; else a world of one)."""
     return _runtime.world()
 
 
@@ -80,13 +81,13 @@ class Schedule:
 
     def __init__(self, name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="",
                  recompute=False, optimizer=None, steps=0, one_process=False, metrics="",
-                 svg="", trace="", pipemare=None, weight_split="autograd", tokens_per_sample=1):
+                 svg="", trace="", weight_split="autograd", tokens_per_sample=1, **family):
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
         self._schedule = _runtime.Schedule([s._stage for s in self.stages], name, n_microbatches,
                                            loss_fn, chunks, schedule_file, recompute, optimizer,
-                                           steps, one_process, metrics, svg, trace, pipemare,
+                                           steps, one_process, metrics, svg, trace, family,
                                            weight_split, tokens_per_sample)
 
     def step(self, *args, target=None):
@@ -121,7 +122,7 @@ class Schedule:
 
 def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False,
              optimizer=None, steps=0, one_process=False, metrics="", svg="", trace="",
-             pipemare=None, weight_split="autograd", tokens_per_sample=1):
+             weight_split="autograd", tokens_per_sample=1, **family):
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -132,16 +133,17 @@ def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", 
     this one process, one microbatch after the other (what an asynchronous pipeline must
     reproduce; give it all the stages). metrics, svg, trace: files rank 0 writes as `pptrain
     train` does (a JSON line per step; the measured timeline of the last step as an SVG picture
-    and as a Chrome trace), the last two when the schedule is finished or dropped. pipemare:
-    PipeMare's fixes, e.g. {"lr_reschedule": True, "correction": True, "warmup_steps": 100,
-    "decay": 0.1} (the defaults; `pptrain train`'s --no-lr-reschedule, ...). weight_split: how
+    and as a Chrome trace), the last two when the schedule is finished or dropped. weight_split: how
     a zero-bubble schedule splits a backward into I and W, "autograd" (any module) or "deferred"
     (pptrain.Linear layers defer their weight products to W, the others compute theirs in I).
     tokens_per_sample: what the reports' tokens_per_s counts per sample (0: the length of the
-    input's dimension 1, batch by batch)."""
+    input's dimension 1, batch by batch). family: the schedule family's options, as `pptrain
+    train`'s flags without their dashes, '_' for '-' (`pptrain train --help` lists them), e.g.
+    update_interval=2 (ampnet), avg_alpha=0.3 (avgpipe), no_lr_reschedule=True and
+    pipemare_warmup=50 (pipemare); those not given take their defaults."""
     return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute,
-                    optimizer, steps, one_process, metrics, svg, trace, pipemare, weight_split,
-                    tokens_per_sample)
+                    optimizer, steps, one_process, metrics, svg, trace, weight_split,
+                    tokens_per_sample, **family)
 
 
 class TrainingFailed(RuntimeError):

@@ -337,29 +337,46 @@ OptimizerOptions optimizer_of(const py::dict& given) {
   return out;
 }
 
-// PipeMare's fixes from Python's keywords (pptrain.runtime.schedule's `pipemare` dict), as
-// `pptrain train`'s --no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup and
-// --pipemare-decay set them.
-PipeMareOptions pipemare_of(const py::dict& given) {
-  using O = PipeMareOptions;
-  PipeMareOptions out;
-  read_keywords<O>(given, "pipemare",
-                   {{"lr_reschedule", [](O& o, py::handle v) { o.lr_reschedule = v.cast<bool>(); }},
-                    {"correction", [](O& o, py::handle v) { o.correction = v.cast<bool>(); }},
-                    {"warmup_steps", [](O& o, py::handle v) { o.warmup_steps = v.cast<int>(); }},
-                    {"decay", [](O& o, py::handle v) { o.decay = v.cast<double>(); }}},
-                   out);
-  PPTRAIN_CHECK(out.warmup_steps >= 0, "pipemare: warmup_steps must be >= 0, got ",
-                out.warmup_steps);
-  PPTRAIN_CHECK(out.decay >= 0 && out.decay < 1, "pipemare: decay must be in [0, 1), got ",
-                out.decay);
+// The schedule family's options from Python's keywords (pptrain.schedule's `**family`): each
+// `pptrain train`'s flag without its dashes, '_' for '-' (`pipemare_warmup=50`), as the flag's
+// kind takes it; their ranges and families are checked with the schedule (version_rule_of).
+FamilyValues family_values_of(const py::dict& given) {
+  FamilyValues out;
+  const std::vector<const FamilyOption*> options = family_options();
+  for (const auto& [key, value] : given) {
+    std::string flag = "--" + std::string(py::str(key));
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const auto option = std::find_if(options.begin(), options.end(),
+                                     [&flag](const FamilyOption* o) { return o->flag == flag; });
+    if (option == options.end()) {
+      std::string names;
+      for (const FamilyOption* o : options) {
+        std::string name = o->flag.substr(2);
+        std::replace(name.begin(), name.end(), '-', '_');
+        names += (names.empty() ? "" : ", ") + name;
+      }
+      throw UserError("schedule: unknown keyword '" + std::string(py::str(key)) +
+                      "' (the families' options are " + names + ")");
+    }
+    switch ((*option)->kind) {
+      case FamilyOption::Kind::kSwitch:
+        out[flag] = value.cast<bool>();
+        break;
+      case FamilyOption::Kind::kInt:
+        out[flag] = value.cast<int>();
+        break;
+      case FamilyOption::Kind::kNumber:
+        out[flag] = value.cast<double>();
+        break;
+    }
+  }
   return out;
 }
 
 // pptrain.train()'s keywords as `pptrain train`'s flags (job/train_args.h: the same list, a
 // flag's keyword is its name without the dashes, '_' for '-'), resolved as the CLI resolves
-// them.
-TrainOptions train_options_of(const py::dict& keywords) {
+// them; the keywords of the nodes (nnodes, node_rank, ...) go to `nodes`.
+TrainOptions train_options_of(const py::dict& keywords, NodeGroupOptions* nodes) {
   TrainArgs args;
   std::set<std::string> given;
   for (const auto& [key, value] : keywords) {
@@ -395,6 +412,7 @@ TrainOptions train_options_of(const py::dict& keywords) {
         flag->target(args));
     given.insert(flag->name);
   }
+  *nodes = args.nodes;
   return resolve_train_args(args, given);
 }
 
@@ -418,7 +436,8 @@ PYBIND11_MODULE(_runtime, m) {
 
   m.def(
       "world", [] { return py::make_tuple(world().rank, world().size); },
-      "(rank, size) of this process, joining the run (torchrun's environment) on first use");
+      "(rank, size) of this process, joining the run (torchrun's, srun's or mpirun's "
+      "environment) on first use");
   m.def(
       "placement",
       [](const std::string& name, int microbatches, int chunks, const std::string& file) {
@@ -433,13 +452,14 @@ PYBIND11_MODULE(_runtime, m) {
   m.def(
       "train",
       [](const py::dict& keywords) {
-        const TrainOptions options = train_options_of(keywords);
+        NodeGroupOptions nodes;
+        const TrainOptions options = train_options_of(keywords, &nodes);
         // LibTorch's autograd refuses to run under the GIL, and the workers (forks of this
         // process) never touch Python.
         RunResult result;
         {
           py::gil_scoped_release no_python;
-          result = run_training(options);
+          result = run_training(options, nodes);
         }
         return py::make_tuple(result.exit_code, result.message);
       },
@@ -458,7 +478,7 @@ PYBIND11_MODULE(_runtime, m) {
                        int microbatches, py::object loss_fn, int chunks,
                        const std::string& schedule_file, bool recompute, py::object optimizer,
                        int steps, bool one_process, const std::string& metrics,
-                       const std::string& svg, const std::string& trace, py::object pipemare,
+                       const std::string& svg, const std::string& trace, const py::dict& family,
                        const std::string& weight_split, double tokens_per_sample) {
              PipelineOptions options =
                  options_of(name, microbatches, chunks, schedule_file, recompute);
@@ -471,7 +491,7 @@ PYBIND11_MODULE(_runtime, m) {
                            tokens_per_sample);
              options.tokens_per_sample = tokens_per_sample;
              if (!optimizer.is_none()) options.optimizer = optimizer_of(optimizer.cast<py::dict>());
-             if (!pipemare.is_none()) options.pipemare = pipemare_of(pipemare.cast<py::dict>());
+             options.family = family_values_of(family);
              options.steps = steps;
              // The rule an asynchronous pipeline must reproduce: every stage on this one rank,
              // one microbatch after the other.
@@ -486,7 +506,7 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("chunks") = 0, py::arg("schedule_file") = "", py::arg("recompute") = false,
            py::arg("optimizer") = py::none(), py::arg("steps") = 0, py::arg("one_process") = false,
            py::arg("metrics") = "", py::arg("svg") = "", py::arg("trace") = "",
-           py::arg("pipemare") = py::none(), py::arg("weight_split") = "autograd",
+           py::arg("family") = py::dict(), py::arg("weight_split") = "autograd",
            py::arg("tokens_per_sample") = 1.0)
       .def("report", &PySchedule::report)
       .def("step_from", &PySchedule::step_from, py::arg("source"))

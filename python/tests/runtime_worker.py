@@ -91,7 +91,8 @@ def train(schedule_name, args, rank):
                                     loss_fn=torch.nn.functional.mse_loss,
                                     optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0},
                                     steps=STEPS, one_process=args.one_process > 0,
-                                    pipemare={"warmup_steps": args.pipemare_warmup})
+                                    **({"pipemare_warmup": args.pipemare_warmup}
+                                       if schedule_name == "pipemare" else {}))
         data = list(batches())
         for _ in range(STEPS):
             loss = schedule.step(lambda step: data[step])

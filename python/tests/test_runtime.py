@@ -355,8 +355,10 @@ def test_bad_input_is_a_one_line_value_error():
         pptrain.schedule("1f1b", [whole], 4, mse, optimizer={"kind": "lion"})
     with pytest.raises(ValueError, match="weight_split must be autograd or deferred, got 'x'"):
         pptrain.schedule("1f1b", [whole], 4, mse, weight_split="x")
-    with pytest.raises(ValueError, match="pipemare: unknown option 'tau'"):
-        pptrain.schedule("1f1b", [whole], 4, mse, pipemare={"tau": 2})
+    with pytest.raises(ValueError, match="schedule: unknown keyword 'tau'"):
+        pptrain.schedule("1f1b", [whole], 4, mse, tau=2)
+    with pytest.raises(ValueError, match="--pipemare-warmup applies to --schedule pipemare only"):
+        pptrain.schedule("1f1b", [whole], 4, mse, pipemare_warmup=5)
     # A schedule file whose rank lost the backward of microbatch 3.
     csv = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"missing_b_{os.getpid()}.csv")
     with open(csv, "w") as f:

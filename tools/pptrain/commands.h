@@ -12,6 +12,11 @@
 
 #include "pptrain/job/run_result.h"
 
+namespace pptrain {
+struct TrainArgs;
+struct TrainFlag;
+}  // namespace pptrain
+
 namespace pptrain::cli {
 
 void add_schedule_command(CLI::App& app);
@@ -29,6 +34,11 @@ std::optional<int> positive_int(const std::string& text);
 std::vector<std::string> split_commas(const std::string& text);
 // The required `--profile FILE` of partition and plan.
 CLI::Option* add_profile_option(CLI::App* command, std::string& path);
+
+// Binds a flag of `pptrain train`'s list (job/train_args.h) to its place in `args`; a flag of
+// the nodes (TrainFlag::kNode) also under torchrun's other spelling, unlisted (--node_rank).
+// In train_command.cpp: `pptrain-runtime` only (`train`, `run`).
+CLI::Option* add_train_flag(CLI::App* command, const TrainFlag& flag, TrainArgs& args);
 
 // A run that failed (train, run): its line as "pptrain: error: <message>" and its exit status,
 // now. Returns when the run succeeded.

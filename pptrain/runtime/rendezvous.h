@@ -1,0 +1,46 @@
+// Where a node agent's ranks stand in a run over several nodes: `pptrain run` and `pptrain
+// train` given torchrun's --nnodes flags (cluster_env.h: NodeGroup) ask this before they start
+// their local ranks (runtime/launcher.h: LaunchOptions::node).
+//
+//   NodeGroup group = resolve_node_group(flags);
+//   NodeAssignment node = group.dynamic ? c10d_rendezvous(group, nproc, restart)
+//                                       : static_assignment(group, nproc);
+//
+// Static (--node-rank, --master-addr, --master-port): every node is told its place; nothing is
+// exchanged, and rank 0 of node 0 serves the ranks' store at the master address.
+//
+// Dynamic (--rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID): the agents meet in a
+// c10d TCPStore at the endpoint, which the first agent on the endpoint's host serves (the others
+// connect to it). Each agent takes the next node rank in order of arrival; the first closes the
+// rendezvous once MAX nodes came, or MIN and last_call_timeout has passed since, and publishes
+// the master address: its own address towards the endpoint and a free port of its host. Every
+// restart meets again in a round of its own. The store exists only during the meeting, so an
+// agent forks its ranks with no thread of LibTorch's running.
+#pragma once
+
+#include <string>
+
+#include "pptrain/runtime/cluster_env.h"
+
+namespace pptrain {
+
+// The node's place given on the command line (static rendezvous) for `nproc` ranks per node.
+// master_port stays 0 on one node without --master-port: the launcher picks a free port.
+NodeAssignment static_assignment(const NodeGroup& group, int nproc);
+
+// Meets the other node agents of group.run_id at the endpoint in `round` (0, then the restart
+// count) and returns this node's place; its `nproc` ranks, which may differ from node to node.
+// Fails (std::runtime_error, one line naming the endpoint) when the endpoint does not answer
+// within join_timeout, fewer than MIN nodes come in that time, or the rendezvous closed before
+// this agent came.
+NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round);
+
+// The local address this host reaches `host` from, which is where the others (ranks, node
+// agents) reach this one; empty when no route is found. (In transport.cpp, whose Gloo device
+// binds it.)
+std::string local_address_towards(const std::string& host, int port);
+
+// One line for the agent's stderr: "node 1 of 2 (ranks 2-3 of 4), master 10.0.0.1:29500".
+std::string describe_node(const NodeAssignment& node, int nproc);
+
+}  // namespace pptrain
