@@ -50,8 +50,7 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
 // The weight rule of `name` ("" for a file: synchronous) on `stages` stages, with the options'
 // settings.
 VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
-  return version_rule_of(name, options.vertical_sync, stages, options.microbatches,
-                         options.family);
+  return version_rule_of(name, options.vertical_sync, stages, options.microbatches, options.family);
 }
 
 // The schedule and weight rule `options` ask for, on P ranks.
@@ -272,7 +271,7 @@ struct PipelineSchedule::Impl {
   TiedParameters tied;
   std::optional<RankWeights> weights;  // with options.optimizer
   std::optional<StageCopies> combine;  // the stages whose gradients are combined with others'
-  CopyAveraging averaging;              // avgpipe's (planned.averages), from options.family
+  CopyAveraging averaging;             // avgpipe's (planned.averages), from options.family
   std::optional<AsyncUpdates> async;
   std::map<int, int> owner;             // zero 1: model layer -> the copy keeping its state
   std::vector<torch::Tensor> counted;   // parameters whose gradient norm this rank adds
@@ -551,8 +550,8 @@ void PipelineSchedule::Impl::make_weights() {
     // than the pipeline before the same backwards, so it may need versions the pipeline never
     // holds at once: it always keeps them as snapshots.
     const bool serial = ranks() == 1 && asynchronous();
-    weights.emplace(runtime_stages, make_copy, planned.weights, *options.optimizer,
-                    options.family, keeps, serial);
+    weights.emplace(runtime_stages, make_copy, planned.weights, *options.optimizer, options.family,
+                    keeps, serial);
     if (asynchronous()) async.emplace(planned.weights, *options.optimizer, *weights, &tied);
   }
   for (size_t l = 0; l < stages.size(); ++l) {

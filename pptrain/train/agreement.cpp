@@ -138,9 +138,8 @@ Settings plan_settings(const TrainingPlan& plan) {
   // The schedule family's options (schedule/registry.h), each as given or "(default)".
   for (const FamilyOption* option : family_options()) {
     const auto given = plan.family.find(option->flag);
-    settings.emplace_back(option->flag, given == plan.family.end()
-                                            ? "(default)"
-                                            : family_value_text(given->second));
+    settings.emplace_back(
+        option->flag, given == plan.family.end() ? "(default)" : family_value_text(given->second));
   }
   return settings;
 }

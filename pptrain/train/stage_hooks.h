@@ -32,8 +32,8 @@ struct StageUpdate {
   bool stepped = false;  // false: the gradient norm was not finite and the step was skipped
   const StageOptimizer& optimizer;
   const Stage& live;
-  int live_version = 0;  // the version the live weights are now
-  double lr = 0;         // the step's rate before lr_scale()
+  int live_version = 0;   // the version the live weights are now
+  double lr = 0;          // the step's rate before lr_scale()
   int oldest_needed = 0;  // no later action starts from an older version
 };
 

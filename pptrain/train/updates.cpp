@@ -49,8 +49,8 @@ void scale_to_max_norm(const std::vector<torch::Tensor>& params, double norm, do
 RankWeights::RankWeights(std::vector<Stage*> stages_in,
                          const std::vector<std::function<Stage()>>& make_copy,
                          const VersionRule& rule, const OptimizerOptions& optimizer,
-                         const FamilyValues& family,
-                         const std::function<bool(int layer)>& keeps, bool serial)
+                         const FamilyValues& family, const std::function<bool(int layer)>& keeps,
+                         bool serial)
     : stages(std::move(stages_in)) {
   PPTRAIN_ASSERT(make_copy.size() == stages.size(), "a copy factory per stage");
   for (size_t l = 0; l < stages.size(); ++l) {

@@ -46,16 +46,15 @@ struct RankWeights {
   // `family`: the options of the rule's family that were given, for its hooks.
   RankWeights(std::vector<Stage*> stages, const std::vector<std::function<Stage()>>& make_copy,
               const VersionRule& rule, const OptimizerOptions& optimizer,
-              const FamilyValues& family, const std::function<bool(int layer)>& keeps,
-              bool serial);
+              const FamilyValues& family, const std::function<bool(int layer)>& keeps, bool serial);
 
   std::vector<Stage*> stages;
-  std::vector<torch::Tensor> params;          // every stage's, in order
-  std::vector<StageOptimizer> optimizers;     // [local stage]
-  std::vector<StageVersions> versions;        // [local stage]
+  std::vector<torch::Tensor> params;       // every stage's, in order
+  std::vector<StageOptimizer> optimizers;  // [local stage]
+  std::vector<StageVersions> versions;     // [local stage]
   // [local stage]: the family's hooks, empty when it has none (train/stage_hooks.h).
   std::vector<std::unique_ptr<StageHooks>> hooks;
-  std::map<int, int> local;                   // global stage index -> local stage
+  std::map<int, int> local;  // global stage index -> local stage
 };
 
 // Gradient norm over `params` (with a transport, one all-reduce of the squared norm, summed in
