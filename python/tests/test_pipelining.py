@@ -4,8 +4,6 @@ torch's schedule classes, a manual split, traced splits and two stages per rank;
 meaning here, or is wrong, stops with a one-line error."""
 import json
 import os
-import signal
-import subprocess
 import sys
 import types
 
@@ -15,6 +13,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import pipelining_worker as worker  # noqa: E402
+from processes import run  # noqa: E402
 from pptrain import pipelining  # noqa: E402
 
 PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
@@ -25,16 +24,8 @@ def launch(out, nproc, cases, *flags, timeout=240):
     outlives `timeout`; returns (exit status, stderr)."""
     command = [PPTRAIN, "run", "--nproc", str(nproc), sys.executable,
                os.path.join(HERE, "pipelining_worker.py"), out, ",".join(cases), *flags]
-    env = dict(os.environ, PPTRAIN_COMM_TIMEOUT_S="20")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env, start_new_session=True)
-    try:
-        _, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"{' '.join(command)} did not finish in {timeout} s")
-    return process.returncode, err
+    status, _, err = run(command, timeout)
+    return status, err
 
 
 def reference(marked=False, scale_grads=True):

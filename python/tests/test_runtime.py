@@ -13,23 +13,9 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import runtime_worker  # noqa: E402
+from processes import run  # noqa: E402
 
 PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
-
-
-def run(command, timeout=240, env=None):
-    """Runs `command` in a process group of its own, killed whole if it outlives `timeout`;
-    returns (exit status, stdout, stderr)."""
-    env = dict(os.environ if env is None else env, PPTRAIN_COMM_TIMEOUT_S="20")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, env=env, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail(f"{' '.join(command)} did not finish in {timeout} s")
-    return process.returncode, out, err
 
 
 def launch(nproc, *args):
