@@ -338,36 +338,43 @@ OptimizerOptions optimizer_of(const py::dict& given) {
 }
 
 // The schedule family's options from Python's keywords (pptrain.schedule's `**family`): each
-// `pptrain train`'s flag without its dashes, '_' for '-' (`pipemare_warmup=50`), as the flag's
-// kind takes it; their ranges and families are checked with the schedule (version_rule_of).
+// the keyword of a `pptrain train` flag (keyword_of: `pipemare_warmup=50`), of the flag's kind;
+// their ranges and families are checked with the schedule (version_rule_of).
 FamilyValues family_values_of(const py::dict& given) {
   FamilyValues out;
   const std::vector<const FamilyOption*> options = family_options();
   for (const auto& [key, value] : given) {
-    std::string flag = "--" + std::string(py::str(key));
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    const auto option = std::find_if(options.begin(), options.end(),
-                                     [&flag](const FamilyOption* o) { return o->flag == flag; });
+    const std::string keyword = py::str(key);
+    const auto option = std::find_if(options.begin(), options.end(), [&](const FamilyOption* o) {
+      return keyword_of(o->flag) == keyword;
+    });
     if (option == options.end()) {
       std::string names;
       for (const FamilyOption* o : options) {
-        std::string name = o->flag.substr(2);
-        std::replace(name.begin(), name.end(), '-', '_');
-        names += (names.empty() ? "" : ", ") + name;
+        names += (names.empty() ? "" : ", ") + keyword_of(o->flag);
       }
-      throw UserError("schedule: unknown keyword '" + std::string(py::str(key)) +
-                      "' (the families' options are " + names + ")");
+      throw UserError("schedule: unknown keyword '" + keyword + "' (the families' options are " +
+                      names + ")");
     }
-    switch ((*option)->kind) {
-      case FamilyOption::Kind::kSwitch:
-        out[flag] = value.cast<bool>();
-        break;
-      case FamilyOption::Kind::kInt:
-        out[flag] = value.cast<int>();
-        break;
-      case FamilyOption::Kind::kNumber:
-        out[flag] = value.cast<double>();
-        break;
+    const FamilyOption::Kind kind = (*option)->kind;
+    const bool is_bool = py::isinstance<py::bool_>(value);
+    const bool fits =
+        kind == FamilyOption::Kind::kSwitch ? is_bool
+        : kind == FamilyOption::Kind::kInt
+            ? py::isinstance<py::int_>(value) && !is_bool
+            : (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value)) && !is_bool;
+    PPTRAIN_CHECK(fits, "schedule: ", keyword, " must be ",
+                  kind == FamilyOption::Kind::kSwitch ? "True or False"
+                  : kind == FamilyOption::Kind::kInt  ? "a whole number"
+                                                      : "a number",
+                  ", got ", std::string(py::repr(value)));
+    const std::string& flag = (*option)->flag;
+    if (kind == FamilyOption::Kind::kSwitch) {
+      out[flag] = value.cast<bool>();
+    } else if (kind == FamilyOption::Kind::kInt) {
+      out[flag] = value.cast<int>();
+    } else {
+      out[flag] = value.cast<double>();
     }
   }
   return out;

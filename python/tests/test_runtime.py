@@ -345,6 +345,8 @@ def test_bad_input_is_a_one_line_value_error():
         pptrain.schedule("1f1b", [whole], 4, mse, tau=2)
     with pytest.raises(ValueError, match="--pipemare-warmup applies to --schedule pipemare only"):
         pptrain.schedule("1f1b", [whole], 4, mse, pipemare_warmup=5)
+    with pytest.raises(ValueError, match="update_interval must be a whole number, got '2'"):
+        pptrain.schedule("ampnet", [whole], 4, mse, update_interval="2")
     # A schedule file whose rank lost the backward of microbatch 3.
     csv = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"missing_b_{os.getpid()}.csv")
     with open(csv, "w") as f:
