@@ -234,7 +234,7 @@ TEST(DataParallel, BadFlagsAreOneLineErrors) {
   expect_one_line_error(
       run_train(common + " --pp 2 --dp 2 --batch-size 16 --microbatches 4 --schedule pipedream",
                 dir),
-      "--dp 2: 'pipedream' is asynchronous");
+      "--dp 2 needs a synchronous schedule, but pipedream does not flush");
   expect_one_line_error(
       run_train(common + " --pp 2 --zero 1 --batch-size 16 --microbatches 4", dir),
       "--zero 1 shards the optimizer state over the copies of the pipeline; it needs --dp 2");

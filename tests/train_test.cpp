@@ -593,7 +593,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "missing.txt"},
         BadInput{"ScheduleFileForOtherP",
                  "--pp 4 --schedule-file DIR/two_ranks.csv --microbatches 2 --batch-size 8",
-                 "is for 2 ranks, but --pp is 4"},
+                 "--pp 4 does not match"},
         BadInput{"InvalidScheduleFile",
                  "--pp 2 --schedule-file DIR/broken.csv --microbatches 2 --batch-size 8",
                  "is not valid: rank 0, position 1 (0B1)"},

@@ -13,10 +13,9 @@
 #include "pptrain/common/files.h"
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/planner/schedule_request.h"
 #include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
-#include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/sim/memory_model.h"
 #include "pptrain/train/stage_copies.h"
@@ -47,66 +46,36 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
   return bounds;
 }
 
-// The weight rule of `name` ("" for a file: synchronous) on `stages` stages, with the options'
-// settings.
-VersionRule weight_rule(const PipelineOptions& options, const std::string& name, int stages) {
-  return version_rule_of(name, options.vertical_sync, stages, options.microbatches, options.family);
+// The schedule `options` ask for on P = `ranks` ranks, as the one resolver takes it, its errors
+// naming PipelineOptions' fields.
+ScheduleRequest schedule_request(const PipelineOptions& options, int ranks) {
+  ScheduleRequest request;
+  request.names.pp = "the pipeline's ranks";
+  request.names.microbatches = "microbatches";
+  request.names.chunks = "chunks";
+  request.names.steps = "steps";
+  request.names.dp = "data_parallel";
+  request.schedule = options.schedule;
+  request.file = options.schedule_file;
+  request.file_name = options.schedule_file;
+  request.pp = ranks;
+  request.microbatches = options.microbatches;
+  request.chunks = options.chunks;
+  request.steps = options.steps;
+  request.vertical_sync = options.vertical_sync;
+  request.family = options.family;
+  request.dp = options.data_parallel;
+  request.skips = skip_links(options.skips);
+  return request;
 }
 
-// The schedule and weight rule `options` ask for, on P ranks.
-// The skip messages of options.skips. A schedule file that has some must have the same.
-void set_skips(const PipelineOptions& options, Schedule& schedule) {
-  const std::vector<SkipLink> links = skip_links(options.skips);
-  PPTRAIN_CHECK(schedule.skips.empty() || schedule.skips == links, "the schedule file ",
-                options.schedule_file,
-                " has skip messages between other stages than "
-                "PipelineOptions::skips");
-  schedule.skips = links;
+PlannedSchedule planned_of(RequestedSchedule made) {
+  return {std::move(made.validated), made.rule, made.averages_copies};
 }
 
 PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
   if (options.planned) return *options.planned;
-  PPTRAIN_CHECK(options.data_parallel >= 1, "data_parallel must be >= 1, got ",
-                options.data_parallel);
-  PPTRAIN_CHECK(options.microbatches >= 1, "microbatches must be >= 1, got ", options.microbatches);
-  Schedule schedule;
-  std::string name;  // of a registry entry; empty for a file
-  bool averages = false;
-  if (!options.schedule_file.empty()) {
-    schedule =
-        parse_csv(read_text_file(options.schedule_file, "schedule file"), options.schedule_file);
-    PPTRAIN_CHECK(schedule.num_ranks == ranks, "the schedule file ", options.schedule_file,
-                  " is for ", schedule.num_ranks, " ranks, the pipeline has ", ranks);
-    PPTRAIN_CHECK(schedule.num_microbatches == options.microbatches, "the schedule file ",
-                  options.schedule_file, " has ", schedule.num_microbatches,
-                  " microbatches, the options say ", options.microbatches);
-  } else {
-    name = options.schedule;
-    const ScheduleEntry& entry = find_schedule(name);
-    averages = entry.averages_copies;
-    const bool asynchronous = entry.asynchronous();
-    PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", name,
-                  "' is asynchronous: it is one schedule over the whole run, so give "
-                  "PipelineOptions::steps");
-    // No flush: one list over the whole run, its microbatches numbered across steps.
-    const long long run_microbatches =
-        asynchronous ? 1LL * options.steps * options.microbatches : options.microbatches;
-    check_schedule_size(ranks, resolve_chunks(entry, options.chunks), run_microbatches,
-                        "microbatches");
-    ScheduleOptions request;
-    request.name = name;
-    request.ranks = ranks;
-    request.microbatches = static_cast<int>(run_microbatches);
-    request.chunks = options.chunks;
-    request.period = options.microbatches;
-    schedule = make_schedule(request);
-  }
-  // Copies of the pipeline, or the replicas of a stage, combine its gradients as soon as its
-  // last W is done.
-  schedule = with_grad_reductions(std::move(schedule), options.data_parallel, averages);
-  const int stages = schedule.num_stages;
-  set_skips(options, schedule);
-  return {validate(schedule), weight_rule(options, name, stages), averages};
+  return planned_of(make_requested_schedule(schedule_request(options, ranks), CostModel()));
 }
 
 std::string list_text(const std::vector<int>& v) {
@@ -124,17 +93,10 @@ double seconds_since(Clock::time_point start) {
 PlannedSchedule serial_reference(const PipelineOptions& options, int stages) {
   PPTRAIN_CHECK(options.schedule_file.empty() && !options.planned,
                 "serial_reference() takes a schedule of the registry");
-  const ScheduleEntry& entry = find_schedule(options.schedule);
-  const bool asynchronous = entry.asynchronous();
-  PPTRAIN_CHECK(!asynchronous || options.steps >= 1, "schedule '", options.schedule,
-                "' is asynchronous: give PipelineOptions::steps");
-  const long long microbatches =
-      asynchronous ? 1LL * options.steps * options.microbatches : options.microbatches;
-  check_schedule_size(1, stages, microbatches, "microbatches");
-  Schedule serial = make_serial(stages, static_cast<int>(microbatches), !asynchronous);
-  serial.name = options.schedule;
-  set_skips(options, serial);
-  return {validate(serial), weight_rule(options, options.schedule, stages), false};
+  ScheduleRequest request = schedule_request(options, 1);
+  request.one_process = true;
+  request.stages = stages;
+  return planned_of(make_requested_schedule(request, CostModel()));
 }
 
 // The schedule of one pipeline: P = the world's ranks over the data-parallel copies.

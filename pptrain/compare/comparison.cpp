@@ -166,8 +166,11 @@ double simulated_bubble(const Approach& a, int pp, int microbatches) {
   // options.period stays 0 (the whole list one period), as compare has always simulated; wpipe,
   // whose order depends on it, gets another bubble from `pptrain schedule`, which gives it M
   // (0.153 against 0.094 at P = 4, M = 8).
-  const RequestedSchedule made = prepare_schedule(make_schedule(options), a.schedule, false,
-                                                  microbatches, a.dp, entry.averages_copies);
+  ScheduleRequest request;
+  request.schedule = a.schedule;
+  request.microbatches = microbatches;
+  request.dp = a.dp;
+  const RequestedSchedule made = prepare_schedule(make_schedule(options), request);
   return simulate(made.validated, cost, made.rule, Record::kFigures).bubble_ratio;
 }
 

@@ -18,8 +18,8 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/once.h"
+#include "pptrain/planner/schedule_request.h"
 #include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/cost_model.h"
@@ -229,7 +229,8 @@ struct Made {
 };
 
 Made made_for(Schedule made) {
-  ValidatedSchedule validated = validate(with_grad_reductions(made));
+  // One pipeline, synchronous: a replicated schedule's replicas sum their gradients.
+  ValidatedSchedule validated = prepare_schedule(made, ScheduleRequest()).validated;
   MemoryWalk walk(validated);
   return {std::move(made), std::move(validated), std::move(walk)};
 }

@@ -18,61 +18,122 @@
 namespace pptrain {
 namespace {
 
+// "dir/1f1b.csv" -> "1f1b": a file's schedule is named after it unless the request names it.
+std::string file_stem(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const size_t dot = name.rfind('.');
+  if (dot != std::string::npos && dot > 0) name.resize(dot);
+  return name.empty() ? "imported" : name;
+}
+
+// A request's own file; what it gives must match what the file holds.
+Schedule file_schedule(const ScheduleRequest& request) {
+  Schedule s = read_schedule_csv(request.file);
+  s.name = request.file_name.empty() ? file_stem(request.file) : request.file_name;
+  const OptionNames& names = request.names;
+  const auto agree = [&](std::optional<int> given, const std::string& option, int inferred,
+                         const char* what) {
+    PPTRAIN_CHECK(!given || *given == inferred, option, " ", given.value_or(0), " does not match '",
+                  request.file, "', which has ", inferred, " ", what);
+  };
+  agree(request.pp, names.pp, s.num_ranks, "ranks");
+  agree(request.microbatches, names.microbatches, s.num_microbatches, "microbatches");
+  agree(request.chunks ? std::optional<int>(request.chunks) : std::nullopt, names.chunks,
+        s.chunks(), "chunks (stages per rank)");
+  return s;
+}
+
 Schedule round_robin_schedule(const ScheduleRequest& request) {
+  const OptionNames& names = request.names;
   PPTRAIN_CHECK(!request.replicas.empty(), "--schedule ", kRoundRobinSchedule,
                 " needs --replicas R0,R1,... (the replicas of each stage, e.g. 3,1)");
-  PPTRAIN_CHECK(request.microbatches.has_value(),
-                "--microbatches is required with --schedule (microbatches per mini-batch)");
-  PPTRAIN_CHECK(request.chunks == 0, "--chunks does not apply to --schedule ", kRoundRobinSchedule,
-                " (one stage per rank)");
+  PPTRAIN_CHECK(request.microbatches.has_value(), names.microbatches,
+                " is required with --schedule (microbatches per mini-batch)");
+  PPTRAIN_CHECK(request.chunks <= 1, names.chunks, " does not apply to --schedule ",
+                kRoundRobinSchedule, " (one stage per rank)");
   long long ranks = 0;
   for (int r : request.replicas) ranks += r;
   const std::string replicas = replicas_text(request.replicas);
   PPTRAIN_CHECK(ranks <= kMaxRanks, "--replicas ", replicas, " asks for more than the ", kMaxRanks,
                 " ranks pptrain plans");
-  PPTRAIN_CHECK(!request.pp || *request.pp == ranks, "--pp ", request.pp.value_or(0),
+  PPTRAIN_CHECK(!request.pp || *request.pp == ranks, names.pp, " ", request.pp.value_or(0),
                 " does not match --replicas ", replicas, ", which places the stages on ", ranks,
                 " ranks");
-  check_schedule_size(static_cast<int>(ranks), 1, *request.microbatches);
+  check_schedule_size(static_cast<int>(ranks), 1, *request.microbatches, names.microbatches);
   return make_1f1b_rr(request.replicas, *request.microbatches);
 }
 
+// The --pp 1 reference of a registry schedule (ScheduleRequest::one_process).
+Schedule one_process_schedule(const ScheduleRequest& request, long long run_microbatches,
+                              bool asynchronous) {
+  const int M = static_cast<int>(run_microbatches);
+  if (!asynchronous && request.stages <= 1) {
+    // One stage: every forward, then every backward (GPipe on one rank).
+    Schedule s;
+    s.num_ranks = 1;
+    s.num_stages = 1;
+    s.num_microbatches = M;
+    s.stage_to_rank = {0};
+    s.actions.resize(1);
+    for (int m = 0; m < M; ++m) s.actions[0].push_back(Action::make(Op::F, 0, m));
+    for (int m = 0; m < M; ++m) s.actions[0].push_back(Action::make(Op::B, 0, m));
+    s.name = request.schedule;
+    return s;
+  }
+  Schedule s = make_serial(std::max(request.stages, 1), M, !asynchronous);
+  s.name = request.schedule;
+  return s;
+}
+
 Schedule generate_schedule(const ScheduleRequest& request, const CostModel& cost, IlpReport* ilp) {
+  const OptionNames& names = request.names;
   PPTRAIN_CHECK(!request.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
                 ", or ", kRoundRobinSchedule, " with --replicas) or --import FILE.csv is required");
   if (request.schedule == kRoundRobinSchedule) return round_robin_schedule(request);
   PPTRAIN_CHECK(request.replicas.empty(), "--replicas applies to --schedule ", kRoundRobinSchedule,
                 " only, not '", request.schedule, "'");
-  PPTRAIN_CHECK(request.pp.has_value(),
-                "--pp is required with --schedule (the number of pipeline ranks)");
-  PPTRAIN_CHECK(request.microbatches.has_value(),
-                "--microbatches is required with --schedule (microbatches per mini-batch)");
+  PPTRAIN_CHECK(request.pp.has_value(), names.pp,
+                " is required with --schedule (the number of pipeline ranks)");
+  PPTRAIN_CHECK(request.microbatches.has_value(), names.microbatches,
+                " is required with --schedule (microbatches per mini-batch)");
   const int pp = *request.pp, microbatches = *request.microbatches;
-  PPTRAIN_CHECK(pp >= 1, "--pp must be >= 1, got ", pp);
-  PPTRAIN_CHECK(microbatches >= 1, "--microbatches must be >= 1, got ", microbatches);
-  PPTRAIN_CHECK(request.chunks >= 0,
-                "--chunks must be >= 1 (or 0 for the schedule's default), got ", request.chunks);
-  PPTRAIN_CHECK(request.steps >= 1 && request.steps <= 1000, "--steps must be 1 .. 1000, got ",
-                request.steps);
+  PPTRAIN_CHECK(pp >= 1, names.pp, " must be >= 1, got ", pp);
+  PPTRAIN_CHECK(microbatches >= 1, names.microbatches, " must be >= 1, got ", microbatches);
+  PPTRAIN_CHECK(request.chunks >= 0, names.chunks,
+                " must be >= 1 (or 0 for the schedule's default), got ", request.chunks);
   const ScheduleEntry& entry = find_schedule(request.schedule);
+  // Checked even where the chunks make no difference (one process), so that a value --pp 2
+  // would refuse is refused everywhere.
+  const int chunks = resolve_chunks(entry, request.chunks);
+  // An asynchronous schedule never flushes: one list over `steps` mini-batches, its
+  // microbatches numbered across steps (and in `pptrain schedule`, the steady state across step
+  // boundaries is what the simulator and the pictures show).
+  const bool asynchronous = entry.asynchronous();
+  long long run_microbatches = microbatches;
+  if (asynchronous) {
+    PPTRAIN_CHECK(request.steps >= 1, names.steps, " must be >= 1, got ", request.steps);
+    run_microbatches *= request.steps;
+  }
+  // The limit on the list's size, named by what the user gave (make_schedule checks it too).
+  check_schedule_size(
+      pp, request.one_process ? std::max(request.stages, 1) : chunks, run_microbatches,
+      asynchronous ? names.microbatches + " " + std::to_string(microbatches) + " x " + names.steps +
+                         " " + std::to_string(request.steps) + " ="
+                   : names.microbatches);
+  if (request.one_process) return one_process_schedule(request, run_microbatches, asynchronous);
+  if (!request.solved_file.empty()) {
+    Schedule solved = read_schedule_csv(request.solved_file);
+    solved.name = request.schedule;
+    return solved;
+  }
   ScheduleOptions options;
   options.name = request.schedule;
   options.ranks = pp;
-  // An asynchronous schedule never flushes: show `steps` mini-batches in one list, so the
-  // steady state across step boundaries is what the simulator and the pictures show.
-  const bool asynchronous = entry.asynchronous();
-  if (asynchronous) {
-    // The limit on the list's size, named by what the user gave (make_schedule checks it too).
-    check_schedule_size(pp, resolve_chunks(entry, request.chunks),
-                        static_cast<long long>(request.steps) * microbatches,
-                        "--microbatches " + std::to_string(microbatches) + " x --steps " +
-                            std::to_string(request.steps) + " =");
-  }
-  options.microbatches = asynchronous ? request.steps * microbatches : microbatches;
-  options.chunks = request.chunks;
+  options.microbatches = static_cast<int>(run_microbatches);
+  options.chunks = chunks;
   // zb-auto plans for the cost model and the limit; the other generators ignore them.
-  const int stages = pp * resolve_chunks(entry, request.chunks);
-  options.costs = cost.stage_costs(stages, pp);
+  options.costs = cost.stage_costs(pp * chunks, pp);
   options.memory_limit = request.memory_limit;
   options.period = microbatches;
   options.solver = request.solver;
@@ -81,10 +142,34 @@ Schedule generate_schedule(const ScheduleRequest& request, const CostModel& cost
   return make_schedule(options);
 }
 
+// Skip links sorted and distinct, as Schedule::skips holds them.
+std::vector<SkipLink> sorted_skips(const std::vector<SkipLink>& skips) {
+  const std::set<SkipLink> distinct(skips.begin(), skips.end());
+  return {distinct.begin(), distinct.end()};
+}
+
+// Sets a schedule's skip links; a file's own must be the same.
+void set_skips(Schedule& schedule, const std::vector<SkipLink>& skips) {
+  const std::vector<SkipLink> sorted = sorted_skips(skips);
+  PPTRAIN_CHECK(schedule.skips.empty() || schedule.skips == sorted, "schedule '", schedule.name,
+                "' has skip messages of its own between other stages than the model's skips");
+  schedule.skips = sorted;
+}
+
+// The registry entry whose weight rule a request's schedule runs under; null for a file or
+// round robin (synchronous).
+const ScheduleEntry* rule_entry(const ScheduleRequest& request) {
+  if (!request.file.empty() || request.schedule.empty() ||
+      request.schedule == kRoundRobinSchedule) {
+    return nullptr;
+  }
+  return &find_schedule(request.schedule);
+}
+
 }  // namespace
 
-void check_data_parallel(int dp) {
-  PPTRAIN_CHECK(dp >= 1, "--dp must be >= 1 (data-parallel copies of the pipeline), got ", dp);
+void check_data_parallel(int dp, const std::string& dp_name) {
+  PPTRAIN_CHECK(dp >= 1, dp_name, " must be >= 1 (data-parallel copies of the pipeline), got ", dp);
 }
 
 std::string replicas_text(const std::vector<int>& replicas) {
@@ -115,40 +200,53 @@ SkipLink parse_skip(const std::string& text) {
 }
 
 RequestedSchedule make_requested_schedule(const ScheduleRequest& request, const CostModel& cost) {
-  check_data_parallel(request.dp);
-  check_solver_applies(request.solver, request.schedule);
+  check_data_parallel(request.dp, request.names.dp);
+  check_solver_applies(request.solver, request.file.empty() ? request.schedule : "");
   IlpReport ilp;
-  Schedule schedule = generate_schedule(request, cost, &ilp);
-  const std::set<SkipLink> skips(request.skips.begin(), request.skips.end());
-  schedule.skips.assign(skips.begin(), skips.end());
-  const bool round_robin = request.schedule == kRoundRobinSchedule;
-  const bool averages = !round_robin && find_schedule(request.schedule).averages_copies;
-  RequestedSchedule made =
-      prepare_schedule(std::move(schedule), round_robin ? std::string() : request.schedule,
-                       request.vertical_sync, *request.microbatches, request.dp, averages);
-  if (request.solver == ScheduleSolver::kIlp) made.ilp = ilp;
-  return made;
+  Schedule schedule =
+      request.file.empty() ? generate_schedule(request, cost, &ilp) : file_schedule(request);
+  if (request.skips) set_skips(schedule, *request.skips);
+  const std::string what = request.file.empty() ? "schedule '" + schedule.name + "'"
+                                                : "schedule file '" + request.file + "'";
+  try {
+    RequestedSchedule made = prepare_schedule(std::move(schedule), request);
+    if (request.solver == ScheduleSolver::kIlp) made.ilp = ilp;
+    return made;
+  } catch (const ScheduleError& e) {
+    throw ScheduleError(e.rank(), e.position(), e.message(), what + " is not valid: " + e.what());
+  }
 }
 
-RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_name,
-                                   bool vertical_sync, int microbatches_per_step, int dp,
-                                   bool averages_copies) {
-  check_data_parallel(dp);
-  PPTRAIN_CHECK(!schedule.replicated() || dp == 1, "--dp ", dp, " does not apply to '",
+RequestedSchedule prepare_schedule(Schedule schedule, const ScheduleRequest& request) {
+  const int dp = request.dp;
+  const std::string& dp_name = request.names.dp;
+  check_data_parallel(dp, dp_name);
+  PPTRAIN_CHECK(!schedule.replicated() || dp == 1, dp_name, " ", dp, " does not apply to '",
                 schedule.name,
                 "': its stages are replicated already, and its replicas sum their gradients");
-  PPTRAIN_CHECK(dp == 1 || schedule.flushes, "--dp ", dp, " needs a synchronous schedule, but ",
-                schedule.name,
+  PPTRAIN_CHECK(dp == 1 || schedule.flushes, dp_name, " ", dp,
+                " needs a synchronous schedule, but ", schedule.name,
                 " does not flush (its stages step inside the run, with no step end at which to "
                 "all-reduce the gradients)");
+  const ScheduleEntry* entry = rule_entry(request);
+  const bool averages = entry && entry->averages_copies;
   // What runs: the replicas or the copies of each stage combine its gradients (a file may
   // place its own).
-  schedule = with_grad_reductions(std::move(schedule), dp, averages_copies);
+  schedule = with_grad_reductions(std::move(schedule), dp, averages);
   // Validation reports problems at the positions of the schedule as given (the user's file, for
   // an import); it lowers a compute-only one when its messages are first asked for.
-  VersionRule rule =
-      version_rule_of(rule_name, vertical_sync, schedule.num_stages, microbatches_per_step);
-  return RequestedSchedule{validate(std::move(schedule)), rule, std::nullopt};
+  VersionRule rule = version_rule_of(
+      entry ? entry->name : std::string(), request.vertical_sync, schedule.num_stages,
+      request.microbatches.value_or(schedule.num_microbatches), request.family);
+  return RequestedSchedule{validate(std::move(schedule)), rule, averages, std::nullopt};
+}
+
+RequestedSchedule with_skips(RequestedSchedule made, const std::vector<SkipLink>& skips) {
+  Schedule schedule = made.validated.given();
+  if (schedule.skips == sorted_skips(skips)) return made;
+  set_skips(schedule, skips);
+  made.validated = validate(std::move(schedule));
+  return made;
 }
 
 SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cost,
@@ -238,15 +336,6 @@ std::string percent(double ratio) {
   return out;
 }
 
-// "dir/1f1b.csv" -> "1f1b": an imported schedule is named after its file.
-std::string file_stem(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const size_t dot = name.rfind('.');
-  if (dot != std::string::npos && dot > 0) name.resize(dot);
-  return name.empty() ? "imported" : name;
-}
-
 }  // namespace
 
 std::string schedule_summary_text(const RequestedSchedule& made, const CostModel& cost,
@@ -311,21 +400,6 @@ void write_schedule_files(const RequestedSchedule& made, const CostModel& cost, 
   if (!files.trace_path.empty()) {
     write_text_file(files.trace_path, render_chrome_trace(result.timeline), "--trace file");
   }
-}
-
-Schedule import_schedule(const std::string& path, std::optional<int> pp,
-                         std::optional<int> microbatches, std::optional<int> chunks) {
-  Schedule s = read_schedule_csv(path);
-  s.name = file_stem(path);
-  const auto agree = [&](std::optional<int> given, const char* flag, int inferred,
-                         const char* what) {
-    PPTRAIN_CHECK(!given || *given == inferred, flag, " ", given.value_or(0), " does not match '",
-                  path, "', which has ", inferred, " ", what);
-  };
-  agree(pp, "--pp", s.num_ranks, "ranks");
-  agree(microbatches, "--microbatches", s.num_microbatches, "microbatches");
-  agree(chunks, "--chunks", s.chunks(), "chunks (stages per rank)");
-  return s;
 }
 
 CostModel profile_stage_costs(const std::string& profile_path, const std::string& stage_layers,

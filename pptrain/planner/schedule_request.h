@@ -1,6 +1,8 @@
-// One schedule as `pptrain schedule` makes, checks and simulates it, for the CLI and the Python
-// package (python/, `pptrain.plan.schedule()`), so that both take the same options with the same
-// errors and print the same figures.
+// A run's schedule, described once and resolved by one function: `pptrain schedule`, `train`,
+// `compare`, the C++ library's PipelineSchedule and Python all describe the schedule they want
+// as a ScheduleRequest and call make_requested_schedule(), so every rule of what runs (the
+// reductions of copies and replicas, the weight rule, skips, validation) and every check of the
+// options is stated here once, with the same errors.
 //
 //   ScheduleRequest request;
 //   request.schedule = "zb-v";
@@ -11,8 +13,11 @@
 //   SimResult result = simulate_requested(made, cost, request.memory_limit, Record::kTimeline);
 //   std::cout << schedule_summary_json(made, cost, request.memory_limit, result).dump();
 //
-// An imported schedule (a CSV file) skips make_requested_schedule(): prepare_schedule() gives
-// it the same reductions, weight rule and validation.
+// A request names a registry schedule (`schedule`), PipeDream's round robin over replicated
+// stages (kRoundRobinSchedule with `replicas`), or a CSV file (`file`); `one_process` asks for
+// the one-process reference of a registry schedule instead. A schedule already in hand (the
+// planner's, a CSV text) goes through prepare_schedule(), the same resolution without the
+// making.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -34,24 +39,51 @@ namespace pptrain {
 // makes it from `replicas`.
 constexpr const char* kRoundRobinSchedule = "1f1b-rr";
 
-// The options of `pptrain schedule --schedule NAME`; the error messages name those flags.
+// What the errors call each option: `pptrain`'s flags, unless a caller (the C++ library) names
+// them otherwise.
+struct OptionNames {
+  std::string pp = "--pp";
+  std::string microbatches = "--microbatches";
+  std::string chunks = "--chunks";
+  std::string steps = "--steps";
+  std::string dp = "--dp";
+};
+
 struct ScheduleRequest {
-  std::string schedule;             // a registry name, or kRoundRobinSchedule with `replicas`
-  std::optional<int> pp;            // P: required, except for 1f1b-rr (the sum of its replicas)
-  std::optional<int> microbatches;  // M per mini-batch: required
+  std::string schedule;  // a registry name, or kRoundRobinSchedule with `replicas`
+  // A schedule CSV (docs/SCHEDULE_FORMAT.md), which wins over `schedule`; `pp`, `microbatches`
+  // and `chunks`, when given, must match it. `file_name`: what its schedule is called (empty:
+  // the file's stem, "dir/1f1b.csv" -> "1f1b").
+  std::string file;
+  std::string file_name;
+  std::optional<int> pp;            // P: required, except for a file and 1f1b-rr
+  std::optional<int> microbatches;  // M per mini-batch: required, except for a file
   int chunks = 0;                   // V: stages per rank; 0: the schedule's default
   std::vector<int> replicas;        // 1f1b-rr only: replicas of each stage, {3, 1}
   int steps = 3;                    // an asynchronous schedule: mini-batches in one run, no flush
-  bool vertical_sync = false;       // pipedream's vertical sync
-  int dp = 1;                       // D: data-parallel copies; > 1 adds REDUCE_GRADs
+  // The one-process reference of `schedule` (`pptrain train --pp 1`): `stages` stages (0: one)
+  // on one rank, one microbatch after the other; a synchronous schedule on one stage runs all
+  // the forwards, then all the backwards.
+  bool one_process = false;
+  int stages = 0;
+  bool vertical_sync = false;  // pipedream's vertical sync
+  // The options of the schedule's family that were given, checked against it
+  // (check_family_options) and set in its weight rule.
+  FamilyValues family;
+  int dp = 1;  // D: data-parallel copies; > 1 adds REDUCE_GRADs
   // Cap on every rank's peak activations (memory-model units); zb-auto plans under it, any
   // schedule above it is refused after simulation. 0: none.
   double memory_limit = 0;
   ScheduleSolver solver = ScheduleSolver::kHeuristic;  // zb-auto only
   double time_limit_s = 60;                            // kIlp: CBC's wall-time limit, seconds
-  // --skip FROM:TO: skip connections between stages (Schedule::skips), in any order; lowering
-  // adds their messages. ScheduleError (one line) for a skip that does not pass a stage.
-  std::vector<SkipLink> skips;
+  // zb-auto's order solved already (a CSV the launcher wrote: a time limit could end
+  // differently in each process), read instead of solving. Empty: solve.
+  std::string solved_file;
+  // Skip connections between stages (Schedule::skips), in any order; lowering adds their
+  // messages. ScheduleError (one line) for a skip that does not pass a stage. Set, a file's own
+  // skip messages must be these; unset, a file keeps its own.
+  std::optional<std::vector<SkipLink>> skips;
+  OptionNames names;
 };
 
 // "0:3" -> {0, 3}; UserError naming --skip for anything else.
@@ -62,27 +94,35 @@ struct RequestedSchedule {
   // Compute-only (given()), with the REDUCE_GRADs of --dp or of replicated stages, as --export
   // writes it; lowered (*validated) as it runs.
   ValidatedSchedule validated;
-  VersionRule rule;              // the weight versions of its stages (asynchronous schedules)
+  VersionRule rule;  // the weight versions of its stages (asynchronous schedules)
+  // avgpipe: the copies combine no gradients, they pull their weights together instead
+  // (ScheduleEntry::averages_copies).
+  bool averages_copies = false;
   std::optional<IlpReport> ilp;  // what CBC did, for --solver ilp
 };
 
-// UserError naming --dp unless dp >= 1.
-void check_data_parallel(int dp);
+// UserError naming the option (`dp_name`) unless dp >= 1.
+void check_data_parallel(int dp, const std::string& dp_name = "--dp");
 
 // "3,1" for {3, 1}, as --replicas is written.
 std::string replicas_text(const std::vector<int>& replicas);
 
-// Generates, adds the reductions, validates. `cost` gives zb-auto its stage costs (the other
-// generators ignore it). UserError naming the flag for a bad option, or the generator's own.
+// Makes the schedule `request` describes (`cost` gives zb-auto its stage costs; the other
+// generators ignore it) and prepares it (below). UserError naming the option for a bad one, or
+// the generator's own; a ScheduleError of validation reads "<the schedule> is not valid: ...".
 RequestedSchedule make_requested_schedule(const ScheduleRequest& request, const CostModel& cost);
 
-// The reductions of --dp D (none for avgpipe, `averages_copies`, whose copies average weights
-// instead), the sum over a replicated schedule's replicas, the weight rule of `rule_name` (a
-// registry name, "" for a file: synchronous) for `microbatches_per_step`, and validation
-// (ScheduleError naming rank, position and action, with the grid).
-RequestedSchedule prepare_schedule(Schedule schedule, const std::string& rule_name,
-                                   bool vertical_sync, int microbatches_per_step, int dp,
-                                   bool averages_copies = false);
+// Resolves a schedule made already: the reductions of `request.dp` copies (none for avgpipe,
+// whose copies average weights instead) or the sum over a replicated schedule's replicas, the
+// weight rule of `request.schedule` ("" or a file: synchronous) with its family options for
+// `request.microbatches` per step (unset: the schedule's), and validation (ScheduleError naming
+// rank, position and action, with the grid).
+RequestedSchedule prepare_schedule(Schedule schedule, const ScheduleRequest& request);
+
+// `made` with the skip connections of a model, which fall between the stages of a partition
+// made once the number of stages is known; validated again. UserError when the schedule (a
+// file's) has skip messages of its own between other stages.
+RequestedSchedule with_skips(RequestedSchedule made, const std::vector<SkipLink>& skips);
 
 // Simulates under `cost` and refuses a `memory_limit` (0: none) that no schedule of these
 // stages can keep or that a rank's peak exceeds (one-line UserError). `record`: with its
@@ -113,12 +153,6 @@ struct ScheduleFiles {
 // title is schedule_timeline_title()'s.
 void write_schedule_files(const RequestedSchedule& made, const CostModel& cost, SimResult& result,
                           const ScheduleFiles& files);
-
-// `--import FILE.csv`: the schedule of a CSV file, named after the file ("dir/1f1b.csv" ->
-// "1f1b"). UserError (one line naming the flag) when a given --pp, --microbatches or --chunks
-// does not match what the file holds.
-Schedule import_schedule(const std::string& path, std::optional<int> pp,
-                         std::optional<int> microbatches, std::optional<int> chunks);
 
 // `--profile FILE`: the costs, in ms, of the profiled model cut into `stages` stages by
 // `stage_layers` ("0-3,4-7"; empty: the time partition), for `dp` copies of the pipeline.

@@ -5,8 +5,7 @@
 #include <filesystem>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/reductions.h"
+#include "pptrain/planner/schedule_request.h"
 #include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/simulator.h"
@@ -15,23 +14,6 @@
 
 namespace pptrain {
 namespace {
-
-// PipeDream's round robin over replicated stages: made from a partition file, not the registry.
-constexpr const char* kRoundRobin = "1f1b-rr";
-
-// The --pp 1 reference: one stage, all forwards, then all backwards (GPipe on one rank).
-Schedule single_stage_schedule(const std::string& name, int microbatches) {
-  Schedule s;
-  s.name = name;
-  s.num_ranks = 1;
-  s.num_stages = 1;
-  s.num_microbatches = microbatches;
-  s.stage_to_rank = {0};
-  s.actions.resize(1);
-  for (int m = 0; m < microbatches; ++m) s.actions[0].push_back(Action::make(Op::F, 0, m));
-  for (int m = 0; m < microbatches; ++m) s.actions[0].push_back(Action::make(Op::B, 0, m));
-  return s;
-}
 
 void check_output_path(const std::string& path, const char* flag) {
   if (path.empty()) return;
@@ -120,84 +102,48 @@ CostModel planning_cost(const TrainOptions& options, bool may_profile) {
   return cost;
 }
 
-// The schedule the flags ask for, before validation; `what` names it in messages.
-Schedule requested_schedule(const TrainOptions& options, const CostModel& cost, std::string& what) {
-  const int M = options.data.microbatches;
-  const ScheduleSolver solver = parse_solver(options.solver);
-  check_solver_applies(solver, options.schedule_file.empty() ? options.schedule : "");
-  if (!options.schedule_file.empty()) {
-    what = "schedule file '" + options.schedule_file + "'";
-    Schedule schedule = read_schedule_csv(options.schedule_file);
-    if (!options.schedule_file_name.empty()) schedule.name = options.schedule_file_name;
-    PPTRAIN_CHECK(schedule.num_ranks == options.pp, what, " is for ", schedule.num_ranks,
-                  " ranks, but --pp is ", options.pp);
-    PPTRAIN_CHECK(schedule.num_microbatches == M, what, " has ", schedule.num_microbatches,
-                  " microbatches, but --microbatches is ", M);
-    PPTRAIN_CHECK(options.chunks == 0 || options.chunks == schedule.chunks(), "--chunks ",
-                  options.chunks, " does not match ", what, ", which has ", schedule.chunks(),
-                  " stages per rank");
-    return schedule;
-  }
-  const std::vector<int> replicas = partition_replicas(options.partition);
-  if (!replicas.empty() || options.schedule == kRoundRobin) {
-    what = "schedule '" + std::string(kRoundRobin) + "'";
-    PPTRAIN_CHECK(!replicas.empty(), "--schedule ", kRoundRobin, " routes microbatches over ",
-                  "replicated stages; give --partition FILE.json from `pptrain partition --method ",
-                  "pipedream` whose stages have replicas");
-    PPTRAIN_CHECK(options.schedule == "1f1b" || options.schedule == kRoundRobin, "--partition '",
-                  options.partition, "' replicates stages, which runs PipeDream's round robin (",
-                  kRoundRobin, "), not --schedule ", options.schedule);
-    int workers = 0;
-    for (int r : replicas) workers += r;
-    PPTRAIN_CHECK(workers == options.pp, "--partition '", options.partition, "' places its ",
-                  replicas.size(), " stages on ", workers,
-                  " workers (their replicas), but --pp is ", options.pp);
-    PPTRAIN_CHECK(options.chunks <= 1, "--chunks: ", kRoundRobin, " has one stage per replica");
-    return make_1f1b_rr(replicas, M);
-  }
-  what = "schedule '" + options.schedule + "'";
-  const ScheduleEntry& entry = find_schedule(options.schedule);
-  // One rank has nothing to overlap: every synchronous schedule is the same one-process run.
-  // Its chunks are still checked, so a flag that --pp 2 would refuse is refused at --pp 1 too.
-  const int chunks = resolve_chunks(entry, options.chunks);
-  const bool asynchronous = entry.asynchronous();
-  // No flush: one list over the whole run, its microbatches numbered across steps.
-  const long long run_microbatches = asynchronous ? 1LL * options.steps * M : M;
-  check_schedule_size(
-      options.pp, options.pp == 1 ? std::max(options.stages, 1) : chunks, run_microbatches,
-      asynchronous ? "--steps x --microbatches (no flush: one schedule)" : "--microbatches");
-  if (options.pp == 1) {
-    if (!asynchronous && options.stages <= 1) return single_stage_schedule(options.schedule, M);
-    Schedule serial =
-        make_serial(std::max(options.stages, 1), static_cast<int>(run_microbatches), !asynchronous);
-    serial.name = options.schedule;
-    return serial;
-  }
-  if (!options.solved_schedule.empty()) {
-    Schedule solved = read_schedule_csv(options.solved_schedule);
-    solved.name = options.schedule;
-    return solved;
-  }
-  ScheduleOptions request;
-  request.name = options.schedule;
-  request.ranks = options.pp;
-  request.microbatches = static_cast<int>(run_microbatches);
-  request.chunks = chunks;
-  request.costs = cost.stage_costs(options.pp * chunks, options.pp);  // zb-auto plans for them
+// The schedule the flags ask for (planner/schedule_request.h: every surface's one resolver).
+// A partition file that replicates stages asks for PipeDream's round robin.
+ScheduleRequest schedule_request(const TrainOptions& options) {
+  ScheduleRequest request;
+  request.schedule = options.schedule;
+  request.file = options.schedule_file;
+  // A file's schedule is "imported" unless --plan names it.
+  request.file_name =
+      options.schedule_file_name.empty() ? std::string("imported") : options.schedule_file_name;
+  request.pp = options.pp;
+  request.microbatches = options.data.microbatches;
+  request.chunks = options.chunks;
+  request.steps = options.steps;
+  // One rank has nothing to overlap: every schedule is its one-process reference, on --stages.
+  request.one_process = options.pp == 1;
+  request.stages = options.stages;
+  request.vertical_sync = options.vertical_sync;
+  request.family = options.family;
+  request.dp = options.dp;
   request.memory_limit = options.memory_limit;
-  request.period = M;
-  request.solver = solver;
+  request.solver = parse_solver(options.solver);
   request.time_limit_s = options.time_limit_s;
-  return entry.make(request);
-}
-
-// Validates the schedule; a problem reads as `what` is not valid, followed by the marked grid.
-ValidatedSchedule validated_schedule(const Schedule& schedule, const std::string& what) {
-  try {
-    return validate(schedule);
-  } catch (const ScheduleError& e) {
-    throw ScheduleError(e.rank(), e.position(), e.message(), what + " is not valid: " + e.what());
+  request.solved_file = options.solved_schedule;
+  if (!options.schedule_file.empty()) return request;
+  request.replicas = partition_replicas(options.partition);
+  if (!request.replicas.empty() || options.schedule == kRoundRobinSchedule) {
+    PPTRAIN_CHECK(!request.replicas.empty(), "--schedule ", kRoundRobinSchedule,
+                  " routes microbatches over replicated stages; give --partition FILE.json from ",
+                  "`pptrain partition --method pipedream` whose stages have replicas");
+    PPTRAIN_CHECK(options.schedule == "1f1b" || options.schedule == kRoundRobinSchedule,
+                  "--partition '", options.partition, "' replicates stages, which runs ",
+                  "PipeDream's round robin (", kRoundRobinSchedule, "), not --schedule ",
+                  options.schedule);
+    int workers = 0;
+    for (int r : request.replicas) workers += r;
+    PPTRAIN_CHECK(workers == options.pp, "--partition '", options.partition, "' places its ",
+                  request.replicas.size(), " stages on ", workers,
+                  " workers (their replicas), but --pp is ", options.pp);
+    request.schedule = kRoundRobinSchedule;
+    request.one_process = false;
   }
+  return request;
 }
 
 // --save, --save-every, --keep, --load and --resume together; UserError naming the flags.
@@ -256,8 +202,8 @@ void check_predicting_rule(const TrainOptions& options, const VersionRule& rule)
 // The averaging of the copies into the plan (--avg-interval and --avg-alpha, checked against
 // the family before, --avg-alpha's range here); UserError naming the flag when out of range, or
 // when the schedule has no copies to average.
-void plan_averaging(const TrainOptions& options, const ScheduleEntry* entry, TrainingPlan& plan) {
-  if (!entry || !entry->averages_copies) return;
+void plan_averaging(const TrainOptions& options, bool averages, TrainingPlan& plan) {
+  if (!averages) return;
   PPTRAIN_CHECK(options.dp >= 2, "--schedule avgpipe averages the weights of --dp D >= 2 ",
                 "pipelines, got --dp ", options.dp);
   PPTRAIN_CHECK(options.zero == 0, "--zero 1 shards an optimizer the copies share; avgpipe's ",
@@ -277,42 +223,31 @@ int stage_holding(const std::vector<LayerRange>& stage_layers, int layer) {
 
 TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
-  std::string what;
   const CostModel cost = planning_cost(options, may_profile);
-  Schedule schedule = requested_schedule(options, cost, what);
-  const std::string entry_name = options.schedule_file.empty() ? options.schedule : "";
-  const VersionRule rule = version_rule_of(entry_name, options.vertical_sync, schedule.num_stages,
-                                           options.data.microbatches, options.family);
+  RequestedSchedule made = make_requested_schedule(schedule_request(options), cost);
+  const VersionRule rule = made.rule;
   check_predicting_rule(options, rule);
-  PPTRAIN_CHECK(options.dp == 1 || !rule.asynchronous(), "--dp ", options.dp, ": '",
-                options.schedule, "' is asynchronous; copies of a pipeline average their ",
-                "gradients at a flush, which it does not have");
-  PPTRAIN_CHECK(options.dp == 1 || !schedule.replicated(), "--dp ", options.dp, ": '",
-                schedule.name, "' replicates its stages itself; copies of it are not supported");
-  // Copies of the pipeline, or the replicas of a stage, combine its gradients as soon as its
-  // last W is done.
-  const ScheduleEntry* entry =
-      options.schedule_file.empty() ? &find_schedule(options.schedule) : nullptr;
-  const bool averages = entry && entry->averages_copies;
-  schedule = with_grad_reductions(std::move(schedule), options.dp, averages);
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);
-  PPTRAIN_CHECK(schedule.num_stages <= blocks, what, " has ", schedule.num_stages, " stages (--pp ",
-                options.pp, " x ", schedule.chunks(), " chunks) but the model has only ", blocks,
-                " blocks (--layers ", options.model.layers, ")");
+  const int stages = made.validated->num_stages;
+  PPTRAIN_CHECK(stages <= blocks, "schedule '", made.validated->name, "' has ", stages,
+                " stages (--pp ", options.pp, " x ", made.validated->chunks(),
+                " chunks) but the model has only ", blocks, " blocks (--layers ",
+                options.model.layers, ")");
   // unet: each skip tensor whose two layers are on different stages goes straight across; those
   // that pass a stage get messages of their own in the schedule.
   std::vector<LayerRange> stage_layers =
-      plan_stage_layers(stage_layer_options(options, may_profile), schedule.num_stages);
+      plan_stage_layers(stage_layer_options(options, may_profile), stages);
   std::vector<SkipConnection> skips;
   for (const LayerSkip& skip : layer_skips(options.model)) {
     const int from = stage_holding(stage_layers, skip.from_layer);
     const int to = stage_holding(stage_layers, skip.to_layer);
     if (from != to) skips.push_back({skip.name, from, to});
   }
-  schedule.skips = skip_links(skips);
-  TrainingPlan plan(validated_schedule(schedule, what));
+  made = with_skips(std::move(made), skip_links(skips));
+  TrainingPlan plan(made.validated);
+  const Schedule& schedule = *plan.schedule;
   plan.skips = std::move(skips);
   check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
                               options.memory_limit);
@@ -334,7 +269,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 "--model unet: ", plan.schedule->name,
                 " is asynchronous; skip connections run on synchronous schedules for now");
   plan.family = options.family;
-  plan_averaging(options, entry, plan);
+  plan_averaging(options, made.averages_copies, plan);
   plan.model = options.model;
   plan.data = options.data;
   plan.copies = options.dp;

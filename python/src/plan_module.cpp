@@ -30,6 +30,14 @@ namespace py = pybind11;
 namespace pptrain::python {
 namespace {
 
+// A schedule in hand (a planned candidate's, a CSV's), resolved as synchronous with `dp` copies.
+RequestedSchedule prepared(Schedule schedule, int microbatches, int dp) {
+  ScheduleRequest request;
+  request.microbatches = microbatches;
+  request.dp = dp;
+  return prepare_schedule(std::move(schedule), request);
+}
+
 // A schedule made or imported, ready to simulate, draw and export.
 struct PlannedSchedule {
   RequestedSchedule made;
@@ -105,9 +113,8 @@ struct PlanResult {
                   index);
     Candidate c = search.ranked[static_cast<size_t>(index)];
     Evaluation evaluation = evaluate(profile, options, c);
-    PlannedSchedule out{
-        prepare_schedule(std::move(evaluation.schedule), std::string(), false, c.microbatches, 1),
-        ScheduleSolver::kHeuristic, 1, std::move(evaluation.cost)};
+    PlannedSchedule out{prepared(std::move(evaluation.schedule), c.microbatches, 1),
+                        ScheduleSolver::kHeuristic, 1, std::move(evaluation.cost)};
     return out;
   }
 };
@@ -267,7 +274,8 @@ PYBIND11_MODULE(_plan, m) {
         request.steps = steps;
         request.vertical_sync = vertical_sync;
         request.replicas = std::move(replicas);
-        for (const auto& [from, to] : skips) request.skips.push_back({from, to});
+        if (!skips.empty()) request.skips.emplace();
+        for (const auto& [from, to] : skips) request.skips->push_back({from, to});
         CostModel c = cost_model_from_flags(cost, mem_w_ratio);
         c.replicas = dp;
         PlannedSchedule out{make_requested_schedule(request, c), request.solver, dp, std::nullopt};
@@ -349,9 +357,8 @@ PYBIND11_MODULE(_plan, m) {
       [](const std::string& text, const std::string& name, int dp) {
         Schedule s = parse_csv(text, name);
         const int microbatches = s.num_microbatches;
-        return PlannedSchedule{
-            prepare_schedule(std::move(s), std::string(), false, microbatches, dp),
-            ScheduleSolver::kHeuristic, dp, std::nullopt};
+        return PlannedSchedule{prepared(std::move(s), microbatches, dp), ScheduleSolver::kHeuristic,
+                               dp, std::nullopt};
       },
       py::arg("text"), py::arg("name"), py::arg("dp"));
 }

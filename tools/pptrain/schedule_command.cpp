@@ -54,22 +54,6 @@ struct ScheduleArgs {
   bool pp_given = false, microbatches_given = false, chunks_given = false, time_limit_given = false;
 };
 
-Schedule import_of(const ScheduleArgs& args) {
-  PPTRAIN_CHECK(args.schedule.empty(),
-                "--schedule and --import cannot be used together (got "
-                "--schedule ",
-                args.schedule, " and --import ", args.import_path, ")");
-  PPTRAIN_CHECK(args.skips.empty(),
-                "--skip does not apply to --import: the file's skip "
-                "messages (0SEND_F3>2 ...) give its skips");
-  const auto given = [](bool is_given, int value) {
-    return is_given ? std::optional<int>(value) : std::nullopt;
-  };
-  return import_schedule(args.import_path, given(args.pp_given, args.pp),
-                         given(args.microbatches_given, args.microbatches),
-                         given(args.chunks_given, args.chunks));
-}
-
 // "3,1" -> {3, 1}; a one-line UserError naming the flag for anything else.
 std::vector<int> parse_replicas(const std::string& text) {
   std::vector<int> replicas;
@@ -86,9 +70,16 @@ std::vector<int> parse_replicas(const std::string& text) {
   return replicas;
 }
 
-// The request of the flags: --schedule NAME and what goes with it.
+// The request of the flags: --schedule NAME and what goes with it, or --import FILE.csv.
 ScheduleRequest request_of(const ScheduleArgs& args, ScheduleSolver solver) {
   ScheduleRequest request;
+  if (!args.import_path.empty()) {
+    PPTRAIN_CHECK(args.schedule.empty(), "--schedule and --import cannot be used together (got ",
+                  "--schedule ", args.schedule, " and --import ", args.import_path, ")");
+    PPTRAIN_CHECK(args.skips.empty(), "--skip does not apply to --import: the file's skip ",
+                  "messages (0SEND_F3>2 ...) give its skips");
+    request.file = args.import_path;
+  }
   request.schedule = args.schedule;
   if (args.pp_given) request.pp = args.pp;
   if (args.microbatches_given) request.microbatches = args.microbatches;
@@ -100,7 +91,10 @@ ScheduleRequest request_of(const ScheduleArgs& args, ScheduleSolver solver) {
   request.memory_limit = args.memory_limit;
   request.solver = solver;
   request.time_limit_s = args.time_limit_s;
-  for (const std::string& skip : args.skips) request.skips.push_back(parse_skip(skip));
+  if (!args.skips.empty()) {
+    request.skips.emplace();
+    for (const std::string& skip : args.skips) request.skips->push_back(parse_skip(skip));
+  }
   return request;
 }
 
@@ -113,18 +107,15 @@ void run_schedule_command(const ScheduleArgs& args) {
     return;
   }
   check_data_parallel(args.dp);
-  // An imported file or 1f1b-rr never reaches make_schedule(), which checks the same.
   const ScheduleSolver solver = parse_solver(args.solver);
-  check_solver_applies(solver, args.import_path.empty() ? args.schedule : std::string());
   PPTRAIN_CHECK(!args.time_limit_given || solver == ScheduleSolver::kIlp,
                 "--time-limit applies to --solver ilp only (the heuristic takes milliseconds)");
+  const ScheduleRequest request = request_of(args, solver);
   CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
-  std::optional<Schedule> imported;
-  if (!args.import_path.empty()) imported = import_of(args);
   if (!args.profile.empty()) {
-    const int stages = imported ? imported->num_stages
+    const int stages = !request.file.empty() ? read_schedule_csv(request.file).num_stages
                        : args.schedule == kRoundRobinSchedule
-                           ? static_cast<int>(parse_replicas(args.replicas).size())
+                           ? static_cast<int>(request.replicas.size())
                            : args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
     PPTRAIN_CHECK(args.cost == ScheduleArgs().cost, "give --cost or --profile, not both");
     cost = profile_stage_costs(args.profile, args.stage_layers, stages, args.dp, args.mem_w_ratio);
@@ -133,12 +124,7 @@ void run_schedule_command(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.cores >= 0, "--cores must be >= 0 (0: a core per rank), got ", args.cores);
   // The D copies of the pipeline run alike, each on its share of the cores.
   cost.cores = args.cores / args.dp;
-  RequestedSchedule made =
-      imported
-          ? prepare_schedule(
-                *imported, std::string(), false,
-                args.microbatches_given ? args.microbatches : imported->num_microbatches, args.dp)
-          : make_requested_schedule(request_of(args, solver), cost);
+  RequestedSchedule made = make_requested_schedule(request, cost);
   // A timeline only to draw or trace: without, the figures cost no event per action.
   const bool drawn = !args.svg_path.empty() || !args.trace_path.empty();
   SimResult result = simulate_requested(made, cost, args.memory_limit,
