@@ -253,8 +253,8 @@ SimResult simulate_requested(const RequestedSchedule& made, const CostModel& cos
                              double memory_limit, Record record) {
   SimResult result = simulate(made.validated, cost, made.rule, record);
   const Schedule& s = made.validated.given();
-  // A replicated schedule's every stage is one rank's share (V = 1): S shares, not P.
-  const int shares = s.replicated() ? s.num_stages : s.num_ranks;
+  // A replicated schedule's shares are those a microbatch passes (Schedule::shares).
+  const int shares = s.shares();
   check_feasible_memory_limit(cost.stage_costs(s.num_stages, shares), memory_limit);
   check_peak_within_limit(result, memory_limit, s.name);
   return result;

@@ -270,7 +270,17 @@ class DualPipeVWriter {
 // gigabytes, which is a typo in the options rather than a pipeline.
 constexpr long long kMaxStageMicrobatches = 50'000'000;
 
-void check_sizes(const char* name, int ranks, int microbatches, int chunks = 1) {
+// 1F1B: P-1-r warm-up forwards on rank r, each backward whole (B) or an I with its W right after.
+Schedule one_f_one_b(int ranks, int microbatches, bool split) {
+  check_generator_sizes("1f1b", ranks, microbatches);
+  std::vector<int> warmup(ranks), deferred(ranks, 0);
+  for (int r = 0; r < ranks; ++r) warmup[r] = ranks - 1 - r;
+  return one_f_one_b_family("1f1b", ranks, microbatches, warmup, deferred, split);
+}
+
+}  // namespace
+
+void check_generator_sizes(const char* name, int ranks, int microbatches, int chunks) {
   PPTRAIN_CHECK(ranks >= 1, "schedule '", name, "': ranks must be >= 1, got ", ranks);
   PPTRAIN_CHECK(microbatches >= 1, "schedule '", name, "': microbatches must be >= 1, got ",
                 microbatches);
@@ -279,18 +289,8 @@ void check_sizes(const char* name, int ranks, int microbatches, int chunks = 1) 
                 "microbatches = ", pairs, " is too large (at most ", kMaxStageMicrobatches, ")");
 }
 
-// 1F1B: P-1-r warm-up forwards on rank r, each backward whole (B) or an I with its W right after.
-Schedule one_f_one_b(int ranks, int microbatches, bool split) {
-  check_sizes("1f1b", ranks, microbatches);
-  std::vector<int> warmup(ranks), deferred(ranks, 0);
-  for (int r = 0; r < ranks; ++r) warmup[r] = ranks - 1 - r;
-  return one_f_one_b_family("1f1b", ranks, microbatches, warmup, deferred, split);
-}
-
-}  // namespace
-
 Schedule make_gpipe(int ranks, int microbatches) {
-  check_sizes("gpipe", ranks, microbatches);
+  check_generator_sizes("gpipe", ranks, microbatches);
   Schedule s = empty_schedule("gpipe", ranks, microbatches, 1);
   for (int r = 0; r < ranks; ++r) {
     for (int m = 0; m < microbatches; ++m) s.actions[r].emplace_back(Op::F, r, m);
@@ -304,7 +304,7 @@ Schedule make_1f1b(int ranks, int microbatches) {
 }
 
 Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
-  check_sizes("interleaved-1f1b", ranks, microbatches, std::max(chunks, 1));
+  check_generator_sizes("interleaved-1f1b", ranks, microbatches, std::max(chunks, 1));
   PPTRAIN_CHECK(chunks >= 2, "schedule 'interleaved-1f1b' needs chunks >= 2 (virtual stages per ",
                 "rank), got chunks=", chunks, "; use '1f1b' for one chunk");
   PPTRAIN_CHECK(microbatches % ranks == 0, "schedule 'interleaved-1f1b' needs microbatches to be ",
@@ -341,7 +341,7 @@ Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
 }
 
 Schedule make_zb_h1(int ranks, int microbatches) {
-  check_sizes("zb-h1", ranks, microbatches);
+  check_generator_sizes("zb-h1", ranks, microbatches);
   std::vector<int> warmup(ranks), deferred(ranks);
   for (int r = 0; r < ranks; ++r) {
     warmup[r] = ranks - 1 - r;
@@ -355,7 +355,7 @@ Schedule make_1f1b_split(int ranks, int microbatches) {
 }
 
 Schedule make_zb_h2(int ranks, int microbatches) {
-  check_sizes("zb-h2", ranks, microbatches);
+  check_generator_sizes("zb-h2", ranks, microbatches);
   std::vector<int> warmup(ranks), deferred(ranks);
   for (int r = 0; r < ranks; ++r) {
     warmup[r] = 2 * (ranks - 1 - r);
@@ -365,7 +365,7 @@ Schedule make_zb_h2(int ranks, int microbatches) {
 }
 
 Schedule make_zb_v(int ranks, int microbatches) {
-  check_sizes("zb-v", ranks, microbatches, 2);
+  check_generator_sizes("zb-v", ranks, microbatches, 2);
   return zb_v_list_schedule(ranks, microbatches);
 }
 
@@ -374,7 +374,7 @@ Schedule make_zb_v(int ranks, int microbatches) {
 // without a gap. For even P those offsets would put F of the upper stage and I of the lower one
 // on the same step modulo 6, so both I's move 3 steps later.
 Schedule make_v_half(int ranks, int microbatches) {
-  check_sizes("v-half", ranks, microbatches, 2);
+  check_generator_sizes("v-half", ranks, microbatches, 2);
   const int P = ranks, shift = P % 2 == 0 ? 3 : 0;
   return v_block_schedule("v-half", P, microbatches, [&](int r) {
     return VBlock{2 * r, 3 * P - 2 - r, 3 * P - 1 + 2 * r + shift, 6 * P - 2 - r + shift};
@@ -385,7 +385,7 @@ Schedule make_v_half(int ranks, int microbatches) {
 // multiple of 3 that puts an F and an I of the same rank on one step modulo 6, so both I's move
 // 2 steps later.
 Schedule make_v_min(int ranks, int microbatches) {
-  check_sizes("v-min", ranks, microbatches, 2);
+  check_generator_sizes("v-min", ranks, microbatches, 2);
   const int P = ranks, shift = P % 3 == 0 ? 2 : 0;
   return v_block_schedule("v-min", P, microbatches, [&](int r) {
     return VBlock{r, 2 * P - 1 - r, 2 * P + r + shift, 4 * P - 1 - r + shift};
@@ -393,7 +393,7 @@ Schedule make_v_min(int ranks, int microbatches) {
 }
 
 Schedule make_dualpipev(int ranks, int microbatches) {
-  check_sizes("dualpipev", ranks, microbatches, 2);
+  check_generator_sizes("dualpipev", ranks, microbatches, 2);
   const int P = ranks, M = microbatches;
   PPTRAIN_CHECK(M >= 2 * P, "schedule 'dualpipev' needs at least as many microbatches as stages ",
                 "(2 x ranks = ", 2 * P, "), got microbatches=", M);
@@ -465,7 +465,7 @@ Schedule bidirectional_schedule(const std::string& name, int ranks, int microbat
 }
 
 void check_bidirectional(const char* name, int ranks, int microbatches, int multiple_of) {
-  check_sizes(name, ranks, microbatches);
+  check_generator_sizes(name, ranks, microbatches);
   PPTRAIN_CHECK(ranks >= 2 && ranks % 2 == 0, "schedule '", name,
                 "' needs an even number of ranks (its two pipelines cross in the middle), got ",
                 ranks);
@@ -616,7 +616,7 @@ Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatch
   constexpr long long kMaxReplicaRanks = 1 << 20;
   PPTRAIN_CHECK(ranks <= kMaxReplicaRanks, "schedule '1f1b-rr': ", ranks,
                 " ranks in all is too many (at most ", kMaxReplicaRanks, ")");
-  check_sizes("1f1b-rr", static_cast<int>(ranks), microbatches);
+  check_generator_sizes("1f1b-rr", static_cast<int>(ranks), microbatches);
   PPTRAIN_CHECK(microbatches >= most, "schedule '1f1b-rr' needs at least as many microbatches as ",
                 "the most replicas of a stage (", most, "), so that every replica runs one; got ",
                 microbatches);
@@ -652,7 +652,7 @@ Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatch
 }
 
 Schedule make_wpipe(int ranks, int microbatches, int period) {
-  check_sizes("wpipe", ranks, microbatches, 2);
+  check_generator_sizes("wpipe", ranks, microbatches, 2);
   PPTRAIN_CHECK(period >= 1 && period <= microbatches, "schedule 'wpipe': microbatches per step ",
                 "must be 1 .. ", microbatches, ", got ", period);
   const int P = ranks, N = microbatches, S = 2 * ranks;

@@ -194,4 +194,9 @@ Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatch
 // `flushes`, a synchronous run split into stages. Not a registry entry.
 Schedule make_serial(int stages, int microbatches, bool flushes);
 
+// The conditions every generator puts on its sizes: UserError naming the schedule unless ranks
+// >= 1 and microbatches >= 1, and ranks x chunks x microbatches is not beyond what a schedule
+// holds.
+void check_generator_sizes(const char* name, int ranks, int microbatches, int chunks = 1);
+
 }  // namespace pptrain

@@ -225,6 +225,14 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
   return schedule;
 }
 
+int Schedule::chunks() const {
+  if (!replicated()) return num_ranks ? num_stages / num_ranks : 0;
+  if (num_microbatches == 0 || num_stages == 0) return 1;
+  std::set<int> passed;
+  for (int stage = 0; stage < num_stages; ++stage) passed.insert(placement[stage][0]);
+  return num_stages / static_cast<int>(passed.size());
+}
+
 Schedule read_schedule_csv(const std::string& path) {
   return parse_csv(read_text_file(path, "schedule file"));
 }

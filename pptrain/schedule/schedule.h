@@ -59,8 +59,12 @@ struct Schedule {
   // Optional: the skip connections' stage pairs, sorted and distinct (see above).
   std::vector<SkipLink> skips;
 
-  // V: stages per rank; 1 for a replicated schedule, whose every stage is one rank's share.
-  int chunks() const { return replicated() ? 1 : num_ranks ? num_stages / num_ranks : 0; }
+  // V: the stages a rank runs for one microbatch, num_stages / num_ranks; with replicas, the
+  // stages over the ranks a microbatch passes (Chimera and 1f1b-rr 1, BitPipe 2).
+  int chunks() const;
+  // How many shares of the model a rank's time and memory are counted in (sim/cost_model.h):
+  // the stages over the chunks, P without replicas.
+  int shares() const { return chunks() ? num_stages / chunks() : 0; }
   // True if `placement` is set (a stage may then have several replicas).
   bool replicated() const { return !placement.empty(); }
   // The rank that runs `stage` for `microbatch` (0 .. M-1): placement[stage][microbatch], or

@@ -88,8 +88,8 @@ TEST(Schedule, PlacementPerMicrobatch) {
   EXPECT_EQ(s.rank_of(1, 1), 1);
   EXPECT_EQ(s.replicas_of(0), (std::vector<int>{0, 1}));
   EXPECT_EQ(s.stages_of(1), (std::vector<int>{0, 1}));
-  EXPECT_EQ(s.chunks(), 1);
-  EXPECT_EQ(lower(s), s);  // every microbatch stays on its rank: nothing to send
+  EXPECT_EQ(s.chunks(), 2);  // a microbatch runs both stages on its one rank
+  EXPECT_EQ(lower(s), s);    // every microbatch stays on its rank: nothing to send
   Schedule other = s;
   other.placement[0][0] = 1;
   EXPECT_FALSE(other == s);  // equality compares the placement

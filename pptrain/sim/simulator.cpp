@@ -70,7 +70,7 @@ class Simulation {
         rule_(rule),
         record_(record),
         done_at_(s_, kNotYet, /*messages=*/!direct_),
-        shares_(s_.replicated() ? s_.num_stages : s_.num_ranks),
+        shares_(s_.shares()),
         stage_figures_(static_cast<size_t>(s_.num_stages) * kStageFigures,
                        std::numeric_limits<double>::quiet_NaN()),
         tally_(s_.num_ranks) {}

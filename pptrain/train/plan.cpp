@@ -249,7 +249,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   TrainingPlan plan(made.validated);
   const Schedule& schedule = *plan.schedule;
   plan.skips = std::move(skips);
-  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.num_ranks),
+  check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.shares()),
                               options.memory_limit);
   // One process has no pipeline to cap (its reference run holds every microbatch).
   if (options.pp > 1 && options.memory_limit > 0) {
