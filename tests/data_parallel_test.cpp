@@ -78,8 +78,9 @@ INSTANTIATE_TEST_SUITE_P(Copies, DataParallel,
                          });
 
 // Replicated stages: chimera and gems hold every stage twice (worker r: stage r going down,
-// P-1-r going up), half the microbatches each way, and the two copies sum their gradients; a
-// synchronous schedule, so equal to --pp 1.
+// P-1-r going up), bitpipe every one of its 2P stages (two V's in opposite directions), half the
+// microbatches each way, and the two copies sum their gradients; a synchronous schedule, so
+// equal to --pp 1.
 class ReplicatedStages : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ReplicatedStages, EqualOneProcess) {
@@ -101,7 +102,7 @@ TEST_P(ReplicatedStages, EqualOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Bidirectional, ReplicatedStages,
                          ::testing::Combine(::testing::Values("gpt", "mlp"),
-                                            ::testing::Values("chimera", "gems")),
+                                            ::testing::Values("chimera", "gems", "bitpipe")),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });

@@ -468,7 +468,9 @@ std::vector<std::string> synchronous_schedules() {
   for (const ScheduleEntry& entry : schedule_registry()) {
     // avgpipe's copies never combine gradients: with one copy it is 1f1b, with more it is not
     // synchronous training.
-    if (!entry.asynchronous() && !entry.averages_copies) out.push_back(entry.name);
+    if (!entry.asynchronous() && !entry.averages_copies && entry.planned) {
+      out.push_back(entry.name);
+    }
   }
   return out;
 }

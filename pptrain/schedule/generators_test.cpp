@@ -25,9 +25,10 @@ struct Case {
   int microbatches;
 };
 
-// Chimera and GEMS: two replicas of every stage, P even, M even (chimera: a multiple of P).
+// Chimera, GEMS and BitPipe: two replicas of every stage, P even, M even (chimera: a multiple
+// of P).
 bool is_bidirectional(const std::string& name) {
-  return name == "chimera" || name == "gems";
+  return name == "chimera" || name == "gems" || name == "bitpipe";
 }
 bool bidirectional_fits(const std::string& name, int p, int m) {
   return p % 2 == 0 && m % (name == "chimera" ? p : 2) == 0;
@@ -57,10 +58,10 @@ std::string describe(const Case& c) {
 TEST(Generators, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(
       schedule_names(),
-      (std::vector<std::string>{"gpipe",   "1f1b",    "interleaved-1f1b", "zb-h1",     "zb-h2",
-                                "zb-v",    "zb-auto", "v-half",           "v-min",     "dualpipev",
-                                "chimera", "gems",    "pipedream",        "2bw",       "pipemare",
-                                "avgpipe", "wpipe",   "ampnet",           "spectrain", "xpipe"}));
+      (std::vector<std::string>{
+          "gpipe",  "1f1b",     "interleaved-1f1b", "zb-h1",   "zb-h2",  "zb-v",      "zb-auto",
+          "v-half", "v-min",    "dualpipev",        "chimera", "gems",   "bitpipe",   "pipedream",
+          "2bw",    "pipemare", "avgpipe",          "wpipe",   "ampnet", "spectrain", "xpipe"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {
@@ -324,6 +325,46 @@ TEST(Generators, ChimeraAndGemsPlaceEachStageOnTwoMirroredRanks) {
   // GEMS also takes any even M.
   expect_replicated_schedule_runs_each_pair_once(make_gems(4, 6));
   expect_replicated_schedule_runs_each_pair_once(make_gems(6, 2));
+}
+
+TEST(Generators, BitPipePlacesTwoMirroredVs) {
+  for (int p : {2, 4, 6, 8}) {
+    for (int m : {2, p, 2 * p + 2, 4 * p}) {
+      SCOPED_TRACE("bitpipe P=" + std::to_string(p) + " M=" + std::to_string(m));
+      const Schedule s = make_schedule({"bitpipe", p, m});
+      EXPECT_EQ(s.num_stages, 2 * p);
+      EXPECT_EQ(s.chunks(), 2);
+      for (int st = 0; st < 2 * p; ++st) {
+        const int down = st < p ? st : 2 * p - 1 - st;  // ZB-V's V, and its mirror
+        for (int mb = 0; mb < m; ++mb) {
+          EXPECT_EQ(s.rank_of(st, mb), mb < m / 2 ? down : p - 1 - down);
+        }
+        EXPECT_EQ(s.replicas_of(st).size(), 2u);
+      }
+      for (int r = 0; r < p; ++r) {
+        std::vector<int> held = {r, p - 1 - r, p + r, 2 * p - 1 - r};
+        std::sort(held.begin(), held.end());
+        EXPECT_EQ(s.stages_of(r), held);
+      }
+      expect_replicated_schedule_runs_each_pair_once(s);
+    }
+  }
+  // A direction alone is ZB-V's order on M/2 with its I's as B's: each rank's actions of the down
+  // microbatches come in that order.
+  const Schedule v = make_zb_v(4, 4), s = make_schedule({"bitpipe", 4, 8});
+  for (int r = 0; r < 4; ++r) {
+    std::vector<Action> down, expected;
+    for (const Action& a : s.actions[r]) {
+      if (a.microbatch < 4) down.push_back(a);
+    }
+    for (const Action& a : v.actions[r]) {
+      if (a.op != Op::W) expected.emplace_back(a.op == Op::I ? Op::B : a.op, a.stage, a.microbatch);
+    }
+    EXPECT_EQ(down, expected) << "rank " << r;
+  }
+  expect_user_error({"bitpipe", 3, 6}, "needs an even number of ranks");
+  expect_user_error({"bitpipe", 4, 5}, "needs an even number of microbatches");
+  expect_user_error({"bitpipe", 4, 8, 3}, "got chunks=3");
 }
 
 TEST(Generators, ChimeraAndGemsOrdersAreTheDocumentedOnes) {

@@ -97,6 +97,9 @@ struct ScheduleEntry {
   // share of the batch and they pull their weights together every --avg-interval steps
   // (elastic averaging, train/stage_copies.h). Each pipeline itself flushes.
   bool averages_copies = false;
+  // Whether `pptrain plan` searches it (a synchronous schedule). Not bitpipe until its memory
+  // model is checked against measured runs (docs/CLI.md, `pptrain plan`).
+  bool planned = true;
   // The rule --vertical-sync switches this entry's to; null where the option does not apply.
   const WeightRule* vertical_sync = nullptr;
   // The options of the entry's family (FamilyOption above).

@@ -400,8 +400,8 @@ TEST(Simulator, EveryGeneratorRespectsDependenciesUnderUnequalCosts) {
       for (int m : {1, p, 2 * p + 1}) {
         if (name == "interleaved-1f1b" && m % p) continue;
         if (name == "dualpipev" && m < 2 * p) continue;
-        if ((name == "chimera" || name == "gems") && (p % 2 || m % (name == "chimera" ? p : 2)))
-          continue;
+        const bool bidirectional = name == "chimera" || name == "gems" || name == "bitpipe";
+        if (bidirectional && (p % 2 || m % (name == "chimera" ? p : 2))) continue;
         for (const CostModel& c :
              {costs(1, 2, 1, 0), costs(2, 1.5, 0.5, 0.3), costs(1, 0.1, 3, 1)}) {
           SCOPED_TRACE(name + " P=" + std::to_string(p) + " M=" + std::to_string(m) + " " +
@@ -935,6 +935,23 @@ TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
   EXPECT_DOUBLE_EQ(cost.reduce_time(0, 2, 2), 12.0 + 0.5);
   EXPECT_THROW(cost_from_profile(profile, {{0, 0}, {2, 2}}, 1), UserError);  // a gap
   EXPECT_THROW(cost_from_profile(profile, {{0, 1}}, 1), UserError);          // layer 2 left out
+}
+
+// BitPipe (schedule/families/bidirectional.cpp) against the schedules it is built from: less
+// bubble than interleaved-1f1b (V = 2) and Chimera at F = I = W, and, its two directions holding
+// their activations at once, at most twice 1F1B's peak.
+TEST(Simulator, BitPipeHasLessBubbleThanInterleavedAndChimera) {
+  const CostModel c = costs(1, 1, 1);
+  for (const auto& [p, m] : {std::pair{4, 16}, std::pair{8, 32}, std::pair{8, 64}}) {
+    SCOPED_TRACE("P=" + std::to_string(p) + " M=" + std::to_string(m));
+    const SimResult bitpipe = run("bitpipe", p, m, c);
+    EXPECT_LT(bitpipe.bubble_ratio, run("interleaved-1f1b", p, m, c, 2).bubble_ratio);
+    EXPECT_LT(bitpipe.bubble_ratio, run("chimera", p, m, c).bubble_ratio);
+    const double one_f_one_b = run("1f1b", p, m, c).ranks[0].peak_activations;
+    for (const RankStats& rank : bitpipe.ranks) {
+      EXPECT_LE(rank.peak_activations, 2 * one_f_one_b + kEps) << "rank " << rank.rank;
+    }
+  }
 }
 
 // Chimera against the closed forms of generators.h: bubble (M/P)(P-2) max(F, B) on every rank,
