@@ -177,7 +177,7 @@ grep -q '"pp":4' "$work/out" || fail "1f1b-rr --replicas 3,1: not on 4 ranks: $(
 "$pptrain" schedule --schedule chimera --pp 4 --microbatches 4 --export "$work/chimera.csv" >/dev/null \
   || fail "schedule chimera --export exited $?"
 "$pptrain" schedule --import "$work/chimera.csv" >/dev/null || fail "import of chimera's CSV exited $?"
-expect_error "1f1b-rr without --replicas" "needs --replicas" "$pptrain" schedule --schedule 1f1b-rr --microbatches 6
+expect_error "1f1b-rr without --replicas or --pp" "--pp is required" "$pptrain" schedule --schedule 1f1b-rr --microbatches 6
 expect_error "bad --replicas" "got '3,x'" "$pptrain" schedule --schedule 1f1b-rr --replicas 3,x --microbatches 6
 expect_error "--replicas elsewhere" "--replicas applies to --schedule 1f1b-rr only" \
   "$pptrain" schedule --schedule 1f1b --pp 2 --microbatches 2 --replicas 1,1

@@ -44,14 +44,9 @@ Schedule file_schedule(const ScheduleRequest& request) {
   return s;
 }
 
-Schedule round_robin_schedule(const ScheduleRequest& request) {
+// The ranks `request.replicas` place 1f1b-rr's stages on (their sum), which a given --pp must be.
+int round_robin_ranks(const ScheduleRequest& request) {
   const OptionNames& names = request.names;
-  PPTRAIN_CHECK(!request.replicas.empty(), "--schedule ", kRoundRobinSchedule,
-                " needs --replicas R0,R1,... (the replicas of each stage, e.g. 3,1)");
-  PPTRAIN_CHECK(request.microbatches.has_value(), names.microbatches,
-                " is required with --schedule (microbatches per mini-batch)");
-  PPTRAIN_CHECK(request.chunks <= 1, names.chunks, " does not apply to --schedule ",
-                kRoundRobinSchedule, " (one stage per rank)");
   long long ranks = 0;
   for (int r : request.replicas) ranks += r;
   const std::string replicas = replicas_text(request.replicas);
@@ -60,8 +55,7 @@ Schedule round_robin_schedule(const ScheduleRequest& request) {
   PPTRAIN_CHECK(!request.pp || *request.pp == ranks, names.pp, " ", request.pp.value_or(0),
                 " does not match --replicas ", replicas, ", which places the stages on ", ranks,
                 " ranks");
-  check_schedule_size(static_cast<int>(ranks), 1, *request.microbatches, names.microbatches);
-  return make_1f1b_rr(request.replicas, *request.microbatches);
+  return static_cast<int>(ranks);
 }
 
 // The --pp 1 reference of a registry schedule (ScheduleRequest::one_process).
@@ -89,20 +83,21 @@ Schedule one_process_schedule(const ScheduleRequest& request, long long run_micr
 Schedule generate_schedule(const ScheduleRequest& request, const CostModel& cost, IlpReport* ilp) {
   const OptionNames& names = request.names;
   PPTRAIN_CHECK(!request.schedule.empty(), "--schedule NAME (one of ", schedule_names_text(),
-                ", or ", kRoundRobinSchedule, " with --replicas) or --import FILE.csv is required");
-  if (request.schedule == kRoundRobinSchedule) return round_robin_schedule(request);
-  PPTRAIN_CHECK(request.replicas.empty(), "--replicas applies to --schedule ", kRoundRobinSchedule,
-                " only, not '", request.schedule, "'");
-  PPTRAIN_CHECK(request.pp.has_value(), names.pp,
+                ") or --import FILE.csv is required");
+  const ScheduleEntry& entry = find_schedule(request.schedule);
+  PPTRAIN_CHECK(request.replicas.empty() || entry.takes_replicas, "--replicas applies to ",
+                "--schedule ", kRoundRobinSchedule, " only, not '", request.schedule, "'");
+  const std::optional<int> given_pp =
+      request.replicas.empty() ? request.pp : round_robin_ranks(request);
+  PPTRAIN_CHECK(given_pp.has_value(), names.pp,
                 " is required with --schedule (the number of pipeline ranks)");
   PPTRAIN_CHECK(request.microbatches.has_value(), names.microbatches,
                 " is required with --schedule (microbatches per mini-batch)");
-  const int pp = *request.pp, microbatches = *request.microbatches;
+  const int pp = *given_pp, microbatches = *request.microbatches;
   PPTRAIN_CHECK(pp >= 1, names.pp, " must be >= 1, got ", pp);
   PPTRAIN_CHECK(microbatches >= 1, names.microbatches, " must be >= 1, got ", microbatches);
   PPTRAIN_CHECK(request.chunks >= 0, names.chunks,
                 " must be >= 1 (or 0 for the schedule's default), got ", request.chunks);
-  const ScheduleEntry& entry = find_schedule(request.schedule);
   // Checked even where the chunks make no difference (one process), so that a value --pp 2
   // would refuse is refused everywhere.
   const int chunks = resolve_chunks(entry, request.chunks);
@@ -139,6 +134,7 @@ Schedule generate_schedule(const ScheduleRequest& request, const CostModel& cost
   options.solver = request.solver;
   options.time_limit_s = request.time_limit_s;
   options.ilp_report = ilp;
+  options.replicas = request.replicas;
   return make_schedule(options);
 }
 
@@ -156,13 +152,10 @@ void set_skips(Schedule& schedule, const std::vector<SkipLink>& skips) {
   schedule.skips = sorted;
 }
 
-// The registry entry whose weight rule a request's schedule runs under; null for a file or
-// round robin (synchronous).
+// The registry entry whose weight rule a request's schedule runs under; null for a file
+// (synchronous).
 const ScheduleEntry* rule_entry(const ScheduleRequest& request) {
-  if (!request.file.empty() || request.schedule.empty() ||
-      request.schedule == kRoundRobinSchedule) {
-    return nullptr;
-  }
+  if (!request.file.empty() || request.schedule.empty()) return nullptr;
   return &find_schedule(request.schedule);
 }
 

@@ -13,8 +13,8 @@
 //   SimResult result = simulate_requested(made, cost, request.memory_limit, Record::kTimeline);
 //   std::cout << schedule_summary_json(made, cost, request.memory_limit, result).dump();
 //
-// A request names a registry schedule (`schedule`), PipeDream's round robin over replicated
-// stages (kRoundRobinSchedule with `replicas`), or a CSV file (`file`); `one_process` asks for
+// A request names a registry schedule (`schedule`; PipeDream's round robin takes the replicas
+// of its stages, `replicas`), or a CSV file (`file`); `one_process` asks for
 // the one-process reference of a registry schedule instead. A schedule already in hand (the
 // planner's, a CSV text) goes through prepare_schedule(), the same resolution without the
 // making.
@@ -35,8 +35,7 @@
 
 namespace pptrain {
 
-// PipeDream's round robin is not a registry entry (its shape comes from a partition): a request
-// makes it from `replicas`.
+// PipeDream's round robin, the registry entry that takes `replicas` (a partition's).
 constexpr const char* kRoundRobinSchedule = "1f1b-rr";
 
 // What the errors call each option: `pptrain`'s flags, unless a caller (the C++ library) names
@@ -50,16 +49,16 @@ struct OptionNames {
 };
 
 struct ScheduleRequest {
-  std::string schedule;  // a registry name, or kRoundRobinSchedule with `replicas`
+  std::string schedule;  // a registry name
   // A schedule CSV (docs/SCHEDULE_FORMAT.md), which wins over `schedule`; `pp`, `microbatches`
   // and `chunks`, when given, must match it. `file_name`: what its schedule is called (empty:
   // the file's stem, "dir/1f1b.csv" -> "1f1b").
   std::string file;
   std::string file_name;
-  std::optional<int> pp;            // P: required, except for a file and 1f1b-rr
+  std::optional<int> pp;            // P: required, except for a file and 1f1b-rr's replicas
   std::optional<int> microbatches;  // M per mini-batch: required, except for a file
   int chunks = 0;                   // V: stages per rank; 0: the schedule's default
-  std::vector<int> replicas;        // 1f1b-rr only: replicas of each stage, {3, 1}
+  std::vector<int> replicas;        // 1f1b-rr only: replicas of each stage, {3, 1}; empty: 1 each
   int steps = 3;                    // an asynchronous schedule: mini-batches in one run, no flush
   // The one-process reference of `schedule` (`pptrain train --pp 1`): `stages` stages (0: one)
   // on one rank, one microbatch after the other; a synchronous schedule on one stage runs all

@@ -58,10 +58,11 @@ std::string describe(const Case& c) {
 TEST(Generators, NamesAreTheDocumentedOnes) {
   EXPECT_EQ(
       schedule_names(),
-      (std::vector<std::string>{
-          "gpipe",  "1f1b",     "interleaved-1f1b", "zb-h1",   "zb-h2",  "zb-v",      "zb-auto",
-          "v-half", "v-min",    "dualpipev",        "chimera", "gems",   "bitpipe",   "pipedream",
-          "2bw",    "pipemare", "avgpipe",          "wpipe",   "ampnet", "spectrain", "xpipe"}));
+      (std::vector<std::string>{"gpipe",     "1f1b",     "interleaved-1f1b", "zb-h1",   "zb-h2",
+                                "zb-v",      "zb-auto",  "v-half",           "v-min",   "dualpipev",
+                                "chimera",   "gems",     "bitpipe",          "1f1b-rr", "pipedream",
+                                "2bw",       "pipemare", "avgpipe",          "wpipe",   "ampnet",
+                                "spectrain", "xpipe"}));
 }
 
 TEST(Generators, EveryStageAndMicrobatchRunsOnceInDependencyOrder) {

@@ -34,9 +34,9 @@ std::string chunks_text(const ScheduleEntry& e) {
 const std::vector<ScheduleEntry>& schedule_registry() {
   static const std::vector<ScheduleEntry> entries = [] {
     std::vector<ScheduleEntry> all;
-    for (auto family :
-         {synchronous_family, bidirectional_family, pipedream_family, two_bw_family,
-          pipemare_family, avgpipe_family, wpipe_family, ampnet_family, weight_prediction_family}) {
+    for (auto family : {synchronous_family, bidirectional_family, round_robin_family,
+                        pipedream_family, two_bw_family, pipemare_family, avgpipe_family,
+                        wpipe_family, ampnet_family, weight_prediction_family}) {
       for (ScheduleEntry& entry : family()) all.push_back(std::move(entry));
     }
     return all;

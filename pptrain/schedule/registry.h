@@ -63,6 +63,9 @@ struct ScheduleOptions {
   double time_limit_s = 60;
   // Optional: receives what the ILP did (kIlp only); not owned.
   IlpReport* ilp_report = nullptr;
+  // 1f1b-rr only (ScheduleEntry::takes_replicas): the replicas of each stage, on consecutive
+  // ranks, `ranks` in all ({3, 1}: 4 ranks); empty: one each.
+  std::vector<int> replicas = {};
 };
 
 // An option a family adds to a training run: a flag of `pptrain train` and, by the same list, a
@@ -97,7 +100,11 @@ struct ScheduleEntry {
   // share of the batch and they pull their weights together every --avg-interval steps
   // (elastic averaging, train/stage_copies.h). Each pipeline itself flushes.
   bool averages_copies = false;
-  // Whether `pptrain plan` searches it (a synchronous schedule). Not bitpipe until its memory
+  // True when the stages' replica counts come with the request (ScheduleOptions::replicas:
+  // --replicas, or a pipedream partition's): 1f1b-rr.
+  bool takes_replicas = false;
+  // Whether `pptrain plan` searches it (a synchronous schedule). Not 1f1b-rr, which is 1f1b
+  // there (the planner's partitions have one replica per stage), nor bitpipe until its memory
   // model is checked against measured runs (docs/CLI.md, `pptrain plan`).
   bool planned = true;
   // The rule --vertical-sync switches this entry's to; null where the option does not apply.

@@ -114,7 +114,7 @@ void run_schedule_command(const ScheduleArgs& args) {
   CostModel cost = cost_model_from_flags(args.cost, args.mem_w_ratio);
   if (!args.profile.empty()) {
     const int stages = !request.file.empty() ? read_schedule_csv(request.file).num_stages
-                       : args.schedule == kRoundRobinSchedule
+                       : !request.replicas.empty()
                            ? static_cast<int>(request.replicas.size())
                            : args.pp * resolve_chunks(find_schedule(args.schedule), args.chunks);
     PPTRAIN_CHECK(args.cost == ScheduleArgs().cost, "give --cost or --profile, not both");

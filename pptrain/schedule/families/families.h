@@ -18,6 +18,8 @@ namespace pptrain {
 // dualpipev) and the bidirectional ones that replicate stages (chimera, gems).
 std::vector<ScheduleEntry> synchronous_family();
 std::vector<ScheduleEntry> bidirectional_family();
+// PipeDream's round robin over unevenly replicated stages (1f1b-rr).
+std::vector<ScheduleEntry> round_robin_family();
 // The asynchronous families, one rule each (weight prediction: two).
 std::vector<ScheduleEntry> pipedream_family();
 std::vector<ScheduleEntry> two_bw_family();
