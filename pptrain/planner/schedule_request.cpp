@@ -62,20 +62,10 @@ int round_robin_ranks(const ScheduleRequest& request) {
 Schedule one_process_schedule(const ScheduleRequest& request, long long run_microbatches,
                               bool asynchronous) {
   const int M = static_cast<int>(run_microbatches);
-  if (!asynchronous && request.stages <= 1) {
-    // One stage: every forward, then every backward (GPipe on one rank).
-    Schedule s;
-    s.num_ranks = 1;
-    s.num_stages = 1;
-    s.num_microbatches = M;
-    s.stage_to_rank = {0};
-    s.actions.resize(1);
-    for (int m = 0; m < M; ++m) s.actions[0].push_back(Action::make(Op::F, 0, m));
-    for (int m = 0; m < M; ++m) s.actions[0].push_back(Action::make(Op::B, 0, m));
-    s.name = request.schedule;
-    return s;
-  }
-  Schedule s = make_serial(std::max(request.stages, 1), M, !asynchronous);
+  // One synchronous stage: every forward, then every backward (GPipe on one rank).
+  Schedule s = !asynchronous && request.stages <= 1
+                   ? make_gpipe(1, M)
+                   : make_serial(std::max(request.stages, 1), M, !asynchronous);
   s.name = request.schedule;
   return s;
 }

@@ -230,9 +230,11 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);
-  const int stages = made.validated->num_stages;
-  PPTRAIN_CHECK(stages <= blocks, "schedule '", made.validated->name, "' has ", stages,
-                " stages (--pp ", options.pp, " x ", made.validated->chunks(),
+  // From the compute-only schedule (given()), which is not lowered: the skips may still change
+  // it, and lowering it now would be lost.
+  const int stages = made.validated.given().num_stages;
+  PPTRAIN_CHECK(stages <= blocks, "schedule '", made.validated.given().name, "' has ", stages,
+                " stages (--pp ", options.pp, " x ", made.validated.given().chunks(),
                 " chunks) but the model has only ", blocks, " blocks (--layers ",
                 options.model.layers, ")");
   // unet: each skip tensor whose two layers are on different stages goes straight across; those
