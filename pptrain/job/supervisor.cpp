@@ -17,6 +17,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/job/trainer.h"
+#include "pptrain/job/worker_speeds.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/rendezvous.h"
@@ -25,6 +26,7 @@
 #include "pptrain/schedule/registry.h"
 #include "pptrain/train/checkpoint.h"
 #include "pptrain/train/observers.h"
+#include "pptrain/train/partition_plan.h"
 
 namespace pptrain {
 namespace {
@@ -102,6 +104,11 @@ void train_here(const TrainOptions& options, const TrainingPlan& plan) {
     transport = connect_transport(transport_options);
   }
   const auto observers = make_observers(options);
+  // --partition workers: the ranks cut the model now that they have met.
+  if (options.partition == kWorkersPartition && options.stage_layers.empty() && world > 1) {
+    train(plan_for_workers(options, plan, *transport), *transport, raw_pointers(observers));
+    return;
+  }
   train(plan, *transport, raw_pointers(observers));
 }
 
@@ -151,7 +158,10 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
   // What every worker runs: the options with what this process resolved for them, so that all
   // ranks hold the same layers, run the same solved order and continue the same checkpoint.
   TrainOptions worker = options;
-  if (worker.stage_layers.empty()) worker.stage_layers = format_stage_layers(plan.stage_layers);
+  // (--partition workers: the workers cut it themselves, job/worker_speeds.h.)
+  if (worker.stage_layers.empty() && options.partition != kWorkersPartition) {
+    worker.stage_layers = format_stage_layers(plan.stage_layers);
+  }
   // --solver ilp: every worker runs the order solved here (a time limit could end differently
   // in each process), which it reads from a file of ours.
   std::string solved;

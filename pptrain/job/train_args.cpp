@@ -117,7 +117,8 @@ const std::vector<TrainFlag>& train_flags() {
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.mem_w_ratio; }, kShowDefault},
       {"--partition",
        "Layers per stage: uniform, params (balanced parameter bytes), time (profiles "
-       "this machine first; under torchrun give a profile instead), or FILE.json (from "
+       "this machine first; under torchrun give a profile instead), workers (time for the "
+       "ranks' own measured speeds: a slower rank gets fewer layers), or FILE.json (from "
        "`pptrain partition --json`, or a profile from `pptrain profile`, cut with "
        "time)",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.partition; }, kShowDefault},

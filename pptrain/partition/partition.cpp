@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "pptrain/common/check.h"
+#include "pptrain/partition/workers.h"
 
 namespace pptrain {
 namespace {
@@ -48,11 +49,12 @@ class LayerSums {
 };
 
 // The `time` cost of one unreplicated stage: forward+backward, or, with a bandwidth, the larger
-// of that and the activation+gradient transfer (2 x bytes) at either of its cuts. Transfers
+// of that and the activation+gradient transfer (2 x bytes) at either of its cuts; the compute
+// on a worker of relative `speed` takes 1/speed as long (workers.h). Transfers
 // overlap compute, as in PipeDream's model and our simulator; a link that is slower than the
 // compute becomes the bottleneck instead.
-double time_cost(const LayerSums& sums, int first, int last, double bandwidth) {
-  double t = sums.compute_s(first, last);
+double time_cost(const LayerSums& sums, int first, int last, double bandwidth, double speed = 1) {
+  double t = sums.compute_s(first, last) / speed;
   if (bandwidth > 0) {
     if (first > 0) t = std::max(t, 2 * sums.cut_bytes(first - 1) / bandwidth);
     if (last < sums.num_layers() - 1) t = std::max(t, 2 * sums.cut_bytes(last) / bandwidth);
@@ -60,10 +62,11 @@ double time_cost(const LayerSums& sums, int first, int last, double bandwidth) {
   return t;
 }
 
-// Cuts layers 0..L-1 into exactly `parts` non-empty ranges minimising the largest cost(i, j),
-// by dynamic programming over (stage, last layer). `bound(i, j)` <= cost(i, j) and must not
-// shrink as i decreases; once it reaches the best value found, no longer last stage can win.
-// Ties keep the shortest last stage. Returns the first layer of each range.
+// Cuts layers 0..L-1 into exactly `parts` non-empty ranges minimising the largest cost(p, i, j)
+// of stage p holding layers i..j, by dynamic programming over (stage, last layer). `bound(p, i,
+// j)` <= cost(p, i, j) and must not shrink as i decreases; once it reaches the best value found,
+// no longer last stage can win. Ties keep the shortest last stage. Returns the first layer of
+// each range.
 template <typename Cost, typename Bound>
 std::vector<int> min_max_split(int num_layers, int parts, Cost cost, Bound bound) {
   const int L = num_layers;
@@ -71,15 +74,15 @@ std::vector<int> min_max_split(int num_layers, int parts, Cost cost, Bound bound
   // layer of stage p in that solution.
   std::vector<std::vector<double>> best(parts, std::vector<double>(L, kInf));
   std::vector<std::vector<int>> start(parts, std::vector<int>(L, 0));
-  for (int j = 0; j < L; ++j) best[0][j] = cost(0, j);
+  for (int j = 0; j < L; ++j) best[0][j] = cost(0, 0, j);
   for (int p = 1; p < parts; ++p) {
     // Stage p ends at j; stages 0..p-1 need p layers before it, stages after it one layer each.
     for (int j = p; j <= L - parts + p; ++j) {
       double b = kInf;
       int arg = j;
       for (int i = j; i >= p; --i) {
-        if (bound(i, j) >= b) break;
-        double v = std::max(best[p - 1][i - 1], cost(i, j));
+        if (bound(p, i, j) >= b) break;
+        double v = std::max(best[p - 1][i - 1], cost(p, i, j));
         if (v < b) {
           b = v;
           arg = i;
@@ -97,17 +100,20 @@ std::vector<int> min_max_split(int num_layers, int parts, Cost cost, Bound bound
   return firsts;
 }
 
-// Fills compute_s, the bottleneck and the speed-up of unreplicated stages given by first layers.
+// Fills compute_s, the bottleneck and the speed-up of unreplicated stages given by first layers,
+// on workers of the given speeds (empty: all 1).
 Partition unreplicated_partition(const std::string& method, const LayerSums& sums,
-                                 const std::vector<int>& firsts, double bandwidth) {
+                                 const std::vector<int>& firsts, double bandwidth,
+                                 const std::vector<double>& speeds) {
   Partition out;
   out.method = method;
   const int L = sums.num_layers();
   for (size_t s = 0; s < firsts.size(); ++s) {
     int last = s + 1 < firsts.size() ? firsts[s + 1] - 1 : L - 1;
-    out.stages.push_back({firsts[s], last, 1, sums.compute_s(firsts[s], last)});
+    const double speed = speeds.empty() ? 1.0 : speeds[s];
+    out.stages.push_back({firsts[s], last, 1, sums.compute_s(firsts[s], last) / speed});
     out.time_per_minibatch_s =
-        std::max(out.time_per_minibatch_s, time_cost(sums, firsts[s], last, bandwidth));
+        std::max(out.time_per_minibatch_s, time_cost(sums, firsts[s], last, bandwidth, speed));
   }
   double single = sums.compute_s(0, L - 1);
   out.speedup_vs_single = out.time_per_minibatch_s > 0 ? single / out.time_per_minibatch_s : 1;
@@ -330,6 +336,14 @@ PartitionOptions partition_options(const PartitionRequest& request) {
                 request.bandwidth);
   options.stages = request.pp;
   options.bandwidth_bytes_per_s = request.bandwidth;
+  if (!request.workers_profile.empty()) {
+    PPTRAIN_CHECK(request.method == "time", "--workers-profile applies to method time, not ",
+                  request.method);
+    const WorkersProfile workers = read_workers_profile(request.workers_profile);
+    check_workers_count(workers, request.pp,
+                        detail::concat("--pp ", request.pp, " (stage p on rank p)"));
+    options.stage_speeds = workers.speeds();
+  }
   return options;
 }
 
@@ -382,6 +396,16 @@ Partition make_partition(const Profile& profile, const PartitionOptions& options
                 " stages: each stage needs at least one layer");
   PPTRAIN_CHECK(options.memory_limit_bytes == 0,
                 "a memory limit is supported by the pipedream method only, not by ", method);
+  const std::vector<double>& speeds = options.stage_speeds;
+  PPTRAIN_CHECK(speeds.empty() || method == "time", "worker speeds apply to the time method only, ",
+                "not to ", method);
+  PPTRAIN_CHECK(speeds.empty() || static_cast<int>(speeds.size()) == P, "time: ", speeds.size(),
+                " stage speeds for ", P, " stages");
+  for (size_t p = 0; p < speeds.size(); ++p) {
+    PPTRAIN_CHECK(std::isfinite(speeds[p]) && speeds[p] > 0, "time: stage ", p, " has speed ",
+                  speeds[p], "; expected > 0");
+  }
+  auto speed = [&](int p) { return speeds.empty() ? 1.0 : speeds[p]; };
   const double bw = options.bandwidth_bytes_per_s;
   PPTRAIN_CHECK(bw >= 0, "bandwidth must be >= 0 bytes/s (0 = compute only), got ", bw);
 
@@ -392,14 +416,15 @@ Partition make_partition(const Profile& profile, const PartitionOptions& options
       first += L / P + (s < L % P ? 1 : 0);
     }
   } else if (method == "params") {
-    auto params = [&](int i, int j) { return sums.parameter_bytes(i, j); };
+    auto params = [&](int, int i, int j) { return sums.parameter_bytes(i, j); };
     firsts = min_max_split(L, P, params, params);
   } else {
+    // A stage on a worker of speed s computes 1/s as fast; its transfers stay as they are.
     firsts = min_max_split(
-        L, P, [&](int i, int j) { return time_cost(sums, i, j, bw); },
-        [&](int i, int j) { return sums.compute_s(i, j); });
+        L, P, [&](int p, int i, int j) { return time_cost(sums, i, j, bw, speed(p)); },
+        [&](int p, int i, int j) { return sums.compute_s(i, j) / speed(p); });
   }
-  return unreplicated_partition(method, sums, firsts, bw);
+  return unreplicated_partition(method, sums, firsts, bw, options.stage_speeds);
 }
 
 std::string to_json(const Partition& partition) {

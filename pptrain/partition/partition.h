@@ -5,7 +5,8 @@
 //   uniform   - equal layer counts (the first stages take one more layer when P does not divide L)
 //   params    - minimises the largest stage's parameter bytes (DeepSpeed's "parameters")
 //   time      - minimises the slowest stage's forward+backward time, optimally; with a bandwidth,
-//               a cut's activation and gradient transfer also bounds the stage (overlapped)
+//               a cut's activation and gradient transfer also bounds the stage (overlapped);
+//               with worker speeds, each stage's time on the worker that holds it
 //   pipedream - PipeDream's dynamic programme over layer ranges and replica counts, per level of
 //               a hierarchical machine, with data-parallel sync time and an optional memory limit
 //
@@ -74,16 +75,20 @@ struct PartitionOptions {
   std::vector<Level> levels;  // pipedream: the machine, innermost level first
   double memory_limit_bytes =
       0;  // pipedream: per worker, as PipeDream counts it (>= 1 copy); 0 = none
+  // time: the relative speed of the worker holding each stage (workers.h), [stages]; a stage's
+  // compute takes 1/speed as long there. Empty: every worker equal (the same cut as all 1s).
+  std::vector<double> stage_speeds;
 };
 
 // The flags of `pptrain partition` (its messages name them), for the CLI and the Python package.
 struct PartitionRequest {
-  std::string method;         // uniform | params | time | pipedream
-  int pp = 0;                 // stages, for uniform/params/time
-  int workers = 0;            // pipedream: one level of that many at kDefaultBandwidthBytesPerS
-  std::vector<Level> levels;  // pipedream: the machine, innermost first (instead of workers)
-  double bandwidth = 0;       // uniform/params/time: bytes/s between stages; 0: compute only
-  double memory_limit = 0;    // pipedream: bytes per worker; 0: none
+  std::string method;           // uniform | params | time | pipedream
+  int pp = 0;                   // stages, for uniform/params/time
+  int workers = 0;              // pipedream: one level of that many at kDefaultBandwidthBytesPerS
+  std::vector<Level> levels;    // pipedream: the machine, innermost first (instead of workers)
+  double bandwidth = 0;         // uniform/params/time: bytes/s between stages; 0: compute only
+  double memory_limit = 0;      // pipedream: bytes per worker; 0: none
+  std::string workers_profile;  // time: a workers profile (workers.h), stage p on rank p
 };
 
 // The options of a request, refusing combinations that mean nothing for its method (UserError

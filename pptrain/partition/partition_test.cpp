@@ -74,8 +74,8 @@ double brute_min_max(int layers, int parts, const std::function<double(int, int)
   return best;
 }
 
-double brute_time_cost(const Profile& p, int first, int last, double bandwidth) {
-  double t = direct_compute_s(p, first, last);
+double brute_time_cost(const Profile& p, int first, int last, double bandwidth, double speed = 1) {
+  double t = direct_compute_s(p, first, last) / speed;
   if (bandwidth > 0 && first > 0)
     t = std::max(t, 2 * p.layers[first - 1].activation_bytes / bandwidth);
   if (bandwidth > 0 && last + 1 < static_cast<int>(p.layers.size()))
@@ -121,6 +121,72 @@ TEST(TimePartition, IsOptimalAgainstBruteForce) {
     EXPECT_TRUE(near(worst, part.time_per_minibatch_s));
     EXPECT_TRUE(near(part.speedup_vs_single, direct_compute_s(prof, 0, L - 1) / worst));
   }
+}
+
+// With worker speeds, the brute force over every cut (stage p's compute divided by speed p)
+// agrees, and all speeds 1 is the cut without speeds, to the bit.
+TEST(TimePartition, WithWorkerSpeedsIsOptimalAgainstBruteForce) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> speed(0.2, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int L = 1 + trial % 9;
+    const int P = 1 + static_cast<int>(rng() % L);
+    const double bw = trial % 2 == 0 ? 0 : 1e9;
+    const Profile prof = random_profile(rng, L);
+    PartitionOptions options = unreplicated("time", P, bw);
+    const Partition equal = make_partition(prof, options);
+    options.stage_speeds.assign(P, 1.0);
+    const Partition ones = make_partition(prof, options);
+    EXPECT_EQ(to_json(ones), to_json(equal));
+    for (double& s : options.stage_speeds) s = speed(rng);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << " L=" << L << " P=" << P);
+    const Partition part = make_partition(prof, options);
+    expect_contiguous(part, L, P);
+    double best = kInf;
+    std::function<void(int, int, double)> rec = [&](int first, int p, double worst) {
+      auto cost = [&](int last) {
+        return brute_time_cost(prof, first, last, bw, options.stage_speeds[p]);
+      };
+      if (p == P - 1) {
+        best = std::min(best, std::max(worst, cost(L - 1)));
+        return;
+      }
+      for (int last = first; last <= L - (P - p); ++last) {
+        rec(last + 1, p + 1, std::max(worst, cost(last)));
+      }
+    };
+    rec(0, 0, 0);
+    EXPECT_TRUE(near(part.time_per_minibatch_s, best))
+        << part.time_per_minibatch_s << " vs " << best;
+    for (int p = 0; p < P; ++p) {
+      const StagePlan& stage = part.stages[p];
+      EXPECT_TRUE(near(
+          stage.compute_s,
+          direct_compute_s(prof, stage.first_layer, stage.last_layer) / options.stage_speeds[p]));
+    }
+  }
+}
+
+// Two equal workers split eight equal layers 4+4; a worker at a third of the speed of the other
+// gets a quarter of them (2+6 would be slower on it, 1+7 slower on the fast one).
+TEST(TimePartition, ASlowWorkerGetsFewerLayers) {
+  Profile p;
+  for (int i = 0; i < 8; ++i) p.layers.push_back({"l" + std::to_string(i), 1, 1, 1, 0, 0, 0});
+  PartitionOptions options = unreplicated("time", 2);
+  EXPECT_EQ(make_partition(p, options).stages[0].last_layer, 3);
+  options.stage_speeds = {1.0, 1.0 / 3};
+  const Partition slow_last = make_partition(p, options);
+  EXPECT_EQ(slow_last.stages[0].last_layer, 5);
+  EXPECT_DOUBLE_EQ(slow_last.time_per_minibatch_s, 0.018);  // 6 layers x 3 ms on the fast one
+  options.stage_speeds = {1.0 / 3, 1.0};
+  EXPECT_EQ(make_partition(p, options).stages[0].last_layer, 1);
+  options.stage_speeds = {1.0, 0.0};
+  EXPECT_THROW(make_partition(p, options), UserError);
+  options.stage_speeds = {1.0};
+  EXPECT_THROW(make_partition(p, options), UserError);
+  options = unreplicated("uniform", 2);
+  options.stage_speeds = {1.0, 0.5};
+  EXPECT_THROW(make_partition(p, options), UserError);
 }
 
 TEST(TimePartition, SlowLinkMovesTheCut) {

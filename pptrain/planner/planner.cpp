@@ -188,9 +188,34 @@ std::vector<RankMemory> rank_memory(const Profile& scaled, const PlannerOptions&
   return predict_memory(walk, stage_bytes(scaled, options, c, cost), VersionRule{}, rules);
 }
 
-// The limit the plans are made under: the user's less the margin.
-double planning_limit(const PlannerOptions& options) {
-  return options.memory_limit_bytes * (1 - options.memory_margin);
+// Rank r's memory limit in bytes: its own from a workers profile, else the common one; 0: none.
+double rank_limit(const PlannerOptions& options, int r) {
+  const std::vector<double>& own = options.rank_memory_limits;
+  return !own.empty() && own[r] > 0 ? own[r] : options.memory_limit_bytes;
+}
+
+bool has_limit(const PlannerOptions& options) {
+  for (int r = 0; r < options.workers; ++r) {
+    if (rank_limit(options, r) > 0) return true;
+  }
+  return false;
+}
+
+// The limit rank r's plans are made under: its limit less the margin; 0: none.
+double planning_limit(const PlannerOptions& options, int r) {
+  return rank_limit(options, r) * (1 - options.memory_margin);
+}
+
+// Divides each stage's F, I and W by the speed of the rank holding it (rank_speeds).
+void apply_rank_speeds(const PlannerOptions& options, const std::function<int(int)>& rank_of,
+                       CostModel& cost) {
+  if (options.rank_speeds.empty()) return;
+  for (size_t s = 0; s < cost.stage_forward.size(); ++s) {
+    const double speed = options.rank_speeds[rank_of(static_cast<int>(s))];
+    cost.stage_forward[s] /= speed;
+    cost.stage_backward_input[s] /= speed;
+    cost.stage_backward_weight[s] /= speed;
+  }
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -206,14 +231,15 @@ bool better(const Candidate& a, const Candidate& b) {
 std::vector<double> auto_schedule_limits(const Profile& scaled, const PlannerOptions& options,
                                          const Candidate& c, const CostModel& cost,
                                          const StageCosts& costs) {
-  if (options.memory_limit_bytes <= 0) return {};
+  if (!has_limit(options)) return {};
   const int ranks = costs.stages();
   const std::vector<StageBytes> bytes = stage_bytes(scaled, options, c, cost);
   std::vector<double> budgets(ranks);
   for (int r = 0; r < ranks; ++r) {
+    if (rank_limit(options, r) <= 0) continue;  // 0: zb-auto's "no limit" for this rank
     const StageBytes& b = bytes[r];
     const double next_message = r + 1 < ranks ? bytes[r + 1].message : 0;
-    budgets[r] = planning_limit(options) -
+    budgets[r] = planning_limit(options, r) -
                  (2 * b.weights + b.optimizer_state + b.data +
                   std::max(b.transient, b.forward_transient) + b.message + next_message);
     if (budgets[r] < costs.activation[r]) return {};
@@ -289,9 +315,12 @@ class Schedules {
 };
 
 bool within_limit(const Candidate& c, const PlannerOptions& options) {
-  // Sums of the same bytes in another order (I and W apart, or B) differ in the last bits.
-  return options.memory_limit_bytes <= 0 ||
-         c.max_peak_bytes() <= planning_limit(options) * (1 + kLimitSlack);
+  for (size_t r = 0; r < c.peak_bytes.size(); ++r) {
+    const double limit = planning_limit(options, static_cast<int>(r));
+    // Sums of the same bytes in another order (I and W apart, or B) differ in the last bits.
+    if (limit > 0 && c.peak_bytes[r] > limit * (1 + kLimitSlack)) return false;
+  }
+  return true;
 }
 
 // A made schedule's memory model's peaks and simulation under the candidate's cost model; fills
@@ -302,8 +331,10 @@ Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candida
                    const Made& made, Record record, bool prune = false) {
   const ValidatedSchedule& validated = made.validated;
   // Recomputation keeps less between F and B when the backward is not split.
-  const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
-                                        !c.recompute || validated.given().has_split_backward());
+  CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
+                                  !c.recompute || validated.given().has_split_backward());
+  apply_rank_speeds(
+      options, [&](int stage) { return validated.given().rank_of(stage, 0); }, cost);
   Evaluation out;
   out.cost = cost;
   out.memory = rank_memory(scaled, options, c, cost, made.walk, validated.given().replicated());
@@ -349,7 +380,10 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
                          Schedules& schedules) {
   constexpr int kRounds = 4;
   const int P = options.workers;
-  const CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio, true);
+  CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio, true);
+  // zb-auto orders by these times; measure() then simulates its schedule's own placement.
+  apply_rank_speeds(
+      options, [P](int stage) { return stage % P; }, cost);
   ScheduleOptions request;
   request.name = kAutoSchedule;
   request.ranks = P;
@@ -370,7 +404,8 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
     if (budgets.empty() || within_limit(c, options)) break;
     bool room = true;
     for (int r = 0; r < P; ++r) {
-      budgets[r] -= std::max(0.0, c.peak_bytes[r] - planning_limit(options));
+      if (budgets[r] <= 0) continue;  // no limit on this rank
+      budgets[r] -= std::max(0.0, c.peak_bytes[r] - planning_limit(options, r));
       room = room && budgets[r] >= request.costs.activation[r];
     }
     if (!room) break;
@@ -426,6 +461,11 @@ std::vector<std::pair<std::string, std::vector<LayerRange>>> cuts(
       request.memory_limit_bytes = options.memory_limit_bytes;
     } else {
       request.stages = stages;
+      if (method == "time" && !options.rank_speeds.empty()) {
+        for (int s = 0; s < stages; ++s) {
+          request.stage_speeds.push_back(options.rank_speeds[s % options.workers]);
+        }
+      }
     }
     Partition partition;
     try {
@@ -500,6 +540,20 @@ void check_planner_options(const PlannerOptions& options) {
                 kMaxRanks, ", got ", options.workers);
   PPTRAIN_CHECK(std::isfinite(options.memory_limit_bytes) && options.memory_limit_bytes >= 0,
                 "memory limit must be >= 0 bytes, got ", options.memory_limit_bytes);
+  for (const auto* per_rank : {&options.rank_speeds, &options.rank_memory_limits}) {
+    PPTRAIN_CHECK(per_rank->empty() || static_cast<int>(per_rank->size()) == options.workers,
+                  "the workers profile has ", per_rank->size(), " workers, but the plan is for ",
+                  options.workers);
+  }
+  for (size_t r = 0; r < options.rank_speeds.size(); ++r) {
+    PPTRAIN_CHECK(std::isfinite(options.rank_speeds[r]) && options.rank_speeds[r] > 0, "rank ", r,
+                  ": speed must be > 0, got ", options.rank_speeds[r]);
+  }
+  for (size_t r = 0; r < options.rank_memory_limits.size(); ++r) {
+    PPTRAIN_CHECK(
+        std::isfinite(options.rank_memory_limits[r]) && options.rank_memory_limits[r] >= 0, "rank ",
+        r, ": memory limit must be >= 0 bytes, got ", options.rank_memory_limits[r]);
+  }
   PPTRAIN_CHECK(options.batch_size >= 0, "batch must be >= 1 samples, got ", options.batch_size);
   PPTRAIN_CHECK(options.profile_microbatch_size >= 0,
                 "the profile's microbatch size must be >= 1 samples, got ",
@@ -711,6 +765,27 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   // The smallest limit that works, and the rank that needs it there.
   const std::vector<double>& peaks = search.smallest.peak_bytes;
   const auto needs_most = std::max_element(peaks.begin(), peaks.end()) - peaks.begin();
+  if (search.fitting == 0 && !options.rank_memory_limits.empty()) {
+    // Per-rank limits: the rank furthest over its own in the candidate of the smallest peak.
+    int over = 0;
+    double worst = -std::numeric_limits<double>::infinity();
+    for (int r = 0; r < P; ++r) {
+      const double limit = planning_limit(options, r);
+      if (limit > 0 && peaks[r] - limit > worst) {
+        worst = peaks[r] - limit;
+        over = r;
+      }
+    }
+    throw UserError(detail::concat(
+        "no plan fits rank ", over, "'s memory limit of ", megabytes(rank_limit(options, over)),
+        " less its margin of ", options.memory_margin * 100,
+        "%; the smallest limit that works on "
+        "rank ",
+        over, " is ", megabytes(peaks[over] / (1 - options.memory_margin)), " (",
+        static_cast<long long>(std::ceil(peaks[over] / (1 - options.memory_margin))),
+        " bytes: ", search.smallest.schedule, ", M=", search.smallest.microbatches,
+        search.smallest.recompute ? ", recompute" : "", ")"));
+  }
   PPTRAIN_CHECK(search.fitting > 0, "no plan fits the memory limit of ",
                 megabytes(options.memory_limit_bytes), " (", options.memory_limit_bytes,
                 " bytes) per rank less its margin of ", options.memory_margin * 100,

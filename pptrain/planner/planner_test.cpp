@@ -353,6 +353,78 @@ TEST(Planner, ZbAutoNeverSlowerThanTheFixedSchedulesThatFitOnShippedProfiles) {
   EXPECT_GT(zb_faster, 100);  // and it does buy something
 }
 
+// Equal workers given as speeds of 1 plan exactly as without them; a rank at a third of the
+// speed gets fewer layers in the winner, and its predicted step is the simulation of its stage
+// times divided by the ranks' speeds.
+TEST(Planner, UnequalWorkersGiveTheSlowRankLess) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.jobs = 1;
+  const PlanSearch equal = search_plans(profile, o);
+  o.rank_speeds = {1.0, 1.0};
+  const PlanSearch ones = search_plans(profile, o);
+  ASSERT_EQ(ones.ranked.size(), equal.ranked.size());
+  for (size_t i = 0; i < equal.ranked.size(); ++i) {
+    EXPECT_EQ(ones.ranked[i].stage_layers, equal.ranked[i].stage_layers) << i;
+    EXPECT_EQ(ones.ranked[i].step_ms, equal.ranked[i].step_ms) << i;
+  }
+  o.rank_speeds = {1.0, 1.0 / 3};
+  o.schedules = {"1f1b"};
+  o.max_chunks = 1;
+  const PlanSearch slow = search_plans(profile, o);
+  const Candidate& best = slow.ranked.front();
+  const int first = best.stage_layers[0].second - best.stage_layers[0].first + 1;
+  const int second = best.stage_layers[1].second - best.stage_layers[1].first + 1;
+  EXPECT_GT(first, second) << best.partition;
+  Candidate again = best;
+  const Evaluation e = evaluate(profile, o, again);
+  EXPECT_DOUBLE_EQ(again.step_ms, best.step_ms);
+  // Rank 1's F is three times its stage's profiled F.
+  double forward_ms = 0;
+  for (int l = best.stage_layers[1].first; l <= best.stage_layers[1].second; ++l) {
+    forward_ms += profile.layers[l].forward_ms * best.microbatch_size;  // profiled for 1 sample
+  }
+  EXPECT_NEAR(e.cost.stage_forward[1], 3 * forward_ms, 1e-9 * forward_ms);
+  // Slower than the equal workers' best, faster than the equal cut on these workers.
+  EXPECT_GT(best.step_ms, equal.ranked.front().step_ms);
+  Candidate even = candidate_of("1f1b", 1, best.microbatches, best.recompute, {{0, 3}, {4, 7}});
+  evaluate(profile, o, even);
+  EXPECT_LT(best.step_ms, even.step_ms);
+}
+
+// A rank's own memory limit holds that rank only; one no plan fits names the rank and the
+// smallest limit that works there.
+TEST(Planner, PerRankMemoryLimits) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.jobs = 1;
+  const PlanSearch unlimited = search_plans(profile, o);
+  double smallest_rank1 = unlimited.ranked.front().peak_bytes[1];
+  for (const Candidate& c : unlimited.ranked)
+    smallest_rank1 = std::min(smallest_rank1, c.peak_bytes[1]);
+  o.rank_memory_limits = {0, smallest_rank1 * 1.2};
+  const PlanSearch limited = search_plans(profile, o);
+  ASSERT_FALSE(limited.ranked.empty());
+  for (const Candidate& c : limited.ranked) {
+    EXPECT_LE(c.peak_bytes[1], smallest_rank1 * 1.2 * (1 - o.memory_margin) * (1 + 1e-9));
+  }
+  o.rank_memory_limits = {0, smallest_rank1 / 2};
+  try {
+    search_plans(profile, o);
+    FAIL() << "no plan should fit";
+  } catch (const UserError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("no plan fits rank 1's memory limit"), std::string::npos) << message;
+    EXPECT_NE(message.find("the smallest limit that works on rank 1 is"), std::string::npos)
+        << message;
+  }
+  o.rank_memory_limits = {0, 0, 0};
+  EXPECT_THROW(search_plans(profile, o), UserError);
+  o.rank_memory_limits = {};
+  o.rank_speeds = {1.0, 0.0};
+  EXPECT_THROW(search_plans(profile, o), UserError);
+}
+
 TEST(Planner, BadOptionsAreUserErrors) {
   const Profile profile = small_profile();
   PlannerOptions o = small_options();

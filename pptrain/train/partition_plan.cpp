@@ -90,22 +90,13 @@ Profile parameter_profile(const ModelOptions& model) {
   return profile;
 }
 
-Profile measured_profile(const StageLayerOptions& options) {
-  ProfileOptions profile_options;
-  profile_options.model = options.model;
-  profile_options.microbatch_size = options.microbatch_size;
-  Profile profile;
-  profile.layers = profile_model(profile_options).layers;
-  profile.source = "a profile of this machine";
-  return profile;
-}
-
 std::vector<LayerRange> partitioned(const Profile& profile, const std::string& method,
                                     const std::string& what, const StageLayerOptions& options,
-                                    int num_stages) {
+                                    int num_stages, const std::vector<double>& stage_speeds = {}) {
   PartitionOptions partition_options;
   partition_options.method = method;
   partition_options.stages = num_stages;
+  partition_options.stage_speeds = stage_speeds;
   return checked_ranges(make_partition(profile, partition_options), what, options, num_stages);
 }
 
@@ -133,6 +124,23 @@ std::vector<LayerRange> from_file(const std::string& path, const StageLayerOptio
 }
 
 }  // namespace
+
+Profile profile_layers(const StageLayerOptions& options) {
+  ProfileOptions profile_options;
+  profile_options.model = options.model;
+  profile_options.microbatch_size = options.microbatch_size;
+  Profile profile;
+  profile.layers = profile_model(profile_options).layers;
+  profile.source = "a profile of this machine";
+  return profile;
+}
+
+std::vector<LayerRange> stage_layers_for_speeds(const StageLayerOptions& options,
+                                                const Profile& profile,
+                                                const std::vector<double>& stage_speeds) {
+  const int num_stages = static_cast<int>(stage_speeds.size());
+  return partitioned(profile, "time", "--partition workers", options, num_stages, stage_speeds);
+}
 
 std::vector<int> partition_replicas(const std::string& partition) {
   if (!std::filesystem::is_regular_file(partition)) return {};
@@ -163,7 +171,10 @@ std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int 
                           num_stages);
   }
   const std::string& spec = options.partition;
-  if (spec == "uniform") return uniform_split(options.model, num_stages);
+  // workers: uniform until the ranks have measured themselves (job/worker_speeds.h).
+  if (spec == "uniform" || spec == kWorkersPartition) {
+    return uniform_split(options.model, num_stages);
+  }
   if (spec == "params" || spec == "time") {
     // One stage holds everything: nothing to balance, nothing to measure.
     if (num_stages == 1) return {{0, num_layers(options.model) - 1}};
@@ -172,12 +183,12 @@ std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int 
                   "disagree; with RANK set (torchrun) give a profile instead: pptrain profile "
                   "--out P.json ..., then --partition P.json");
     const Profile profile =
-        spec == "params" ? parameter_profile(options.model) : measured_profile(options);
+        spec == "params" ? parameter_profile(options.model) : profile_layers(options);
     return partitioned(profile, spec, "--partition " + spec, options, num_stages);
   }
   PPTRAIN_CHECK(std::filesystem::is_regular_file(spec), "--partition '", spec,
-                "': expected uniform, params, time, or an existing partition or profile JSON "
-                "file");
+                "': expected uniform, params, time, workers, or an existing partition or profile "
+                "JSON file");
   return from_file(spec, options, num_stages);
 }
 

@@ -5,6 +5,9 @@
 //   time       profiles every layer on this machine (profiler.h, with the run's microbatch
 //              size), then the `time` partitioner (partition.h): the slowest stage's F+I+W is
 //              as small as it can be
+//   workers    `time` for the workers the run has: every rank measures its own speed, and a
+//              slower rank gets fewer layers. Decided by the ranks once they have met
+//              (job/worker_speeds.h); the plan before that holds the uniform cut
 //   FILE.json  read and decided by content: a partition (`pptrain partition --json`: a
 //              "stages" array) is used as it is; a profile (`pptrain profile`: a "layers" array)
 //              is partitioned with `time`
@@ -44,6 +47,19 @@ struct StageLayerOptions {
 // file, a file for another model or another number of stages, replicas > 1, a stage without
 // layers.
 std::vector<LayerRange> plan_stage_layers(const StageLayerOptions& options, int num_stages);
+
+// `--partition workers`: the partition the ranks decide among themselves once they have met.
+constexpr const char* kWorkersPartition = "workers";
+
+// Every layer of the model timed on this machine (models/profiler.h) with the options'
+// microbatch size: what `time` cuts by.
+Profile profile_layers(const StageLayerOptions& options);
+
+// The `time` cut of `profile` (profile_layers()) when stage s runs on a worker of relative speed
+// stage_speeds[s] (partition/workers.h), checked as plan_stage_layers() checks a cut.
+std::vector<LayerRange> stage_layers_for_speeds(const StageLayerOptions& options,
+                                                const Profile& profile,
+                                                const std::vector<double>& stage_speeds);
 
 // The replicas of each stage when `partition` is a partition file (`pptrain partition --method
 // pipedream`) that replicates some stage, e.g. {3, 1}: the run is then PipeDream's round robin

@@ -28,6 +28,7 @@ struct PartitionArgs {
   std::string levels;
   double bandwidth = 0;
   double memory_limit = 0;
+  std::string workers_profile;
   bool json = false;
 };
 
@@ -64,6 +65,7 @@ PartitionOptions options_from(const PartitionArgs& args) {
   if (!args.levels.empty()) request.levels = parse_levels(args.levels);
   request.bandwidth = args.bandwidth;
   request.memory_limit = args.memory_limit;
+  request.workers_profile = args.workers_profile;
   return partition_options(request);
 }
 
@@ -80,6 +82,10 @@ void print_table(const Profile& profile, const PartitionOptions& options, const 
       std::printf(" %d @ %.3g B/s", l.workers, l.bandwidth_bytes_per_s);
   } else if (options.bandwidth_bytes_per_s > 0) {
     std::printf(", links %.3g B/s", options.bandwidth_bytes_per_s);
+  }
+  if (!options.stage_speeds.empty()) {
+    std::printf(", worker speeds");
+    for (double speed : options.stage_speeds) std::printf(" %.3g", speed);
   }
   std::printf("\n%5s  %-9s  %8s  %11s  %s\n", "stage", "layers", "replicas", "compute_s",
               "first layer .. last layer");
@@ -111,6 +117,9 @@ void add_partition_command(CLI::App& app) {
                       "uniform/params/time: bytes/s between stages (0: compute only)");
   command->add_option("--memory-limit", args->memory_limit,
                       "pipedream: bytes per worker (0: none)");
+  command->add_option("--workers-profile", args->workers_profile,
+                      "time: the workers' speeds (pptrain-workers-1 JSON); stage p on rank p, "
+                      "its compute divided by the rank's speed");
   command->add_flag("--json", args->json, "Print one JSON object instead of a table");
 
   command->callback([args] {

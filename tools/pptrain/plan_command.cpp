@@ -14,6 +14,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/partition/profile.h"
+#include "pptrain/partition/workers.h"
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/planner/planner.h"
 #include "tools/pptrain/commands.h"
@@ -40,6 +41,7 @@ struct PlanArgs {
   int top = 10;
   int jobs = 0;
   std::string out;
+  std::string workers_profile;
   bool json = false;
   bool explain = false;
 };
@@ -87,6 +89,14 @@ PlannerOptions options_from(const PlanArgs& args) {
   options.max_chunks = args.max_chunks;
   options.keep = args.top;
   options.jobs = args.jobs;
+  if (!args.workers_profile.empty()) {
+    const WorkersProfile workers = read_workers_profile(args.workers_profile);
+    check_workers_count(workers, args.workers, detail::concat("--workers ", args.workers));
+    if (!workers.all_equal()) {  // equal workers plan as without the file
+      options.rank_speeds = workers.speeds();
+      options.rank_memory_limits = workers.memory_limits_bytes();
+    }
+  }
   check_planner_options(options);
   return options;
 }
@@ -107,6 +117,15 @@ void print_table(const Profile& profile, const PlannerOptions& options, const Pl
   std::printf("plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
               profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
               search.batch_size, search.profile_microbatch_size);
+  if (!options.rank_speeds.empty()) {
+    std::printf("workers:");
+    for (int r = 0; r < options.workers; ++r) {
+      const double limit = options.rank_memory_limits[r];
+      std::printf("%s rank %d speed %.2f%s", r == 0 ? "" : ",", r, options.rank_speeds[r],
+                  limit > 0 ? (" limit " + megabytes(limit) + " MB").c_str() : "");
+    }
+    std::printf("\n");
+  }
   if (profile.splits_backward()) {
     std::printf("backward split: the profile's own I and W times\n");
   } else {
@@ -169,6 +188,10 @@ void add_plan_command(CLI::App& app) {
                    "Bytes per worker: weights, gradients, optimizer state, the batch, peak "
                    "activations, messages in flight and working memory (0: none)")
       ->required();
+  command->add_option("--workers-profile", args->workers_profile,
+                      "The workers' relative speeds and memory limits (pptrain-workers-1 JSON, "
+                      "as `pptrain train --partition workers` measures them): a slower rank gets "
+                      "less; a rank's own limit replaces --memory-limit there");
   command
       ->add_option("--memory-margin", args->memory_margin,
                    "Share of the limit the plans leave free, for the memory model's error and the "

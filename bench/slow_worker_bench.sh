@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A slow worker: 2 ranks, rank 1 held to a third of a core by a cgroup from its start (as
+# tests/slow_worker_test.sh, which checks the same run for correctness). Runs the same training
+# with `--partition uniform` and `--partition workers`, alternating, ROUNDS times each, and prints
+# their median tokens/s, the ratio (the issue's target: workers >= 1.5x uniform), and the step
+# time `--partition workers` predicted against the one measured (target: within 10%).
+# Needs root and the CPU controller of cgroups (tests/slow_rank.sh).
+#
+#   bench/slow_worker_bench.sh [path/to/pptrain]     # default: build/tools/pptrain/pptrain
+#   ROUNDS=1 STEPS=4 bench/slow_worker_bench.sh      # a quick run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+source tests/slow_rank.sh
+MODEL=${MODEL:-"--model gpt --layers 8 --d-model 256 --heads 4 --seq-len 64 --batch-size 32 --microbatches 8"}
+STEPS=${STEPS:-10}
+bench_start slow_worker_bench "${1:-}"
+SHARE=${SHARE:-0.33}
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  slow_cgroup_remove
+  rm -rf "$work"
+}
+trap cleanup EXIT
+slow_cgroup_make "pptrain-bench-$$" "$SHARE" || { echo "slow_worker_bench: $slow_cgroup_missing" >&2; exit 2; }
+
+# One 2-rank run of `pptrain train $MODEL --partition $1`, rank 1 in the slow group; rank 0's
+# metrics go to $work/$1.$2.jsonl and its stderr to $work/$1.$2.err.
+run_pair() {
+  local partition=$1 round=$2 port
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  pids=()
+  for r in 0 1; do
+    local prefix=()
+    ((r == 1)) && prefix=(sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs")
+    env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
+      MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 900 "${prefix[@]}" "$PPTRAIN" train \
+      $MODEL --pp 2 --partition "$partition" --steps "$STEPS" --quiet \
+      --metrics "$work/$partition.$round.jsonl.$r" >/dev/null 2>"$work/$partition.$round.err.$r" &
+    pids+=($!)
+  done
+  wait "${pids[0]}" && wait "${pids[1]}" || { cat "$work/$partition.$round.err."*; exit 1; }
+  mv "$work/$partition.$round.jsonl.0" "$work/$partition.$round.jsonl"
+}
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"
+for round in $(seq "$ROUNDS"); do
+  run_pair uniform "$round"
+  run_pair workers "$round"
+done
+echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+grep -h "^pptrain: --partition workers" "$work"/workers.1.err.0
+uniform=$(median_field uniform tokens_per_s)
+workers=$(median_field workers tokens_per_s)
+measured_ms=$(for f in "$work"/workers.*.jsonl; do field "$f" step_time_s; done | median |
+  awk '{ printf "%.1f", $1 * 1000 }')
+predicted_ms=$(sed -n 's/.*predicted step \([0-9.]*\) ms.*/\1/p' "$work"/workers.*.err.0 | median)
+echo "model: $MODEL, $STEPS steps x $ROUNDS rounds, rank 1 at $SHARE of a core"
+printf "tokens/s (median)  uniform %.0f  workers %.0f  ratio %.2fx\n" "$uniform" "$workers" \
+  "$(awk -v a="$workers" -v b="$uniform" 'BEGIN { print a / b }')"
+printf "step time of workers: predicted %s ms, measured %s ms (prediction %+.1f%%)\n" \
+  "$predicted_ms" "$measured_ms" "$(awk -v p="$predicted_ms" -v m="$measured_ms" 'BEGIN { print (p - m) / m * 100 }')"

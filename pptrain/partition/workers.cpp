@@ -1,0 +1,151 @@
+#include "pptrain/partition/workers.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
+
+namespace pptrain {
+namespace {
+
+constexpr const char* kWorkersFormat = "pptrain-workers-1";
+// More ranks than any partitioner takes (partition.h's kMaxPartitionWorkers is 1024).
+constexpr int64_t kMaxWorkers = 1 << 20;
+
+double field_number(const nlohmann::json& worker, const char* field, double fallback,
+                    const std::string& where) {
+  if (!worker.contains(field)) return fallback;
+  const nlohmann::json& v = worker.at(field);
+  PPTRAIN_CHECK(v.is_number(), where, ": '", field, "' must be a number, got ", v.dump());
+  const double x = v.get<double>();
+  PPTRAIN_CHECK(std::isfinite(x), where, ": '", field, "' must be finite, got ", v.dump());
+  return x;
+}
+
+}  // namespace
+
+std::vector<double> WorkersProfile::speeds() const {
+  std::vector<double> out;
+  for (const WorkerProfile& w : workers) out.push_back(w.speed);
+  return out;
+}
+
+std::vector<double> WorkersProfile::memory_limits_bytes() const {
+  std::vector<double> out;
+  for (const WorkerProfile& w : workers) out.push_back(w.memory_limit_bytes);
+  return out;
+}
+
+bool WorkersProfile::all_equal() const {
+  return std::all_of(workers.begin(), workers.end(), [](const WorkerProfile& w) {
+    return w.speed == 1 && w.memory_limit_bytes == 0;
+  });
+}
+
+std::vector<double> relative_speeds(const std::vector<double>& rates) {
+  PPTRAIN_CHECK(!rates.empty(), "no worker was measured");
+  for (size_t r = 0; r < rates.size(); ++r) {
+    PPTRAIN_CHECK(std::isfinite(rates[r]) && rates[r] > 0, "rank ", r,
+                  " measured a compute rate of ", rates[r], "; expected > 0");
+  }
+  const double fastest = *std::max_element(rates.begin(), rates.end());
+  std::vector<double> speeds;
+  for (double rate : rates) speeds.push_back(rate / fastest);
+  return speeds;
+}
+
+WorkersProfile parse_workers_profile(const std::string& text, const std::string& source) {
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(detail::concat(source, ": not valid JSON: ", e.what()));
+  }
+  PPTRAIN_CHECK(doc.is_object() && doc.contains("workers") && doc["workers"].is_array(), source,
+                ": expected a workers profile, an object with a 'workers' array (format ",
+                kWorkersFormat, ")");
+  if (doc.contains("format")) {
+    PPTRAIN_CHECK(doc["format"] == kWorkersFormat, source, ": format ", doc["format"].dump(),
+                  ", expected \"", kWorkersFormat, "\"");
+  }
+  const nlohmann::json& list = doc["workers"];
+  PPTRAIN_CHECK(!list.empty(), source, ": 'workers' is empty");
+  PPTRAIN_CHECK(static_cast<int64_t>(list.size()) <= kMaxWorkers, source, ": ", list.size(),
+                " workers, more than ", kMaxWorkers);
+  WorkersProfile out;
+  out.source = source;
+  out.workers.resize(list.size());
+  std::vector<bool> seen(list.size(), false);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = detail::concat(source, ": worker ", i);
+    const nlohmann::json& w = list[i];
+    PPTRAIN_CHECK(w.is_object(), where, ": expected an object, got ", w.dump());
+    PPTRAIN_CHECK(w.contains("rank") && w["rank"].is_number_integer(), where,
+                  ": needs an integer 'rank'");
+    const auto rank = w["rank"].get<int64_t>();
+    PPTRAIN_CHECK(rank >= 0 && rank < static_cast<int64_t>(list.size()), where, ": rank ", rank,
+                  " is not in 0..", list.size() - 1, " (the profile has ", list.size(),
+                  " workers)");
+    PPTRAIN_CHECK(!seen[rank], where, ": rank ", rank, " appears twice");
+    seen[rank] = true;
+    const std::string of_rank = detail::concat(source, ": rank ", rank);
+    WorkerProfile& profile = out.workers[rank];
+    profile.rank = static_cast<int>(rank);
+    PPTRAIN_CHECK(w.contains("speed"), of_rank, ": missing field 'speed'");
+    profile.speed = field_number(w, "speed", 1, of_rank);
+    PPTRAIN_CHECK(profile.speed > 0, of_rank, ": speed must be > 0, got ", profile.speed);
+    profile.memory_limit_bytes = field_number(w, "memory_limit_bytes", 0, of_rank);
+    PPTRAIN_CHECK(profile.memory_limit_bytes >= 0, of_rank,
+                  ": memory_limit_bytes must be >= 0 (0: none), got ", profile.memory_limit_bytes);
+    profile.products_per_s = field_number(w, "products_per_s", 0, of_rank);
+    PPTRAIN_CHECK(profile.products_per_s >= 0, of_rank, ": products_per_s must be >= 0, got ",
+                  profile.products_per_s);
+  }
+  return out;
+}
+
+WorkersProfile read_workers_profile(const std::string& path) {
+  return parse_workers_profile(read_text_file(path, "--workers-profile file"),
+                               "--workers-profile '" + path + "'");
+}
+
+std::string to_json(const WorkersProfile& workers) {
+  nlohmann::ordered_json doc;
+  doc["format"] = kWorkersFormat;
+  doc["workers"] = nlohmann::ordered_json::array();
+  for (const WorkerProfile& w : workers.workers) {
+    doc["workers"].push_back({{"rank", w.rank},
+                              {"speed", w.speed},
+                              {"memory_limit_bytes", w.memory_limit_bytes},
+                              {"products_per_s", w.products_per_s}});
+  }
+  return doc.dump(2);
+}
+
+void check_workers_count(const WorkersProfile& workers, int ranks, const std::string& what) {
+  PPTRAIN_CHECK(workers.size() == ranks, workers.source, " has ", workers.size(), " worker",
+                workers.size() == 1 ? "" : "s", ", but ", what, " has ", ranks, " rank",
+                ranks == 1 ? "" : "s");
+}
+
+std::vector<std::string> describe_workers(const WorkersProfile& workers) {
+  std::vector<std::string> lines;
+  for (const WorkerProfile& w : workers.workers) {
+    char speed[64];
+    std::snprintf(speed, sizeof speed, "%.2f", w.speed);
+    std::string line = detail::concat("rank ", w.rank, ": speed ", speed);
+    if (w.products_per_s > 0) {
+      line += detail::concat(" (", static_cast<long long>(std::lround(w.products_per_s)),
+                             " matrix products/s)");
+    }
+    line += ", memory limit " +
+            (w.memory_limit_bytes > 0 ? format_bytes(w.memory_limit_bytes) : std::string("none"));
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace pptrain

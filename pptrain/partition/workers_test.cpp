@@ -1,0 +1,78 @@
+#include "pptrain/partition/workers.h"
+
+#include <gtest/gtest.h>
+
+#include "pptrain/common/check.h"
+
+namespace pptrain {
+namespace {
+
+// The message of the UserError `f` throws, or "" when it throws none.
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(WorkersProfile, RoundTripsInAnyRankOrder) {
+  const WorkersProfile read = parse_workers_profile(R"({"workers": [
+      {"rank": 1, "speed": 0.25, "memory_limit_bytes": 8e9},
+      {"rank": 0, "speed": 1}]})");
+  ASSERT_EQ(read.size(), 2);
+  EXPECT_EQ(read.speeds(), (std::vector<double>{1.0, 0.25}));
+  EXPECT_EQ(read.memory_limits_bytes(), (std::vector<double>{0.0, 8e9}));
+  EXPECT_FALSE(read.all_equal());
+  const WorkersProfile again = parse_workers_profile(to_json(read));
+  EXPECT_EQ(to_json(again), to_json(read));
+  EXPECT_EQ(describe_workers(read)[1], "rank 1: speed 0.25, memory limit 7.5 GiB");
+}
+
+TEST(WorkersProfile, RelativeSpeedsDivideByTheFastest) {
+  EXPECT_EQ(relative_speeds({300, 100, 600}), (std::vector<double>{0.5, 1.0 / 6, 1.0}));
+  EXPECT_NE(error_of([] { relative_speeds({300, 0}); }).find("rank 1"), std::string::npos);
+}
+
+TEST(WorkersProfile, BadFilesAreOneLineErrorsNamingTheRank) {
+  auto error = [](const std::string& text) {
+    return error_of([&] { parse_workers_profile(text, "w.json"); });
+  };
+  EXPECT_NE(error("{").find("w.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(error(R"({"layers": []})").find("'workers' array"), std::string::npos);
+  EXPECT_NE(error(R"({"workers": []})").find("empty"), std::string::npos);
+  EXPECT_EQ(error(R"({"workers": [{"rank": 0, "speed": 0}]})"),
+            "w.json: rank 0: speed must be > 0, got 0");
+  EXPECT_EQ(error(R"({"workers": [{"rank": 0, "speed": -2}]})"),
+            "w.json: rank 0: speed must be > 0, got -2");
+  EXPECT_NE(error(R"({"workers": [{"rank": 0}]})").find("missing field 'speed'"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"workers": [{"rank": 0, "speed": 1}, {"rank": 0, "speed": 1}]})")
+                .find("rank 0 appears twice"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"workers": [{"rank": 2, "speed": 1}]})").find("not in 0..0"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"workers": [{"rank": 0, "speed": "fast"}]})").find("must be a number"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"workers": [{"rank": 0, "speed": 1, "memory_limit_bytes": -1}]})")
+                .find("memory_limit_bytes must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format": "pptrain-profile-1", "workers": [{"rank": 0, "speed": 1}]})")
+                .find("expected \"pptrain-workers-1\""),
+            std::string::npos);
+}
+
+TEST(WorkersProfile, CountMustMatchTheRun) {
+  const WorkersProfile three = parse_workers_profile(
+      R"({"workers": [{"rank": 0, "speed": 1}, {"rank": 1, "speed": 1}, {"rank": 2, "speed": 1}]})",
+      "w.json");
+  EXPECT_TRUE(three.all_equal());
+  EXPECT_EQ(error_of([&] { check_workers_count(three, 4, "--pp 4"); }),
+            "w.json has 3 workers, but --pp 4 has 4 ranks");
+  EXPECT_EQ(error_of([&] { check_workers_count(three, 3, "--pp 3"); }), "");
+}
+
+}  // namespace
+}  // namespace pptrain

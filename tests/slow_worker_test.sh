@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# A slow worker: two ranks of `pptrain train --partition workers`, rank 1 held to a third of a
+# core by a cgroup from its start. Rank 0 must measure rank 1 as the slower one, say so (one line
+# per rank), give it fewer layers, and the run must print the losses of `--pp 1`.
+#
+#   bash tests/slow_worker_test.sh PPTRAIN_BINARY
+#
+# Needs root and the CPU controller of cgroups; without them it exits 77 (CTest: skipped) and
+# says what is missing.
+set -uo pipefail
+binary=$1
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/tests/slow_rank.sh"
+
+skip() { echo "skipped: $*"; exit 77; }
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  slow_cgroup_remove
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAILED: $*"; for f in "$dir"/*.err; do echo "--- $f"; cat "$f"; done; exit 1; }
+
+slow_cgroup_make "pptrain-slow-$$" 0.33 || skip "$slow_cgroup_missing"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+train="train --model gpt --layers 8 --d-model 64 --heads 4 --seq-len 16 --batch-size 8
+       --microbatches 4 --steps 3 --quiet"
+"$binary" $train --pp 1 --metrics "$dir/one.jsonl" >/dev/null 2>"$dir/one.err" ||
+  fail "the --pp 1 run"
+
+# Rank r of the 2-rank run; rank 1 enters the slow group before it executes pptrain.
+start_rank() {
+  local r=$1
+  shift
+  env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK="$r" LOCAL_RANK="$r" WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+    PPTRAIN_COMM_TIMEOUT_S=60 timeout 150 "$@" $train --pp 2 --partition workers \
+    --metrics "$dir/workers$r.jsonl" >"$dir/rank$r.out" 2>"$dir/rank$r.err" &
+  pids+=($!)
+}
+start_rank 0 "$binary"
+start_rank 1 sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs" "$binary"
+wait "${pids[0]}" || fail "rank 0 exited $?"
+wait "${pids[1]}" || fail "rank 1 exited $?"
+
+err="$dir/rank0.err"
+speed() { sed -n "s/^pptrain: --partition workers: rank $1: speed \([0-9.]*\).*/\1/p" "$err"; }
+s0=$(speed 0)
+s1=$(speed 1)
+[ -n "$s0" ] && [ -n "$s1" ] || fail "rank 0 printed no line per rank"
+grep "^pptrain: --partition workers: rank" "$err"
+awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a == 1 && b < 0.6) }' ||
+  fail "rank 1 should measure well below rank 0: $s0 and $s1"
+layers=$(sed -n 's/^pptrain: --partition workers: stage layers \([0-9][0-9,-]*[0-9]\).*/\1/p' "$err")
+echo "stage layers: $layers"
+grep -q "^pptrain: --partition workers: stage layers $layers, predicted step [0-9.]* ms$" "$err" ||
+  fail "rank 0 printed no predicted step time"
+first=$(awk -F'[-,]' '{ print $2 - $1 + 1 }' <<<"$layers")
+second=$(awk -F'[-,]' '{ print $4 - $3 + 1 }' <<<"$layers")
+[ -n "$first" ] && ((first > second)) ||
+  fail "the slow rank 1 should hold fewer layers than rank 0: $layers"
+
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+[ "$(losses "$dir/one.jsonl" | wc -l)" = 3 ] || fail "the --pp 1 run wrote no 3 losses"
+paste <(losses "$dir/one.jsonl") <(losses "$dir/workers0.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1; if (d > 1e-5 * s) bad = 1; n++ }
+  END { exit bad || n != 3 }' || fail "the losses differ from --pp 1"
+echo "--partition workers: the slow rank holds fewer layers, and the losses are those of --pp 1"
