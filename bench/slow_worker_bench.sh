@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# A slow worker: 2 ranks, rank 1 held to a third of a core by a cgroup from its start (as
-# tests/slow_worker_test.sh, which checks the same run for correctness). Runs the same training
-# with `--partition uniform` and `--partition workers`, alternating, ROUNDS times each, and prints
-# their median tokens/s, the ratio (the issue's target: workers >= 1.5x uniform), and the step
-# time `--partition workers` predicted against the one measured (target: within 10%).
+# A slow worker: 2 ranks, rank 1 held to a third of a core by a cgroup (as
+# tests/slow_worker_test.sh, which checks the same runs for correctness), ROUNDS rounds of
+# alternating runs:
+#   from the start (default): `--partition uniform` against `--partition workers`: their median
+#     tokens/s and the ratio (the issue's target: workers >= 1.5x uniform), and the step time
+#     `--partition workers` predicted against the one measured (target: within 10%);
+#   SLOW_AT=K: rank 1 slowed once rank 0 has reported K steps, `--replan off` against `--replan
+#     auto` on the uniform cut: tokens/s over the last half of the steps (target: >= 1.3x).
 # Needs root and the CPU controller of cgroups (tests/slow_rank.sh).
 #
 #   bench/slow_worker_bench.sh [path/to/pptrain]     # default: build/tools/pptrain/pptrain
 #   ROUNDS=1 STEPS=4 bench/slow_worker_bench.sh      # a quick run
+#   SLOW_AT=10 STEPS=40 bench/slow_worker_bench.sh   # a straggler mid-run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 source tests/slow_rank.sh
 MODEL=${MODEL:-"--model gpt --layers 8 --d-model 256 --heads 4 --seq-len 64 --batch-size 32 --microbatches 8"}
 STEPS=${STEPS:-10}
+SLOW_AT=${SLOW_AT:-0}
 bench_start slow_worker_bench "${1:-}"
 SHARE=${SHARE:-0.33}
 pids=()
@@ -26,29 +31,53 @@ cleanup() {
 trap cleanup EXIT
 slow_cgroup_make "pptrain-bench-$$" "$SHARE" || { echo "slow_worker_bench: $slow_cgroup_missing" >&2; exit 2; }
 
-# One 2-rank run of `pptrain train $MODEL --partition $1`, rank 1 in the slow group; rank 0's
-# metrics go to $work/$1.$2.jsonl and its stderr to $work/$1.$2.err.
+# One 2-rank run of `pptrain train $MODEL $2`, rank 1 in the slow group (from its start, or once
+# rank 0 has reported SLOW_AT steps); rank 0's metrics go to $work/$1.$3.jsonl and its stderr to
+# $work/$1.$3.err.0.
 run_pair() {
-  local partition=$1 round=$2 port
+  local name=$1 flags=$2 round=$3 port
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   pids=()
   for r in 0 1; do
     local prefix=()
-    ((r == 1)) && prefix=(sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs")
+    ((r == 1 && SLOW_AT == 0)) && prefix=(sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs")
     env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
-      MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" timeout 900 "${prefix[@]}" "$PPTRAIN" train \
-      $MODEL --pp 2 --partition "$partition" --steps "$STEPS" --quiet \
-      --metrics "$work/$partition.$round.jsonl.$r" >/dev/null 2>"$work/$partition.$round.err.$r" &
+      MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "${prefix[@]}" "$PPTRAIN" train \
+      $MODEL --pp 2 $flags --steps "$STEPS" --quiet \
+      --metrics "$work/$name.$round.jsonl.$r" >/dev/null 2>"$work/$name.$round.err.$r" &
     pids+=($!)
   done
-  wait "${pids[0]}" && wait "${pids[1]}" || { cat "$work/$partition.$round.err."*; exit 1; }
-  mv "$work/$partition.$round.jsonl.0" "$work/$partition.$round.jsonl"
+  if ((SLOW_AT > 0)); then
+    until [ "$(cat "$work/$name.$round.jsonl.0" 2>/dev/null | wc -l)" -ge "$SLOW_AT" ]; do
+      kill -0 "${pids[0]}" 2>/dev/null || break
+      sleep 0.05
+    done
+    echo "${pids[1]}" >"$slow_cgroup_procs"
+  fi
+  wait "${pids[0]}" && wait "${pids[1]}" || { cat "$work/$name.$round.err."*; exit 1; }
+  mv "$work/$name.$round.jsonl.0" "$work/$name.$round.jsonl"
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"
+if ((SLOW_AT > 0)); then
+  for round in $(seq "$ROUNDS"); do
+    run_pair static "--replan off" "$round"
+    run_pair replan "--replan auto" "$round"
+  done
+  echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+  grep -h "^pptrain: --replan auto" "$work"/replan.*.err.0
+  # tokens/s over the last half of the steps of every round
+  last_half() { for f in "$work/$1".*.jsonl; do field "$f" tokens_per_s | tail -n $((STEPS / 2)); done | median; }
+  static=$(last_half static)
+  replan=$(last_half replan)
+  echo "model: $MODEL, $STEPS steps x $ROUNDS rounds, rank 1 at $SHARE of a core after step $SLOW_AT"
+  printf "tokens/s (median of the last %d steps)  --replan off %.0f  --replan auto %.0f  ratio %.2fx\n" \
+    $((STEPS / 2)) "$static" "$replan" "$(awk -v a="$replan" -v b="$static" 'BEGIN { print a / b }')"
+  exit 0
+fi
 for round in $(seq "$ROUNDS"); do
-  run_pair uniform "$round"
-  run_pair workers "$round"
+  run_pair uniform "--partition uniform" "$round"
+  run_pair workers "--partition workers" "$round"
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 grep -h "^pptrain: --partition workers" "$work"/workers.1.err.0

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# A slow worker: two ranks of `pptrain train --partition workers`, rank 1 held to a third of a
-# core by a cgroup from its start. Rank 0 must measure rank 1 as the slower one, say so (one line
-# per rank), give it fewer layers, and the run must print the losses of `--pp 1`.
+# A slow worker:
+#   1. two ranks of `pptrain train --partition workers`, rank 1 held to a third of a core by a
+#      cgroup from its start: rank 0 must measure rank 1 as the slower one, say so (one line per
+#      rank), give it fewer layers, and the run must print the losses of `--pp 1`;
+#   2. two ranks of `--replan auto` on the uniform cut, rank 1 put into the cgroup mid-run: the
+#      run must move layers off rank 1 (one line naming it and the new cut) and end with the
+#      losses and the parameters of `--pp 1` (1e-5).
 #
 #   bash tests/slow_worker_test.sh PPTRAIN_BINARY
 #
@@ -69,3 +73,46 @@ paste <(losses "$dir/one.jsonl") <(losses "$dir/workers0.jsonl") | awk '
   { d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1; if (d > 1e-5 * s) bad = 1; n++ }
   END { exit bad || n != 3 }' || fail "the losses differ from --pp 1"
 echo "--partition workers: the slow rank holds fewer layers, and the losses are those of --pp 1"
+
+# 2. --replan auto, rank 1 slowed mid-run.
+steps=40
+# Steps of several of the CPU controller's 100 ms periods, so that a step's compute time shows
+# the rank's share of a core rather than whether a pause fell into it.
+train="train --model gpt --layers 8 --d-model 256 --heads 4 --seq-len 64 --batch-size 16
+       --microbatches 4 --steps $steps --quiet"
+"$binary" $train --pp 1 --metrics "$dir/one2.jsonl" --save "$dir/one2" >/dev/null \
+  2>"$dir/one2.err" || fail "the --pp 1 run of part 2"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+pids=()
+for r in 0 1; do
+  env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" PPTRAIN_COMM_TIMEOUT_S=60 "$binary" $train --pp 2 \
+    --replan auto --metrics "$dir/replan$r.jsonl" --save "$dir/replan" \
+    >"$dir/replan$r.out" 2>"$dir/replan$r.err" &
+  pids+=($!)
+done
+for _ in $(seq 1200); do
+  [ "$(cat "$dir/replan0.jsonl" 2>/dev/null | wc -l)" -ge 8 ] && break
+  sleep 0.05
+done
+at=$(cat "$dir/replan0.jsonl" 2>/dev/null | wc -l)
+((at >= 8 && at < steps - 10)) || fail "could not slow rank 1 between steps 8 and $((steps - 10)) (at $at)"
+echo "${pids[1]}" >"$slow_cgroup_procs" || fail "cannot move rank 1 into the cgroup"
+echo "rank 1 held to a third of a core after step $at"
+wait "${pids[0]}" || fail "rank 0 of --replan auto exited $?"
+wait "${pids[1]}" || fail "rank 1 of --replan auto exited $?"
+grep "^pptrain: --replan auto after step" "$dir/replan0.err" || fail "rank 0 did not say it moved layers"
+grep -m1 "^pptrain: --replan auto after step" "$dir/replan0.err" | grep -q "rank 1 computes" ||
+  fail "the first move should name rank 1"
+after=$(grep "^pptrain: --replan auto after step" "$dir/replan0.err" | tail -1 |
+  sed -n 's/.* -> \([0-9][0-9,-]*[0-9]\) .*/\1/p')
+first=$(awk -F'[-,]' '{ print $2 - $1 + 1 }' <<<"$after")
+second=$(awk -F'[-,]' '{ print $4 - $3 + 1 }' <<<"$after")
+[ -n "$first" ] && ((first > second)) || fail "the new cut should give rank 1 fewer layers: $after"
+[ "$(losses "$dir/replan0.jsonl" | wc -l)" = $steps ] || fail "--replan auto wrote no $steps losses"
+paste <(losses "$dir/one2.jsonl") <(losses "$dir/replan0.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1; if (d > 1e-5 * s) bad = 1 }
+  END { exit bad }' || fail "the losses of --replan auto differ from --pp 1"
+/usr/bin/python3 "$root/tests/same_weights.py" "$dir/one2" "$dir/replan" ||
+  fail "the parameters of --replan auto differ from --pp 1"
+echo "--replan auto: layers moved off the slowed rank, losses and parameters those of --pp 1"

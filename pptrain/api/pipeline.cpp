@@ -241,10 +241,11 @@ struct PipelineSchedule::Impl {
   std::optional<Executor> executor;     // made at the first step
   std::optional<NamedTensors> resumed;  // an asynchronous run's state in flight, for the executor
   int next_step = 0;
-  int ahead = 0;                 // later steps whose microbatches a step's segment may use
-  std::map<int, Batch> fetched;  // batches asked of the source, by step, not yet all used
-  int64_t batch_rows = 0;        // of the latest step's batch on this rank (0: none read)
-  int64_t batch_tokens = 1;      // its second dimension (a sequence length), for the reports
+  double last_compute_wall_s = 0;  // StepCosts::compute_s of the last step
+  int ahead = 0;                   // later steps whose microbatches a step's segment may use
+  std::map<int, Batch> fetched;    // batches asked of the source, by step, not yet all used
+  int64_t batch_rows = 0;          // of the latest step's batch on this rank (0: none read)
+  int64_t batch_tokens = 1;        // its second dimension (a sequence length), for the reports
   bool finished = false;
   int64_t weight_bytes = 0;  // of a synchronous rank's stages (and avgpipe's centre)
   // Its stages' parameter (and gradient) bytes made before the counting allocator was installed
@@ -858,6 +859,7 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
   mine.resident_bytes = resident_bytes();
   mine.bytes_sent = record.bytes_sent + impl.combine->take_bytes_sent();
   mine.compute_s = record.compute_cpu_s;
+  impl.last_compute_wall_s = record.costs.compute_s;
   mine.seconds = seconds_since(impl.step_start);
   if (impl.weights) {
     for (const auto& optimizer : impl.weights->optimizers) {
@@ -885,6 +887,10 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
 
 void PipelineSchedule::abandon() {
   impl_->finished = true;
+}
+
+double PipelineSchedule::last_compute_wall_s() const {
+  return impl_->last_compute_wall_s;
 }
 
 void PipelineSchedule::finish() {

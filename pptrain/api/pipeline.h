@@ -296,6 +296,9 @@ class PipelineSchedule {
   // that nothing waits for them. A wrapper that cannot tell how its owner ends (the Python
   // package) calls it before it lets go.
   void abandon();
+  // Wall-clock seconds this rank spent in its F, I, W and B actions in the last step (a share of
+  // a core, or a core shared with others, stretches them, unlike the CPU time the reports give).
+  double last_compute_wall_s() const;
 
   // The lowered schedule every rank runs (with its SEND and RECV actions).
   const Schedule& schedule() const;

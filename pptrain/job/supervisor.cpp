@@ -91,10 +91,18 @@ NodeAssignment place_node(const NodeGroup& group, int nproc, int round) {
 void train_here(const TrainOptions& options, const TrainingPlan& plan) {
   const int world = options.pp * options.dp;
   std::unique_ptr<Transport> transport;
+  // --replan auto: where the ranks leave the checkpoint a new cut starts from: in memory
+  // (/dev/shm) where the host has it, the run's port telling runs on one host apart.
+  std::string moves;
   if (world == 1) {
     transport = std::move(make_loopback_transports(1).front());
   } else {
     TransportOptions transport_options = TransportOptions::from_env();
+    const std::filesystem::path shared_memory = "/dev/shm";
+    moves = ((access(shared_memory.c_str(), W_OK) == 0 ? shared_memory
+                                                       : std::filesystem::temp_directory_path()) /
+             ("pptrain-replan-" + std::to_string(transport_options.master_port)))
+                .string();
     if (options.comm_timeout_s > 0) {
       transport_options.timeout = std::chrono::seconds(options.comm_timeout_s);
     }
@@ -105,8 +113,18 @@ void train_here(const TrainOptions& options, const TrainingPlan& plan) {
   }
   const auto observers = make_observers(options);
   // --partition workers: the ranks cut the model now that they have met.
-  if (options.partition == kWorkersPartition && options.stage_layers.empty() && world > 1) {
-    train(plan_for_workers(options, plan, *transport), *transport, raw_pointers(observers));
+  const bool measure = options.partition == kWorkersPartition && options.stage_layers.empty();
+  if (measure && world > 1) {
+    WorkersCut cut = plan_for_workers(options, plan, *transport);
+    if (!plan.replan) {
+      train(cut.plan, *transport, raw_pointers(observers));
+      return;
+    }
+    train_replanning(options, std::move(cut), *transport, raw_pointers(observers), moves);
+    return;
+  }
+  if (plan.replan) {
+    train_replanning(options, plan, *transport, raw_pointers(observers), moves);
     return;
   }
   train(plan, *transport, raw_pointers(observers));

@@ -122,6 +122,10 @@ const std::vector<TrainFlag>& train_flags() {
        "`pptrain partition --json`, or a profile from `pptrain profile`, cut with "
        "time)",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.partition; }, kShowDefault},
+      {"--replan",
+       "auto: the ranks watch each other's compute time per step and, when one stays slower "
+       "(or faster) than the cut expects, move layers at the next step boundary; off: never",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.replan; }, kShowDefault},
       {"--stage-layers", "Resolved stage layer ranges, e.g. 0-2,3-5",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.stage_layers; }, kHidden},
       {"--microbatches", "Microbatches per step (M)",

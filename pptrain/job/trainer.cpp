@@ -1,5 +1,6 @@
 #include "pptrain/job/trainer.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -85,8 +86,8 @@ std::vector<StepObserver*> raw_pointers(const std::vector<std::unique_ptr<StepOb
   return out;
 }
 
-void train(const TrainingPlan& plan, Transport& transport,
-           const std::vector<StepObserver*>& observers) {
+std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
+                              const std::vector<StepObserver*>& observers, CutWatch* watch) {
   set_compute_threads(plan.threads);
   const int rank = transport.rank();  // in the world: D copies of the P-rank pipeline
   PPTRAIN_CHECK(transport.world_size() == plan.world_size(), "WORLD_SIZE=", transport.world_size(),
@@ -157,8 +158,30 @@ void train(const TrainingPlan& plan, Transport& transport,
   for (int step = plan.first_step; step < plan.steps; ++step) {
     maybe_crash_for_test(rank, step);
     schedule.step(batches);
+    if (watch == nullptr || step + 1 == plan.steps) continue;
+    auto times = torch::zeros({transport.world_size()}, torch::kFloat64);
+    times[rank] = schedule.last_compute_wall_s();
+    transport.allreduce_sum_async(times).wait();
+    std::vector<double> compute_s;
+    for (int r = 0; r < transport.world_size(); ++r) compute_s.push_back(times[r].item<double>());
+    std::optional<Replan> replan = watch->watch.observe(compute_s);
+    if (!replan) continue;
+    // Every rank got the same times, so every rank moves here.
+    writer.wait();
+    TrainingPlan moving = plan;
+    moving.save_dir = watch->dir;
+    moving.keep = 1;
+    save_checkpoint(moving, schedule.checkpoint(), step + 1, transport);
+    if (rank == 0) {
+      std::fprintf(stderr, "pptrain: --replan auto after step %d: %s\n", step + 1,
+                   describe_replan(*replan, plan.stage_layers).c_str());
+      std::fflush(stderr);
+    }
+    schedule.abandon();
+    return MovedCut{step + 1, std::move(*replan), watch->dir};
   }
   schedule.finish();
+  return std::nullopt;
 }
 
 }  // namespace pptrain

@@ -14,17 +14,39 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
+#include "pptrain/partition/straggler.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/plan.h"
 
 namespace pptrain {
 
-// Runs this process's rank of the plan (transport.world_size() must be plan.world_size()).
-void train(const TrainingPlan& plan, Transport& transport,
-           const std::vector<StepObserver*>& observers = {});
+// --replan auto (job/worker_speeds.h): what train() watches after every step, and where the
+// ranks leave the checkpoint a new cut starts from (one folder all of them reach).
+struct CutWatch {
+  StragglerWatch watch;
+  std::string dir;
+};
+
+// Where a run moved to a new cut: the steps done, the new cut and its speeds, the checkpoint.
+struct MovedCut {
+  int steps_done = 0;
+  Replan replan;
+  std::string dir;
+};
+
+// Runs this process's rank of the plan (transport.world_size() must be plan.world_size()). With
+// `watch`, the ranks share their compute times after every step; when the watch gives a new cut,
+// they save a checkpoint to watch->dir, rank 0 says so in one line, and train() returns where
+// they stopped (the caller plans the rest for the new cut and resumes from it). Nothing when the
+// run ended.
+std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
+                              const std::vector<StepObserver*>& observers = {},
+                              CutWatch* watch = nullptr);
 
 // The raw pointers of owned observers, for train().
 std::vector<StepObserver*> raw_pointers(const std::vector<std::unique_ptr<StepObserver>>& owned);

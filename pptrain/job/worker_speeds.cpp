@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/worker_probe.h"
+#include "pptrain/job/trainer.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/sim/cost_model.h"
 #include "pptrain/sim/simulator.h"
@@ -81,6 +85,14 @@ double predicted_step_ms(const TrainingPlan& plan, const Profile& profile,
   return simulate(plan.schedule, cost, plan.weights, Record::kFigures).makespan;
 }
 
+StageLayerOptions layer_options_of(const TrainOptions& options, const TrainingPlan& plan) {
+  StageLayerOptions layers;
+  layers.model = options.model;
+  layers.microbatch_size = plan.microbatch_size;
+  layers.ranks = options.pp;
+  return layers;
+}
+
 }  // namespace
 
 WorkersProfile measure_workers(Transport& transport) {
@@ -117,18 +129,15 @@ std::vector<double> stage_speeds(const TrainingPlan& plan, const std::vector<dou
   return speeds;
 }
 
-TrainingPlan plan_for_workers(const TrainOptions& options, const TrainingPlan& uniform,
-                              Transport& transport) {
+WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uniform,
+                            Transport& transport) {
   PPTRAIN_CHECK(!uniform.schedule->replicated(), "--partition workers: ", uniform.schedule->name,
                 " replicates stages; it takes its cut from a pipedream partition file");
   // The probe computes as the run will: on --threads threads (a BLAS thread that spins on its
   // share of a cgroup's quota counts too).
   set_compute_threads(uniform.threads);
   const WorkersProfile workers = measure_workers(transport);
-  StageLayerOptions layer_options;
-  layer_options.model = options.model;
-  layer_options.microbatch_size = uniform.microbatch_size;
-  layer_options.ranks = options.pp;
+  const StageLayerOptions layer_options = layer_options_of(options, uniform);
   double alone_rate = 0;
   const Profile profile = shared_layer_profile(layer_options, transport, &alone_rate);
   const std::vector<double> speeds = stage_speeds(uniform, workers.speeds());
@@ -147,7 +156,33 @@ TrainingPlan plan_for_workers(const TrainOptions& options, const TrainingPlan& u
     std::fprintf(stderr, "\n");
     std::fflush(stderr);
   }
-  return plan;
+  return {std::move(plan), profile, workers.speeds()};
+}
+
+void train_replanning(const TrainOptions& options, const TrainingPlan& start, Transport& transport,
+                      const std::vector<StepObserver*>& observers, const std::string& dir) {
+  double alone_rate = 0;
+  Profile profile = shared_layer_profile(layer_options_of(options, start), transport, &alone_rate);
+  train_replanning(options, WorkersCut{start, std::move(profile), {}}, transport, observers, dir);
+}
+
+void train_replanning(const TrainOptions& options, WorkersCut start, Transport& transport,
+                      const std::vector<StepObserver*>& observers, const std::string& dir) {
+  TrainingPlan plan = std::move(start.plan);
+  std::vector<double> speeds = std::move(start.speeds);
+  TrainOptions rest = options;
+  for (;;) {
+    CutWatch watch{StragglerWatch(start.profile, plan.microbatches(), plan.stage_layers, speeds),
+                   dir};
+    std::optional<MovedCut> moved = train(plan, transport, observers, &watch);
+    if (!moved) break;
+    rest.stage_layers = format_stage_layers(moved->replan.ranges);
+    rest.resume_dir = moved->dir;
+    speeds = moved->replan.speeds;
+    plan = plan_training(rest, /*may_profile=*/false);
+  }
+  transport.barrier();  // every rank has loaded its layers
+  if (transport.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace pptrain

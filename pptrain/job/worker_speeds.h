@@ -12,11 +12,17 @@
 // Every rank then plans the run with the ranges as --stage-layers; rank 0 prints one line per
 // rank and the cut.
 //
-//   TrainingPlan plan = plan_for_workers(options, uniform, transport);   // collective
+//   WorkersCut cut = plan_for_workers(options, uniform, transport);   // collective
+//   train(cut.plan, transport, observers);                           // job/trainer.h
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include "pptrain/partition/profile.h"
 #include "pptrain/partition/workers.h"
 #include "pptrain/runtime/transport.h"
+#include "pptrain/train/observers.h"
 #include "pptrain/train/plan.h"
 
 namespace pptrain {
@@ -27,10 +33,27 @@ WorkersProfile measure_workers(Transport& transport);
 // The speed of each of `plan`'s stages: the slowest of the ranks (all copies) that hold it.
 std::vector<double> stage_speeds(const TrainingPlan& plan, const std::vector<double>& rank_speeds);
 
+// A plan with what it was cut by: rank 0's layer profile and each rank's relative speed.
+struct WorkersCut {
+  TrainingPlan plan;
+  Profile profile;
+  std::vector<double> speeds;  // [rank]
+};
+
 // Steps 1-4, then plan_training() with the cut (collective; `options.partition` is "workers").
 // `uniform` is the plan before the cut (plan_training(options), which holds the uniform cut): its
 // schedule says which rank holds which stage.
-TrainingPlan plan_for_workers(const TrainOptions& options, const TrainingPlan& uniform,
-                              Transport& transport);
+WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uniform,
+                            Transport& transport);
+
+// --replan auto (collective): trains `start` while a StragglerWatch (partition/straggler.h)
+// watches the ranks' compute; when it moves the run to a new cut, plans the rest of the run with
+// that cut, resumes it from the checkpoint the ranks left in `dir` (on one file system for all),
+// and watches again, until the run ends. A plan not cut for the workers starts from rank 0's
+// layer profile (made here) and equal speeds.
+void train_replanning(const TrainOptions& options, const TrainingPlan& start, Transport& transport,
+                      const std::vector<StepObserver*>& observers, const std::string& dir);
+void train_replanning(const TrainOptions& options, WorkersCut start, Transport& transport,
+                      const std::vector<StepObserver*>& observers, const std::string& dir);
 
 }  // namespace pptrain

@@ -48,6 +48,7 @@ void LogPrinter::on_end(const RunInfo& run) {
 void SimComparison::on_start(const RunInfo& run) {
   schedule_ = run.schedule;
   first_step_ = run.first_step + 1;
+  measured_.clear();  // a run that moved to a new cut (--replan auto) is compared on it alone
 }
 
 void SimComparison::on_step(const StepReport& report) {
@@ -67,6 +68,7 @@ MetricsWriter::MetricsWriter(std::string path, const SimComparison* comparison)
     : path_(std::move(path)), comparison_(comparison) {}
 
 void MetricsWriter::on_start(const RunInfo&) {
+  if (out_.is_open()) return;  // a run that moved to a new cut (--replan auto) goes on appending
   out_.open(path_);
   PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
 }

@@ -283,6 +283,15 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                                                           : options.model.seq_len;
   plan.stage_layers = std::move(stage_layers);
   plan.partition = options.partition;
+  PPTRAIN_CHECK(options.replan == "off" || options.replan == "auto",
+                "--replan must be off or auto, got '", options.replan, "'");
+  plan.replan = options.replan == "auto" && options.pp > 1;
+  PPTRAIN_CHECK(!plan.replan || (!plan.asynchronous() && !plan.schedule->replicated() &&
+                                 plan.num_stages() == options.pp && options.dp == 1),
+                "--replan auto moves layers between the ranks of one pipeline of one stage each, "
+                "on a synchronous schedule; ",
+                plan.schedule->name, " with --pp ", options.pp, " and --dp ", options.dp,
+                " is not that");
   plan.steps = options.steps;
   plan.optimizer.kind = options.optimizer;
   plan.optimizer.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;

@@ -48,7 +48,10 @@ struct TrainOptions {
   int chunks = 0;  // V: stages per rank; 0 = the schedule's default
   // Which layers each stage holds: uniform | params | time | FILE.json (partition_plan.h).
   std::string partition = "uniform";
-  std::string stage_layers;       // resolved ranges "0-2,3-5" (a launcher's); wins over partition
+  std::string stage_layers;  // resolved ranges "0-2,3-5" (a launcher's); wins over partition
+  // "auto": the ranks watch each other's compute and move layers off a rank that falls behind
+  // (job/worker_speeds.h, partition/straggler.h); "off": the cut stays.
+  std::string replan = "off";
   std::string schedule = "1f1b";  // a registry name (schedule/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
   // What the log and pictures call the schedule file's order; empty: the file's own name
@@ -145,6 +148,7 @@ struct TrainingPlan {
   // schedule->skips are their skip_links().
   std::vector<SkipConnection> skips;
   std::string partition;         // how stage_layers was chosen, for the log
+  bool replan = false;           // --replan auto
   int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
   double tokens_per_sample = 1;  // gpt: seq_len (0 with --seq-len-range: each batch's); mlp: 1
   int steps = 0;

@@ -1,0 +1,76 @@
+// When to cut the model again during a run (`pptrain train --replan auto`): each rank's compute
+// time per step is watched against what the current cut expects of it, and when a rank stays
+// slower (or faster) than that for several steps, and a cut for the speeds now measured would
+// make the slowest stage markedly faster, the watch gives that cut.
+//
+// A rank's pace is its wall-clock compute seconds per step over its stages' profiled work (the
+// profile's F+I+W of their layers, times the microbatches). The first steps of a cut set each
+// rank's own pace (its baseline, their median: profile errors and a rank's known speed are in
+// it); from then on, a rank whose pace leaves [baseline / threshold, baseline x threshold] for
+// `steps` steps in a row has changed speed, to speed_at_cut x baseline / pace (the median pace
+// of those steps). Everything is a function of the
+// compute times it is given, so ranks that feed it the same numbers decide the same.
+//
+//   StragglerWatch watch(profile, microbatches, ranges, speeds);   // speeds the cut was made for
+//   if (auto replan = watch.observe(compute_s)) {                  // once per step, [rank]
+//     ... move to replan->ranges at this step boundary; a new watch for the new cut ...
+//   }
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pptrain/partition/partition.h"
+#include "pptrain/partition/profile.h"
+
+namespace pptrain {
+
+struct StragglerOptions {
+  int settle_steps = 2;    // steps skipped after a cut (warm-up, first-touch allocations)
+  int baseline_steps = 3;  // steps whose median pace is a rank's baseline
+  int steps = 3;           // steps in a row outside the band before it counts
+  // The band around the baseline, as a factor: wide enough that two ranks sharing a physical
+  // core (whose speeds move 15-30% as the other computes more or less) do not count.
+  double threshold = 1.5;
+  double min_gain = 0.15;  // the new cut's slowest stage at least this share faster
+};
+
+struct Replan {
+  int rank = 0;                    // the rank furthest from its baseline
+  double slowdown = 1;             // its pace over its baseline (> 1: slower)
+  std::vector<double> speeds;      // [rank] relative speeds now, the fastest 1
+  std::vector<LayerRange> ranges;  // the new cut, stage s on rank s
+  double before_s = 0;             // the slowest stage now, seconds per step, predicted
+  double after_s = 0;              // with the new cut, predicted
+};
+
+class StragglerWatch {
+ public:
+  // `profile`: per-microbatch layer times; `ranges`: the current cut, stage s on rank s;
+  // `speeds`: the relative speeds it was made for ([rank]; empty: all 1).
+  StragglerWatch(Profile profile, int microbatches, std::vector<LayerRange> ranges,
+                 std::vector<double> speeds, StragglerOptions options = {});
+
+  // One step's wall-clock compute seconds of each rank. A new cut when one pays, else nothing.
+  std::optional<Replan> observe(const std::vector<double>& compute_s);
+
+ private:
+  Profile profile_;
+  int microbatches_;
+  std::vector<LayerRange> ranges_;
+  std::vector<double> speeds_;
+  StragglerOptions options_;
+  std::vector<double> work_s_;  // [rank] profiled compute of its stage per step
+  std::vector<std::vector<double>> baseline_paces_;  // [rank] the baseline steps' paces
+  std::vector<double> baseline_;                     // [rank] their median
+  std::vector<std::vector<double>> recent_;          // [rank] the last `steps` paces
+  int seen_ = 0;
+  int outside_ = 0;  // consecutive steps with some rank outside its band
+};
+
+// One line for a run's log: "rank 1 computes 2.9x its pace at the cut; stage layers 0-4,5-9 ->
+// 0-6,7-9 (slowest stage 1.20 s -> 0.81 s per step, predicted)".
+std::string describe_replan(const Replan& replan, const std::vector<LayerRange>& before);
+
+}  // namespace pptrain
