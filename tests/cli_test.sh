@@ -315,6 +315,46 @@ expect_error "plan: limit too small" "no plan fits the memory limit of 1000.0 MB
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
 expect_error "plan: limit too small names the rank" "bytes, on rank 0: interleaved-1f1b, M=16, recompute)" \
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 1e9 --out "$work/plan3"
+# Unequal workers (--workers-profile): a slow rank 3 gets fewer layers than the equal plan gives
+# it, equal speeds plan byte for byte as without the file, and bad files are one-line errors.
+workers_file() {  # workers_file PATH SPEED0 SPEED1 ... (memory limits from LIMITS, default 0)
+  local path=$1 r=0 list=""
+  shift
+  for speed in "$@"; do
+    list="$list${list:+, }{\"rank\": $r, \"speed\": $speed, \"memory_limit_bytes\": ${LIMIT:-0}}"
+    r=$((r + 1))
+  done
+  echo "{\"format\": \"pptrain-workers-1\", \"workers\": [$list]}" >"$path"
+}
+workers_file "$work/equal.json" 1 1 1 1
+workers_file "$work/slow3.json" 1 1 1 0.1
+# The winner's stage layers, "0-2,3-11,...", without a memory limit.
+winner_layers() {
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 0 --batch 16 --schedules 1f1b \
+    --partitions time --json --out "$work/plan_w" "$@" | sed -n 's/.*"stage_layers": "\(.*\)".*/\1/p' | head -1
+}
+equal_cut=$(winner_layers)
+[ -n "$equal_cut" ] && [ "$equal_cut" = "$(winner_layers --workers-profile "$work/equal.json")" ] ||
+  fail "plan: equal workers changed the plan ($equal_cut)"
+slow_cut=$(winner_layers --workers-profile "$work/slow3.json")
+last_count() { awk -F, '{ split($NF, r, "-"); print r[2] - r[1] + 1 }' <<<"$1"; }
+[ -n "$slow_cut" ] && (($(last_count "$slow_cut") < $(last_count "$equal_cut"))) ||
+  fail "plan: a rank at a tenth of the speed should hold fewer layers: $equal_cut vs $slow_cut"
+workers_file "$work/three.json" 1 1 1
+expect_error "plan: workers profile of another size" "has 3 workers, but --workers 4 has 4 ranks" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --out "$work/plan_w" \
+  --workers-profile "$work/three.json"
+workers_file "$work/zero.json" 1 1 0 1
+expect_error "plan: a speed of zero" "rank 2: speed must be > 0, got 0" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --out "$work/plan_w" \
+  --workers-profile "$work/zero.json"
+LIMIT=1e9 workers_file "$work/small.json" 1 1 1 1
+expect_error "plan: no plan fits a rank's own limit" "no plan fits rank 0's memory limit of 1000.0 MB less its margin of 5%; the smallest limit that works on rank 0 is" \
+  "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 0 --out "$work/plan_w" \
+  --workers-profile "$work/small.json"
+expect_error "partition: workers profile of another size" "has 3 workers, but --pp 4 (stage p on rank p) has 4 ranks" \
+  "$pptrain" partition --profile "$vgg" --method time --pp 4 --workers-profile "$work/three.json"
+
 # Issue 32's row: under a limit where 1F1B fits, zb-auto on the same cut, M and recomputation is
 # never slower (it used to plan under the largest rank's weights and serialise the pipeline).
 json=$("$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --partitions time \

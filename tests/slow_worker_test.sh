@@ -37,16 +37,17 @@ train="train --model gpt --layers 8 --d-model 64 --heads 4 --seq-len 16 --batch-
   fail "the --pp 1 run"
 
 # Rank r of the 2-rank run; rank 1 enters the slow group before it executes pptrain.
+# start_rank R EXTRA_FLAGS COMMAND...: COMMAND is the binary, or what executes it.
 start_rank() {
-  local r=$1
-  shift
+  local r=$1 extra=$2
+  shift 2
   env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK="$r" LOCAL_RANK="$r" WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
-    PPTRAIN_COMM_TIMEOUT_S=60 timeout 150 "$@" $train --pp 2 --partition workers \
+    PPTRAIN_COMM_TIMEOUT_S=60 timeout 150 "$@" $train --pp 2 --partition workers $extra \
     --metrics "$dir/workers$r.jsonl" >"$dir/rank$r.out" 2>"$dir/rank$r.err" &
   pids+=($!)
 }
-start_rank 0 "$binary"
-start_rank 1 sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs" "$binary"
+start_rank 0 "--save-workers $dir/workers.json" "$binary"
+start_rank 1 "" sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs" "$binary"
 wait "${pids[0]}" || fail "rank 0 exited $?"
 wait "${pids[1]}" || fail "rank 1 exited $?"
 
@@ -58,6 +59,9 @@ s1=$(speed 1)
 grep "^pptrain: --partition workers: rank" "$err"
 awk -v a="$s0" -v b="$s1" 'BEGIN { exit !(a == 1 && b < 0.6) }' ||
   fail "rank 1 should measure well below rank 0: $s0 and $s1"
+# What rank 0 measured, as `pptrain plan --workers-profile` reads it.
+"$binary" partition --profile "$root/data/pipedream/vgg16/graph.txt" --method time --pp 2 \
+  --workers-profile "$dir/workers.json" >/dev/null || fail "--save-workers wrote no workers profile"
 layers=$(sed -n 's/^pptrain: --partition workers: stage layers \([0-9][0-9,-]*[0-9]\).*/\1/p' "$err")
 echo "stage layers: $layers"
 grep -q "^pptrain: --partition workers: stage layers $layers, predicted step [0-9.]* ms$" "$err" ||

@@ -122,6 +122,10 @@ const std::vector<TrainFlag>& train_flags() {
        "`pptrain partition --json`, or a profile from `pptrain profile`, cut with "
        "time)",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.partition; }, kShowDefault},
+      {"--save-workers",
+       "With --partition workers: write the ranks' measured speeds and memory limits to FILE "
+       "(pptrain-workers-1 JSON), for pptrain plan --workers-profile",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.save_workers; }},
       {"--replan",
        "auto: the ranks watch each other's compute time per step and, when one stays slower "
        "(or faster) than the cut expects, move layers at the next step boundary; off: never",

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/files.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/worker_probe.h"
 #include "pptrain/job/trainer.h"
@@ -155,6 +156,9 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
     }
     std::fprintf(stderr, "\n");
     std::fflush(stderr);
+    if (!options.save_workers.empty()) {
+      write_text_file(options.save_workers, to_json(workers) + "\n", "--save-workers file");
+    }
   }
   return {std::move(plan), profile, workers.speeds()};
 }

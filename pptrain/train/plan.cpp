@@ -328,6 +328,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_output_path(options.metrics_path, "--metrics");
   check_output_path(options.trace_path, "--trace file");
   check_output_path(options.svg_path, "--svg file");
+  PPTRAIN_CHECK(options.save_workers.empty() || options.partition == kWorkersPartition,
+                "--save-workers writes what --partition workers measures; the run has --partition ",
+                options.partition);
+  check_output_path(options.save_workers, "--save-workers file");
   check_save_path(options.save_dir);
   check_checkpoint_flags(options, plan);
   if (!options.load_dir.empty()) check_checkpoint(options.load_dir, options.model, "--load");

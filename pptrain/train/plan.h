@@ -52,6 +52,9 @@ struct TrainOptions {
   // "auto": the ranks watch each other's compute and move layers off a rank that falls behind
   // (job/worker_speeds.h, partition/straggler.h); "off": the cut stays.
   std::string replan = "off";
+  // --partition workers: where rank 0 writes what the ranks measured (partition/workers.h), for
+  // `pptrain plan --workers-profile`. Empty: nowhere.
+  std::string save_workers;
   std::string schedule = "1f1b";  // a registry name (schedule/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
   // What the log and pictures call the schedule file's order; empty: the file's own name
