@@ -206,12 +206,17 @@ double planning_limit(const PlannerOptions& options, int r) {
   return rank_limit(options, r) * (1 - options.memory_margin);
 }
 
-// Divides each stage's F, I and W by the speed of the rank holding it (rank_speeds).
-void apply_rank_speeds(const PlannerOptions& options, const std::function<int(int)>& rank_of,
-                       CostModel& cost) {
+// Divides each stage's F, I and W by the speed of the slowest rank holding it (rank_speeds;
+// `ranks_of(s)`: the ranks of stage s, two for a bidirectional schedule's stages, whose two
+// directions the simulator times alike).
+void apply_rank_speeds(const PlannerOptions& options,
+                       const std::function<std::vector<int>(int)>& ranks_of, CostModel& cost) {
   if (options.rank_speeds.empty()) return;
   for (size_t s = 0; s < cost.stage_forward.size(); ++s) {
-    const double speed = options.rank_speeds[rank_of(static_cast<int>(s))];
+    double speed = 0;
+    for (int r : ranks_of(static_cast<int>(s))) {
+      speed = speed == 0 ? options.rank_speeds[r] : std::min(speed, options.rank_speeds[r]);
+    }
     cost.stage_forward[s] /= speed;
     cost.stage_backward_input[s] /= speed;
     cost.stage_backward_weight[s] /= speed;
@@ -334,7 +339,7 @@ Evaluation measure(const Profile& scaled, const PlannerOptions& options, Candida
   CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio,
                                   !c.recompute || validated.given().has_split_backward());
   apply_rank_speeds(
-      options, [&](int stage) { return validated.given().rank_of(stage, 0); }, cost);
+      options, [&](int stage) { return validated.given().replicas_of(stage); }, cost);
   Evaluation out;
   out.cost = cost;
   out.memory = rank_memory(scaled, options, c, cost, made.walk, validated.given().replicated());
@@ -383,7 +388,7 @@ Evaluation evaluate_auto(const Profile& scaled, const PlannerOptions& options, C
   CostModel cost = candidate_cost(scaled, c, options.mem_w_ratio, true);
   // zb-auto orders by these times; measure() then simulates its schedule's own placement.
   apply_rank_speeds(
-      options, [P](int stage) { return stage % P; }, cost);
+      options, [P](int stage) { return std::vector<int>{stage % P}; }, cost);
   ScheduleOptions request;
   request.name = kAutoSchedule;
   request.ranks = P;

@@ -99,9 +99,9 @@ struct PlannerOptions {
   int jobs = 0;
   // Unequal workers (`--workers-profile`, partition/workers.h), [P] each; empty: equal workers,
   // the same plans as without. rank_speeds: each stage's F, I and W take 1/speed as long on the
-  // rank that holds it, and the `time` cut gives a slower rank fewer layers (with V chunks, stage
-  // s taken as on rank s mod P). rank_memory_limits: a rank's own limit in bytes where > 0, else
-  // memory_limit_bytes.
+  // rank that holds it (the slower of its two ranks in a bidirectional schedule), and the `time`
+  // cut gives a slower rank fewer layers (with V chunks, stage s taken as on rank s mod P).
+  // rank_memory_limits: a rank's own limit in bytes where > 0, else memory_limit_bytes.
   std::vector<double> rank_speeds;
   std::vector<double> rank_memory_limits;
 };

@@ -390,6 +390,15 @@ TEST(Planner, UnequalWorkersGiveTheSlowRankLess) {
   Candidate even = candidate_of("1f1b", 1, best.microbatches, best.recompute, {{0, 3}, {4, 7}});
   evaluate(profile, o, even);
   EXPECT_LT(best.step_ms, even.step_ms);
+  // Chimera runs each stage on both ranks (one per direction): every stage at the slower speed.
+  Candidate both = candidate_of("chimera", 1, 4, false, {{0, 3}, {4, 7}});
+  const Evaluation slowest = evaluate(profile, o, both);
+  o.rank_speeds = {};
+  Candidate equal_both = candidate_of("chimera", 1, 4, false, {{0, 3}, {4, 7}});
+  const Evaluation equal_speeds = evaluate(profile, o, equal_both);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_NEAR(slowest.cost.stage_forward[s], 3 * equal_speeds.cost.stage_forward[s], 1e-9) << s;
+  }
 }
 
 // A rank's own memory limit holds that rank only; one no plan fits names the rank and the
