@@ -5,19 +5,13 @@
 #include <algorithm>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/testing.h"
 #include "pptrain/schedule/registry.h"
 
 namespace pptrain {
 namespace {
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::user_error_of;
 
 TEST(Approaches, TheSurveysFourteenRowsAreEachARegistrySchedule) {
   const std::vector<Approach>& table = survey_approaches();
@@ -50,21 +44,22 @@ TEST(Approaches, ParseNamesTheLineOfABadRow) {
   ASSERT_EQ(one.size(), 1u);
   EXPECT_TRUE(one[0].survey_extra_compute);
   EXPECT_FALSE(one[0].survey_extra_comm);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(user_error_of([&] {
               parse_approaches(header + "A,1f1b,1,Sync,Good,,\n", "t");
             }).find("t line 3: expected 8 cells"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(user_error_of([&] {
               parse_approaches(header + "A,1f1b,1,Maybe,Good,,,\n", "t");
             }).find("survey_schedule must be Sync or Async, got 'Maybe'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(user_error_of([&] {
               parse_approaches(header + "A,1f1b,1,Sync,Good,Y,,\n", "t");
             }).find("an extra_* cell is X or empty, got 'Y'"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { parse_approaches("a,b\n", "t"); }).find("t line 1: expected the header"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { parse_approaches(header, "t"); }).find("t: no approach"),
+  EXPECT_NE(
+      user_error_of([&] { parse_approaches("a,b\n", "t"); }).find("t line 1: expected the header"),
+      std::string::npos);
+  EXPECT_NE(user_error_of([&] { parse_approaches(header, "t"); }).find("t: no approach"),
             std::string::npos);
 }
 
@@ -76,13 +71,13 @@ TEST(Approaches, OnlyTakesNamesInAnyCaseOrSchedulesInTableOrder) {
   EXPECT_EQ(some[0].name, "GPipe");
   EXPECT_EQ(some[1].name, "DAPPLE");
   EXPECT_EQ(some[2].name, "PipeDream");
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(user_error_of([&] {
               select_approaches(table, "1f1b,nosuch");
             }).find("--only: unknown approach 'nosuch' (expected a comma list of GPipe (gpipe)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { select_approaches(table, ""); }).find("--only: no approach named"),
+  EXPECT_NE(user_error_of([&] { select_approaches(table, ""); }).find("--only: no approach named"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { select_approaches(table, "1f1b,"); }).find("--only: empty name"),
+  EXPECT_NE(user_error_of([&] { select_approaches(table, "1f1b,"); }).find("--only: empty name"),
             std::string::npos);
 }
 

@@ -3,20 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/testing.h"
 
 namespace pptrain {
 namespace {
 
-// The message of the UserError `f` throws, or "" when it throws none.
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::user_error_of;
 
 TEST(WorkersProfile, RoundTripsInAnyRankOrder) {
   const WorkersProfile read = parse_workers_profile(R"({"workers": [
@@ -33,12 +25,12 @@ TEST(WorkersProfile, RoundTripsInAnyRankOrder) {
 
 TEST(WorkersProfile, RelativeSpeedsDivideByTheFastest) {
   EXPECT_EQ(relative_speeds({300, 100, 600}), (std::vector<double>{0.5, 1.0 / 6, 1.0}));
-  EXPECT_NE(error_of([] { relative_speeds({300, 0}); }).find("rank 1"), std::string::npos);
+  EXPECT_NE(user_error_of([] { relative_speeds({300, 0}); }).find("rank 1"), std::string::npos);
 }
 
 TEST(WorkersProfile, BadFilesAreOneLineErrorsNamingTheRank) {
   auto error = [](const std::string& text) {
-    return error_of([&] { parse_workers_profile(text, "w.json"); });
+    return user_error_of([&] { parse_workers_profile(text, "w.json"); });
   };
   EXPECT_NE(error("{").find("w.json: not valid JSON"), std::string::npos);
   EXPECT_NE(error(R"({"layers": []})").find("'workers' array"), std::string::npos);
@@ -69,9 +61,9 @@ TEST(WorkersProfile, CountMustMatchTheRun) {
       R"({"workers": [{"rank": 0, "speed": 1}, {"rank": 1, "speed": 1}, {"rank": 2, "speed": 1}]})",
       "w.json");
   EXPECT_TRUE(three.all_equal());
-  EXPECT_EQ(error_of([&] { check_workers_count(three, 4, "--pp 4"); }),
+  EXPECT_EQ(user_error_of([&] { check_workers_count(three, 4, "--pp 4"); }),
             "w.json has 3 workers, but --pp 4 has 4 ranks");
-  EXPECT_EQ(error_of([&] { check_workers_count(three, 3, "--pp 3"); }), "");
+  EXPECT_EQ(user_error_of([&] { check_workers_count(three, 3, "--pp 3"); }), "");
 }
 
 }  // namespace

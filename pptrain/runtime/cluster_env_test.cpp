@@ -6,22 +6,14 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/testing.h"
 
 namespace pptrain {
 namespace {
 
-using Hosts = std::vector<std::string>;
+using testing::user_error_of;
 
-// The message of the UserError `call` throws, or "" when it throws none.
-template <typename Call>
-std::string error_of(Call call) {
-  try {
-    call();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
+using Hosts = std::vector<std::string>;
 
 TEST(HostList, ExpandsSlurmsCompressedSyntaxKeepingZeroPadding) {
   EXPECT_EQ(expand_host_list("node[01-04,07]"),
@@ -39,11 +31,11 @@ TEST(HostList, BadInputIsOneLineNamingTheList) {
   for (const std::string bad :
        {"", "node[1-", "node1]", "node[]", "node[3-1]", "node[a-b]", "node[1,,2]", ",node1",
         "node1,", "node[1-2", "no de1", "node[[1]]", "[1-2]", "n[0-99999999]", "n[1-2-3]"}) {
-    const std::string message = error_of([&] { expand_host_list(bad); });
+    const std::string message = user_error_of([&] { expand_host_list(bad); });
     EXPECT_FALSE(message.empty()) << "accepted '" << bad << "'";
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
-  EXPECT_NE(error_of([] { expand_host_list("node[3-1]"); }).find("ends below its start"),
+  EXPECT_NE(user_error_of([] { expand_host_list("node[3-1]"); }).find("ends below its start"),
             std::string::npos);
 }
 
@@ -70,17 +62,17 @@ TEST(ClusterEnv, TorchrunsVariables) {
   EXPECT_EQ(env.master_addr, "10.0.0.1");
   EXPECT_EQ(env.master_port, 29500);
   EXPECT_TRUE(is_launched_rank(env));
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(user_error_of([] {
               detect_cluster_env(
                   {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
             }).find("RANK=2 is not below WORLD_SIZE=2"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(user_error_of([] {
               detect_cluster_env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}});
             }).find("MASTER_ADDR is not set"),
             std::string::npos);
   EXPECT_NE(
-      error_of([] {
+      user_error_of([] {
         detect_cluster_env(
             {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}});
       }).find("not a TCP port"),
@@ -140,10 +132,10 @@ TEST(ClusterEnv, ABatchScriptOrOneTaskIsNoRank) {
 }
 
 TEST(ClusterEnv, ABadSlurmNodeListIsOneLineNamingTheVariable) {
-  const std::string message = error_of([] { detect_cluster_env(srun("0", "node[01-")); });
+  const std::string message = user_error_of([] { detect_cluster_env(srun("0", "node[01-")); });
   EXPECT_NE(message.find("SLURM_JOB_NODELIST: host list 'node[01-'"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(user_error_of([] {
               detect_cluster_env(srun("4", "n1"));
             }).find("SLURM_PROCID=4 is not below SLURM_NTASKS=4"),
             std::string::npos);
@@ -164,7 +156,7 @@ TEST(ClusterEnv, OpenMpisVariables) {
   Environment two_hosts = one_host;
   two_hosts["OMPI_COMM_WORLD_LOCAL_SIZE"] = "1";
   two_hosts["OMPI_COMM_WORLD_LOCAL_RANK"] = "0";
-  EXPECT_NE(error_of([&] { detect_cluster_env(two_hosts); }).find("set MASTER_ADDR"),
+  EXPECT_NE(user_error_of([&] { detect_cluster_env(two_hosts); }).find("set MASTER_ADDR"),
             std::string::npos);
   EXPECT_EQ(detect_cluster_env(two_hosts, {"node01", 0}).master_addr, "node01");
   two_hosts["MASTER_ADDR"] = "node02";
@@ -184,7 +176,7 @@ TEST(ClusterEnv, MpichsVariables) {
   EXPECT_EQ(env.world_size, 3);
   EXPECT_EQ(env.master_addr, "127.0.0.1");
   EXPECT_EQ(env.master_port, 24000);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(user_error_of([] {
               detect_cluster_env({{"PMI_RANK", "0"}, {"PMI_SIZE", "x"}});
             }).find("PMI_SIZE='x' is not a non-negative integer"),
             std::string::npos);
@@ -221,7 +213,7 @@ TEST(NodeGroup, TorchrunsFlagsResolved) {
 
 TEST(NodeGroup, BadFlagsAreOneLineEach) {
   const auto message = [](NodeGroupOptions flags) {
-    return error_of([&] { resolve_node_group(flags); });
+    return user_error_of([&] { resolve_node_group(flags); });
   };
   NodeGroupOptions flags;
   flags.nnodes = "2";
