@@ -35,15 +35,15 @@ torch::Tensor summed(torch::Tensor values, Transport& transport) {
 constexpr std::chrono::milliseconds kAloneWindow{300};
 
 // Rank 0's layer times, the same on every rank: rank 0 measures them while the others wait,
-// and its rate of matrix products computing alone, the rate its layer times were measured at
-// (*alone_rate).
+// and, when `alone_rate` is given, its rate of matrix products computing alone, the rate its
+// layer times were measured at (for the predicted step time).
 Profile shared_layer_profile(const StageLayerOptions& options, Transport& transport,
                              double* alone_rate) {
   Profile profile;
   const int L = num_layers(options.model);
   auto times = torch::zeros({L + 1, 3}, torch::kFloat64);  // [layer] = {F, I, W} ms; [L][0] rate
   if (transport.rank() == 0) {
-    times[L][0] = matrix_product_rate(kAloneWindow);
+    if (alone_rate != nullptr) times[L][0] = matrix_product_rate(kAloneWindow);
     profile = profile_layers(options);
     for (int l = 0; l < L; ++l) {
       const LayerProfile& layer = profile.layers[l];
@@ -53,7 +53,7 @@ Profile shared_layer_profile(const StageLayerOptions& options, Transport& transp
     }
   }
   times = summed(times, transport);
-  *alone_rate = times[L][0].item<double>();
+  if (alone_rate != nullptr) *alone_rate = times[L][0].item<double>();
   if (transport.rank() != 0) {
     profile.source = "rank 0's profile of its layers";
     for (int l = 0; l < L; ++l) {
@@ -165,8 +165,7 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
 
 void train_replanning(const TrainOptions& options, const TrainingPlan& start, Transport& transport,
                       const std::vector<StepObserver*>& observers, const std::string& dir) {
-  double alone_rate = 0;
-  Profile profile = shared_layer_profile(layer_options_of(options, start), transport, &alone_rate);
+  Profile profile = shared_layer_profile(layer_options_of(options, start), transport, nullptr);
   train_replanning(options, WorkersCut{start, std::move(profile), {}}, transport, observers, dir);
 }
 

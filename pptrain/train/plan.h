@@ -46,7 +46,8 @@ struct TrainOptions {
   // all of it.
   int zero = 0;
   int chunks = 0;  // V: stages per rank; 0 = the schedule's default
-  // Which layers each stage holds: uniform | params | time | FILE.json (partition_plan.h).
+  // Which layers each stage holds: uniform | params | time | workers | FILE.json
+  // (partition_plan.h).
   std::string partition = "uniform";
   std::string stage_layers;  // resolved ranges "0-2,3-5" (a launcher's); wins over partition
   // "auto": the ranks watch each other's compute and move layers off a rank that falls behind
