@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/stats.h"
 
 namespace pptrain {
 
@@ -28,15 +29,6 @@ StragglerWatch::StragglerWatch(Profile profile, int microbatches, std::vector<La
   baseline_paces_.assign(ranks, {});
   recent_.assign(ranks, {});
 }
-
-namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
-
-}  // namespace
 
 std::optional<Replan> StragglerWatch::observe(const std::vector<double>& compute_s) {
   const int ranks = static_cast<int>(ranges_.size());
