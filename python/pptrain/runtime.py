@@ -17,34 +17,54 @@ the zero-bubble ones split each backward through autograd. Errors in your module
 the run with the Python traceback on that rank and a ValueError naming the stage.
 """
 
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+
 import torch
 
 from . import _runtime
 
+# What a stage takes and returns, and what step() takes: a tensor, a tuple or list of them, or a
+# dict of them.
+Tensors = Union[torch.Tensor, Sequence[torch.Tensor], Mapping[str, torch.Tensor]]
+
 PipelineError = _runtime.PipelineError
 
 
-def world():
+def world() -> tuple[int, int]:
     """(rank, size) of this process; joins the run on first use (started by torchrun, `pptrain
     run`, srun or mpirun: docs/CLI.md, "Several nodes"; else a world of one)."""
     return _runtime.world()
 
 
-def placement(name, n_microbatches, chunks=0, schedule_file=""):
+def placement(name: str, n_microbatches: int, chunks: int = 0, schedule_file: str = "",
+              data_parallel: int = 1) -> tuple[int, list[int]]:
     """(number of stages, the stages this rank holds) for the schedule: with zb-v on 2 ranks,
-    (4, [0, 3]) on rank 0 and (4, [1, 2]) on rank 1."""
-    num_stages, local = _runtime.placement(name, n_microbatches, chunks, schedule_file)
+    (4, [0, 3]) on rank 0 and (4, [1, 2]) on rank 1. With data_parallel D, the world holds D
+    copies of the pipeline: rank r runs the stages of pipeline rank r % (size / D) in copy
+    r // (size / D)."""
+    num_stages, local = _runtime.placement(name, n_microbatches, chunks, schedule_file,
+                                           data_parallel)
     return num_stages, list(local)
 
 
-def split(model, split_points):
+def split(model: torch.nn.Module | Sequence[torch.nn.Module],
+          split_points: Sequence[int]) -> list[torch.nn.Sequential]:
     """Cuts an nn.Sequential (or a list of modules) before each split point: [2, 5] gives the
-    parts [0, 2), [2, 5) and [5, len). The parts share the modules of `model`."""
-    layers = list(model)
+    parts [0, 2), [2, 5) and [5, len). The parts share the modules of `model` and name them as
+    `model` does ("2", "3", ...), so a part's state_dict is its share of the model's: what lets a
+    checkpoint load at another pipeline depth."""
+    layers = list(model)  # type: ignore[arg-type]
+    names = [str(i) for i in range(len(layers))]
+    if isinstance(model, torch.nn.Sequential):
+        names = list(model._modules)
     bounds = [0] + list(split_points) + [len(layers)]
     if any(b <= a for a, b in zip(bounds, bounds[1:])):
         raise ValueError(f"split points {list(split_points)} must be ascending in 1..{len(layers) - 1}")
-    return [torch.nn.Sequential(*layers[a:b]) for a, b in zip(bounds, bounds[1:])]
+    return [torch.nn.Sequential(OrderedDict(zip(names[a:b], layers[a:b])))
+            for a, b in zip(bounds, bounds[1:])]
 
 
 class Linear(torch.nn.Linear):
@@ -54,43 +74,69 @@ class Linear(torch.nn.Linear):
     gradient through these layers and W their weights' later, without autograd walking the
     graph twice (docs/PYTHON.md). Elsewhere it computes what torch.nn.Linear does."""
 
-    def forward(self, input):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
         return _runtime.linear(input, self.weight, self.bias)
 
 
 class PipelineStage:
-    """Stage `stage_index` of `num_stages`: `module` runs it on the rank that makes it."""
+    """Stage `stage_index` of `num_stages`: `module` runs it on the rank that makes it.
 
-    def __init__(self, module, stage_index, num_stages):
+    batch_inputs: names of the batch's inputs (a dict) this stage, not the first, also reads
+    straight from the batch (a mask, position ids), beside what the previous stage sends it, so
+    that the stages before it need not pass them on; they reach its forward as keywords."""
+
+    def __init__(self, module: torch.nn.Module, stage_index: int, num_stages: int,
+                 batch_inputs: Iterable[str] = ()) -> None:
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         self.module = module
         self._stage = _runtime.Stage(module, stage_index, num_stages)
+        if batch_inputs:
+            self._stage.take_from_batch(list(batch_inputs))
 
     @property
-    def index(self):
+    def index(self) -> int:
         return self._stage.index
 
     @property
-    def num_stages(self):
+    def num_stages(self) -> int:
         return self._stage.num_stages
+
+    def tie(self, name: str, parameter: torch.Tensor) -> None:
+        """Declares `parameter` (one of this stage's) this stage's copy of the parameter `name`
+        shared between stages (a language model's token embedding on the first stage and its
+        output head on the last), which schedule(..., tied={name: [stages]}) lists. pptrain
+        makes the copies equal before the first step (the lowest stage's values) and sums their
+        gradients over the copies in every step, so they stay equal bit for bit and training
+        equals one model holding one shared tensor."""
+        self._stage.tie(name, parameter)
+
+
+LossFn = Callable[[Any, Any], torch.Tensor]
 
 
 class Schedule:
     """A schedule running this rank's stages; make it with pptrain.schedule()."""
 
-    def __init__(self, name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="",
-                 recompute=False, optimizer=None, steps=0, one_process=False, metrics="",
-                 svg="", trace="", weight_split="autograd", tokens_per_sample=1, **family):
+    def __init__(self, name: str, stages: PipelineStage | Sequence[PipelineStage],
+                 n_microbatches: int, loss_fn: LossFn, chunks: int = 0, schedule_file: str = "",
+                 recompute: bool = False, optimizer: Mapping[str, Any] | None = None,
+                 steps: int = 0, one_process: bool = False, metrics: str = "", svg: str = "",
+                 trace: str = "", weight_split: str = "autograd", tokens_per_sample: float = 1,
+                 data_parallel: int = 1, zero: int = 0,
+                 tied: Mapping[str, Sequence[int]] | None = None,
+                 skips: Sequence[tuple[str, int, int]] = (), **family: Any) -> None:
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
-        self._schedule = _runtime.Schedule([s._stage for s in self.stages], name, n_microbatches,
-                                           loss_fn, chunks, schedule_file, recompute, optimizer,
-                                           steps, one_process, metrics, svg, trace, family,
-                                           weight_split, tokens_per_sample)
+        self._schedule = _runtime.Schedule(
+            [s._stage for s in self.stages], name, n_microbatches, loss_fn, chunks=chunks,
+            schedule_file=schedule_file, recompute=recompute, optimizer=optimizer, steps=steps,
+            one_process=one_process, metrics=metrics, svg=svg, trace=trace, family=family,
+            weight_split=weight_split, tokens_per_sample=tokens_per_sample,
+            data_parallel=data_parallel, zero=zero, tied=dict(tied or {}), skips=list(skips))
 
-    def step(self, *args, target=None):
+    def step(self, *args: Any, target: Tensors | None = None) -> torch.Tensor | None:
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
         the rank holding the last stage, None elsewhere. Without `optimizer`, the gradients of
         the mini-batch mean are left in the stages' parameters for your optimizer; with it,
@@ -104,25 +150,30 @@ class Schedule:
         inputs = None if not args else args[0] if len(args) == 1 else tuple(args)
         return self._schedule.step(inputs, target)
 
-    def report(self):
+    def report(self) -> dict[str, Any] | None:
         """The latest step's figures on rank 0 (None on the others, and before the first step):
         the dict of a `pptrain train --metrics` line (step, loss, step_time_s, samples_per_s,
         bubble_ratio, grad_norm, and per rank peak_activation_bytes, bytes_sent, ...)."""
         return self._schedule.report()
 
-    def finish(self):
+    def finish(self) -> None:
         """Waits until every rank is done with the schedule (optional: dropping it waits for
         nobody, so that a rank that failed never hangs the others)."""
         self._schedule.finish()
 
-    def csv(self):
+    def csv(self) -> str:
         """The schedule every rank runs, with its SEND and RECV actions, in torch's CSV form."""
         return self._schedule.csv()
 
 
-def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", recompute=False,
-             optimizer=None, steps=0, one_process=False, metrics="", svg="", trace="",
-             weight_split="autograd", tokens_per_sample=1, **family):
+def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,
+             loss_fn: LossFn, chunks: int = 0, schedule_file: str = "", recompute: bool = False,
+             optimizer: Mapping[str, Any] | None = None, steps: int = 0,
+             one_process: bool = False, metrics: str = "", svg: str = "", trace: str = "",
+             weight_split: str = "autograd", tokens_per_sample: float = 1,
+             data_parallel: int = 1, zero: int = 0,
+             tied: Mapping[str, Sequence[int]] | None = None,
+             skips: Sequence[tuple[str, int, int]] = (), **family: Any) -> Schedule:
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -137,13 +188,26 @@ def schedule(name, stages, n_microbatches, loss_fn, chunks=0, schedule_file="", 
     a zero-bubble schedule splits a backward into I and W, "autograd" (any module) or "deferred"
     (pptrain.Linear layers defer their weight products to W, the others compute theirs in I).
     tokens_per_sample: what the reports' tokens_per_s counts per sample (0: the length of the
-    input's dimension 1, batch by batch). family: the schedule family's options, as `pptrain
-    train`'s flags without their dashes, '_' for '-' (`pptrain train --help` lists them), e.g.
-    update_interval=2 (ampnet), avg_alpha=0.3 (avgpipe), no_lr_reschedule=True and
-    pipemare_warmup=50 (pipemare); those not given take their defaults."""
-    return Schedule(name, stages, n_microbatches, loss_fn, chunks, schedule_file, recompute,
-                    optimizer, steps, one_process, metrics, svg, trace, weight_split,
-                    tokens_per_sample, **family)
+    input's dimension 1, batch by batch).
+
+    data_parallel: D copies of the pipeline over the world (placement() with the same D says
+    which stages a rank holds); each copy's ranks call step() with their copy's share of the
+    batch, and a stage's copies average their gradients. zero=1 shards pptrain's optimizer state
+    over the copies (ZeRO stage 1; needs `optimizer`). tied: {name: [stages]}, parameters shared
+    between stages, each stage's copy declared with PipelineStage.tie(). skips: [(name, from,
+    to)], the tensor `name` of stage `from`'s output (a dict) goes straight to stage `to`,
+    arriving as the keyword `name` of its forward, and its gradient straight back (synchronous
+    schedules).
+
+    family: the schedule family's options, as `pptrain train`'s flags without their dashes, '_'
+    for '-' (`pptrain train --help` lists them), e.g. update_interval=2 (ampnet), avg_alpha=0.3
+    (avgpipe), no_lr_reschedule=True and pipemare_warmup=50 (pipemare); those not given take
+    their defaults."""
+    return Schedule(name, stages, n_microbatches, loss_fn, chunks=chunks,
+                    schedule_file=schedule_file, recompute=recompute, optimizer=optimizer,
+                    steps=steps, one_process=one_process, metrics=metrics, svg=svg, trace=trace,
+                    weight_split=weight_split, tokens_per_sample=tokens_per_sample,
+                    data_parallel=data_parallel, zero=zero, tied=tied, skips=skips, **family)
 
 
 class TrainingFailed(RuntimeError):
@@ -151,7 +215,7 @@ class TrainingFailed(RuntimeError):
     its restarts); its message is the line naming the rank and the cause."""
 
 
-def train(**options):
+def train(**options: Any) -> None:
     """Runs `pptrain train` on pptrain's own models (gpt, mlp, unet) from this process, with its
     flags as keywords: --batch-size is batch_size, a switch such as --sync-save is True.
 

@@ -147,9 +147,10 @@ World& world() {
   return *joined;
 }
 
-// The user's module as a runtime Stage of one layer.
+// The user's module as a runtime Stage of one layer, numbered as the stage (so that the layers
+// of different stages differ, as ZeRO-1's sharding of the optimizer state needs).
 Stage stage_of(py::object module, int index) {
-  return Stage(index, 0, {torch::nn::AnyModule(PythonModule(std::move(module), index))},
+  return Stage(index, index, {torch::nn::AnyModule(PythonModule(std::move(module), index))},
                /*bundle_layers=*/{true});
 }
 
@@ -290,14 +291,45 @@ class PySchedule {
 };
 
 PipelineOptions options_of(const std::string& name, int microbatches, int chunks,
-                           const std::string& schedule_file, bool recompute) {
+                           const std::string& schedule_file, bool recompute, int data_parallel) {
   PipelineOptions options;
   options.schedule = name;
   options.microbatches = microbatches;
   options.chunks = chunks;
   options.schedule_file = schedule_file;
   options.recompute = recompute;
+  options.data_parallel = data_parallel;
   return options;
+}
+
+// pptrain.schedule's `tied`: {name: [the stages holding a copy]}.
+std::vector<TiedParameter> tied_of(const py::dict& given) {
+  std::vector<TiedParameter> out;
+  for (const auto& [key, value] : given) {
+    PPTRAIN_CHECK(py::isinstance<py::str>(key), "tied: the names must be str, got ",
+                  std::string(py::repr(key)));
+    const std::string name = py::str(key);
+    PPTRAIN_CHECK(py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value), "tied: '",
+                  name, "' must map to a list of stages, got ", std::string(py::repr(value)));
+    out.push_back({name, value.cast<std::vector<int>>()});
+  }
+  return out;
+}
+
+// pptrain.schedule's `skips`: [(name, from_stage, to_stage)].
+std::vector<SkipConnection> skips_of(const py::list& given) {
+  std::vector<SkipConnection> out;
+  for (const auto& item : given) {
+    const bool fits = py::isinstance<py::sequence>(item) && !py::isinstance<py::str>(item) &&
+                      py::len(item) == 3 && py::isinstance<py::str>(item[py::int_(0)]) &&
+                      py::isinstance<py::int_>(item[py::int_(1)]) &&
+                      py::isinstance<py::int_>(item[py::int_(2)]);
+    PPTRAIN_CHECK(fits, "skips: each must be (name, from_stage, to_stage), got ",
+                  std::string(py::repr(item)));
+    out.push_back(
+        {py::str(item[py::int_(0)]), item[py::int_(1)].cast<int>(), item[py::int_(2)].cast<int>()});
+  }
+  return out;
 }
 
 // Fills `out` from a Python dict of keywords, each a field `fields` names; UserError naming
@@ -447,14 +479,17 @@ PYBIND11_MODULE(_runtime, m) {
       "environment) on first use");
   m.def(
       "placement",
-      [](const std::string& name, int microbatches, int chunks, const std::string& file) {
-        PipelineOptions options = options_of(name, microbatches, chunks, file, false);
+      [](const std::string& name, int microbatches, int chunks, const std::string& file,
+         int data_parallel) {
+        PipelineOptions options =
+            options_of(name, microbatches, chunks, file, false, data_parallel);
         options.steps = 1;  // an asynchronous schedule's run length does not move its stages
         const StagePlacement placed = place_stages(world(), options);
         return py::make_tuple(placed.num_stages, placed.local);
       },
       py::arg("name"), py::arg("microbatches"), py::arg("chunks") = 0,
-      py::arg("schedule_file") = "", "(number of stages, this rank's stages) of the schedule");
+      py::arg("schedule_file") = "", py::arg("data_parallel") = 1,
+      "(number of stages, this rank's stages) of the schedule");
 
   m.def(
       "train",
@@ -478,7 +513,19 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("num_stages"))
       .def_property_readonly("index", [](const PyStage& s) { return s.stage->index(); })
       .def_property_readonly("num_stages", [](const PyStage& s) { return s.stage->num_stages(); })
-      .def_readonly("module", &PyStage::module);
+      .def_readonly("module", &PyStage::module)
+      .def(
+          "tie",
+          [](PyStage& s, const std::string& name, const torch::Tensor& parameter) {
+            s.stage->tie(name, parameter);
+          },
+          py::arg("name"), py::arg("parameter"))
+      .def(
+          "take_from_batch",
+          [](PyStage& s, std::vector<std::string> names) {
+            s.stage->take_from_batch(std::move(names));
+          },
+          py::arg("names"));
 
   py::class_<PySchedule>(m, "Schedule")
       .def(py::init([](std::vector<std::shared_ptr<PyStage>> stages, const std::string& name,
@@ -486,9 +533,13 @@ PYBIND11_MODULE(_runtime, m) {
                        const std::string& schedule_file, bool recompute, py::object optimizer,
                        int steps, bool one_process, const std::string& metrics,
                        const std::string& svg, const std::string& trace, const py::dict& family,
-                       const std::string& weight_split, double tokens_per_sample) {
+                       const std::string& weight_split, double tokens_per_sample, int data_parallel,
+                       int zero, const py::dict& tied, const py::list& skips) {
              PipelineOptions options =
-                 options_of(name, microbatches, chunks, schedule_file, recompute);
+                 options_of(name, microbatches, chunks, schedule_file, recompute, data_parallel);
+             options.zero = zero;
+             options.tied = tied_of(tied);
+             options.skips = skips_of(skips);
              PPTRAIN_CHECK(weight_split == "autograd" || weight_split == "deferred",
                            "weight_split must be autograd or deferred, got '", weight_split, "'");
              if (weight_split == "deferred") {
@@ -514,7 +565,8 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("optimizer") = py::none(), py::arg("steps") = 0, py::arg("one_process") = false,
            py::arg("metrics") = "", py::arg("svg") = "", py::arg("trace") = "",
            py::arg("family") = py::dict(), py::arg("weight_split") = "autograd",
-           py::arg("tokens_per_sample") = 1.0)
+           py::arg("tokens_per_sample") = 1.0, py::arg("data_parallel") = 1, py::arg("zero") = 0,
+           py::arg("tied") = py::dict(), py::arg("skips") = py::list())
       .def("report", &PySchedule::report)
       .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))
