@@ -258,6 +258,7 @@ struct PipelineSchedule::Impl {
   const Schedule& schedule() const { return *planned.schedule; }
   bool asynchronous() const { return planned.weights.asynchronous(); }
   int ranks() const { return schedule().num_ranks; }
+  ModuleCheckpoint layout(int steps_done) const;
 
   void check_stages() const;
   void make_groups();
@@ -786,6 +787,66 @@ void PipelineSchedule::Impl::predict_memory(const StepRecord& record, const Step
   // An asynchronous rule steps between backwards: its state is there at the activations' peak.
   mine.predicted_memory.fresh_state = fresh_state && !asynchronous();
   mine.predicted_peak_memory_bytes = std::llround(mine.predicted_memory.total());
+}
+
+// What a checkpoint of this schedule records of its layout.
+ModuleCheckpoint PipelineSchedule::Impl::layout(int steps_done) const {
+  ModuleCheckpoint out;
+  out.step = steps_done;
+  out.schedule = schedule().name;
+  out.num_stages = schedule().num_stages;
+  out.pp = ranks();
+  out.data_parallel = copies;
+  out.zero = options.zero;
+  out.optimizer = options.optimizer ? options.optimizer->kind : "";
+  out.steps = asynchronous() ? options.steps : 0;
+  return out;
+}
+
+std::vector<int> PipelineSchedule::saved_stages() const {
+  std::vector<int> out;
+  for (const Stage* stage : impl_->saved.stages) out.push_back(stage->index());
+  return out;
+}
+
+void PipelineSchedule::save(const std::string& dir, int steps_done, std::vector<ArchiveFile> files,
+                            int keep) {
+  Impl& impl = *impl_;
+  PPTRAIN_CHECK(keep >= 1, "keep must be >= 1, got ", keep);
+  RankCheckpoint mine = impl.weights ? checkpoint() : RankCheckpoint{};
+  mine.stages.clear();  // the program's files hold the parameters
+  std::vector<std::vector<ArchiveFile>> groups =
+      checkpoint_files(mine, steps_done, impl.options.steps, /*copy=*/false);
+  groups.push_back(std::move(files));
+  save_module_checkpoint(dir, keep, impl.layout(steps_done), groups, *impl.world.transport);
+}
+
+int PipelineSchedule::resume(const std::string& dir) {
+  Impl& impl = *impl_;
+  PPTRAIN_CHECK(!impl.executor, "resume() after the first step");
+  const ModuleCheckpoint saved = read_module_checkpoint(dir, "resume");
+  const ModuleCheckpoint mine = impl.layout(saved.step);
+  const auto expect = [&dir](const std::string& field, const auto& had, const auto& have) {
+    PPTRAIN_CHECK(had == have, "resume '", dir, "': the checkpoint's ", field, " is ", had,
+                  ", this run's ", have,
+                  "; a run continues only under the layout that saved it (load() takes the "
+                  "parameters alone, at any layout)");
+  };
+  expect("schedule", saved.schedule, mine.schedule);
+  expect("number of stages", saved.num_stages, mine.num_stages);
+  expect("pp", saved.pp, mine.pp);
+  expect("data_parallel", saved.data_parallel, mine.data_parallel);
+  expect("zero", saved.zero, mine.zero);
+  expect("optimizer", saved.optimizer.empty() ? std::string("the program's own") : saved.optimizer,
+         mine.optimizer.empty() ? std::string("the program's own") : mine.optimizer);
+  expect("run length (steps)", saved.steps, mine.steps);
+  PPTRAIN_CHECK(impl.options.steps == 0 || saved.step < impl.options.steps, "resume '", dir,
+                "': the checkpoint is at step ", saved.step, " and the run has ",
+                impl.options.steps, " steps: nothing is left to run");
+  impl.options.first_step = saved.step;
+  impl.next_step = saved.step;
+  if (impl.weights) resume_from(dir);
+  return saved.step;
 }
 
 void PipelineSchedule::resume_from(const std::string& dir) {

@@ -302,6 +302,24 @@ class PipelineSchedule {
 
   // The lowered schedule every rank runs (with its SEND and RECV actions).
   const Schedule& schedule() const;
+  // A checkpoint of the program's modules (train/checkpoint.h, ModuleCheckpoint); every rank
+  // calls it after `steps_done` steps. `files` are this rank's files of it: the parameters of
+  // the stages saved_stages() names, as the program writes them (`stage_<s>.pt`; a C++ stage's
+  // `stage().archives({}, false)` are pptrain's layer files), and any of the program's own.
+  // pptrain adds its optimizer's state and an asynchronous run's state in flight, writes it all
+  // into DIR.partial and swaps it into `dir` once every rank's part is there; `keep` - 1 older
+  // checkpoints stay beside it as DIR.step-<k>. std::runtime_error on every rank when one cannot
+  // write; `dir` then still holds the previous checkpoint.
+  void save(const std::string& dir, int steps_done, std::vector<ArchiveFile> files, int keep = 1);
+  // The stages whose parameters this rank writes to a checkpoint: the first pipeline copy's,
+  // each once (a replicated stage on its first replica's rank).
+  std::vector<int> saved_stages() const;
+  // Before the first step: continues the run checkpointed at `dir` by save(). UserError unless
+  // it is whole and of this schedule's layout (schedule, stages, ranks, copies, zero, optimizer,
+  // an asynchronous run's length). Loads pptrain's optimizer state and an asynchronous run's
+  // state in flight, and numbers the next step after the checkpoint's, which it returns. The
+  // parameters are the program's to load (its stage files).
+  int resume(const std::string& dir);
   // What this rank writes to a checkpoint (train/checkpoint.h): the stages and optimizer state
   // no other rank writes, and for an asynchronous schedule what is in flight between two steps.
   // Needs `optimizer`.

@@ -15,6 +15,13 @@ torch::Tensor ArchiveFile::keep(const torch::Tensor& tensor, bool copy) {
   return copies.back();
 }
 
+ArchiveFile ArchiveFile::of_bytes(std::string name, std::string bytes) {
+  ArchiveFile file(std::move(name));
+  file.archive.reset();
+  file.bytes = std::make_shared<const std::string>(std::move(bytes));
+  return file;
+}
+
 ArchiveFile archive_of(const std::string& name, const NamedTensors& tensors, bool copy) {
   ArchiveFile file(name);
   for (const auto& [key, tensor] : tensors) file.archive->write(key, file.keep(tensor, copy));
@@ -23,6 +30,10 @@ ArchiveFile archive_of(const std::string& name, const NamedTensors& tensors, boo
 
 std::string write_archive_file(const ArchiveFile& file, const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / file.name).string();
+  if (!file.archive) {
+    write_file_to_disk(path, *file.bytes, "checkpoint file");
+    return path;
+  }
   std::ostringstream bytes;
   try {
     file.archive->save_to(bytes);

@@ -20,15 +20,18 @@ using NamedTensors = std::map<std::string, torch::Tensor>;
 struct ArchiveFile {
   ArchiveFile(std::string name)
       : name(std::move(name)), archive(std::make_shared<torch::serialize::OutputArchive>()) {}
+  // A file whose bytes are made already (a Python module's state_dict, as torch.save wrote it).
+  static ArchiveFile of_bytes(std::string name, std::string bytes);
 
   // `tensor` itself, or with `copy` a copy of it that later training leaves alone (held in
   // `copies` as well: torch's pickler writes a tensor held only by the archive otherwise than
   // one held elsewhere too, and a background save's files are to be the synchronous ones').
   torch::Tensor keep(const torch::Tensor& tensor, bool copy);
 
-  std::string name;  // in the checkpoint folder
-  std::shared_ptr<torch::serialize::OutputArchive> archive;
+  std::string name;                                          // in the checkpoint folder
+  std::shared_ptr<torch::serialize::OutputArchive> archive;  // null for of_bytes()
   std::vector<torch::Tensor> copies;
+  std::shared_ptr<const std::string> bytes;  // of_bytes()'s
 };
 
 // A file of `tensors` (each keep(tensor, copy)) under their names.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
@@ -70,7 +71,8 @@ nlohmann::ordered_json asynchronous_json(const TrainingPlan& plan) {
   return out;
 }
 
-nlohmann::ordered_json manifest_of(const TrainingPlan& plan, int steps_done, const fs::path& dir) {
+// The manifest of `plan`'s checkpoint after `steps_done` steps, without its list of files.
+nlohmann::ordered_json manifest_of(const TrainingPlan& plan, int steps_done) {
   nlohmann::ordered_json out;
   out["format"] = kFormat;
   out["version"] = kVersion;
@@ -84,19 +86,27 @@ nlohmann::ordered_json manifest_of(const TrainingPlan& plan, int steps_done, con
   // The data of step k is drawn from a generator seeded with (seed, k): the next step's index is
   // the whole data position and random state.
   out["data_position"] = {{"next_step", steps_done}, {"rng", "per step, from (seed, step)"}};
-  out["files"] = nlohmann::ordered_json::object();
+  return out;
+}
+
+// `manifest` with the list of the files in `dir`: each one's size and checksum.
+nlohmann::ordered_json with_files(nlohmann::ordered_json manifest, const fs::path& dir) {
+  manifest["files"] = nlohmann::ordered_json::object();
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) files.push_back(entry.path());
   std::sort(files.begin(), files.end());
   for (const fs::path& file : files) {
     const std::string bytes = read_text_file(file.string(), "checkpoint file");
-    out["files"][file.filename().string()] = {{"bytes", bytes.size()}, {"fnv1a64", digest(bytes)}};
+    manifest["files"][file.filename().string()] = {{"bytes", bytes.size()},
+                                                   {"fnv1a64", digest(bytes)}};
   }
-  return out;
+  return manifest;
 }
 
-// The manifest of `dir`; UserError (starting with `flag`) unless it is one of this format.
-nlohmann::json read_manifest(const std::string& dir, const std::string& flag) {
+// The manifest of `dir`; UserError (starting with `flag`) unless it is one of `format`, at
+// `version`.
+nlohmann::json read_manifest(const std::string& dir, const std::string& flag,
+                             const std::string& format = kFormat, int version = kVersion) {
   const fs::path manifest = manifest_path(dir);
   PPTRAIN_CHECK(fs::is_directory(dir), flag, " '", dir, "' is not a folder");
   PPTRAIN_CHECK(fs::is_regular_file(manifest), flag, " '", dir,
@@ -108,10 +118,10 @@ nlohmann::json read_manifest(const std::string& dir, const std::string& flag) {
   } catch (const nlohmann::json::exception&) {
     throw UserError(flag + " '" + dir + "': manifest.json is not valid JSON");
   }
-  PPTRAIN_CHECK(m.is_object() && m.value("format", "") == kFormat, flag, " '", dir,
-                "': manifest.json is not a pptrain checkpoint manifest");
-  PPTRAIN_CHECK(m.value("version", 0) == kVersion, flag, " '", dir, "': checkpoint format version ",
-                m.value("version", 0), ", this pptrain reads ", kVersion);
+  PPTRAIN_CHECK(m.is_object() && m.value("format", "") == format, flag, " '", dir,
+                "': manifest.json is not a manifest of a ", format);
+  PPTRAIN_CHECK(m.value("version", 0) == version, flag, " '", dir, "': ", format,
+                " format version ", m.value("version", 0), ", this pptrain reads ", version);
   return m;
 }
 
@@ -207,20 +217,34 @@ void retire(const fs::path& old, const fs::path& dir, int keep) {
 
 }  // namespace
 
-std::string newest_resumable(const std::string& save_dir, const TrainingPlan& plan,
-                             std::vector<std::string>* skipped) {
+namespace {
+
+// Of `save_dir` and the DIR.step-<k> copies --keep left beside it, newest first, the first that
+// `check` accepts (returns without a UserError); "" when none does. `skipped` gets the error of
+// each one passed over.
+std::string newest_accepted(const std::string& save_dir,
+                            const std::function<void(const std::string&)>& check,
+                            std::vector<std::string>* skipped) {
   std::vector<fs::path> candidates;
   if (fs::exists(save_dir)) candidates.push_back(save_dir);
   for (const auto& [step, folder] : kept_copies(fs::path(save_dir))) candidates.push_back(folder);
   for (const fs::path& candidate : candidates) {
     try {
-      check_resume(candidate.string(), plan);
+      check(candidate.string());
       return candidate.string();
     } catch (const UserError& e) {
       if (skipped) skipped->push_back(e.what());
     }
   }
   return "";
+}
+
+}  // namespace
+
+std::string newest_resumable(const std::string& save_dir, const TrainingPlan& plan,
+                             std::vector<std::string>* skipped) {
+  return newest_accepted(
+      save_dir, [&plan](const std::string& dir) { check_resume(dir, plan); }, skipped);
 }
 
 std::string in_flight_file(const std::string& dir, int pipeline_rank) {
@@ -247,16 +271,10 @@ void check_save_path(const std::string& dir) {
 
 namespace {
 
-// UserError unless every layer file is listed in the manifest `m` of `dir` and every file it
-// lists is there with its size and checksum.
-void expect_whole_files(const nlohmann::json& m, const std::string& dir, const ModelOptions& model,
-                        const std::string& flag) {
+// UserError unless every file the manifest `m` of `dir` lists is there with its size and
+// checksum.
+void expect_listed_files(const nlohmann::json& m, const std::string& dir, const std::string& flag) {
   const nlohmann::json files = m.value("files", nlohmann::json::object());
-  for (int layer = 0; layer < num_layers(model); ++layer) {
-    const std::string name = fs::path(layer_file(dir, layer)).filename().string();
-    PPTRAIN_CHECK(files.is_object() && files.contains(name), flag, " '", dir,
-                  "': the manifest does not list ", name);
-  }
   for (const auto& [name, want] : files.items()) {
     const fs::path file = fs::path(dir) / name;
     PPTRAIN_CHECK(fs::is_regular_file(file), flag, ": missing checkpoint file '", file.string(),
@@ -268,6 +286,19 @@ void expect_whole_files(const nlohmann::json& m, const std::string& dir, const M
                   flag, ": '", file.string(),
                   "' is damaged (its size or checksum differs from the manifest)");
   }
+}
+
+// UserError unless every layer file is listed in the manifest `m` of `dir` and every file it
+// lists is there with its size and checksum.
+void expect_whole_files(const nlohmann::json& m, const std::string& dir, const ModelOptions& model,
+                        const std::string& flag) {
+  const nlohmann::json files = m.value("files", nlohmann::json::object());
+  for (int layer = 0; layer < num_layers(model); ++layer) {
+    const std::string name = fs::path(layer_file(dir, layer)).filename().string();
+    PPTRAIN_CHECK(files.is_object() && files.contains(name), flag, " '", dir,
+                  "': the manifest does not list ", name);
+  }
+  expect_listed_files(m, dir, flag);
 }
 
 }  // namespace
@@ -344,27 +375,25 @@ int check_resume(const std::string& dir, const TrainingPlan& plan) {
   return step;
 }
 
-namespace {
-
-// Seconds since `start`.
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// This rank's files of the checkpoint after `steps_done` steps, in memory, in groups (a stage's
-// layers, an optimizer's state, the state in flight): of copies of the tensors with `copy`.
-std::vector<std::vector<ArchiveFile>> files_of(const TrainingPlan& plan, const RankCheckpoint& mine,
-                                               int steps_done, bool copy) {
+std::vector<std::vector<ArchiveFile>> checkpoint_files(const RankCheckpoint& mine, int steps_done,
+                                                       int run_steps, bool copy) {
   std::vector<std::vector<ArchiveFile>> groups;
   for (const Stage* stage : mine.stages) groups.push_back(stage->archives(mine.left_out, copy));
   for (const StageOptimizer* optimizer : mine.optimizers) {
     groups.push_back(optimizer->archives(copy));
   }
-  if (mine.in_flight && steps_done < plan.steps) {
+  if (mine.in_flight && steps_done < run_steps) {
     const std::string name = fs::path(in_flight_file("", mine.pipeline_rank)).filename().string();
     groups.push_back({archive_of(name, mine.in_flight(), copy)});
   }
   return groups;
+}
+
+namespace {
+
+// Seconds since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Collective: whether every rank did its part (`mine_ok` on each); the ranks then all go on or
@@ -387,14 +416,15 @@ void attempt(std::string& failure, Part&& part) {
   }
 }
 
-// Writes this rank's `groups` of the checkpoint after `steps_done` steps, as every rank does
-// over `transport`: DIR.partial made by rank 0, every rank's files, then rank 0's manifest and
-// swap. A rank that fails says so to the others at the next of the three collectives; then
-// every rank throws std::runtime_error: its own error (naming the file), or that another rank
-// failed. The previous checkpoint stays whole either way.
-void write_checkpoint(const TrainingPlan& plan, const std::vector<std::vector<ArchiveFile>>& groups,
-                      int steps_done, Transport& transport) {
-  const fs::path dir(plan.save_dir);
+// Writes this rank's `groups` of the checkpoint after `steps_done` steps into `dir`, as every
+// rank does over `transport`, keeping `keep` - 1 older ones: DIR.partial made by rank 0, every
+// rank's files, then rank 0's manifest and swap. A rank that fails says so to the others at the
+// next of the three collectives; then every rank throws std::runtime_error: its own error (naming
+// the file), or that another rank failed. The previous checkpoint stays whole either way.
+// `manifest` is the manifest without its list of files, which is added.
+void write_checkpoint(const fs::path& dir, int keep, const nlohmann::ordered_json& manifest,
+                      const std::vector<std::vector<ArchiveFile>>& groups, int steps_done,
+                      Transport& transport) {
   const fs::path partial = dir.string() + ".partial";
   const bool leader = transport.rank() == 0;
   std::string failure;
@@ -431,8 +461,7 @@ void write_checkpoint(const TrainingPlan& plan, const std::vector<std::vector<Ar
       maybe_crash_for_test("layers");
       pause_for_test();
       write_file_to_disk(manifest_path(partial).string(),
-                         manifest_of(plan, steps_done, partial).dump(2) + "\n",
-                         "checkpoint manifest");
+                         with_files(manifest, partial).dump(2) + "\n", "checkpoint manifest");
       sync_folder(partial.string());
       maybe_crash_for_test("manifest");
       pause_for_test();
@@ -440,7 +469,7 @@ void write_checkpoint(const TrainingPlan& plan, const std::vector<std::vector<Ar
       swap_into_place(partial, dir);
       sync_folder(dir.parent_path().empty() ? "." : dir.parent_path().string());
       pause_for_test();
-      if (replaced) retire(partial, dir, plan.keep);  // the previous checkpoint
+      if (replaced) retire(partial, dir, keep);  // the previous checkpoint
     });
   }
   stop_unless_all_succeeded();  // DIR is whole before any rank returns
@@ -450,7 +479,9 @@ void write_checkpoint(const TrainingPlan& plan, const std::vector<std::vector<Ar
 
 void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int steps_done,
                      Transport& transport) {
-  write_checkpoint(plan, files_of(plan, mine, steps_done, /*copy=*/false), steps_done, transport);
+  write_checkpoint(plan.save_dir, plan.keep, manifest_of(plan, steps_done),
+                   checkpoint_files(mine, steps_done, plan.steps, /*copy=*/false), steps_done,
+                   transport);
 }
 
 CheckpointWriter::CheckpointWriter(const TrainingPlan& plan, Transport& transport)
@@ -479,11 +510,12 @@ double CheckpointWriter::save(const RankCheckpoint& mine, int steps_done) {
     return seconds_since(start);
   }
   // Copies now; the files are made and written while training goes on.
-  auto groups = files_of(plan_, mine, steps_done, /*copy=*/true);
+  auto groups = checkpoint_files(mine, steps_done, plan_.steps, /*copy=*/true);
   writing_ = true;
   thread_ = std::thread([this, groups = std::move(groups), steps_done] {
     try {
-      write_checkpoint(plan_, groups, steps_done, *own_transport_);
+      write_checkpoint(plan_.save_dir, plan_.keep, manifest_of(plan_, steps_done), groups,
+                       steps_done, *own_transport_);
     } catch (const std::exception& e) {
       failure_ = e.what();
     }
@@ -500,6 +532,62 @@ double CheckpointWriter::wait() {
 
 void CheckpointWriter::check() {
   if (thread_.joinable() && !writing_) join();
+}
+
+namespace {
+
+constexpr const char* kModuleFormat = "pptrain-module-checkpoint";
+constexpr int kModuleVersion = 1;
+
+nlohmann::ordered_json manifest_of(const ModuleCheckpoint& what) {
+  nlohmann::ordered_json out;
+  out["format"] = kModuleFormat;
+  out["version"] = kModuleVersion;
+  out["step"] = what.step;
+  out["schedule"] = what.schedule;
+  out["num_stages"] = what.num_stages;
+  out["pp"] = what.pp;
+  out["data_parallel"] = what.data_parallel;
+  out["zero"] = what.zero;
+  out["optimizer"] = what.optimizer;
+  out["steps"] = what.steps;
+  return out;
+}
+
+}  // namespace
+
+void save_module_checkpoint(const std::string& dir, int keep, const ModuleCheckpoint& what,
+                            const std::vector<std::vector<ArchiveFile>>& groups,
+                            Transport& transport) {
+  write_checkpoint(dir, keep, manifest_of(what), groups, what.step, transport);
+}
+
+ModuleCheckpoint read_module_checkpoint(const std::string& dir, const std::string& flag) {
+  const nlohmann::json m = read_manifest(dir, flag, kModuleFormat, kModuleVersion);
+  ModuleCheckpoint out;
+  try {
+    out.step = m.at("step").get<int>();
+    out.schedule = m.at("schedule").get<std::string>();
+    out.num_stages = m.at("num_stages").get<int>();
+    out.pp = m.at("pp").get<int>();
+    out.data_parallel = m.at("data_parallel").get<int>();
+    out.zero = m.at("zero").get<int>();
+    out.optimizer = m.at("optimizer").get<std::string>();
+    out.steps = m.at("steps").get<int>();
+    for (const auto& [name, file] : m.at("files").items()) out.files.push_back(name);
+  } catch (const nlohmann::json::exception&) {
+    throw UserError(flag + " '" + dir + "': manifest.json lacks a field or has one of the " +
+                    "wrong type (step, schedule, num_stages, pp, data_parallel, zero, " +
+                    "optimizer, steps, files)");
+  }
+  expect_listed_files(m, dir, flag);
+  return out;
+}
+
+std::string newest_module_checkpoint(const std::string& save_dir,
+                                     std::vector<std::string>* skipped) {
+  return newest_accepted(
+      save_dir, [](const std::string& dir) { read_module_checkpoint(dir, "resume"); }, skipped);
 }
 
 }  // namespace pptrain

@@ -91,6 +91,12 @@ struct RankCheckpoint {
   int pipeline_rank = 0;
 };
 
+// This rank's files of a checkpoint after `steps_done` steps of a run of `run_steps`, in memory,
+// in groups (a stage's layers, an optimizer's state, the state in flight, which an asynchronous
+// run saves before its last step only): of copies of the tensors with `copy`.
+std::vector<std::vector<ArchiveFile>> checkpoint_files(const RankCheckpoint& mine, int steps_done,
+                                                       int run_steps, bool copy);
+
 // The file of pipeline rank r's state in flight in checkpoint folder `dir`.
 std::string in_flight_file(const std::string& dir, int pipeline_rank);
 
@@ -100,6 +106,42 @@ std::string in_flight_file(const std::string& dir, int pipeline_rank);
 // the room left on its file system), and plan.save_dir keeps the previous checkpoint.
 void save_checkpoint(const TrainingPlan& plan, const RankCheckpoint& mine, int steps_done,
                      Transport& transport);
+
+// A checkpoint of a program's own modules (PipelineSchedule::save in api/pipeline.h, which
+// Python's Schedule.save calls), written as the checkpoint above is (DIR.partial, then one
+// swap):
+//
+//   DIR/stage_<s>.pt   stage s's parameters as the program's side writes them (Python: torch.save
+//                      of the module's state_dict, which torch.load reads back)
+//   DIR/optim_<s>.pt   pptrain's optimizer's state, and DIR/in_flight_rank<r>.pt an asynchronous
+//                      run's state between two steps, as above (stage s is "layer" s)
+//   DIR/<other>        files of the program's own (its optimizer's state_dict, one per rank)
+//   DIR/manifest.json  written last: format "pptrain-module-checkpoint", version, the fields
+//                      below, and each file's size and checksum
+struct ModuleCheckpoint {
+  int step = 0;  // steps run
+  std::string schedule;
+  int num_stages = 1;
+  int pp = 1;  // ranks per pipeline
+  int data_parallel = 1;
+  int zero = 0;
+  std::string optimizer;           // the kind pptrain ran; "" when the program ran its own
+  int steps = 0;                   // the run's length (an asynchronous schedule's), 0 if not known
+  std::vector<std::string> files;  // read_module_checkpoint(): the files it holds
+};
+
+// Every rank: writes its `groups` of files as the checkpoint `what` at `dir` (keeping `keep` - 1
+// older ones as DIR.step-<k>); std::runtime_error on every rank when one cannot write.
+void save_module_checkpoint(const std::string& dir, int keep, const ModuleCheckpoint& what,
+                            const std::vector<std::vector<ArchiveFile>>& groups,
+                            Transport& transport);
+// The manifest of the whole module checkpoint at `dir`; UserError starting with `flag` when it is
+// not one (no manifest: an interrupted save; a file missing or damaged).
+ModuleCheckpoint read_module_checkpoint(const std::string& dir, const std::string& flag);
+// Of `save_dir` and the copies `keep` left beside it, the newest whole module checkpoint; "" when
+// there is none.
+std::string newest_module_checkpoint(const std::string& save_dir,
+                                     std::vector<std::string>* skipped = nullptr);
 
 // The saves of one run. With plan.background_save, save() copies the rank's state to memory
 // (the step boundary's only cost) and a thread of its own writes, checksums and swaps it into

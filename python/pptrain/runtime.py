@@ -19,6 +19,9 @@ the run with the Python traceback on that rank and a ValueError naming the stage
 
 from __future__ import annotations
 
+import io
+import os
+import re
 from collections import OrderedDict
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
@@ -164,6 +167,111 @@ class Schedule:
     def csv(self) -> str:
         """The schedule every rank runs, with its SEND and RECV actions, in torch's CSV form."""
         return self._schedule.csv()
+
+    def save(self, path: str | os.PathLike[str], step: int,
+             optimizer: torch.optim.Optimizer | None = None, keep: int = 1) -> None:
+        """Every rank, after `step` steps: saves the run as a checkpoint folder at `path`, whole or
+        not at all (written into PATH.partial, then swapped into place; a kill at any moment leaves
+        the previous checkpoint or the new one). Stage s's parameters go to `stage_<s>.pt`, its
+        module's state_dict as torch.save writes it (torch.load reads it back), written once (by
+        the first data-parallel copy); pptrain's optimizer state and an asynchronous run's state
+        between two steps are added, and with `optimizer` (your own) each rank's
+        `optimizer.state_dict()` as `optimizer_rank<r>.pt`. keep: how many checkpoints to keep,
+        the older ones beside it as PATH.step-<k>."""
+        saved = set(self._schedule.saved_stages())
+        files = {f"stage_{s.index}.pt": _bytes_of(s.module.state_dict())
+                 for s in self.stages if s.index in saved}
+        if optimizer is not None:
+            files[_optimizer_file()] = _bytes_of(optimizer.state_dict())
+        self._schedule.save(os.fspath(path), step, files, keep)
+
+    def load(self, path: str | os.PathLike[str]) -> int:
+        """Loads the parameters of the checkpoint at `path` into this rank's stages, and returns
+        the step it was saved after. The checkpoint may be of another pipeline depth or schedule
+        when the stage modules name their parameters as the whole model does (pptrain.split's
+        parts, pptrain.pipelining's stages): each stage takes its names from whichever stage
+        files hold them. Nothing else is loaded: a new run starts from these parameters."""
+        return _load_parameters(os.fspath(path), self.stages)
+
+    def resume(self, save_dir: str | os.PathLike[str],
+               optimizer: torch.optim.Optimizer | None = None) -> int:
+        """Before the first step: continues the newest whole checkpoint at `save_dir` (or of
+        those `keep` left beside it) and returns its step, the next step's index; 0 when there is
+        none yet (`pptrain train --resume auto`). The run must have the layout that saved it
+        (schedule, stages, ranks, data-parallel copies, pptrain's optimizer, an asynchronous
+        run's length). It loads the parameters, pptrain's optimizer state and an asynchronous
+        run's state in flight, and with `optimizer` your optimizer's state."""
+        path = _runtime.newest_checkpoint(os.fspath(save_dir))
+        if not path:
+            return 0
+        step = self._schedule.resume(path)
+        _load_parameters(path, self.stages)
+        if optimizer is not None:
+            name = os.path.join(path, _optimizer_file())
+            if not os.path.exists(name):
+                raise PipelineError(f"resume '{path}': it holds no {os.path.basename(name)}: "
+                                    "it was saved without save(..., optimizer=)")
+            optimizer.load_state_dict(torch.load(name, map_location="cpu"))
+        return step
+
+
+def _bytes_of(value: Any) -> bytes:
+    """What torch.save writes of `value`."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _optimizer_file() -> str:
+    """The checkpoint file of this rank's own optimizer state."""
+    return f"optimizer_rank{world()[0]}.pt"
+
+
+def _load_parameters(path: str, stages: Sequence[PipelineStage]) -> int:
+    """Loads each stage's state_dict from the checkpoint at `path`: from its own stage file when
+    the checkpoint has as many stages, else by name from all of them. Returns its step."""
+    info = _runtime.read_checkpoint(path, "load")
+    files = sorted((int(m.group(1)), f) for f in info["files"]
+                   if (m := re.fullmatch(r"stage_(\d+)\.pt", f)))
+    same_depth = bool(stages) and info["num_stages"] == stages[0].num_stages
+    wanted_files = {f"stage_{s.index}.pt" for s in stages} if same_depth else None
+    read = {f: torch.load(os.path.join(path, f), map_location="cpu") for _, f in files
+            if wanted_files is None or f in wanted_files}
+    merged: dict[str, torch.Tensor] = {}
+    holder: dict[str, str] = {}
+    if not same_depth:
+        for _, f in files:
+            for key, value in read[f].items():
+                if key in merged and not torch.equal(merged[key], value):
+                    raise PipelineError(
+                        f"load '{path}': {holder[key]} and {f} both hold '{key}', with different "
+                        "values; loading at another depth needs stage modules named as in the "
+                        "whole model (pptrain.split's parts are)")
+                merged.setdefault(key, value)
+                holder.setdefault(key, f)
+    for stage in stages:
+        source = f"stage_{stage.index}.pt"
+        if same_depth:
+            if source not in read:
+                raise PipelineError(f"load '{path}': it holds no {source}")
+            state = read[source]
+        else:
+            source, state = f"any stage file of its {info['num_stages']} stages", merged
+        wanted = stage.module.state_dict()
+        missing = [k for k in wanted if k not in state]
+        if missing:
+            raise PipelineError(f"load '{path}': stage {stage.index}'s '{missing[0]}' is not in "
+                                f"{source} ({len(missing)} missing)")
+        extra = [k for k in state if k not in wanted] if same_depth else []
+        if extra:
+            raise PipelineError(f"load '{path}': {source} holds '{extra[0]}', which stage "
+                                f"{stage.index}'s module does not have")
+        for key, value in wanted.items():
+            if state[key].shape != value.shape:
+                raise PipelineError(f"load '{path}': '{key}' is {list(state[key].shape)} in "
+                                    f"{source}, {list(value.shape)} in stage {stage.index}")
+        stage.module.load_state_dict({k: state[k] for k in wanted})
+    return info["step"]
 
 
 def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,

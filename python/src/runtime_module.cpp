@@ -263,6 +263,18 @@ class PySchedule {
 
   std::string schedule_csv() const { return to_csv(schedule_->schedule()); }
 
+  // PipelineSchedule::save with `files` ({name: bytes}: the stage files and the program's own).
+  void save(const std::string& dir, int steps_done, const py::dict& files, int keep) {
+    std::vector<ArchiveFile> archives;
+    for (const auto& [name, bytes] : files) {
+      archives.push_back(ArchiveFile::of_bytes(py::str(name), bytes.cast<std::string>()));
+    }
+    py::gil_scoped_release release;  // a collective: waits for the other ranks
+    schedule_->save(dir, steps_done, std::move(archives), keep);
+  }
+  std::vector<int> saved_stages() const { return schedule_->saved_stages(); }
+  int resume(const std::string& dir) { return schedule_->resume(dir); }
+
   // The latest step's figures as a dict (its --metrics line) on rank 0; None elsewhere.
   py::object report() const {
     const std::string& line = static_cast<const LatestReport&>(*observers_.front()).latest();
@@ -508,6 +520,30 @@ PYBIND11_MODULE(_runtime, m) {
       py::arg("keywords"),
       "`pptrain train` with its flags as keywords: (exit code, the failure's line or '')");
 
+  m.def(
+      "read_checkpoint",
+      [](const std::string& dir, const std::string& flag) {
+        const ModuleCheckpoint c = read_module_checkpoint(dir, flag);
+        py::dict out;
+        out["step"] = c.step;
+        out["schedule"] = c.schedule;
+        out["num_stages"] = c.num_stages;
+        out["pp"] = c.pp;
+        out["data_parallel"] = c.data_parallel;
+        out["zero"] = c.zero;
+        out["optimizer"] = c.optimizer;
+        out["steps"] = c.steps;
+        out["files"] = c.files;
+        return out;
+      },
+      py::arg("dir"), py::arg("flag"),
+      "the manifest of a whole checkpoint of modules (its files checked) as a dict");
+  m.def(
+      "newest_checkpoint",
+      [](const std::string& save_dir) { return newest_module_checkpoint(save_dir); },
+      py::arg("save_dir"),
+      "the newest whole checkpoint of modules at save_dir or kept beside it; '' if none");
+
   py::class_<PyStage, std::shared_ptr<PyStage>>(m, "Stage")
       .def(py::init<py::object, int, int>(), py::arg("module"), py::arg("stage_index"),
            py::arg("num_stages"))
@@ -571,5 +607,9 @@ PYBIND11_MODULE(_runtime, m) {
       .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))
       .def("finish", &PySchedule::finish)
-      .def("csv", &PySchedule::schedule_csv);
+      .def("csv", &PySchedule::schedule_csv)
+      .def("save", &PySchedule::save, py::arg("dir"), py::arg("steps_done"), py::arg("files"),
+           py::arg("keep") = 1)
+      .def("saved_stages", &PySchedule::saved_stages)
+      .def("resume", &PySchedule::resume, py::arg("dir"));
 }

@@ -92,9 +92,9 @@ class SkipNet(torch.nn.Module):
         return self.stages[3](h)
 
 
-def batches(skip_net=False):
+def batches(skip_net=False, steps=STEPS):
     g = torch.Generator().manual_seed(1)
-    for _ in range(STEPS):
+    for _ in range(steps):
         x, y = torch.randn(8, WIDTH, generator=g), torch.randn(8, WIDTH, generator=g)
         if skip_net:
             x = {"x": x, "scale": torch.rand(8, 1, generator=g) + 0.5}
