@@ -12,23 +12,24 @@ differ.
 
 import os as _os
 import sys as _sys
+from typing import Any as _Any
 
 _RUNTIME_NAMES = {"world", "placement", "split", "PipelineStage", "Schedule", "schedule",
                   "PipelineError", "Linear", "train", "TrainingFailed"}
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _Any:
     if name in _RUNTIME_NAMES:
         from . import runtime
         return getattr(runtime, name)
     raise AttributeError(f"module 'pptrain' has no attribute '{name}'")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | _RUNTIME_NAMES)
 
 
-def _choose_blas_kernels():
+def _choose_blas_kernels() -> None:
     from . import _plan
     if "torch" in _sys.modules or _plan.openblas_loaded():
         warning = _plan.blas_warning_after_load()

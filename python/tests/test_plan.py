@@ -1,5 +1,6 @@
 """pptrain.plan: the registry's schedules from Python, equal to `pptrain schedule` (figures,
 CSV, errors), without torch."""
+import inspect
 import json
 import os
 import subprocess
@@ -45,6 +46,80 @@ def test_skips_and_solver_options_reach_the_schedule():
     auto = plan.schedule("zb-auto", pp=4, microbatches=8, memory_limit=4, cost=COST)
     assert auto.simulate() == cli_json("--schedule", "zb-auto", "--pp", "4", "--microbatches",
                                        "8", "--memory-limit", "4", "--cost", COST)
+
+
+def test_a_cost_as_a_dict_gives_the_figures_of_its_text():
+    text = "F=1,I=2,W=1,comm=0.25,skip=0.5,weights=4"
+    as_dict = {"F": 1, "I": 2.0, "W": 1, "comm": 0.25, "skip": 0.5, "weights": 4}
+    s = plan.schedule("zb-v", pp=2, microbatches=4, cost=text)
+    assert s.simulate(as_dict) == s.simulate() == cli_json(
+        "--schedule", "zb-v", "--pp", "2", "--microbatches", "4", "--cost", text)
+    assert s.simulate({"F": 2}) != s.simulate()
+    assert s.trace(as_dict) == s.trace() and s.svg(as_dict) == s.svg()
+    assert plan.from_csv(s.to_csv(), cost=as_dict).simulate() == plan.from_csv(
+        s.to_csv(), cost=text).simulate()
+    # zb-auto places its actions for the cost model: a dict's must be the text's.
+    auto = [plan.schedule("zb-auto", pp=4, microbatches=8, memory_limit=4, cost=cost)
+            for cost in (COST, dict(F=1, I=2, W=1, comm=0.25))]
+    assert auto[0].actions() == auto[1].actions()
+    assert auto[0].simulate() == auto[1].simulate()
+
+
+@pytest.mark.parametrize("cost, message", [
+    ({"F": 1, "X": 2}, "cost model: unknown key 'X'"),
+    ({"F,I": 1}, "cost model: unknown key 'F,I'"),
+    ({1: 1}, "cost model: unknown key 1"),
+    ({"comm": "0.1"}, "cost model: value of comm must be a number, got '0.1'"),
+    ({"W": None}, "cost model: value of W must be a number, got None"),
+    ({"F": True}, "cost model: value of F must be a number, got True"),
+    ({"I": -1}, "cost model: value of I must be a finite number >= 0, got '-1'"),
+    ({"F": float("inf")}, "cost model: value of F must be a finite number >= 0, got 'inf'"),
+    ([("F", 1)], "cost model: expected text such as 'F=1,comm=0.1' or a dict"),
+])
+def test_a_bad_cost_names_its_key_in_one_line(cost, message):
+    s = plan.schedule("1f1b", pp=2, microbatches=2)
+    for call in (lambda: s.simulate(cost), lambda: s.svg(cost),
+                 lambda: plan.schedule("1f1b", pp=2, microbatches=2, cost=cost),
+                 lambda: plan.from_csv(s.to_csv(), cost=cost).simulate()):
+        with pytest.raises(plan.PlanError) as error:
+            call()
+        assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_results_read_as_attributes_and_equal_plain_dicts():
+    s = plan.schedule("1f1b", pp=2, microbatches=4, cost=COST)
+    result = s.simulate()
+    plain = cli_json("--schedule", "1f1b", "--pp", "2", "--microbatches", "4", "--cost", COST)
+    assert type(plain) is dict and result == plain and plain == result
+    assert isinstance(result, dict) and isinstance(result, plan.Result)
+    assert result.makespan == plain["makespan"] and result.bubble_ratio == plain["bubble_ratio"]
+    assert result.ranks[1].busy == plain["ranks"][1]["busy"]
+    assert json.loads(json.dumps(result)) == plain
+    with pytest.raises(AttributeError, match="Result has no key 'nope'"):
+        result.nope
+    assert callable(result.items)  # a dict method's name stays the method
+
+
+def test_the_package_is_typed():
+    folder = os.path.dirname(plan.__file__)
+    assert os.path.isfile(os.path.join(folder, "py.typed"))
+    assert os.path.isfile(os.path.join(folder, "_plan.pyi"))
+    # Every public function, method and property of pptrain.plan has its types (python_types
+    # checks them with mypy where it is installed).
+    checked = []
+    for owner in (plan, plan.Schedule, plan.Result, plan.Plan):
+        for name, value in vars(owner).items():
+            function = value.fget if isinstance(value, property) else value
+            if (name.startswith("_") and name not in ("__init__", "__getattr__") or
+                    not inspect.isfunction(function) or function.__module__ != plan.__name__):
+                continue
+            signature = inspect.signature(function)
+            untyped = [p.name for p in signature.parameters.values()
+                       if p.name != "self" and p.annotation is inspect.Parameter.empty]
+            assert not untyped, f"{owner.__name__}.{name}: no type for {untyped}"
+            assert signature.return_annotation is not inspect.Signature.empty, name
+            checked.append(name)
+    assert {"schedule", "simulate", "plan", "compare", "num_ranks"} <= set(checked)
 
 
 def test_errors_are_value_errors_with_the_cli_message():
@@ -106,6 +181,7 @@ def test_the_joint_planner_equals_pptrain_plan(tmp_path):
     assert cli.returncode == 0, cli.stderr
     assert got == json.loads(cli.stdout)
     assert len(got["ranked"]) == 3 and got["winner"] == got["ranked"][0]
+    assert got.winner.step_ms == got["winner"]["step_ms"] and got.ranked[2] == got["ranked"][2]
     assert sorted(os.listdir(tmp_path / "py")) == sorted(os.listdir(tmp_path / "cli"))
     # Each ranked candidate's schedule: the plan folder's CSV, simulated under its own costs.
     best = got.schedule()
@@ -132,7 +208,9 @@ def test_partitions_equal_pptrain_partition():
         cli = subprocess.run([PPTRAIN, "partition", "--profile", profile, *flags, "--json"],
                              capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0, cli.stderr
-        assert plan.partition(profile, **kwargs) == json.loads(cli.stdout)
+        got = plan.partition(profile, **kwargs)
+        assert got == json.loads(cli.stdout)
+        assert got.stages[-1].last_layer == got["stages"][-1]["last_layer"]
     with pytest.raises(ValueError, match="--pp"):
         plan.partition(profile, "time")
 

@@ -147,7 +147,7 @@ def _stage_graphs(graph):
 class PipeInfo:
     """What build_stage() needs to know of a Pipe."""
 
-    def __init__(self, num_stages, graph):
+    def __init__(self, num_stages: int, graph: torch.fx.Graph) -> None:
         self.num_stages = num_stages
         self.graph = graph
 
@@ -156,12 +156,12 @@ class Pipe(torch.nn.Module):
     """A model cut into stages by pipeline(): split_gm holds stage i as `submod_i`; forward()
     runs them one after the other (the whole model, in one process)."""
 
-    def __init__(self, split_gm, num_stages):
+    def __init__(self, split_gm: torch.fx.GraphModule, num_stages: int) -> None:
         super().__init__()
         self.split_gm = split_gm
         self.num_stages = num_stages
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.split_gm(*args, **kwargs)
 
     def get_stage_module(self, stage_idx: int) -> torch.nn.Module:

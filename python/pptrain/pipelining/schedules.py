@@ -25,7 +25,7 @@ from .. import runtime as _pptrain
 from .stage import PipelineStage
 
 # torch's class -> pptrain's schedule of the same order (or None: an order written here).
-_ORDERS = {}
+_ORDERS: dict[type, str] = {}
 
 
 def _check_chunk_specs(name, args_chunk_spec, kwargs_chunk_spec, output_merge_spec):
@@ -67,8 +67,11 @@ class _PipelineSchedule:
     """What every class has in common: this rank's stages, the loss, step()."""
 
     _pptrain_name = ""  # pptrain's schedule of the class's order
+    scale_grads: bool  # True: the gradients are the microbatches' mean; False: their sum
 
-    def __init__(self, stages, n_microbatches, loss_fn, scale_grads, single, options=None):
+    def __init__(self, stages: Union[PipelineStage, list[PipelineStage]], n_microbatches: int,
+                 loss_fn: Optional[Callable[..., torch.Tensor]], scale_grads: bool, single: bool,
+                 options: Optional[dict[str, Any]] = None) -> None:
         name = type(self).__name__
         if single and isinstance(stages, (list, tuple)):
             raise TypeError(f"{name} takes one stage (a PipelineStage), got a "
@@ -78,7 +81,7 @@ class _PipelineSchedule:
             raise TypeError(f"{name} takes a list of this rank's stages, got a "
                             f"{type(stages).__name__}; one stage per rank takes Schedule1F1B or "
                             "ScheduleGPipe")
-        stages = [stages] if single else list(stages)
+        stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
         if not stages:
             raise ValueError(f"{name}: no stages")
         for stage in stages:
@@ -99,7 +102,8 @@ class _PipelineSchedule:
         self._options = dict(options or {})
         self._has_first = any(s.is_first for s in stages)
         self._has_last = any(s.is_last for s in stages)
-        self._outputs, self._internal_losses = [], []
+        self._outputs: list[Any] = []  # this step's microbatch outputs, on the last stage
+        self._internal_losses: list[torch.Tensor] = []
         self._schedule = None
 
     def _run(self, name="", schedule_file=""):
@@ -231,7 +235,8 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
                  args_chunk_spec: Optional[tuple] = None,
                  kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
                  scale_grads: bool = True) -> None:
-        # Explicit: the classes of the same signature below share this method.
+        # Explicit: the classes of the same signature below share this method (torch's
+        # signature for them, without the base's use_full_backward: hence their type: ignore).
         PipelineScheduleMulti.__init__(self, stages, n_microbatches, loss_fn, args_chunk_spec,
                                        kwargs_chunk_spec, output_merge_spec,
                                        scale_grads=scale_grads)
@@ -274,7 +279,7 @@ class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
     """Interleaved zero bubble: stage s on rank s mod P, each backward split into I and W, the
     W's filling the waits (an order written here as a CSV, not torch's own)."""
 
-    __init__ = ScheduleInterleaved1F1B.__init__
+    __init__ = ScheduleInterleaved1F1B.__init__  # type: ignore[assignment]
 
     def _order_csv(self):
         """pptrain's interleaved-1f1b order with each B split into I and W, and each W held back
@@ -309,13 +314,13 @@ class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
 class ScheduleZBVZeroBubble(PipelineScheduleMulti):
     """ZB-V: rank r holds stages r and 2P-1-r (pptrain's zb-v)."""
 
-    __init__ = ScheduleInterleaved1F1B.__init__
+    __init__ = ScheduleInterleaved1F1B.__init__  # type: ignore[assignment]
 
 
 class ScheduleDualPipeV(PipelineScheduleMulti):
     """DualPipeV: ZB-V's placement, forwards and backwards paired (pptrain's dualpipev)."""
 
-    __init__ = ScheduleInterleaved1F1B.__init__
+    __init__ = ScheduleInterleaved1F1B.__init__  # type: ignore[assignment]
 
 
 class _PipelineScheduleRuntime(PipelineScheduleMulti):
