@@ -59,7 +59,7 @@ def split(model: torch.nn.Module | Sequence[torch.nn.Module],
     parts [0, 2), [2, 5) and [5, len). The parts share the modules of `model` and name them as
     `model` does ("2", "3", ...), so a part's state_dict is its share of the model's: what lets a
     checkpoint load at another pipeline depth."""
-    layers = list(model)  # type: ignore[arg-type]
+    layers = list(model)
     names = [str(i) for i in range(len(layers))]
     if isinstance(model, torch.nn.Sequential):
         names = list(model._modules)
@@ -70,7 +70,7 @@ def split(model: torch.nn.Module | Sequence[torch.nn.Module],
             for a, b in zip(bounds, bounds[1:])]
 
 
-class Linear(torch.nn.Linear):
+class Linear(torch.nn.Linear):  # type: ignore[misc]  # torch has no types here
     """torch.nn.Linear (the same parameters, initialisation and state_dict) whose backward can
     leave its weight gradients to the W of a zero-bubble schedule: with
     `schedule(..., weight_split="deferred")` the I of a backward computes only the input's
@@ -271,7 +271,7 @@ def _load_parameters(path: str, stages: Sequence[PipelineStage]) -> int:
                 raise PipelineError(f"load '{path}': '{key}' is {list(state[key].shape)} in "
                                     f"{source}, {list(value.shape)} in stage {stage.index}")
         stage.module.load_state_dict({k: state[k] for k in wanted})
-    return info["step"]
+    return int(info["step"])
 
 
 def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_microbatches: int,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The package's types, as the build tree has it: mypy --strict over pptrain.plan and
-# pptrain/__init__.py, plain mypy over pptrain.pipelining (torch's names are Any there), and
-# mypy's stubtest of _plan.pyi against the built extension (a name bound in plan_module.cpp and
-# missing from the stub fails). Skips (exit 77) without Debian's mypy, which
-# scripts/install-deps.sh installs.
+# The package's types, as the build tree has it: mypy --strict over pptrain.plan,
+# pptrain/__init__.py and pptrain.runtime, plain mypy over pptrain.pipelining (torch's names are
+# Any there), and mypy's stubtest of _plan.pyi and _runtime.pyi against the built extensions (a
+# name bound in plan_module.cpp or runtime_module.cpp and missing from its stub fails). Skips
+# (exit 77) without Debian's mypy, which scripts/install-deps.sh installs.
 #
 #   python/tests/check_types.sh BUILD/python [PYTHON]
 set -euo pipefail
@@ -12,7 +12,12 @@ python=${2:-/usr/bin/python3}
 "$python" -c "import mypy" 2> /dev/null || { echo "skipped: $python has no mypy (apt-get install mypy)"; exit 77; }
 cd "$1"
 mypy=("$python" -m mypy --config-file "$here/mypy.ini")
-"${mypy[@]}" --strict pptrain/plan.py pptrain/__init__.py
+# The runtime's half when its extension is built (it needs libtorch_python).
+runtime=()
+compgen -G "pptrain/_runtime*.so" > /dev/null && runtime=(pptrain/runtime.py)
+"${mypy[@]}" --strict pptrain/plan.py pptrain/__init__.py "${runtime[@]}"
 "${mypy[@]}" pptrain/pipelining
+modules=(pptrain._plan)
+((${#runtime[@]} == 0)) || modules+=(pptrain._runtime)
 "$python" -m mypy.stubtest --mypy-config-file "$here/mypy.ini" \
-  --allowlist "$here/stubtest_allowlist.txt" pptrain._plan
+  --allowlist "$here/stubtest_allowlist.txt" "${modules[@]}"
