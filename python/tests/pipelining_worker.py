@@ -107,13 +107,18 @@ CASES = {
     "dualpipev-split4": ("split4", "v", ScheduleDualPipeV, {}),
     "zb-h1-by-name": ("split2", "one", get_schedule_class("zb-h1"), {}),
     "runtime-csv": ("split2", "one", _PipelineScheduleRuntime, {}),
+    # Without a loss_fn: the forwards alone, torch's way to evaluate.
+    "gpipe-eval-split2": ("split2", "one", ScheduleGPipe, {"loss_fn": None}),
+    "zbv-eval-split4": ("split4", "v", ScheduleZBVZeroBubble, {"loss_fn": None}),
     # On 4 ranks: the ranks between call step() without arguments.
     "gpipe-split4": ("split4", "one", ScheduleGPipe, {}),
     "1f1b-split4": ("split4", "one", Schedule1F1B, {}),
     "interleaved-split8": ("split8", "loop", ScheduleInterleaved1F1B, {}),
     "zbv-split8": ("split8", "v", ScheduleZBVZeroBubble, {}),
+    "interleaved-eval-split8": ("split8", "loop", ScheduleInterleaved1F1B, {"loss_fn": None}),
 }
-RANKS4 = ["gpipe-split4", "1f1b-split4", "interleaved-split8", "zbv-split8"]
+RANKS4 = ["gpipe-split4", "1f1b-split4", "interleaved-split8", "zbv-split8",
+          "interleaved-eval-split8"]
 RANKS2 = [case for case in CASES if case not in RANKS4]
 
 
@@ -156,8 +161,10 @@ def train(case, out, rank, world):
     else:
         stages = traced_stages(cut, placement, rank, world, x0)
     one = placement == "one" and schedule_class is not _PipelineScheduleRuntime
+    keywords = {"loss_fn": loss_fn, **keywords}
+    evaluates = keywords["loss_fn"] is None
     schedule = schedule_class(stages[0] if one else stages, n_microbatches=MICROBATCHES,
-                              loss_fn=loss_fn, **keywords)
+                              **keywords)
     if schedule_class is _PipelineScheduleRuntime:
         path = f"{out}.{case}.{rank}.csv"
         with open(path, "w") as f:
@@ -175,13 +182,15 @@ def train(case, out, rank, world):
             output = schedule.step(x, target=y, losses=losses)
         elif holds_first:
             output = schedule.step(x)
+        elif holds_last and evaluates:
+            output = schedule.step()
         elif holds_last:
             output = schedule.step(target=y, losses=losses)
         else:
             output = schedule.step()
         optimizer.step()
         if holds_last:
-            step_losses.append([float(loss) for loss in losses])
+            step_losses.append([float(loss) for loss in losses] or ["evaluated"])
             outputs.append(output.tolist())
         else:
             assert output is None

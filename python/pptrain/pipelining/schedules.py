@@ -15,11 +15,13 @@ with scale_grads=False.
 from __future__ import annotations
 
 import inspect
+import io
 import os
 import tempfile
 from typing import Any, Callable, Optional, Union
 
 import torch
+import torch.distributed as dist
 
 from .. import runtime as _pptrain
 from .stage import PipelineStage
@@ -63,6 +65,95 @@ def _merge(chunks):
     return chunks
 
 
+_FORWARD_ONLY: Any = object()  # the order of a schedule made without a loss_fn
+
+
+def _chunk(value, n):
+    """A batch (a tensor, a tuple or a dict of them) as its n microbatches along dimension 0."""
+    if isinstance(value, torch.Tensor):
+        return list(value.chunk(n))
+    if isinstance(value, (tuple, list)):
+        parts = [_chunk(v, n) for v in value]
+        return [type(value)(p[m] for p in parts) for m in range(n)]
+    if isinstance(value, dict):
+        parts = {k: _chunk(v, n) for k, v in value.items()}
+        return [{k: p[m] for k, p in parts.items()} for m in range(n)]
+    raise TypeError(f"the inputs hold a {type(value).__name__}; expected tensors")
+
+
+def _call(module, value):
+    """A stage's forward on what the previous stage gave, as pptrain passes it."""
+    if isinstance(value, dict):
+        return module(**value)
+    if isinstance(value, (tuple, list)):
+        return module(*value)
+    return module(value)
+
+
+def _send(value, rank, tag):
+    """Posts `value` (any structure of tensors) to `rank` without waiting: the works to wait
+    for, which hold its buffers. A rank never waits on a send, so ranks that each run their
+    stages in ascending order never wait for each other in a circle."""
+    payload = io.BytesIO()
+    torch.save(value, payload)
+    data = torch.frombuffer(bytearray(payload.getvalue()), dtype=torch.uint8)
+    size = torch.tensor([data.numel()], dtype=torch.int64)
+    return [dist.isend(size, rank, tag=2 * tag), dist.isend(data, rank, tag=2 * tag + 1)]
+
+
+def _receive(rank, tag):
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.recv(size, rank, tag=2 * tag)
+    data = torch.empty(int(size), dtype=torch.uint8)
+    dist.recv(data, rank, tag=2 * tag + 1)
+    return torch.load(io.BytesIO(data.numpy().tobytes()))
+
+
+def _forward_only(stages, n_microbatches, inputs):
+    """The forwards of one batch, without gradients, as a schedule made without a loss_fn runs
+    them (torch's convention for evaluation): each rank runs its stages in ascending order, each
+    on every microbatch in turn, receiving a stage's input from the rank of the stage before
+    and sending its output to the rank of the next, over the program's torch.distributed group.
+    Returns the last stage's outputs, one per microbatch, on its rank (else an empty list)."""
+    num_stages = stages[0].num_stages
+    mine = [s.stage_index for s in stages]
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        everyone: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        rank_of = {s: r for r, held in enumerate(everyone) for s in held}
+        me = dist.get_rank()
+    else:
+        rank_of, me = {s: 0 for s in range(num_stages)}, 0
+    missing = [s for s in range(num_stages) if s not in rank_of]
+    if missing:
+        raise ValueError(f"no rank holds stage {missing[0]} of {num_stages}")
+    local: dict[tuple[int, int], Any] = {}  # (stage, microbatch) -> its input, from this rank
+    outputs = []
+    sends = []
+    with torch.no_grad():
+        for stage in sorted(stages, key=lambda s: s.stage_index):
+            index = stage.stage_index
+            if index == 0:
+                chunks = _chunk(inputs, n_microbatches)
+            for m in range(n_microbatches):
+                if index == 0:
+                    value = chunks[m]
+                elif rank_of[index - 1] == me:
+                    value = local.pop((index, m))
+                else:
+                    value = _receive(rank_of[index - 1], index * n_microbatches + m)
+                out = _call(stage.submod, value)
+                if index == num_stages - 1:
+                    outputs.append(out)
+                elif rank_of[index + 1] == me:
+                    local[(index + 1, m)] = out
+                else:
+                    sends += _send(out, rank_of[index + 1], (index + 1) * n_microbatches + m)
+    for work in sends:
+        work.wait()
+    return outputs
+
+
 class _PipelineSchedule:
     """What every class has in common: this rank's stages, the loss, step()."""
 
@@ -91,9 +182,6 @@ class _PipelineSchedule:
         if not isinstance(n_microbatches, int) or n_microbatches < 1:
             raise ValueError(f"{name}: n_microbatches must be a whole number >= 1, got "
                              f"{n_microbatches!r}")
-        if loss_fn is None:
-            raise NotImplementedError(f"{name}: loss_fn=None (forwards only) is not supported: "
-                                      "pptrain's schedules train; give a loss_fn")
         self._stages = stages
         self._stage = stages[0]
         self._n_microbatches = n_microbatches
@@ -107,7 +195,11 @@ class _PipelineSchedule:
         self._schedule = None
 
     def _run(self, name="", schedule_file=""):
-        """Makes pptrain's schedule of this order over the stages."""
+        """Makes pptrain's schedule of this order over the stages (without a loss_fn, the
+        forwards alone run, in _forward_only())."""
+        if self._loss_fn is None:
+            self._schedule = _FORWARD_ONLY
+            return
         chunks = len(self._stages) if len(self._stages) > 1 and not schedule_file else 0
         self._schedule = _pptrain.schedule(
             name=name, stages=self._stages, n_microbatches=self._n_microbatches,
@@ -144,12 +236,15 @@ class _PipelineSchedule:
         if self._has_first and not args and not kwargs:
             raise ValueError(f"{name}.step(): this rank holds stage 0, the first; pass the "
                              "batch's inputs: step(x)")
-        if self._has_last and target is None:
+        if self._has_last and target is None and self._loss_fn is not None:
             last = self._stages[0].num_stages - 1
             raise ValueError(f"{name}.step(): this rank holds stage {last}, the last; pass the "
                              "batch's target: step(target=y, losses=losses)")
         self._outputs, self._internal_losses = [], []
         inputs = self._inputs(args, kwargs) if self._has_first else None
+        if self._schedule is _FORWARD_ONLY:
+            outputs = _forward_only(self._stages, self._n_microbatches, inputs)
+            return _merge(outputs) if self._has_last else None
         given = () if inputs is None else (inputs,)
         self._schedule.step(*given, target=target if self._has_last else None)
         if not self._has_last:
