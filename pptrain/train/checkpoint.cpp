@@ -539,10 +539,9 @@ namespace {
 constexpr const char* kModuleFormat = "pptrain-module-checkpoint";
 constexpr int kModuleVersion = 1;
 
-nlohmann::ordered_json manifest_of(const ModuleCheckpoint& what) {
+// The checkpoint's fields (without its files) as its manifest records them.
+nlohmann::ordered_json fields_of(const ModuleCheckpoint& what) {
   nlohmann::ordered_json out;
-  out["format"] = kModuleFormat;
-  out["version"] = kModuleVersion;
   out["step"] = what.step;
   out["schedule"] = what.schedule;
   out["num_stages"] = what.num_stages;
@@ -554,7 +553,21 @@ nlohmann::ordered_json manifest_of(const ModuleCheckpoint& what) {
   return out;
 }
 
+nlohmann::ordered_json manifest_of(const ModuleCheckpoint& what) {
+  nlohmann::ordered_json out;
+  out["format"] = kModuleFormat;
+  out["version"] = kModuleVersion;
+  out.update(fields_of(what));
+  return out;
+}
+
 }  // namespace
+
+std::string to_json_text(const ModuleCheckpoint& what) {
+  nlohmann::ordered_json out = fields_of(what);
+  out["files"] = what.files;
+  return out.dump();
+}
 
 void save_module_checkpoint(const std::string& dir, int keep, const ModuleCheckpoint& what,
                             const std::vector<std::vector<ArchiveFile>>& groups,

@@ -138,6 +138,8 @@ void save_module_checkpoint(const std::string& dir, int keep, const ModuleCheckp
 // The manifest of the whole module checkpoint at `dir`; UserError starting with `flag` when it is
 // not one (no manifest: an interrupted save; a file missing or damaged).
 ModuleCheckpoint read_module_checkpoint(const std::string& dir, const std::string& flag);
+// Its fields and files as a JSON object (the manifest's names; files a list of names).
+std::string to_json_text(const ModuleCheckpoint& what);
 // Of `save_dir` and the copies `keep` left beside it, the newest whole module checkpoint; "" when
 // there is none.
 std::string newest_module_checkpoint(const std::string& save_dir,

@@ -523,18 +523,8 @@ PYBIND11_MODULE(_runtime, m) {
   m.def(
       "read_checkpoint",
       [](const std::string& dir, const std::string& flag) {
-        const ModuleCheckpoint c = read_module_checkpoint(dir, flag);
-        py::dict out;
-        out["step"] = c.step;
-        out["schedule"] = c.schedule;
-        out["num_stages"] = c.num_stages;
-        out["pp"] = c.pp;
-        out["data_parallel"] = c.data_parallel;
-        out["zero"] = c.zero;
-        out["optimizer"] = c.optimizer;
-        out["steps"] = c.steps;
-        out["files"] = c.files;
-        return out;
+        const std::string text = to_json_text(read_module_checkpoint(dir, flag));
+        return py::module_::import("json").attr("loads")(text);
       },
       py::arg("dir"), py::arg("flag"),
       "the manifest of a whole checkpoint of modules (its files checked) as a dict");
