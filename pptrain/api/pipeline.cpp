@@ -821,7 +821,7 @@ void PipelineSchedule::save(const std::string& dir, int steps_done, std::vector<
   save_module_checkpoint(dir, keep, impl.layout(steps_done), groups, *impl.world.transport);
 }
 
-int PipelineSchedule::resume(const std::string& dir) {
+ModuleCheckpoint PipelineSchedule::resume(const std::string& dir) {
   Impl& impl = *impl_;
   PPTRAIN_CHECK(!impl.executor, "resume() after the first step");
   const ModuleCheckpoint saved = read_module_checkpoint(dir, "resume");
@@ -837,8 +837,10 @@ int PipelineSchedule::resume(const std::string& dir) {
   expect("pp", saved.pp, mine.pp);
   expect("data_parallel", saved.data_parallel, mine.data_parallel);
   expect("zero", saved.zero, mine.zero);
-  expect("optimizer", saved.optimizer.empty() ? std::string("the program's own") : saved.optimizer,
-         mine.optimizer.empty() ? std::string("the program's own") : mine.optimizer);
+  const auto optimizer = [](const std::string& kind) {
+    return kind.empty() ? std::string("the program's own") : kind;
+  };
+  expect("optimizer", optimizer(saved.optimizer), optimizer(mine.optimizer));
   expect("run length (steps)", saved.steps, mine.steps);
   PPTRAIN_CHECK(impl.options.steps == 0 || saved.step < impl.options.steps, "resume '", dir,
                 "': the checkpoint is at step ", saved.step, " and the run has ",
@@ -846,7 +848,7 @@ int PipelineSchedule::resume(const std::string& dir) {
   impl.options.first_step = saved.step;
   impl.next_step = saved.step;
   if (impl.weights) resume_from(dir);
-  return saved.step;
+  return saved;
 }
 
 void PipelineSchedule::resume_from(const std::string& dir) {

@@ -317,9 +317,9 @@ class PipelineSchedule {
   // Before the first step: continues the run checkpointed at `dir` by save(). UserError unless
   // it is whole and of this schedule's layout (schedule, stages, ranks, copies, zero, optimizer,
   // an asynchronous run's length). Loads pptrain's optimizer state and an asynchronous run's
-  // state in flight, and numbers the next step after the checkpoint's, which it returns. The
-  // parameters are the program's to load (its stage files).
-  int resume(const std::string& dir);
+  // state in flight, and numbers the next step after the checkpoint's. Returns the checkpoint
+  // as read (its step, its files). The parameters are the program's to load (its stage files).
+  ModuleCheckpoint resume(const std::string& dir);
   // What this rank writes to a checkpoint (train/checkpoint.h): the stages and optimizer state
   // no other rank writes, and for an asynchronous schedule what is in flight between two steps.
   // Needs `optimizer`.

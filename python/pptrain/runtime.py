@@ -191,7 +191,8 @@ class Schedule:
         when the stage modules name their parameters as the whole model does (pptrain.split's
         parts, pptrain.pipelining's stages): each stage takes its names from whichever stage
         files hold them. Nothing else is loaded: a new run starts from these parameters."""
-        return _load_parameters(os.fspath(path), self.stages)
+        path = os.fspath(path)
+        return _load_parameters(path, self.stages, _runtime.read_checkpoint(path, "load"))
 
     def resume(self, save_dir: str | os.PathLike[str],
                optimizer: torch.optim.Optimizer | None = None) -> int:
@@ -204,8 +205,8 @@ class Schedule:
         path = _runtime.newest_checkpoint(os.fspath(save_dir))
         if not path:
             return 0
-        step = self._schedule.resume(path)
-        _load_parameters(path, self.stages)
+        info = self._schedule.resume(path)
+        step = _load_parameters(path, self.stages, info)
         if optimizer is not None:
             name = os.path.join(path, _optimizer_file())
             if not os.path.exists(name):
@@ -227,10 +228,10 @@ def _optimizer_file() -> str:
     return f"optimizer_rank{world()[0]}.pt"
 
 
-def _load_parameters(path: str, stages: Sequence[PipelineStage]) -> int:
-    """Loads each stage's state_dict from the checkpoint at `path`: from its own stage file when
-    the checkpoint has as many stages, else by name from all of them. Returns its step."""
-    info = _runtime.read_checkpoint(path, "load")
+def _load_parameters(path: str, stages: Sequence[PipelineStage], info: dict[str, Any]) -> int:
+    """Loads each stage's state_dict from the checkpoint at `path`, whose manifest `info` holds
+    (read_checkpoint's dict, its files checked): from the stage's own file when the checkpoint
+    has as many stages, else by name from all of them. Returns its step."""
     files = sorted((int(m.group(1)), f) for f in info["files"]
                    if (m := re.fullmatch(r"stage_(\d+)\.pt", f)))
     same_depth = bool(stages) and info["num_stages"] == stages[0].num_stages

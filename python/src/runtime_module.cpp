@@ -273,7 +273,10 @@ class PySchedule {
     schedule_->save(dir, steps_done, std::move(archives), keep);
   }
   std::vector<int> saved_stages() const { return schedule_->saved_stages(); }
-  int resume(const std::string& dir) { return schedule_->resume(dir); }
+  // The checkpoint it continued, as read_checkpoint gives it.
+  py::object resume(const std::string& dir) {
+    return py::module_::import("json").attr("loads")(to_json_text(schedule_->resume(dir)));
+  }
 
   // The latest step's figures as a dict (its --metrics line) on rank 0; None elsewhere.
   py::object report() const {
