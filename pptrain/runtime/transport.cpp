@@ -66,21 +66,40 @@ std::string brief(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
-// Waits on a c10d operation (`what`: "receive from rank 1", "barrier", ...) for at most
-// `timeout`, turning its failure into one line that says which of the two it was: no answer
-// within the timeout, or a connection that broke (its peer most likely exited, and said why).
+// The failure `e` of a c10d operation (`what`: "receive from rank 1", "barrier", ...) as one
+// line that says which of the two it was: no answer within `timeout`, or a connection that broke
+// (its peer most likely exited, and said why).
+std::runtime_error comm_failure(const std::string& what, std::chrono::milliseconds timeout,
+                                const std::exception& e) {
+  const std::string cause = brief(e);
+  const bool timed_out = cause.find("imed out") != std::string::npos;
+  return std::runtime_error(
+      timed_out ? what + ": no answer within " + std::to_string(timeout.count() / 1000) +
+                      " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): " + cause
+                : what + ": the connection broke (the peer may have exited): " + cause);
+}
+
+// Starts a c10d operation: `start()` returns its Work. Gloo throws at once when the operation
+// is posted on a connection that already broke (its peer exited while this rank computed), so
+// that failure is worded as the waiter's would be, naming the operation and the peer.
+template <typename Start>
+c10::intrusive_ptr<c10d::Work> c10d_start(Start&& start, std::chrono::milliseconds timeout,
+                                          const std::string& what) {
+  try {
+    return start();
+  } catch (const std::exception& e) {
+    throw comm_failure(what, timeout, e);
+  }
+}
+
+// Waits on a c10d operation for at most `timeout`; its failure as comm_failure() words it.
 PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
                                 std::chrono::milliseconds timeout, std::string what) {
   return [work = std::move(work), timeout, what = std::move(what)] {
     try {
       work->wait(timeout);
     } catch (const std::exception& e) {
-      const std::string cause = brief(e);
-      const bool timed_out = cause.find("imed out") != std::string::npos;
-      throw std::runtime_error(
-          timed_out ? what + ": no answer within " + std::to_string(timeout.count() / 1000) +
-                          " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): " + cause
-                    : what + ": the connection broke (the peer may have exited): " + cause);
+      throw comm_failure(what, timeout, e);
     }
   };
 }
@@ -609,9 +628,10 @@ class C10dTransport : public Transport {
       return shm_->send(tensor, peer, tag, "send to rank " + std::to_string(world_ranks_.at(peer)));
     }
     std::vector<at::Tensor> tensors{tensor};
-    return PendingComm(c10d_waiter(group_->send(tensors, peer, tag), options_.timeout,
-                                   "send to rank " + std::to_string(world_ranks_.at(peer))),
-                       tensor);
+    std::string what = "send to rank " + std::to_string(world_ranks_.at(peer));
+    auto work =
+        c10d_start([&] { return group_->send(tensors, peer, tag); }, options_.timeout, what);
+    return PendingComm(c10d_waiter(std::move(work), options_.timeout, std::move(what)), tensor);
   }
 
   PendingComm recv(const torch::Tensor& buffer, int peer, int tag) override {
@@ -621,21 +641,24 @@ class C10dTransport : public Transport {
                         "receive from rank " + std::to_string(world_ranks_.at(peer)));
     }
     std::vector<at::Tensor> tensors{buffer};
-    return PendingComm(c10d_waiter(group_->recv(tensors, peer, tag), options_.timeout,
-                                   "receive from rank " + std::to_string(world_ranks_.at(peer))),
-                       buffer);
+    std::string what = "receive from rank " + std::to_string(world_ranks_.at(peer));
+    auto work =
+        c10d_start([&] { return group_->recv(tensors, peer, tag); }, options_.timeout, what);
+    return PendingComm(c10d_waiter(std::move(work), options_.timeout, std::move(what)), buffer);
   }
 
   PendingComm allreduce_sum_async(const torch::Tensor& tensor) override {
     PPTRAIN_ASSERT(tensor.is_contiguous(), "all-reduce needs a contiguous tensor");
     std::vector<at::Tensor> tensors{tensor};
-    return PendingComm(
-        c10d_waiter(group_->allreduce(tensors), options_.timeout, "all-reduce with " + others()),
-        tensor);
+    std::string what = "all-reduce with " + others();
+    auto work = c10d_start([&] { return group_->allreduce(tensors); }, options_.timeout, what);
+    return PendingComm(c10d_waiter(std::move(work), options_.timeout, std::move(what)), tensor);
   }
 
   void barrier() override {
-    c10d_waiter(group_->barrier(), options_.timeout, "barrier with " + others())();
+    const std::string what = "barrier with " + others();
+    c10d_waiter(c10d_start([&] { return group_->barrier(); }, options_.timeout, what),
+                options_.timeout, what)();
   }
 
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
