@@ -43,6 +43,7 @@
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/runtime/lost_peer.h"
 #include "pptrain/runtime/rendezvous.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -386,6 +387,14 @@ std::string host_identity() {
   return id;
 }
 
+// A store's values as text and back.
+std::vector<uint8_t> bytes_of(const std::string& text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+std::string text_of(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
 // Whether PPTRAIN_SHM asks for the shared-memory path ("1" or "on"; off by default until it is
 // measured beyond one loaded machine, docs/PERFORMANCE.md "The cost of an action").
 bool shared_memory_allowed() {
@@ -521,13 +530,6 @@ class SharedMemoryLinks {
     ::close(fd);
     if (!ring && create) ::shm_unlink(name.c_str());
     return ring;
-  }
-
-  static std::vector<uint8_t> bytes_of(const std::string& text) {
-    return std::vector<uint8_t>(text.begin(), text.end());
-  }
-  static std::string text_of(const std::vector<uint8_t>& bytes) {
-    return std::string(bytes.begin(), bytes.end());
   }
 
   static void fill(Posted& posted, const void* bytes, int64_t length) {
@@ -807,6 +809,23 @@ c10::intrusive_ptr<GroupBase> make_process_group(const c10::intrusive_ptr<c10d::
   return group;
 }
 
+// Every rank's host and process id, told through `store` (every rank calls it, at the same
+// point): what lost_peer.h needs to name a peer whose process ended.
+std::vector<PeerProcess> meet_processes(c10d::Store& store, const TransportOptions& options) {
+  const std::string prefix = "pptrain/process/";
+  store.set(prefix + std::to_string(options.rank),
+            bytes_of(std::to_string(::getpid()) + " " + host_identity()));
+  std::vector<PeerProcess> peers;
+  for (int peer = 0; peer < options.world_size; ++peer) {
+    if (peer == options.rank) continue;
+    const std::string text = text_of(store.get(prefix + std::to_string(peer)));
+    const size_t space = text.find(' ');
+    if (space == std::string::npos) continue;
+    peers.push_back({peer, text.substr(space + 1), std::atoi(text.substr(0, space).c_str())});
+  }
+  return peers;
+}
+
 std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(options.master_port);
@@ -817,7 +836,10 @@ std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
       c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
   auto transport =
       std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
-  if (options.world_size > 1) transport->link_local_ranks();
+  if (options.world_size > 1) {
+    transport->link_local_ranks();
+    stop_with_one_line_on_terminate(options.rank, meet_processes(*store, options), host_identity());
+  }
   if (options.heartbeat && options.world_size > 1) transport->start_heartbeat();
   return transport;
 }
