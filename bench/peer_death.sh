@@ -17,17 +17,7 @@ victim=${3:-0}
 survivor=$((1 - victim))
 binary="$build/tools/pptrain/pptrain"
 [[ -x "$binary" ]] || { echo "peer_death: no pptrain at '$binary' (build first)" >&2; exit 2; }
-dir=$(mktemp -d)
-groups=()
-cleanup() {
-  for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+source tests/process_groups.sh
 model=${MODEL:-"--model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 --batch-size 8"}
 args="train $model --microbatches 4 --pp 2 --schedule 1f1b --steps 100000 --quiet --threads 1
       --metrics $dir/metrics.jsonl"
