@@ -7,12 +7,12 @@
 # the test repeats it a bounded number of times (about 3 s a round); bench/peer_death.sh counts
 # the outcomes over many more.
 #
-#   bash tests/peer_death_test.sh PPTRAIN_BINARY [ROUNDS]      # default 8 rounds
+#   bash tests/peer_death_test.sh PPTRAIN_BINARY [ROUNDS]      # default 6 rounds
 #
 # Every rank is in a process group of its own, killed when the test ends, failed or not.
 set -uo pipefail
 binary=$1
-rounds=${2:-8}
+rounds=${2:-6}
 source "$(dirname "$0")/process_groups.sh"
 fail() {
   echo "FAILED: $*"
