@@ -16,23 +16,11 @@
 set -uo pipefail
 binary=$1
 python_path=${2:-}
-dir=$(mktemp -d)
-groups=()
-cleanup() {
-  for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+source "$(dirname "$0")/process_groups.sh"
 fail() {
   echo "FAILED: $*"
   for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
   exit 1
-}
-
-# A TCP port free now (the kernel's pick).
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # Starts `name`: the command after it, in a process group of its own, in the background, with

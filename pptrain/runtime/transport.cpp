@@ -43,6 +43,7 @@
 #include "pptrain/common/check.h"
 #include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/runtime/lost_peer.h"
 #include "pptrain/runtime/rendezvous.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -66,21 +67,40 @@ std::string brief(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
-// Waits on a c10d operation (`what`: "receive from rank 1", "barrier", ...) for at most
-// `timeout`, turning its failure into one line that says which of the two it was: no answer
-// within the timeout, or a connection that broke (its peer most likely exited, and said why).
+// The failure `e` of a c10d operation (`what`: "receive from rank 1", "barrier", ...) as one
+// line that says which of the two it was: no answer within `timeout`, or a connection that broke
+// (its peer most likely exited, and said why).
+std::runtime_error comm_failure(const std::string& what, std::chrono::milliseconds timeout,
+                                const std::exception& e) {
+  const std::string cause = brief(e);
+  const bool timed_out = cause.find("imed out") != std::string::npos;
+  return std::runtime_error(
+      timed_out ? what + ": no answer within " + std::to_string(timeout.count() / 1000) +
+                      " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): " + cause
+                : what + ": the connection broke (the peer may have exited): " + cause);
+}
+
+// Starts a c10d operation: `start()` returns its Work. Gloo throws at once when the operation
+// is posted on a connection that already broke (its peer exited while this rank computed), so
+// that failure is worded as the waiter's would be, naming the operation and the peer.
+template <typename Start>
+c10::intrusive_ptr<c10d::Work> c10d_start(Start&& start, std::chrono::milliseconds timeout,
+                                          const std::string& what) {
+  try {
+    return start();
+  } catch (const std::exception& e) {
+    throw comm_failure(what, timeout, e);
+  }
+}
+
+// Waits on a c10d operation for at most `timeout`; its failure as comm_failure() words it.
 PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
                                 std::chrono::milliseconds timeout, std::string what) {
   return [work = std::move(work), timeout, what = std::move(what)] {
     try {
       work->wait(timeout);
     } catch (const std::exception& e) {
-      const std::string cause = brief(e);
-      const bool timed_out = cause.find("imed out") != std::string::npos;
-      throw std::runtime_error(
-          timed_out ? what + ": no answer within " + std::to_string(timeout.count() / 1000) +
-                          " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): " + cause
-                    : what + ": the connection broke (the peer may have exited): " + cause);
+      throw comm_failure(what, timeout, e);
     }
   };
 }
@@ -367,6 +387,14 @@ std::string host_identity() {
   return id;
 }
 
+// A store's values as text and back.
+std::vector<uint8_t> bytes_of(const std::string& text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+std::string text_of(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
 // Whether PPTRAIN_SHM asks for the shared-memory path ("1" or "on"; off by default until it is
 // measured beyond one loaded machine, docs/PERFORMANCE.md "The cost of an action").
 bool shared_memory_allowed() {
@@ -504,13 +532,6 @@ class SharedMemoryLinks {
     return ring;
   }
 
-  static std::vector<uint8_t> bytes_of(const std::string& text) {
-    return std::vector<uint8_t>(text.begin(), text.end());
-  }
-  static std::string text_of(const std::vector<uint8_t>& bytes) {
-    return std::string(bytes.begin(), bytes.end());
-  }
-
   static void fill(Posted& posted, const void* bytes, int64_t length) {
     posted.done = true;
     if (length != static_cast<int64_t>(posted.buffer.nbytes())) {
@@ -609,9 +630,10 @@ class C10dTransport : public Transport {
       return shm_->send(tensor, peer, tag, "send to rank " + std::to_string(world_ranks_.at(peer)));
     }
     std::vector<at::Tensor> tensors{tensor};
-    return PendingComm(c10d_waiter(group_->send(tensors, peer, tag), options_.timeout,
-                                   "send to rank " + std::to_string(world_ranks_.at(peer))),
-                       tensor);
+    std::string what = "send to rank " + std::to_string(world_ranks_.at(peer));
+    auto work =
+        c10d_start([&] { return group_->send(tensors, peer, tag); }, options_.timeout, what);
+    return PendingComm(c10d_waiter(std::move(work), options_.timeout, std::move(what)), tensor);
   }
 
   PendingComm recv(const torch::Tensor& buffer, int peer, int tag) override {
@@ -621,21 +643,24 @@ class C10dTransport : public Transport {
                         "receive from rank " + std::to_string(world_ranks_.at(peer)));
     }
     std::vector<at::Tensor> tensors{buffer};
-    return PendingComm(c10d_waiter(group_->recv(tensors, peer, tag), options_.timeout,
-                                   "receive from rank " + std::to_string(world_ranks_.at(peer))),
-                       buffer);
+    std::string what = "receive from rank " + std::to_string(world_ranks_.at(peer));
+    auto work =
+        c10d_start([&] { return group_->recv(tensors, peer, tag); }, options_.timeout, what);
+    return PendingComm(c10d_waiter(std::move(work), options_.timeout, std::move(what)), buffer);
   }
 
   PendingComm allreduce_sum_async(const torch::Tensor& tensor) override {
     PPTRAIN_ASSERT(tensor.is_contiguous(), "all-reduce needs a contiguous tensor");
     std::vector<at::Tensor> tensors{tensor};
-    return PendingComm(
-        c10d_waiter(group_->allreduce(tensors), options_.timeout, "all-reduce with " + others()),
-        tensor);
+    std::string what = "all-reduce with " + others();
+    auto work = c10d_start([&] { return group_->allreduce(tensors); }, options_.timeout, what);
+    return PendingComm(c10d_waiter(std::move(work), options_.timeout, std::move(what)), tensor);
   }
 
   void barrier() override {
-    c10d_waiter(group_->barrier(), options_.timeout, "barrier with " + others())();
+    const std::string what = "barrier with " + others();
+    c10d_waiter(c10d_start([&] { return group_->barrier(); }, options_.timeout, what),
+                options_.timeout, what)();
   }
 
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
@@ -784,6 +809,23 @@ c10::intrusive_ptr<GroupBase> make_process_group(const c10::intrusive_ptr<c10d::
   return group;
 }
 
+// Every rank's host and process id, told through `store` (every rank calls it, at the same
+// point): what lost_peer.h needs to name a peer whose process ended.
+std::vector<PeerProcess> meet_processes(c10d::Store& store, const TransportOptions& options) {
+  const std::string prefix = "pptrain/process/";
+  store.set(prefix + std::to_string(options.rank),
+            bytes_of(std::to_string(::getpid()) + " " + host_identity()));
+  std::vector<PeerProcess> peers;
+  for (int peer = 0; peer < options.world_size; ++peer) {
+    if (peer == options.rank) continue;
+    const std::string text = text_of(store.get(prefix + std::to_string(peer)));
+    const size_t space = text.find(' ');
+    if (space == std::string::npos) continue;
+    peers.push_back({peer, text.substr(space + 1), std::atoi(text.substr(0, space).c_str())});
+  }
+  return peers;
+}
+
 std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(options.master_port);
@@ -794,7 +836,10 @@ std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
       c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
   auto transport =
       std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
-  if (options.world_size > 1) transport->link_local_ranks();
+  if (options.world_size > 1) {
+    transport->link_local_ranks();
+    stop_with_one_line_on_terminate(options.rank, meet_processes(*store, options), host_identity());
+  }
   if (options.heartbeat && options.world_size > 1) transport->start_heartbeat();
   return transport;
 }
