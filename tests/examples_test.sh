@@ -26,6 +26,9 @@ diff -u "$root/examples/01_two_stage_mlp/main.cpp" "$work/readme.cpp" ||
   fail "the README's own-program code differs from examples/01_two_stage_mlp/main.cpp"
 lines=$(wc -l <"$work/readme.cpp")
 ((lines < 40)) || fail "the README's own-program code has $lines lines (at most 39)"
+readme_lines=$(wc -l <"$root/README.md")
+((readme_lines <= 150)) ||
+  fail "README.md has $readme_lines lines (at most 150: a tour; the reference is in docs/)"
 
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" || { cat "$work/install.log"; exit 1; }
 compiler=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
