@@ -1,12 +1,12 @@
 #include "pptrain/planner/schedule_request.h"
 
-#include <cstdarg>
 #include <cstdio>
 #include <set>
 #include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/common/format.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
 #include "pptrain/render/chrome_trace.h"
@@ -218,9 +218,9 @@ RequestedSchedule prepare_schedule(Schedule schedule, const ScheduleRequest& req
   schedule = with_grad_reductions(std::move(schedule), dp, averages);
   // Validation reports problems at the positions of the schedule as given (the user's file, for
   // an import); it lowers a compute-only one when its messages are first asked for.
-  VersionRule rule = version_rule_of(
-      entry ? entry->name : std::string(), request.vertical_sync, schedule.num_stages,
-      request.microbatches.value_or(schedule.num_microbatches), request.family);
+  VersionRule rule =
+      version_rule_of(entry ? entry->name : std::string(), schedule.num_stages,
+                      request.microbatches.value_or(schedule.num_microbatches), request.family);
   return RequestedSchedule{validate(std::move(schedule)), rule, averages, std::nullopt};
 }
 
@@ -301,21 +301,9 @@ nlohmann::ordered_json schedule_summary_json(const RequestedSchedule& made, cons
 
 namespace {
 
-// printf's formatting appended to `out`.
-__attribute__((format(printf, 2, 3))) void append(std::string& out, const char* format, ...) {
-  char buffer[512];
-  va_list args;
-  va_start(args, format);
-  const int n = std::vsnprintf(buffer, sizeof buffer, format, args);
-  va_end(args);
-  PPTRAIN_ASSERT(n >= 0 && n < static_cast<int>(sizeof buffer), "a summary line of ", n,
-                 " characters");
-  out += buffer;
-}
-
 std::string percent(double ratio) {
   std::string out;
-  append(out, "%.1f%%", 100 * ratio);
+  append_format(out, "%.1f%%", 100 * ratio);
   return out;
 }
 
@@ -326,42 +314,45 @@ std::string schedule_summary_text(const RequestedSchedule& made, const CostModel
   const Schedule& s = made.validated.given();
   const VersionRule& rule = made.rule;
   std::string out;
-  append(out, "schedule      %s\n", s.name.c_str());
+  append_format(out, "schedule      %s\n", s.name.c_str());
   if (rule.asynchronous()) {
-    append(out, "weights       %s, no flush: %d steps of %d microbatches in one run\n", rule.name(),
-           s.num_microbatches / rule.microbatches_per_step, rule.microbatches_per_step);
+    append_format(out, "weights       %s, no flush: %d steps of %d microbatches in one run\n",
+                  rule.name(), s.num_microbatches / rule.microbatches_per_step,
+                  rule.microbatches_per_step);
   }
-  append(out, "ranks (P)     %d\n", s.num_ranks);
-  append(out, "chunks (V)    %d\n", s.chunks());
-  append(out, "microbatches  %d\n", s.num_microbatches);
+  append_format(out, "ranks (P)     %d\n", s.num_ranks);
+  append_format(out, "chunks (V)    %d\n", s.chunks());
+  append_format(out, "microbatches  %d\n", s.num_microbatches);
   if (cost.replicas > 1) {
-    append(out, "replicas (D)  %d: each stage all-reduces its gradients after its last W or B\n",
-           cost.replicas);
+    append_format(out,
+                  "replicas (D)  %d: each stage all-reduces its gradients after its last W or B\n",
+                  cost.replicas);
   }
   out += "cost model    " + cost.to_string() + "\n";
-  append(out, "memory        W keeps r = %g of a microbatch's activations after I",
-         cost.mem_w_ratio);
-  if (memory_limit > 0) append(out, "; limit %g per rank", memory_limit);
+  append_format(out, "memory        W keeps r = %g of a microbatch's activations after I",
+                cost.mem_w_ratio);
+  if (memory_limit > 0) append_format(out, "; limit %g per rank", memory_limit);
   out += "\n";
-  append(out, "makespan      %g\n", result.makespan);
-  append(out, "bubble ratio  %.4f (%s)\n", result.bubble_ratio,
-         percent(result.bubble_ratio).c_str());
+  append_format(out, "makespan      %g\n", result.makespan);
+  append_format(out, "bubble ratio  %.4f (%s)\n", result.bubble_ratio,
+                percent(result.bubble_ratio).c_str());
   // The peak memory column only when the weights are counted: otherwise it repeats the
   // activations.
   const bool weights = cost.counts_weights();
-  append(out, "\nrank  %10s  %10s  %16s  %15s%s\n", "busy", "idle", "peak activations",
-         "weight versions", weights ? "  peak memory" : "");
+  append_format(out, "\nrank  %10s  %10s  %16s  %15s%s\n", "busy", "idle", "peak activations",
+                "weight versions", weights ? "  peak memory" : "");
   for (const auto& r : result.ranks) {
-    append(out, "%4d  %10g  %10g  %16g  %15d", r.rank, r.busy, r.idle, r.peak_activations,
-           r.weight_versions);
-    if (weights) append(out, "  %11g", r.peak_memory);
+    append_format(out, "%4d  %10g  %10g  %16g  %15d", r.rank, r.busy, r.idle, r.peak_activations,
+                  r.weight_versions);
+    if (weights) append_format(out, "  %11g", r.peak_memory);
     out += "\n";
   }
   if (made.ilp) {
     const IlpReport& ilp = *made.ilp;
-    append(out, "solver        ilp: span %g (heuristic %g), %s, best bound %g, gap %s, %.2f s\n",
-           ilp.objective, ilp.heuristic, ilp.proven_optimal ? "proven optimal" : "not proven",
-           ilp.best_bound, percent(ilp.gap).c_str(), ilp.solve_s);
+    append_format(
+        out, "solver        ilp: span %g (heuristic %g), %s, best bound %g, gap %s, %.2f s\n",
+        ilp.objective, ilp.heuristic, ilp.proven_optimal ? "proven optimal" : "not proven",
+        ilp.best_bound, percent(ilp.gap).c_str(), ilp.solve_s);
   }
   return out;
 }

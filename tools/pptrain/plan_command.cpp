@@ -101,53 +101,6 @@ PlannerOptions options_from(const PlanArgs& args) {
   return options;
 }
 
-std::string megabytes(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", bytes / 1e6);
-  return text;
-}
-
-void print_table(const Profile& profile, const PlannerOptions& options, const PlanSearch& search,
-                 double seconds) {
-  const std::string limit =
-      options.memory_limit_bytes > 0
-          ? "limit " + megabytes(options.memory_limit_bytes) + " MB per rank (planned under " +
-                megabytes(options.memory_limit_bytes * (1 - options.memory_margin)) + ")"
-          : "no memory limit";
-  std::printf("plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
-              profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
-              search.batch_size, search.profile_microbatch_size);
-  if (!options.rank_speeds.empty()) {
-    std::printf("workers:");
-    for (int r = 0; r < options.workers; ++r) {
-      const double limit = options.rank_memory_limits[r];
-      std::printf("%s rank %d speed %.2f%s", r == 0 ? "" : ",", r, options.rank_speeds[r],
-                  limit > 0 ? (" limit " + megabytes(limit) + " MB").c_str() : "");
-    }
-    std::printf("\n");
-  }
-  if (profile.splits_backward()) {
-    std::printf("backward split: the profile's own I and W times\n");
-  } else {
-    std::printf(
-        "backward split: assumed W = %.2f of each layer's backward, I the rest (the profile gives "
-        "one backward time; --w-fraction)\n",
-        options.w_fraction);
-  }
-  std::printf(
-      "%d candidates evaluated in %.2f s, %d fit (%d simulated: not those above the limit)\n\n",
-      search.evaluated, seconds, search.fitting, search.simulated);
-  std::printf("%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition", "schedule",
-              "V", "M", "recompute", "step ms", "bubble", "peak MB/rank");
-  for (size_t i = 0; i < search.ranked.size(); ++i) {
-    const Candidate& c = search.ranked[i];
-    std::printf("%3zu  %-29s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s\n", i + 1,
-                c.partition.c_str(), c.schedule.c_str(), c.chunks, c.microbatches,
-                c.recompute ? "yes" : "no", c.step_ms, c.bubble_ratio,
-                megabytes(c.max_peak_bytes()).c_str());
-  }
-}
-
 void run_plan_command(const PlanArgs& args) {
   const PlannerOptions options = options_from(args);
   const Profile profile = read_profile(args.profile);
@@ -165,7 +118,7 @@ void run_plan_command(const PlanArgs& args) {
     std::fputs(json.c_str(), stdout);
     return;
   }
-  print_table(profile, options, search, seconds);
+  std::fputs(plan_table_text(profile, options, search, seconds).c_str(), stdout);
   if (args.explain) {
     Candidate winner = search.ranked.front();
     const Evaluation evaluation = evaluate(profile, options, winner);
