@@ -62,7 +62,6 @@ ScheduleRequest schedule_request(const PipelineOptions& options, int ranks) {
   request.microbatches = options.microbatches;
   request.chunks = options.chunks;
   request.steps = options.steps;
-  request.vertical_sync = options.vertical_sync;
   request.family = options.family;
   request.dp = options.data_parallel;
   request.skips = skip_links(options.skips);

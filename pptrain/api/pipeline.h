@@ -215,8 +215,6 @@ struct PipelineOptions {
   // named bundle) goes straight to stage `to` > `from`, beside what stage to - 1 sends it, and
   // its gradient straight back; the stages between never see it.
   std::vector<SkipConnection> skips;
-  // pipedream's vertical sync (docs/ASYNC.md).
-  bool vertical_sync = false;
   // The options of the schedule's family, by `pptrain train`'s flag (`pptrain train --help`
   // lists them; docs/ASYNC.md), e.g. {{"--update-interval", 2}} for ampnet, {{"--avg-alpha",
   // 0.3}} for avgpipe, {{"--no-lr-reschedule", true}, {"--pipemare-warmup", 50}} for pipemare:

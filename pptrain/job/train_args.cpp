@@ -159,9 +159,6 @@ const std::vector<TrainFlag>& train_flags() {
        "With --pp 1: run the model as this many stages in one process, the reference "
        "an asynchronous schedule on that many ranks must match",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.stages; }, kShowDefault},
-      {"--vertical-sync",
-       "pipedream: every stage uses the weight version a microbatch entered with",
-       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.vertical_sync; }, kSwitch},
   };
   static const std::vector<TrainFlag> after_family = {
       {"--seed", "Seed of the weights and the data",
@@ -270,12 +267,6 @@ const std::vector<TrainFlag>& train_flags() {
     return all;
   }();
   return flags;
-}
-
-std::string keyword_of(const std::string& flag_name) {
-  std::string out = flag_name.substr(flag_name.find_first_not_of('-'));
-  std::replace(out.begin(), out.end(), '-', '_');
-  return out;
 }
 
 TrainOptions resolve_train_args(const TrainArgs& args, const std::set<std::string>& given) {

@@ -58,9 +58,6 @@ struct TrainFlag {
 // TrainOptions::family (resolve_train_args() keeps the given ones only).
 const std::vector<TrainFlag>& train_flags();
 
-// The Python keyword of a flag: "--batch-size" -> "batch_size".
-std::string keyword_of(const std::string& flag_name);
-
 // What the flags in `given` (their names, "--pp") mean together: --plan's settings applied (a
 // given flag contradicting it is an error), --seq-len-range resolved into the model's and the
 // data's lengths, the data's seed set to the model's. UserError (one line naming the flag) for

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/keywords.h"
 
 namespace pptrain {
 namespace {

@@ -65,7 +65,6 @@ struct ScheduleRequest {
   // the forwards, then all the backwards.
   bool one_process = false;
   int stages = 0;
-  bool vertical_sync = false;  // pipedream's vertical sync
   // The options of the schedule's family that were given, checked against it
   // (check_family_options) and set in its weight rule.
   FamilyValues family;

@@ -12,15 +12,6 @@
 namespace pptrain {
 namespace {
 
-// The schedules --vertical-sync applies to, for its message.
-std::string vertical_sync_schedules() {
-  std::string text;
-  for (const auto& entry : schedule_registry()) {
-    if (entry.vertical_sync) text += (text.empty() ? "" : ", ") + entry.name;
-  }
-  return text;
-}
-
 std::string chunks_text(const ScheduleEntry& e) {
   if (e.min_chunks == e.max_chunks) return std::to_string(e.min_chunks);
   const std::string range = e.max_chunks
@@ -47,8 +38,9 @@ const std::vector<ScheduleEntry>& schedule_registry() {
 const WeightRule& find_weight_rule(const std::string& name) {
   if (name == synchronous_rule().name()) return synchronous_rule();
   for (const auto& entry : schedule_registry()) {
-    for (const WeightRule* rule : {entry.update, entry.vertical_sync}) {
-      if (rule && name == rule->name()) return *rule;
+    if (name == entry.update->name()) return *entry.update;
+    for (const WeightRule* rule : entry.other_rules) {
+      if (name == rule->name()) return *rule;
     }
   }
   throw UserError("unknown weight rule '" + name + "'");
@@ -186,20 +178,14 @@ double family_number(const FamilyValues& given, const std::string& flag, double 
   return whole ? *whole : std::get<double>(it->second);
 }
 
-VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
-                            int microbatches, const FamilyValues& given) {
+VersionRule version_rule_of(const std::string& name, int stages, int microbatches,
+                            const FamilyValues& given) {
   check_family_options(given, name);
   VersionRule rule;
   rule.stages = stages;
   rule.microbatches_per_step = microbatches;
   const ScheduleEntry* entry = name.empty() ? nullptr : &find_schedule(name);
   if (entry) rule.update = entry->update;
-  if (vertical_sync) {
-    PPTRAIN_CHECK(entry && entry->vertical_sync, "--vertical-sync applies to --schedule ",
-                  vertical_sync_schedules(), " only, not '",
-                  name.empty() ? "a schedule file" : name, "'");
-    rule.update = entry->vertical_sync;
-  }
   if (entry && entry->configure_rule) entry->configure_rule(given, rule);
   PPTRAIN_CHECK(
       rule.fits_1f1b(), name, " on ", stages, " stages needs --microbatches >= ", stages - 1,

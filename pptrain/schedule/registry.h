@@ -107,11 +107,13 @@ struct ScheduleEntry {
   // there (the planner's partitions have one replica per stage), nor bitpipe until its memory
   // model is checked against measured runs (docs/CLI.md, `pptrain plan`).
   bool planned = true;
-  // The rule --vertical-sync switches this entry's to; null where the option does not apply.
-  const WeightRule* vertical_sync = nullptr;
+  // The rules besides `update` that the family's options may switch the entry to (in
+  // configure_rule), so that find_weight_rule() knows them by name.
+  std::vector<const WeightRule*> other_rules = {};
   // The options of the entry's family (FamilyOption above).
   std::vector<FamilyOption> options = {};
-  // Sets what the family's options say in the rule (an update interval); unset: nothing.
+  // Sets what the family's options say in the rule (an update interval, another of its rules);
+  // unset: nothing.
   std::function<void(const FamilyValues& given, VersionRule& rule)> configure_rule = {};
 
   bool asynchronous() const { return update->asynchronous(); }
@@ -119,7 +121,7 @@ struct ScheduleEntry {
 
 // Every schedule, in a stable order (the order of --help and the README).
 const std::vector<ScheduleEntry>& schedule_registry();
-// The weight rule called `name` ("flush", or an entry's rule or --vertical-sync rule by its
+// The weight rule called `name` ("flush", or an entry's `update` or `other_rules` by its
 // name()); UserError naming it if there is none.
 const WeightRule& find_weight_rule(const std::string& name);
 // The entry called `name`; UserError naming it and listing every name if there is none.
@@ -164,13 +166,12 @@ int family_int(const FamilyValues& given, const std::string& flag, int otherwise
 double family_number(const FamilyValues& given, const std::string& flag, double otherwise);
 
 // The weight rule of running `name` ("" for an imported file: synchronous) on `stages` stages
-// with `microbatches` per step; --vertical-sync turns pipedream's into vertical sync. UserError
-// naming the flag when --vertical-sync is given for another schedule, or when the rule does not
-// fit the 1F1B order (2bw with fewer than S-1 microbatches per step).
-// `given`: the family options, checked (check_family_options) and then set in the rule by the
-// entry's configure_rule.
-VersionRule version_rule_of(const std::string& name, bool vertical_sync, int stages,
-                            int microbatches, const FamilyValues& given = {});
+// with `microbatches` per step, with the family options `given` checked (check_family_options)
+// and then set in the rule by the entry's configure_rule. UserError naming the option for one
+// of another family, or when the rule does not fit the 1F1B order (2bw with fewer than S-1
+// microbatches per step).
+VersionRule version_rule_of(const std::string& name, int stages, int microbatches,
+                            const FamilyValues& given = {});
 
 // Builds the named schedule: resolves chunks (0 = default), checks it against the entry, then
 // calls its generator with the options (chunks resolved). UserError naming the bad value for an

@@ -242,7 +242,7 @@ TEST(MemoryModel, WeightsCountSnapshotsAndGradientBuffers) {
     s.weights = 10;
     s.optimizer_state = 20;
   }
-  const VersionRule rule = version_rule_of("pipedream", false, S, M);
+  const VersionRule rule = version_rule_of("pipedream", S, M);
   const std::vector<RankMemory> memory = predict_memory(lowered, stages, rule);
   for (int r = 0; r < S; ++r) {
     // PipeDream keeps S - r versions on stage r: with more than one, each a snapshot beside
@@ -278,9 +278,9 @@ TEST(MemoryModel, AFreshOptimizersStateComesAfterTheBackwards) {
 TEST(MemoryModel, RefusesStagesOfAnotherCount) {
   const ValidatedSchedule lowered = validate(lower(make_schedule({"1f1b", 2, 4})));
   EXPECT_THROW(predict_memory(lowered, std::vector<StageBytes>(3)), UserError);
-  EXPECT_THROW(predict_memory(lowered, std::vector<StageBytes>(2),
-                              version_rule_of("pipedream", false, 4, 4)),
-               UserError);
+  EXPECT_THROW(
+      predict_memory(lowered, std::vector<StageBytes>(2), version_rule_of("pipedream", 4, 4)),
+      UserError);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 //   // pipedream (no flush): pass its weight rule (registry.h: version_rule_of)
 //   ValidatedSchedule a = validate(make_schedule({"pipedream", 4, 3 * 8}));
 //   SimResult q = simulate(a, CostModel::parse("weights=2"),
-//                          version_rule_of("pipedream", false, /*stages=*/4, /*microbatches=*/8));
+//                          version_rule_of("pipedream", /*stages=*/4, /*microbatches=*/8));
 //   q.ranks[0].weight_versions;      // 4
 //   q.ranks[0].peak_memory;          // peak_activations + 4 * 2
 //

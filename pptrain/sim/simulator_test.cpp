@@ -648,12 +648,11 @@ TEST(Simulator, OverlapTakesTheSumOfItsParts) {
 
 // An asynchronous schedule as `pptrain schedule` runs it: `steps` mini-batches of M in one list.
 SimResult run_async(const std::string& name, int p, int m, const CostModel& c,
-                    bool vertical_sync = false, int steps = 3) {
+                    const FamilyValues& family = {}, int steps = 3) {
   ScheduleOptions options{name, p, steps * m};
   options.period = m;
   const Schedule schedule = make_schedule(options);
-  return simulate(validate(schedule), c,
-                  version_rule_of(name, vertical_sync, schedule.num_stages, m));
+  return simulate(validate(schedule), c, version_rule_of(name, schedule.num_stages, m, family));
 }
 
 TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
@@ -672,7 +671,7 @@ TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
     EXPECT_NEAR(unweighted.ranks[rank].peak_memory, s.peak_activations, kEps);
   }
   // Vertical sync keeps S versions on every stage.
-  for (const RankStats& s : run_async("pipedream", 4, 8, c, /*vertical_sync=*/true).ranks) {
+  for (const RankStats& s : run_async("pipedream", 4, 8, c, {{"--vertical-sync", true}}).ranks) {
     EXPECT_EQ(s.weight_versions, 4);
     EXPECT_NEAR(s.peak_memory, s.peak_activations + 4 * 2, kEps);
   }
@@ -682,7 +681,7 @@ TEST(Simulator, PipeDreamKeepsVersionsAndCountsTheirMemory) {
     if (!entry.asynchronous()) continue;
     SCOPED_TRACE(name);
     const int stages = 4 * entry.default_chunks;
-    const VersionRule rule = version_rule_of(name, false, stages, 8);
+    const VersionRule rule = version_rule_of(name, stages, 8);
     const Schedule placed = make_schedule({name, 4, 8});
     const std::vector<int> expected = weight_versions_per_rank(rule, placed.stage_to_rank, 4);
     const SimResult a = run_async(name, 4, 8, c);
@@ -742,7 +741,7 @@ TEST(Simulator, DefaultCostLeavesPeakMemoryAtTheActivations) {
 
 TEST(Simulator, RuleForAnotherStageCountIsRefused) {
   const ValidatedSchedule s = validate(make_schedule({"pipedream", 4, 16}));
-  EXPECT_THROW(simulate(s, costs(1, 1, 1), version_rule_of("pipedream", false, 3, 8)), UserError);
+  EXPECT_THROW(simulate(s, costs(1, 1, 1), version_rule_of("pipedream", 3, 8)), UserError);
 }
 
 Schedule two_rank_schedule(std::vector<std::vector<std::string>> texts) {
@@ -1174,7 +1173,7 @@ TEST(Simulator, FiguresWithoutTimelineEqualThoseWithIt) {
       continue;  // needs other parameters (a schedule file, a V-shape's M)
     }
     ++made;
-    const VersionRule rule = version_rule_of(entry.name, false, plain.num_stages, m);
+    const VersionRule rule = version_rule_of(entry.name, plain.num_stages, m);
     const ValidatedSchedule s = validate(plain);
     for (const auto& [cost, name] :
          {std::pair{costs(1, 1, 1), "F=I=W=1"}, std::pair{uneven, "uneven, comm=0.3, weights=2"},

@@ -126,7 +126,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--warmup-steps", std::to_string(plan.optimizer.warmup_steps)},
       {"--clip", to_text(plan.optimizer.clip)},
       {"--recompute", plan.recompute ? "on" : "off"},
-      {"the weight update (--vertical-sync)", plan.weights.name()},
+      {"the weight rule (the family options)", plan.weights.name()},
       {"--skip-nonfinite", plan.optimizer.skip_nonfinite ? "on" : "off"},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
       {"--resume", plan.resume_dir.empty() ? "(none)" : plan.resume_dir},

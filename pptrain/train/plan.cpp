@@ -118,7 +118,6 @@ ScheduleRequest schedule_request(const TrainOptions& options) {
   // One rank has nothing to overlap: every schedule is its one-process reference, on --stages.
   request.one_process = options.pp == 1;
   request.stages = options.stages;
-  request.vertical_sync = options.vertical_sync;
   request.family = options.family;
   request.dp = options.dp;
   request.memory_limit = options.memory_limit;

@@ -79,7 +79,6 @@ struct TrainOptions {
   // With --pp 1: the model in this many stages, run one after the other in this process (the
   // reference of an asynchronous schedule on that many stages). 0: one stage.
   int stages = 0;
-  bool vertical_sync = false;  // pipedream: every stage uses the version a microbatch entered with
   // The options of the schedule's family that were given, by flag (schedule/registry.h:
   // FamilyOption; e.g. {"--update-interval", 2}); the others take their family's default.
   FamilyValues family;

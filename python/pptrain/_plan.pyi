@@ -1,6 +1,6 @@
 # The names of the extension pptrain._plan (python/src/plan_module.cpp) for type checkers; the
 # test python_types checks this file against the built module (mypy's stubtest).
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 class PlanError(ValueError): ...
 
@@ -47,8 +47,8 @@ def partition_json(profile: str, method: str, pp: int, workers: int,
                    memory_limit: float) -> str: ...
 def make_schedule(name: str, pp: Optional[int], microbatches: Optional[int], chunks: int,
                   cost: str, mem_w_ratio: float, memory_limit: float, solver: str,
-                  time_limit_s: float, dp: int, steps: int, vertical_sync: bool,
-                  replicas: list[int], skips: list[tuple[int, int]]) -> Schedule: ...
+                  time_limit_s: float, dp: int, steps: int, replicas: list[int],
+                  skips: list[tuple[int, int]], family: dict[str, Any]) -> Schedule: ...
 def plan(profile: str, workers: int, memory_limit: float, batch: int, microbatches: list[int],
          partitions: list[str], schedules: list[str], recompute: list[bool], optimizer: str,
          mem_w_ratio: float, w_fraction: Optional[float], max_chunks: int, top: int,

@@ -164,14 +164,16 @@ def schedule_names() -> list[str]:
 def schedule(name: str, pp: Optional[int] = None, microbatches: Optional[int] = None,
              chunks: int = 0, cost: Cost = DEFAULT_COST, mem_w_ratio: float = 0.5,
              memory_limit: float = 0, solver: str = "heuristic", time_limit_s: float = 60,
-             dp: int = 1, steps: int = 3, vertical_sync: bool = False,
-             replicas: Iterable[int] = (), skips: Iterable[tuple[int, int]] = ()) -> Schedule:
+             dp: int = 1, steps: int = 3, replicas: Iterable[int] = (),
+             skips: Iterable[tuple[int, int]] = (), **family: Union[bool, int, float]) -> Schedule:
     """The schedule `pptrain schedule --schedule NAME` makes with these flags: zb-auto plans
     under `cost` and `memory_limit` (solver "ilp": its integer program), `dp` adds the
-    data-parallel reductions, `skips` ((from, to) stage pairs) the skip connections' messages."""
+    data-parallel reductions, `skips` ((from, to) stage pairs) the skip connections' messages.
+    `family`: the schedule family's options, as `pptrain schedule`'s flags without their dashes,
+    '_' for '-' (`vertical_sync=True` for pipedream, `update_interval=2` for ampnet)."""
     planned = _plan.make_schedule(name, pp, microbatches, chunks, _cost_text(cost), mem_w_ratio,
-                                  memory_limit, solver, time_limit_s, dp, steps, vertical_sync,
-                                  list(replicas), [(a, b) for a, b in skips])
+                                  memory_limit, solver, time_limit_s, dp, steps, list(replicas),
+                                  [(a, b) for a, b in skips], dict(family))
     return Schedule(planned, cost, mem_w_ratio, memory_limit)
 
 

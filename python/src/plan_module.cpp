@@ -24,6 +24,7 @@
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/grid.h"
 #include "pptrain/sim/cost_model.h"
+#include "python/src/family_keywords.h"
 
 namespace py = pybind11;
 
@@ -260,8 +261,9 @@ PYBIND11_MODULE(_plan, m) {
       "make_schedule",
       [](const std::string& name, std::optional<int> pp, std::optional<int> microbatches,
          int chunks, const std::string& cost, double mem_w_ratio, double memory_limit,
-         const std::string& solver, double time_limit_s, int dp, int steps, bool vertical_sync,
-         std::vector<int> replicas, std::vector<std::pair<int, int>> skips) {
+         const std::string& solver, double time_limit_s, int dp, int steps,
+         std::vector<int> replicas, std::vector<std::pair<int, int>> skips,
+         const py::dict& family) {
         ScheduleRequest request;
         request.schedule = name;
         request.pp = pp;
@@ -272,7 +274,7 @@ PYBIND11_MODULE(_plan, m) {
         request.time_limit_s = time_limit_s;
         request.dp = dp;
         request.steps = steps;
-        request.vertical_sync = vertical_sync;
+        request.family = family_values_of(family);
         request.replicas = std::move(replicas);
         if (!skips.empty()) request.skips.emplace();
         for (const auto& [from, to] : skips) request.skips->push_back({from, to});
@@ -283,8 +285,7 @@ PYBIND11_MODULE(_plan, m) {
       },
       py::arg("name"), py::arg("pp"), py::arg("microbatches"), py::arg("chunks"), py::arg("cost"),
       py::arg("mem_w_ratio"), py::arg("memory_limit"), py::arg("solver"), py::arg("time_limit_s"),
-      py::arg("dp"), py::arg("steps"), py::arg("vertical_sync"), py::arg("replicas"),
-      py::arg("skips"));
+      py::arg("dp"), py::arg("steps"), py::arg("replicas"), py::arg("skips"), py::arg("family"));
 
   // The joint planner (`pptrain plan`): plan.json's text, and with `out` its folder written.
   m.def(

@@ -24,10 +24,12 @@
 
 #include "pptrain/api/pipeline.h"
 #include "pptrain/common/check.h"
+#include "pptrain/common/keywords.h"
 #include "pptrain/job/supervisor.h"
 #include "pptrain/job/train_args.h"
 #include "pptrain/models/pipe_linear.h"
 #include "pptrain/train/observers.h"
+#include "python/src/family_keywords.h"
 
 namespace py = pybind11;
 
@@ -381,49 +383,6 @@ OptimizerOptions optimizer_of(const py::dict& given) {
   PPTRAIN_CHECK(out.kind == "sgd" || out.kind == "adamw",
                 "optimizer: kind must be sgd or adamw, got '", out.kind, "'");
   PPTRAIN_CHECK(out.lr > 0, "optimizer: lr must be > 0, got ", out.lr);
-  return out;
-}
-
-// The schedule family's options from Python's keywords (pptrain.schedule's `**family`): each
-// the keyword of a `pptrain train` flag (keyword_of: `pipemare_warmup=50`), of the flag's kind;
-// their ranges and families are checked with the schedule (version_rule_of).
-FamilyValues family_values_of(const py::dict& given) {
-  FamilyValues out;
-  const std::vector<const FamilyOption*> options = family_options();
-  for (const auto& [key, value] : given) {
-    const std::string keyword = py::str(key);
-    const auto option = std::find_if(options.begin(), options.end(), [&](const FamilyOption* o) {
-      return keyword_of(o->flag) == keyword;
-    });
-    if (option == options.end()) {
-      std::string names;
-      for (const FamilyOption* o : options) {
-        names += (names.empty() ? "" : ", ") + keyword_of(o->flag);
-      }
-      throw UserError("schedule: unknown keyword '" + keyword + "' (the families' options are " +
-                      names + ")");
-    }
-    const FamilyOption::Kind kind = (*option)->kind;
-    const bool is_bool = py::isinstance<py::bool_>(value);
-    const bool fits =
-        kind == FamilyOption::Kind::kSwitch ? is_bool
-        : kind == FamilyOption::Kind::kInt
-            ? py::isinstance<py::int_>(value) && !is_bool
-            : (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value)) && !is_bool;
-    PPTRAIN_CHECK(fits, "schedule: ", keyword, " must be ",
-                  kind == FamilyOption::Kind::kSwitch ? "True or False"
-                  : kind == FamilyOption::Kind::kInt  ? "a whole number"
-                                                      : "a number",
-                  ", got ", std::string(py::repr(value)));
-    const std::string& flag = (*option)->flag;
-    if (kind == FamilyOption::Kind::kSwitch) {
-      out[flag] = value.cast<bool>();
-    } else if (kind == FamilyOption::Kind::kInt) {
-      out[flag] = value.cast<int>();
-    } else {
-      out[flag] = value.cast<double>();
-    }
-  }
   return out;
 }
 

@@ -48,6 +48,22 @@ def test_skips_and_solver_options_reach_the_schedule():
                                        "8", "--memory-limit", "4", "--cost", COST)
 
 
+@pytest.mark.parametrize("name,keywords,flags", [
+    ("pipedream", dict(vertical_sync=True), ["--vertical-sync"]),
+    ("ampnet", dict(update_interval=3), ["--update-interval", "3"]),
+])
+def test_family_options_are_keywords_as_the_cli_flags(name, keywords, flags):
+    s = plan.schedule(name, pp=4, microbatches=8, **keywords)
+    assert s.simulate() == cli_json("--schedule", name, "--pp", "4", "--microbatches", "8",
+                                    *flags)
+    assert s.simulate() != plan.schedule(name, pp=4, microbatches=8).simulate()
+    with pytest.raises(ValueError, match=f"{flags[0]} applies to --schedule {name} only, "
+                                         "not '1f1b'"):
+        plan.schedule("1f1b", pp=4, microbatches=8, **keywords)
+    with pytest.raises(ValueError, match="unknown keyword 'no_such_option'"):
+        plan.schedule(name, pp=4, microbatches=8, no_such_option=1)
+
+
 def test_a_cost_as_a_dict_gives_the_figures_of_its_text():
     text = "F=1,I=2,W=1,comm=0.25,skip=0.5,weights=4"
     as_dict = {"F": 1, "I": 2.0, "W": 1, "comm": 0.25, "skip": 0.5, "weights": 4}

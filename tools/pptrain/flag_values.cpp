@@ -1,5 +1,6 @@
 // Values of the planner commands' list flags (`--replicas 3,1`, `--microbatches 4,8,16`,
-// `--schedules 1f1b,zb-v`) and the --profile option they share; commands.h declares them.
+// `--schedules 1f1b,zb-v`), the --profile option they share and the schedule families' options;
+// commands.h declares them.
 #include <exception>
 #include <optional>
 #include <string>
@@ -38,6 +39,26 @@ CLI::Option* add_profile_option(CLI::App* command, std::string& path) {
       ->add_option("--profile", path,
                    "Profile: pptrain JSON (pptrain profile) or PipeDream graph.txt")
       ->required();
+}
+
+void add_family_flags(CLI::App* command, FamilyValues& values) {
+  for (const FamilyOption* option : family_options()) {
+    const std::string flag = option->flag;
+    switch (option->kind) {
+      case FamilyOption::Kind::kSwitch:
+        command->add_flag_callback(
+            flag, [&values, flag] { values[flag] = true; }, option->help);
+        break;
+      case FamilyOption::Kind::kInt:
+        command->add_option_function<int>(
+            flag, [&values, flag](const int& v) { values[flag] = v; }, option->help);
+        break;
+      case FamilyOption::Kind::kNumber:
+        command->add_option_function<double>(
+            flag, [&values, flag](const double& v) { values[flag] = v; }, option->help);
+        break;
+    }
+  }
 }
 
 }  // namespace pptrain::cli

@@ -40,13 +40,13 @@ struct ScheduleArgs {
   bool grid = false;
   bool json = false;
   bool list = false;
-  int steps = 3;               // an asynchronous schedule: steps of M microbatches, no flush
-  bool vertical_sync = false;  // pipedream's vertical sync
-  int dp = 1;                  // D: data-parallel copies of the pipeline; > 1 adds REDUCE_GRADs
-  std::string profile;         // a `pptrain profile` file: the costs, in ms, instead of --cost
-  std::string stage_layers;    // with --profile: the stages' layers; empty: the time partition
-  std::string replicas;        // 1f1b-rr: replicas of each stage, "3,1"
-  double cores = 0;            // cores of the host, shared by all D x P ranks; 0: one each
+  int steps = 3;             // an asynchronous schedule: steps of M microbatches, no flush
+  FamilyValues family;       // the options of the schedule's family that were given
+  int dp = 1;                // D: data-parallel copies of the pipeline; > 1 adds REDUCE_GRADs
+  std::string profile;       // a `pptrain profile` file: the costs, in ms, instead of --cost
+  std::string stage_layers;  // with --profile: the stages' layers; empty: the time partition
+  std::string replicas;      // 1f1b-rr: replicas of each stage, "3,1"
+  double cores = 0;          // cores of the host, shared by all D x P ranks; 0: one each
   std::string solver = "heuristic";  // zb-auto: heuristic or ilp
   double time_limit_s = 60;          // --solver ilp: CBC's wall-time limit, seconds
   std::vector<std::string> skips;    // --skip FROM:TO, repeatable
@@ -86,7 +86,7 @@ ScheduleRequest request_of(const ScheduleArgs& args, ScheduleSolver solver) {
   request.chunks = args.chunks;
   if (!args.replicas.empty()) request.replicas = parse_replicas(args.replicas);
   request.steps = args.steps;
-  request.vertical_sync = args.vertical_sync;
+  request.family = args.family;
   request.dp = args.dp;
   request.memory_limit = args.memory_limit;
   request.solver = solver;
@@ -221,8 +221,7 @@ void add_schedule_command(CLI::App& app) {
   cmd->add_option("--replicas", args->replicas,
                   "1f1b-rr (PipeDream's round robin): replicas of each stage, e.g. 3,1 (stage 0 "
                   "on ranks 0-2, stage 1 on rank 3; microbatch i on replica i mod r)");
-  cmd->add_flag("--vertical-sync", args->vertical_sync,
-                "pipedream: every stage uses the version a microbatch entered with");
+  add_family_flags(cmd, args->family);
   cmd->callback([args, pp, microbatches, chunks, time_limit] {
     args->pp_given = pp->count() > 0;
     args->time_limit_given = time_limit->count() > 0;

@@ -23,8 +23,8 @@ std::string refusal(const FamilyValues& given, const std::string& schedule) {
 TEST(Families, EveryEntrysRuleIsFoundByItsName) {
   for (const ScheduleEntry& entry : schedule_registry()) {
     EXPECT_EQ(&find_weight_rule(entry.update->name()), entry.update) << entry.name;
-    if (entry.vertical_sync) {
-      EXPECT_EQ(&find_weight_rule(entry.vertical_sync->name()), entry.vertical_sync);
+    for (const WeightRule* rule : entry.other_rules) {
+      EXPECT_EQ(&find_weight_rule(rule->name()), rule) << entry.name;
     }
   }
   EXPECT_FALSE(find_weight_rule("flush").asynchronous());
@@ -57,8 +57,8 @@ TEST(Families, AnOptionAppliesToItsFamilyOnlyAndInItsRange) {
 }
 
 TEST(Families, AnOptionSetsTheRuleItConfigures) {
-  const VersionRule plain = version_rule_of("ampnet", false, 4, 8);
-  const VersionRule every3 = version_rule_of("ampnet", false, 4, 8, {{"--update-interval", 3}});
+  const VersionRule plain = version_rule_of("ampnet", 4, 8);
+  const VersionRule every3 = version_rule_of("ampnet", 4, 8, {{"--update-interval", 3}});
   EXPECT_EQ(plain.period(), 1);
   EXPECT_EQ(every3.period(), 3);
   EXPECT_EQ(family_int({}, "--update-interval", 7), 7);

@@ -1,7 +1,7 @@
 // PipeDream: 1F1B without a flush, an optimizer step after every microbatch, weight stashing so
 // that a microbatch's backward runs on the weights its forward used (stage s keeps S-s
-// versions); with --vertical-sync every stage uses the version the microbatch entered the
-// pipeline with (S versions). docs/ASYNC.md.
+// versions); with its family option --vertical-sync every stage uses the version the microbatch
+// entered the pipeline with (S versions). docs/ASYNC.md.
 #include <algorithm>
 
 #include "pptrain/schedule/families/families.h"
@@ -43,7 +43,13 @@ std::vector<ScheduleEntry> pipedream_family() {
                  "microbatch, weight stashing (stage s keeps P-s versions); --vertical-sync: P "
                  "versions everywhere",
                  rule);
-  entry.vertical_sync = &vertical_sync;
+  entry.options = {{"--vertical-sync",
+                    "pipedream: every stage uses the weight version a microbatch entered with",
+                    FamilyOption::Kind::kSwitch}};
+  entry.other_rules = {&vertical_sync};
+  entry.configure_rule = [](const FamilyValues& given, VersionRule& r) {
+    if (family_switch(given, "--vertical-sync")) r.update = &vertical_sync;
+  };
   return {entry};
 }
 
