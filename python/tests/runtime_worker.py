@@ -92,7 +92,8 @@ def train(schedule_name, args, rank):
                                     optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0},
                                     steps=STEPS, one_process=args.one_process > 0,
                                     **({"pipemare_warmup": args.pipemare_warmup}
-                                       if schedule_name == "pipemare" else {}))
+                                       if schedule_name == "pipemare" else {}),
+                                    **({"vertical_sync": True} if args.vertical_sync else {}))
         data = list(batches())
         for _ in range(STEPS):
             loss = schedule.step(lambda step: data[step])
@@ -137,6 +138,7 @@ def main():
     parser.add_argument("--one-process", type=int, default=0)
     parser.add_argument("--pipemare-warmup", type=int, default=100)
     parser.add_argument("--microbatches", type=int, default=MICROBATCHES)
+    parser.add_argument("--vertical-sync", action="store_true", help="pipedream's family option")
     parser.add_argument("--deferred", action="store_true",
                         help="pptrain.Linear layers, weight_split='deferred'")
     parser.add_argument("--forever", action="store_true",

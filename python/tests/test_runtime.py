@@ -172,10 +172,15 @@ def test_pptrain_steps_the_optimizer_of_a_synchronous_schedule_as_plain_torch(tm
 # pipemare's learning rate anneals from near zero over its warm-up (100 steps by default), which
 # would keep 3 steps within the tolerance of synchronous training: here it is 1 step, and 2
 # microbatches per step, so that half of stage 0's forwards run on stale weights (with 8, one).
-@pytest.mark.parametrize("schedule,microbatches", [("pipedream", 8), ("2bw", 8), ("pipemare", 2)])
-def test_asynchronous_schedules_equal_their_one_process_rule(tmp_path, schedule, microbatches):
+# Vertical sync is pipedream's family option, a keyword as the others' (vertical_sync=True).
+@pytest.mark.parametrize("schedule,microbatches,options", [
+    ("pipedream", 8, []), ("pipedream", 8, ["--vertical-sync"]), ("2bw", 8, []),
+    ("pipemare", 2, [])])
+def test_asynchronous_schedules_equal_their_one_process_rule(tmp_path, schedule, microbatches,
+                                                             options):
     out, rule = str(tmp_path / "run"), str(tmp_path / "rule")
-    flags = ["--pptrain-sgd", "--pipemare-warmup", "1", "--microbatches", str(microbatches)]
+    flags = ["--pptrain-sgd", "--pipemare-warmup", "1", "--microbatches", str(microbatches),
+             *options]
     code, _, stderr = launch(2, schedule, out, *flags)
     assert code == 0, stderr
     alone = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
