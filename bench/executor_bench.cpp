@@ -48,12 +48,12 @@
 
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/compute_threads.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/tensor_bundle.h"
 #include "pptrain/runtime/transport.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 

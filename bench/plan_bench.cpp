@@ -14,9 +14,9 @@
 #include <string>
 
 #include "pptrain/common/check.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 

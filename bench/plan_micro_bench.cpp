@@ -22,7 +22,7 @@
 #include <tuple>
 #include <vector>
 
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/memory_model.h"
 #include "pptrain/sim/simulator.h"

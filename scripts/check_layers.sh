@@ -10,9 +10,9 @@
 set -euo pipefail
 cd "${1:-"$(dirname "$0")/.."}"
 
-# Lowest first; docs/ARCHITECTURE.md shows the same table. Layer 10 is tools/pptrain, tests/ and
+# Lowest first; docs/ARCHITECTURE.md shows the same table. Layer 11 is tools/pptrain, tests/ and
 # bench/.
-layers="common=0 schedule=1 partition=1 sim=2 render=2 planner=3 device=3 compare=4 models=4 data=5 runtime=6 train=7 api=8 job=9"
+layers="common=0 schedule=1 partition=1 generators=2 sim=3 render=3 planner=4 device=4 compare=5 models=5 data=6 runtime=7 train=8 api=9 job=10"
 
 # The C++ files git knows of (tracked or new), or every one when this is not a git checkout.
 sources() {
@@ -38,7 +38,7 @@ grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]pptrain/[^/]+/' $file
     BEGIN {
       n = split(layers, pairs, " ")
       for (i = 1; i <= n; i++) { split(pairs[i], kv, "="); layer[kv[1]] = kv[2] }
-      top = 10
+      top = 11
     }
     {
       split($0, parts, ":")

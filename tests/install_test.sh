@@ -11,7 +11,7 @@ trap 'rm -rf "$work"' EXIT
 
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" \
   || { cat "$work/install.log"; exit 1; }
-for file in include/pptrain/schedule/generators.h lib/cmake/pptrain/pptrainConfig.cmake bin/pptrain; do
+for file in include/pptrain/generators/generators.h lib/cmake/pptrain/pptrainConfig.cmake bin/pptrain; do
   [[ -e "$work/prefix/$file" ]] || { echo "FAIL: the install lacks $file"; exit 1; }
 done
 if find "$work/prefix/include" -name '*_test.cpp' -o -name 'testing.h' | grep -q .; then

@@ -19,10 +19,10 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
 #include "pptrain/planner/plan_file.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 

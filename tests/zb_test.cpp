@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "pptrain/device/memory.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/models/weight_grad_store.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 #include "tests/e2e.h"

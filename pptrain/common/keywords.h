@@ -1,5 +1,5 @@
 // A command-line flag's Python keyword, by one rule for every surface: pptrain.train()'s
-// keywords are `pptrain train`'s flags, and the schedule families' options (schedule/registry.h)
+// keywords are `pptrain train`'s flags, and the schedule families' options (generators/registry.h)
 // are keywords of pptrain.schedule() and pptrain.plan.schedule() the same way.
 //
 //   keyword_of("--batch-size") == "batch_size"

@@ -6,7 +6,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/testing.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 
 namespace pptrain {
 namespace {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 
 namespace pptrain {
 namespace {

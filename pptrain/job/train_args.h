@@ -54,7 +54,7 @@ struct TrainFlag {
 };
 
 // Every flag of `pptrain train`, in the order --help lists them; the options of the schedule
-// families (schedule/registry.h: FamilyOption) are among them, bound into
+// families (generators/registry.h: FamilyOption) are among them, bound into
 // TrainOptions::family (resolve_train_args() keeps the given ones only).
 const std::vector<TrainFlag>& train_flags();
 

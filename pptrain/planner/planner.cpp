@@ -18,9 +18,9 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/once.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/planner/schedule_request.h"
-#include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/cost_model.h"
 #include "pptrain/sim/memory_model.h"

@@ -14,7 +14,7 @@
 // What is searched:
 //   - partitions: uniform, params and time into P x V stages, and pipedream (memory-aware, its
 //     own cost model) when it gives P unreplicated stages; equal cuts are simulated once;
-//   - schedules: every synchronous registry entry (schedule/registry.h) at each chunk count it
+//   - schedules: every synchronous registry entry (generators/registry.h) at each chunk count it
 //     accepts up to max_chunks; asynchronous ones are left out (their weights are stale, so their
 //     step time buys a different training). zb-auto is planned under each rank's own budget in
 //     bytes, the planning limit less what that rank holds besides activations (so uneven stages

@@ -11,9 +11,9 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/partition/testing.h"
 #include "pptrain/planner/plan_file.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/sim/cost_model.h"
 
 namespace pptrain {

@@ -7,12 +7,12 @@
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
 #include "pptrain/common/format.h"
+#include "pptrain/generators/auto_schedule.h"
+#include "pptrain/generators/generators.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/partition/profile.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
-#include "pptrain/schedule/auto_schedule.h"
-#include "pptrain/schedule/generators.h"
 #include "pptrain/schedule/reductions.h"
 
 namespace pptrain {

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "pptrain/schedule/ilp_schedule.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/ilp_schedule.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"

@@ -10,12 +10,12 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/testing.h"
 #include "pptrain/runtime/transport.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 

@@ -23,7 +23,7 @@ struct VersionRule;
 
 // How a family of schedules updates its weights: the rule's answers for the questions of
 // VersionRule below, given the rule's sizes (S, M, U). Each family states its rule in its own
-// file (schedule/families/); the synchronous one is here. A rule object is a constant that lives
+// file (generators/families/); the synchronous one is here. A rule object is a constant that lives
 // as long as the program; VersionRule points at it.
 class WeightRule {
  public:

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "pptrain/common/check.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/reductions.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

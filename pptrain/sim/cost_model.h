@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/generators/auto_schedule.h"
 #include "pptrain/partition/partition.h"
 #include "pptrain/schedule/action.h"
-#include "pptrain/schedule/auto_schedule.h"
 
 namespace pptrain {
 
@@ -115,7 +115,7 @@ struct CostModel {
   // else mem_w_ratio x activation().
   double weight_stash(int stage, int num_stages, int num_ranks) const;
   // Every stage's F, I, W times, activation, weight stash and comm, for an automatic schedule
-  // (schedule/auto_schedule.h). UserError as time() for vectors of the wrong size.
+  // (generators/auto_schedule.h). UserError as time() for vectors of the wrong size.
   StageCosts stage_costs(int num_stages, int num_ranks) const;
   // Memory of one version of `stage`'s weights (0 unless weights or stage_weights). Named apart
   // from the field `weights`, which C++ does not let a method share.

@@ -10,9 +10,9 @@
 #include <random>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
+#include "pptrain/generators/testing.h"
 #include "pptrain/schedule/semantics.h"
-#include "pptrain/schedule/testing.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 

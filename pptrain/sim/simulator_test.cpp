@@ -12,9 +12,9 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/reductions.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 
@@ -936,7 +936,7 @@ TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
   EXPECT_THROW(cost_from_profile(profile, {{0, 1}}, 1), UserError);          // layer 2 left out
 }
 
-// BitPipe (schedule/families/bidirectional.cpp) against the schedules it is built from: less
+// BitPipe (generators/families/bidirectional.cpp) against the schedules it is built from: less
 // bubble than interleaved-1f1b (V = 2) and Chimera at F = I = W, and, its two directions holding
 // their activations at once, at most twice 1F1B's peak.
 TEST(Simulator, BitPipeHasLessBubbleThanInterleavedAndChimera) {

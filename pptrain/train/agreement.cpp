@@ -7,7 +7,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
@@ -135,7 +135,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--keep", std::to_string(plan.keep)},
       {"--sync-save", plan.background_save ? "off" : "on"},
   };
-  // The schedule family's options (schedule/registry.h), each as given or "(default)".
+  // The schedule family's options (generators/registry.h), each as given or "(default)".
   for (const FamilyOption* option : family_options()) {
     const auto given = plan.family.find(option->flag);
     settings.emplace_back(

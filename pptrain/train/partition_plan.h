@@ -63,7 +63,7 @@ std::vector<LayerRange> stage_layers_for_speeds(const StageLayerOptions& options
 
 // The replicas of each stage when `partition` is a partition file (`pptrain partition --method
 // pipedream`) that replicates some stage, e.g. {3, 1}: the run is then PipeDream's round robin
-// over sum(replicas) workers (schedule/generators.h, make_1f1b_rr). Empty otherwise.
+// over sum(replicas) workers (generators/generators.h, make_1f1b_rr). Empty otherwise.
 std::vector<int> partition_replicas(const std::string& partition);
 
 // Per-stage times of one microbatch, in ms, from the profile `partition` names when it is a

@@ -24,9 +24,9 @@
 #include <optional>
 #include <vector>
 
+#include "pptrain/generators/registry.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/tensor_file.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/train/weight_prediction.h"
 
 namespace pptrain {
@@ -38,7 +38,7 @@ struct PipeMareOptions {
   double decay = 0.1;         // D: T2's average keeps g = D^(1 / delay) of its old value
 };
 
-// The fixes as the family's options given for a run say (schedule/families/pipemare.cpp:
+// The fixes as the family's options given for a run say (generators/families/pipemare.cpp:
 // --no-lr-reschedule, --no-discrepancy-correction, --pipemare-warmup, --pipemare-decay, checked
 // there), the defaults above for those not given.
 PipeMareOptions pipemare_options(const FamilyValues& given);

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "pptrain/common/check.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/planner/schedule_request.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/checkpoint.h"

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "pptrain/data/data.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/models/model.h"
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/runtime/executor.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/optimizer.h"
@@ -56,7 +56,7 @@ struct TrainOptions {
   // --partition workers: where rank 0 writes what the ranks measured (partition/workers.h), for
   // `pptrain plan --workers-profile`. Empty: nowhere.
   std::string save_workers;
-  std::string schedule = "1f1b";  // a registry name (schedule/registry.h)
+  std::string schedule = "1f1b";  // a registry name (generators/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
   // What the log and pictures call the schedule file's order; empty: the file's own name
   // ("imported"). --plan sets it to the planned schedule's name.
@@ -65,10 +65,10 @@ struct TrainOptions {
   // share). Empty: the per-stage times of the profile `partition` names, if it is a profile
   // file, else F=1,I=1,W=1,comm=0.
   std::string cost;
-  // Cap on every rank's peak activations in memory-model units (schedule/auto_schedule.h):
+  // Cap on every rank's peak activations in memory-model units (generators/auto_schedule.h):
   // zb-auto plans under it, another schedule whose simulated peak is above it is refused. 0: none.
   double memory_limit = 0;
-  // How zb-auto orders its actions: "heuristic" or "ilp" (schedule/registry.h), and the ILP's
+  // How zb-auto orders its actions: "heuristic" or "ilp" (generators/registry.h), and the ILP's
   // wall-time limit in seconds.
   std::string solver = "heuristic";
   double time_limit_s = 60;
@@ -79,7 +79,7 @@ struct TrainOptions {
   // With --pp 1: the model in this many stages, run one after the other in this process (the
   // reference of an asynchronous schedule on that many stages). 0: one stage.
   int stages = 0;
-  // The options of the schedule's family that were given, by flag (schedule/registry.h:
+  // The options of the schedule's family that were given, by flag (generators/registry.h:
   // FamilyOption; e.g. {"--update-interval", 2}); the others take their family's default.
   FamilyValues family;
   int steps = 10;

@@ -32,9 +32,9 @@
 #include <utility>
 #include <vector>
 
+#include "pptrain/generators/registry.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/transport.h"
-#include "pptrain/schedule/registry.h"
 
 namespace pptrain {
 

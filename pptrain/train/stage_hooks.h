@@ -18,10 +18,10 @@
 #include <memory>
 #include <string>
 
+#include "pptrain/generators/registry.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/stage_versions.h"
 #include "pptrain/runtime/tensor_file.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/optimizer.h"
 

@@ -12,7 +12,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/keywords.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 
 namespace pptrain::python {
 

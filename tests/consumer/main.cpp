@@ -1,7 +1,7 @@
 // Plans 1F1B on 4 ranks with 8 microbatches through the installed pptrain::plan; prints its bubble.
 #include <cstdio>
 
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 

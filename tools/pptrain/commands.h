@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/generators/registry.h"
 #include "pptrain/job/run_result.h"
-#include "pptrain/schedule/registry.h"
 
 namespace pptrain {
 struct TrainArgs;
@@ -35,7 +35,7 @@ std::optional<int> positive_int(const std::string& text);
 std::vector<std::string> split_commas(const std::string& text);
 // The required `--profile FILE` of partition and plan.
 CLI::Option* add_profile_option(CLI::App* command, std::string& path);
-// The schedule families' options (schedule/registry.h: family_options(), the list `pptrain
+// The schedule families' options (generators/registry.h: family_options(), the list `pptrain
 // train`'s flags come from too) as flags of `command`: each one given goes into `values` under
 // its flag, checked later against the schedule (check_family_options).
 void add_family_flags(CLI::App* command, FamilyValues& values);

@@ -16,9 +16,9 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/malloc.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/planner/schedule_request.h"
 #include "pptrain/schedule/grid.h"
-#include "pptrain/schedule/registry.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {

@@ -15,9 +15,9 @@
 #include <type_traits>
 #include <variant>
 
+#include "pptrain/generators/registry.h"
 #include "pptrain/job/supervisor.h"
 #include "pptrain/job/train_args.h"
-#include "pptrain/schedule/registry.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {

@@ -1,6 +1,6 @@
 // The bidirectional family: two pipelines in opposite directions over the same ranks, so every
 // stage has two replicas whose gradients are reduced after the flush (schedule/reductions.h);
-// synchronous. Chimera and GEMS (schedule/generators.h) put one stage per rank in each direction.
+// synchronous. Chimera and GEMS (generators/generators.h) put one stage per rank in each direction.
 //
 // BitPipe (Wu, Chen and Yu, 2024), generated here: two V-shaped pipelines in opposite directions
 // over the same P ranks. The model is cut into 2P stages; the first half of the microbatches
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/families/families.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/families/families.h"
+#include "pptrain/generators/generators.h"
 
 namespace pptrain {
 namespace {

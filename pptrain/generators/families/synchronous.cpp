@@ -1,8 +1,8 @@
 // The synchronous family: generators whose schedules flush once per mini-batch and step every
-// stage after it (schedule/generators.h, auto_schedule.h, ilp_schedule.h), on the synchronous
+// stage after it (generators/generators.h, auto_schedule.h, ilp_schedule.h), on the synchronous
 // weight rule. Each equals one process (`--pp 1`).
-#include "pptrain/schedule/families/families.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/families/families.h"
+#include "pptrain/generators/generators.h"
 
 namespace pptrain {
 namespace {

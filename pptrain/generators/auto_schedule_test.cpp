@@ -2,7 +2,7 @@
 // or one per rank) when its actions are counted in order (the simulator's timed count is in
 // pptrain/sim/simulator_test.cpp), is never slower than the fixed orders that fit, and bad input
 // is refused with one line.
-#include "pptrain/schedule/auto_schedule.h"
+#include "pptrain/generators/auto_schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

@@ -1,4 +1,4 @@
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "pptrain/schedule/auto_schedule.h"
+#include "pptrain/generators/auto_schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/generators.h"
 
 namespace pptrain {
 namespace {

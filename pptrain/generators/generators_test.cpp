@@ -2,7 +2,7 @@
 // one backward (B, or I then W on the same rank), each action sits on its stage's rank, the
 // validator accepts the schedule, and bad options are refused with a message naming the value.
 // Timing and memory figures are checked against closed forms in pptrain/sim/simulator_test.cpp.
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/generators.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <tuple>
 
 #include "pptrain/common/check.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/reductions.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 

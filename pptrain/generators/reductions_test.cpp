@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 

@@ -33,7 +33,7 @@
 // PPTRAIN_CBC_LOG=1 in the environment prints CBC's own log on stdout (for debugging a slow solve).
 #pragma once
 
-#include "pptrain/schedule/auto_schedule.h"
+#include "pptrain/generators/auto_schedule.h"
 #include "pptrain/schedule/schedule.h"
 
 namespace pptrain {

@@ -4,7 +4,7 @@
 // which it accepts, what it is in one line, and how to make it. `--schedule` checks names
 // against it, `--help` and `pptrain schedule --list` (which the README's table is checked
 // against) print it. Each family of schedules states its entries (generator, summary, chunks) and
-// its weight rule in its own file of schedule/families/; the registry lists the families.
+// its weight rule in its own file of generators/families/; the registry lists the families.
 //
 //   Schedule s = make_schedule({"1f1b", /*ranks=*/4, /*microbatches=*/8});
 //   Schedule z = make_schedule({"zb-v", 4, 8});   // chunks 0: the entry's default (2)
@@ -22,8 +22,8 @@
 #include <variant>
 #include <vector>
 
-#include "pptrain/schedule/auto_schedule.h"
-#include "pptrain/schedule/ilp_schedule.h"
+#include "pptrain/generators/auto_schedule.h"
+#include "pptrain/generators/ilp_schedule.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/weight_versions.h"
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/registry.h"
-#include "pptrain/schedule/testing.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
+#include "pptrain/generators/testing.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

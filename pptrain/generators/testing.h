@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/grid.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain::testing {

@@ -184,7 +184,7 @@ Schedule make_wpipe(int ranks, int microbatches, int period);
 // microbatch i runs stage s on its replica i mod r_s (forward and backward alike). Every replica
 // runs its own microbatches in 1F1B order with ceil(sum_{t >= s} r_t / r_s) - 1 warm-up forwards
 // (1F1B's P-1-s when every r_s is 1). Needs M >= max r_s, so that every replica has work. The
-// registry's 1f1b-rr (schedule/families/round_robin.cpp); `pptrain schedule --schedule 1f1b-rr
+// registry's 1f1b-rr (generators/families/round_robin.cpp); `pptrain schedule --schedule 1f1b-rr
 // --replicas 3,1` shows it. With one replica everywhere it is 1F1B's order with a placement.
 Schedule make_1f1b_rr(const std::vector<int>& replicas_per_stage, int microbatches);
 

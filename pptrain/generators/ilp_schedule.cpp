@@ -1,4 +1,4 @@
-#include "pptrain/schedule/ilp_schedule.h"
+#include "pptrain/generators/ilp_schedule.h"
 
 // For CBC's types and the signatures its functions are loaded with: nothing here links CBC.
 #include <Cbc_C_Interface.h>

@@ -3,7 +3,7 @@
 // docs/ASYNC.md.
 #include <algorithm>
 
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 namespace pptrain {
 namespace {

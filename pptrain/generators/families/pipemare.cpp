@@ -2,7 +2,7 @@
 // forward of i uses the newest weights at its time, W_s^((i-(S-1-s))/M), its backward the newest
 // at its own, W_s^(i/M), rerunning the forward there; per-stage learning rate and discrepancy
 // correction in training (train/pipemare.h). docs/ASYNC.md.
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 namespace pptrain {
 namespace {

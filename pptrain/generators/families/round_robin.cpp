@@ -1,15 +1,15 @@
 // The round-robin family: PipeDream's 1F1B-RR, stages replicated unevenly (the replica counts of
 // a `pptrain partition --method pipedream` plan, or --replicas), microbatch i on replica
 // i mod r_s of stage s, each replica running its own microbatches in 1F1B order
-// (schedule/generators.h: make_1f1b_rr). The replicas of a stage sum their gradients after the
+// (generators/generators.h: make_1f1b_rr). The replicas of a stage sum their gradients after the
 // flush (schedule/reductions.h); synchronous. Without replica counts every stage has one, and
 // it is 1F1B's order with a placement.
 #include <algorithm>
 #include <vector>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/families/families.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/families/families.h"
+#include "pptrain/generators/generators.h"
 
 namespace pptrain {
 namespace {

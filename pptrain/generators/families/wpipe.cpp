@@ -1,12 +1,12 @@
 // WPipe: two groups of stages interleaved on every rank (stage s on rank s mod P), a step after
 // each mini-batch; the first half of the stages (group 1) as 2bw, W^(k-1) for step k, running
 // the next step's forwards early (2 versions), the second half (group 2) on W^(k), fresh (1
-// version); the groups step alternately. Its order is make_wpipe (schedule/generators.h), which
+// version); the groups step alternately. Its order is make_wpipe (generators/generators.h), which
 // waits for the versions. docs/ASYNC.md.
 #include <algorithm>
 
-#include "pptrain/schedule/families/families.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/families/families.h"
+#include "pptrain/generators/generators.h"
 
 namespace pptrain {
 namespace {

@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/reductions.h"
-#include "pptrain/schedule/registry.h"
 #include "pptrain/schedule/schedule.h"
 #include "pptrain/schedule/validate.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/weight_versions.h"
 
 namespace pptrain {

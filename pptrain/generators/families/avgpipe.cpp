@@ -1,8 +1,8 @@
 // AvgPipe: --dp D pipelines, each 1F1B with a flush (the synchronous rule), that combine no
 // gradients; every --avg-interval steps elastic averaging pulls their weights together
 // (train/stage_copies.h). Asynchronous across the copies only.
-#include "pptrain/schedule/families/families.h"
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/families/families.h"
+#include "pptrain/generators/generators.h"
 
 namespace pptrain {
 

@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
+#include "pptrain/generators/testing.h"
 #include "pptrain/schedule/grid.h"
 #include "pptrain/schedule/reductions.h"
-#include "pptrain/schedule/registry.h"
-#include "pptrain/schedule/testing.h"
 
 namespace pptrain {
 namespace {

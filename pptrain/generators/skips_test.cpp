@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <set>
 
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
+#include "pptrain/generators/testing.h"
 #include "pptrain/schedule/semantics.h"
-#include "pptrain/schedule/testing.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

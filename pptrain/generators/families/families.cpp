@@ -1,8 +1,8 @@
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 #include <algorithm>
 
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/generators.h"
 
 namespace pptrain {
 

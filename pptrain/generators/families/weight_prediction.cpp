@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 namespace pptrain {
 namespace {

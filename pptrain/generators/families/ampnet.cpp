@@ -1,7 +1,7 @@
 // AMPNet: 1F1B without a flush, no stash (1 version), a step after every U backwards
 // (--update-interval); forward and backward each on the newest weights at their time, as
 // PipeMare's rule with U for M. docs/ASYNC.md.
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 namespace pptrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "pptrain/schedule/generators.h"
+#include "pptrain/generators/generators.h"
 
 #include <algorithm>
 #include <array>

@@ -4,7 +4,7 @@
 // entered the pipeline with (S versions). docs/ASYNC.md.
 #include <algorithm>
 
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 namespace pptrain {
 namespace {

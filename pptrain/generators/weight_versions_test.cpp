@@ -6,8 +6,8 @@
 #include <map>
 #include <set>
 
-#include "pptrain/schedule/generators.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/generators.h"
+#include "pptrain/generators/registry.h"
 
 namespace pptrain {
 namespace {

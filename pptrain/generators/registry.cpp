@@ -1,4 +1,4 @@
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 
 #include <cmath>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/families/families.h"
+#include "pptrain/generators/families/families.h"
 
 namespace pptrain {
 namespace {

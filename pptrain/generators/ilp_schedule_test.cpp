@@ -2,7 +2,7 @@
 // the best of every valid order of every rank, enumerated here; it is never worse than the
 // greedy; its schedule validates and keeps the memory limit. The simulator's view of its
 // schedules is in pptrain/sim/simulator_test.cpp.
-#include "pptrain/schedule/ilp_schedule.h"
+#include "pptrain/generators/ilp_schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
-#include "pptrain/schedule/registry.h"
+#include "pptrain/generators/registry.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {
