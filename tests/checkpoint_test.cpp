@@ -193,11 +193,16 @@ struct ResumeCase {
   int resume_pp;  // the run that resumes it to step 6
   std::string optimizer;
   bool tied = false;  // --tie-embeddings: the table is stored once, in layer 0's file
+  // Each run's cut of the model's 10 layers (--stage-layers; "": the uniform one), e.g. another
+  // one at the resume, as --partition workers gives when the ranks measure other speeds.
+  std::string save_cut = "";
+  std::string resume_cut = "";
 };
 
 void PrintTo(const ResumeCase& c, std::ostream* out) {
   *out << c.schedule << " pp " << c.save_pp << " -> " << c.resume_pp << " " << c.optimizer
-       << (c.tied ? " tied" : "");
+       << (c.tied ? " tied" : "") << (c.save_cut.empty() ? "" : " cut " + c.save_cut)
+       << (c.resume_cut.empty() ? "" : " -> " + c.resume_cut);
 }
 
 class Resume : public ::testing::TestWithParam<ResumeCase> {};
@@ -214,19 +219,21 @@ TEST_P(Resume, ThreeStepsSavedAndResumedEqualSixSteps) {
   const std::string common = model_args(model) + (c.tied ? " --tie-embeddings" : "") +
                              " --schedule " + c.schedule + " --optimizer " + c.optimizer +
                              " --batch-size 8 --microbatches 4 --warmup-steps 6 --quiet";
-  const auto pp = [](int p) { return " --pp " + std::to_string(p); };
-  auto run = run_train(common + pp(c.resume_pp) + " --steps 6 --metrics " +
+  const auto pp = [](int p, const std::string& cut) {
+    return " --pp " + std::to_string(p) + (cut.empty() ? "" : " --stage-layers " + cut);
+  };
+  auto run = run_train(common + pp(c.resume_pp, "") + " --steps 6 --metrics " +
                            (dir / "whole.jsonl").string() + " --save " + (dir / "whole").string(),
                        dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  run = run_train(common + pp(c.save_pp) + " --steps 3 --metrics " + (dir / "a.jsonl").string() +
-                      " --save " + (dir / "half").string(),
+  run = run_train(common + pp(c.save_pp, c.save_cut) + " --steps 3 --metrics " +
+                      (dir / "a.jsonl").string() + " --save " + (dir / "half").string(),
                   dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   if (c.tied) expect_table_stored_once(model, dir / "half", c.optimizer);
-  run = run_train(common + pp(c.resume_pp) + " --steps 6 --resume " + (dir / "half").string() +
-                      " --metrics " + (dir / "b.jsonl").string() + " --save " +
-                      (dir / "resumed").string(),
+  run = run_train(common + pp(c.resume_pp, c.resume_cut) + " --steps 6 --resume " +
+                      (dir / "half").string() + " --metrics " + (dir / "b.jsonl").string() +
+                      " --save " + (dir / "resumed").string(),
                   dir);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   std::vector<double> losses = read_losses(dir / "a.jsonl");
@@ -248,6 +255,14 @@ INSTANTIATE_TEST_SUITE_P(Reshard, Resume,
                          ::testing::Values(ResumeCase{"1f1b", 4, 1, "adamw"},
                                            ResumeCase{"1f1b", 2, 4, "sgd"},
                                            ResumeCase{"1f1b", 1, 2, "adamw"}));
+
+// The same ranks, another cut (issue 51: a resume after --partition workers measured the ranks
+// again): a slow rank 0's few layers saved, a slow rank 1's resumed.
+INSTANTIATE_TEST_SUITE_P(Recut, Resume,
+                         ::testing::Values(ResumeCase{"1f1b", 2, 2, "adamw", false, "0-2,3-9",
+                                                      "0-6,7-9"},
+                                           ResumeCase{"zb-h1", 4, 4, "sgd", true, "0-1,2-3,4-5,6-9",
+                                                      "0-4,5-7,8-8,9-9"}));
 
 // --save-every 2 --keep 2 over 5 steps leaves the checkpoint of step 5 at DIR and that of step
 // 4 at DIR.step-4 (step 2's is gone), and resuming DIR.step-4 for one step gives step 5's loss.
