@@ -1,7 +1,7 @@
 // The memory model against measured peaks (sim/memory_model.h, api/pipeline.h): on gpt and mlp,
 // 2 and 4 ranks, for every kind of schedule (1F1B, zero bubble, V shapes, asynchronous weight
-// versions, Chimera's replicas, data parallelism with ZeRO-1, recomputation), every rank's
-// predicted_peak_memory_bytes is within 10% of its peak_memory_bytes at every step.
+// versions, Chimera's and BitPipe's replicas, data parallelism with ZeRO-1, recomputation), every
+// rank's predicted_peak_memory_bytes is within 10% of its peak_memory_bytes at every step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -72,8 +72,8 @@ std::vector<MemoryCase> cases() {
     for (int ranks : {2, 4}) {
       for (const std::string flags :
            {"--schedule 1f1b", "--schedule zb-h1", "--schedule zb-v", "--schedule v-min",
-            "--schedule pipedream", "--schedule chimera", "--schedule 1f1b --dp 2 --zero 1",
-            "--schedule 1f1b --recompute"}) {
+            "--schedule pipedream", "--schedule chimera", "--schedule bitpipe",
+            "--schedule 1f1b --dp 2 --zero 1", "--schedule 1f1b --recompute"}) {
         out.push_back({model, ranks, flags});
       }
     }
