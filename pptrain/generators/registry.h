@@ -104,8 +104,8 @@ struct ScheduleEntry {
   // --replicas, or a pipedream partition's): 1f1b-rr.
   bool takes_replicas = false;
   // Whether `pptrain plan` searches it (a synchronous schedule). Not 1f1b-rr, which is 1f1b
-  // there (the planner's partitions have one replica per stage), nor bitpipe until its memory
-  // model is checked against measured runs (docs/CLI.md, `pptrain plan`).
+  // there (the planner's partitions have one replica per stage), nor bitpipe while the
+  // planner's costs leave out what each action costs beyond its compute (docs/CLI.md).
   bool planned = true;
   // The rules besides `update` that the family's options may switch the entry to (in
   // configure_rule), so that find_weight_rule() knows them by name.
