@@ -17,6 +17,7 @@
 #include "pptrain/generators/registry.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/simulator.h"
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "pptrain/generators/registry.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/memory_model.h"
 #include "pptrain/sim/simulator.h"

@@ -16,6 +16,7 @@
 #include "pptrain/generators/registry.h"
 #include "pptrain/planner/schedule_request.h"
 #include "pptrain/runtime/cluster_env.h"
+#include "pptrain/runtime/group.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/sim/memory_model.h"
 #include "pptrain/train/stage_copies.h"

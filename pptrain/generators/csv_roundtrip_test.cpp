@@ -13,6 +13,7 @@
 #include "pptrain/generators/registry.h"
 #include "pptrain/schedule/reductions.h"
 #include "pptrain/schedule/schedule.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/schedule/validate.h"
 
 namespace pptrain {

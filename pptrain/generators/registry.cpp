@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
-#include "pptrain/generators/families/families.h"
 
 namespace pptrain {
 namespace {
@@ -21,19 +20,6 @@ std::string chunks_text(const ScheduleEntry& e) {
 }
 
 }  // namespace
-
-const std::vector<ScheduleEntry>& schedule_registry() {
-  static const std::vector<ScheduleEntry> entries = [] {
-    std::vector<ScheduleEntry> all;
-    for (auto family : {synchronous_family, bidirectional_family, round_robin_family,
-                        pipedream_family, two_bw_family, pipemare_family, avgpipe_family,
-                        wpipe_family, ampnet_family, weight_prediction_family}) {
-      for (ScheduleEntry& entry : family()) all.push_back(std::move(entry));
-    }
-    return all;
-  }();
-  return entries;
-}
 
 const WeightRule& find_weight_rule(const std::string& name) {
   if (name == synchronous_rule().name()) return synchronous_rule();

@@ -119,7 +119,8 @@ struct ScheduleEntry {
   bool asynchronous() const { return update->asynchronous(); }
 };
 
-// Every schedule, in a stable order (the order of --help and the README).
+// Every schedule, in a stable order (the order of --help and the README); families/families.cpp
+// lists the families, so that this room's registry needs none of them.
 const std::vector<ScheduleEntry>& schedule_registry();
 // The weight rule called `name` ("flush", or an entry's `update` or `other_rules` by its
 // name()); UserError naming it if there is none.

@@ -14,6 +14,7 @@
 #include "pptrain/generators/testing.h"
 #include "pptrain/schedule/grid.h"
 #include "pptrain/schedule/reductions.h"
+#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 namespace {

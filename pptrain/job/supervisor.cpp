@@ -27,6 +27,7 @@
 #include "pptrain/train/checkpoint.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/partition_plan.h"
+#include "pptrain/train/plan_training.h"
 
 namespace pptrain {
 namespace {

@@ -6,6 +6,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/generators/registry.h"
+#include "pptrain/train/plan_training.h"
 
 namespace pptrain {
 namespace {

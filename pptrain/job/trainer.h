@@ -1,7 +1,7 @@
 // The train loop of `pptrain train`: pptrain's own models (gpt, mlp) trained through the library
 // (api/pipeline.h), as any program's model would be.
 //
-//   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // train/plan.h
+//   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // train/plan_training.h
 //   auto transport = connect_transport(TransportOptions::from_env());
 //   auto observers = make_observers(options);                            // train/observers.h
 //   train(plan, *transport, raw_pointers(observers));
@@ -21,7 +21,7 @@
 #include "pptrain/partition/straggler.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/train/observers.h"
-#include "pptrain/train/plan.h"
+#include "pptrain/train/plan_training.h"
 
 namespace pptrain {
 

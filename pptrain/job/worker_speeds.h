@@ -23,7 +23,7 @@
 #include "pptrain/partition/workers.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/train/observers.h"
-#include "pptrain/train/plan.h"
+#include "pptrain/train/plan_training.h"
 
 namespace pptrain {
 

@@ -14,6 +14,7 @@
 #include "pptrain/generators/registry.h"
 #include "pptrain/partition/testing.h"
 #include "pptrain/planner/plan_file.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/cost_model.h"
 
 namespace pptrain {

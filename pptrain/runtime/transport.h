@@ -95,7 +95,7 @@ class Transport {
   // this rank among them, at least two, fewer than all). Its ranks are the positions in
   // `members`; its sends, receives and collectives reach only them. Every member calls it with
   // the same list, at the same point of its run; the other ranks do not call it. Use
-  // make_group(), which also covers one rank and all ranks.
+  // make_group() (group.h), which also covers one rank and all ranks.
   virtual std::unique_ptr<Transport> subgroup(const std::vector<int>& members) = 0;
   // A transport among the same ranks whose operations never order with this one's: for a
   // thread of its own (a checkpoint written in the background) that must not interleave its
@@ -103,17 +103,6 @@ class Transport {
   // point of its run.
   virtual std::unique_ptr<Transport> independent(const std::string& name) = 0;
 };
-
-// A transport among `members` of `world` (see Transport::subgroup): `world` itself when they are
-// all its ranks (returned as a non-owning pointer in `view`), a one-rank loopback for one member,
-// else world.subgroup(members). `owned` holds whatever was made, so `view` lives while it does.
-struct Group {
-  Transport* view = nullptr;
-  std::unique_ptr<Transport> owned;
-  Transport& operator*() const { return *view; }
-  Transport* operator->() const { return view; }
-};
-Group make_group(Transport& world, const std::vector<int>& members);
 
 struct TransportOptions {
   int rank = 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/runtime/group.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/testing.h"

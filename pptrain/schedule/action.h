@@ -97,4 +97,26 @@ std::string to_string(const Action& action);
 // Parses the text form. Throws UserError naming the text if it is not an action.
 Action parse_action(std::string_view text);
 
+// The plain actions inside an action: the parts of an OVERLAP_F_B, else the action itself. A
+// view into the action, which must outlive it.
+class Atoms {
+ public:
+  explicit Atoms(const Action& action) : first_(&action), last_(&action + 1) {
+    if (action.op != Op::OVERLAP_F_B) return;
+    const std::vector<Action>& parts = action.parts();  // one look in the table of composites
+    first_ = parts.data();
+    last_ = parts.data() + parts.size();
+  }
+  const Action* begin() const { return first_; }
+  const Action* end() const { return last_; }
+  bool empty() const { return first_ == last_; }
+
+ private:
+  const Action* first_;
+  const Action* last_;
+};
+inline Atoms atoms_of(const Action& action) {
+  return Atoms(action);
+}
+
 }  // namespace pptrain

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "pptrain/schedule/semantics.h"
+
 namespace pptrain {
 namespace {
 

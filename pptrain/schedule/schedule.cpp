@@ -9,7 +9,6 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
-#include "pptrain/schedule/semantics.h"
 
 namespace pptrain {
 
@@ -239,33 +238,6 @@ Schedule read_schedule_csv(const std::string& path) {
 
 void write_schedule_csv(const Schedule& schedule, const std::string& path) {
   write_text_file(path, to_csv(schedule), "schedule file");
-}
-
-Schedule lower(const Schedule& schedule) {
-  if (schedule.has_comms()) return schedule;
-  Schedule out = without_actions(schedule);
-  for (int r = 0; r < schedule.num_ranks; ++r) {
-    std::vector<Action>& lowered = out.actions[r];
-    // A receive before and a send after each compute action at most, but for skip messages: what
-    // is reserved and never written takes no memory.
-    lowered.reserve(3 * schedule.actions[r].size() + 16);
-    for (const Action& a : schedule.actions[r]) {
-      // Receives first: everything the (possibly composite) action consumes from other ranks.
-      for (const Action& atom : atoms_of(a)) {
-        for (const Need& need : inputs_of(atom, schedule, /*lowered=*/true)) {
-          if (is_receipt(need.fact)) {
-            const Action recv = producer_of(need);
-            lowered.emplace_back(recv.op, recv.stage, recv.microbatch, recv.peer);  // in place
-          }
-        }
-      }
-      lowered.push_back(a);
-      for (const Action& atom : atoms_of(a)) {
-        append_sends_after(atom, schedule, lowered);
-      }
-    }
-  }
-  return out;
 }
 
 }  // namespace pptrain

@@ -103,13 +103,4 @@ Schedule parse_csv(const std::string& text, const std::string& name = "imported"
 Schedule read_schedule_csv(const std::string& path);
 void write_schedule_csv(const Schedule& schedule, const std::string& path);
 
-// Insert SEND/RECV actions into a compute-only schedule wherever stage s and s+1 of a microbatch
-// m live on different ranks (rank_of(s, m) != rank_of(s+1, m)), and for each skip whose two
-// stages do: a send right after the action that produces the tensor, a receive right before the
-// action that consumes it. Sends never block
-// (the runtime waits on them lazily), so if the compute order is free of cross-rank cycles, the
-// lowered schedule cannot deadlock; the validator checks that. A schedule that already has
-// communication actions is returned as is.
-Schedule lower(const Schedule& schedule);
-
 }  // namespace pptrain

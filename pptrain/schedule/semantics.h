@@ -56,28 +56,6 @@
 
 namespace pptrain {
 
-// The plain actions inside an action: the parts of an OVERLAP_F_B, else the action itself. A
-// view into the action, which must outlive it.
-class Atoms {
- public:
-  explicit Atoms(const Action& action) : first_(&action), last_(&action + 1) {
-    if (action.op != Op::OVERLAP_F_B) return;
-    const std::vector<Action>& parts = action.parts();  // one look in the table of composites
-    first_ = parts.data();
-    last_ = parts.data() + parts.size();
-  }
-  const Action* begin() const { return first_; }
-  const Action* end() const { return last_; }
-  bool empty() const { return first_ == last_; }
-
- private:
-  const Action* first_;
-  const Action* last_;
-};
-inline Atoms atoms_of(const Action& action) {
-  return Atoms(action);
-}
-
 enum class Fact : unsigned char {
   kOutput,
   kInputGrad,
@@ -481,5 +459,14 @@ class FactTable {
   std::vector<SkipLink> skips_;
   std::vector<T> values_;
 };
+
+// Insert SEND/RECV actions into a compute-only schedule wherever stage s and s+1 of a microbatch
+// m live on different ranks (rank_of(s, m) != rank_of(s+1, m)), and for each skip whose two
+// stages do: a send right after the action that produces the tensor, a receive right before the
+// action that consumes it. Sends never block
+// (the runtime waits on them lazily), so if the compute order is free of cross-rank cycles, the
+// lowered schedule cannot deadlock; the validator checks that. A schedule that already has
+// communication actions is returned as is.
+Schedule lower(const Schedule& schedule);
 
 }  // namespace pptrain

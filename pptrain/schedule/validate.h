@@ -12,7 +12,7 @@
 //   rank 1 | 1F0  1F1  1B1 [1B0]
 //
 // A compute-only schedule is checked as it is: its deadlock check runs the compute actions, each
-// waiting for what lowering (schedule.h) would make it receive, which is the lowered schedule's
+// waiting for what lowering (semantics.h) would make it receive, which is the lowered schedule's
 // check without its messages (a send follows its producer at once and never blocks). The rules are
 // listed in docs/SCHEDULE_FORMAT.md.
 #pragma once

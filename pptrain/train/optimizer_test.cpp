@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "pptrain/train/plan.h"
+#include "pptrain/train/plan_training.h"
 
 namespace pptrain {
 namespace {

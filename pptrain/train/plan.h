@@ -1,17 +1,11 @@
-// A training run, resolved once: what `pptrain train` was asked for (TrainOptions, the flags as
+// A training run's two halves: what `pptrain train` was asked for (TrainOptions, the flags as
 // given) and what that means (TrainingPlan: the validated schedule, which layers each stage
 // holds, which stages each rank runs, the microbatch size, the optimizer's settings).
+// plan_training() (plan_training.h) makes the one from the other.
 //
 //   TrainOptions options;                      // from the command line
-//   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // every user error here
+//   TrainingPlan plan = plan_training(options, /*may_profile=*/true);   // every user error there
 //   train(plan, transport, observers);         // job/trainer.h: reads the plan, never changes it
-//
-// plan_training() runs every check that does not need the workers (model, data file, schedule,
-// partition, output paths) in whichever process calls it, so bad input never starts a worker.
-// Every rank of a run computes the same plan from the same flags: the parts that could differ
-// between processes are resolved by the launching process and handed to its workers:
-// `--partition time` (it measures this machine) as `--stage-layers`, and `--solver ilp` (its time
-// limit could end differently) as `--solved-schedule`, a CSV file of the order.
 #pragma once
 
 #include <algorithm>
@@ -23,7 +17,6 @@
 #include "pptrain/data/data.h"
 #include "pptrain/generators/registry.h"
 #include "pptrain/models/model.h"
-#include "pptrain/planner/plan_file.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
@@ -196,23 +189,5 @@ struct TrainingPlan {
     return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
   }
 };
-
-// `--plan FILE` (the plan.json of `pptrain plan`, planner/plan_file.h): which of the flags it
-// sets the user gave as well, so that one contradicting it is an error, not silently replaced.
-struct PlanFlagsGiven {
-  bool pp = false, microbatches = false, batch_size = false, schedule = false,
-       schedule_file = false, chunks = false, partition = false, stage_layers = false;
-};
-
-// Sets --pp, --microbatches, --batch-size, the schedule (the plan's CSV as --schedule-file),
-// --chunks, the stage layers and --recompute from the plan. UserError (one line naming the flag,
-// its value and the plan's) when a given flag contradicts the plan, and for --dp > 1 (the plan
-// is for one pipeline: D copies would cut each microbatch D times smaller).
-void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOptions& options);
-
-// Checks the options and resolves the plan. UserError (one line) for anything a user can get
-// wrong. With may_profile false, `--partition time` without a file is refused (a rank started
-// by torchrun cannot measure the same timings as the others).
-TrainingPlan plan_training(const TrainOptions& options, bool may_profile);
 
 }  // namespace pptrain

@@ -18,7 +18,7 @@ std::vector<ScheduleEntry> avgpipe_family() {
     return schedule;
   };
   entry.averages_copies = true;
-  // Training reads them (train/plan.cpp: the averaging's interval and rate).
+  // Training reads them (train/plan_training.cpp: the averaging's interval and rate).
   entry.options = {
       {"--avg-interval",
        "avgpipe: steps between two elastic averagings of the --dp copies (default 4)",

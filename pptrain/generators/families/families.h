@@ -1,7 +1,7 @@
 // The schedule families: each file of this folder states one family whole, its registry entries
 // (name, chunks, summary, how to make the schedule) and the weight rule its schedules train
-// with. registry.cpp lists the families in the order of --help; a new family is a file here and
-// one line there.
+// with. families.cpp lists the families in the order of --help (schedule_registry()); a new
+// family is a file here and one line there.
 //
 //   for (ScheduleEntry& e : pipedream_family()) entries.push_back(std::move(e));
 #pragma once

@@ -1,4 +1,4 @@
-#include "pptrain/train/plan.h"
+#include "pptrain/train/plan_training.h"
 
 #include <algorithm>
 #include <cmath>
