@@ -9,7 +9,6 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
-#include "pptrain/common/format.h"
 #include "pptrain/render/svg.h"
 
 namespace pptrain {
@@ -167,62 +166,6 @@ Partition winner_partition(const Profile& profile, const Candidate& winner) {
     out.stages.push_back(stage);
   }
   out.speedup_vs_single = out.time_per_minibatch_s > 0 ? total_s / out.time_per_minibatch_s : 1;
-  return out;
-}
-
-namespace {
-
-std::string megabytes(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", bytes / 1e6);
-  return text;
-}
-
-}  // namespace
-
-std::string plan_table_text(const Profile& profile, const PlannerOptions& options,
-                            const PlanSearch& search, double seconds) {
-  std::string out;
-  const std::string limit =
-      options.memory_limit_bytes > 0
-          ? "limit " + megabytes(options.memory_limit_bytes) + " MB per rank (planned under " +
-                megabytes(options.memory_limit_bytes * (1 - options.memory_margin)) + ")"
-          : "no memory limit";
-  append_format(out,
-                "plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
-                profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
-                search.batch_size, search.profile_microbatch_size);
-  if (!options.rank_speeds.empty()) {
-    append_format(out, "workers:");
-    for (int r = 0; r < options.workers; ++r) {
-      const double limit = options.rank_memory_limits[r];
-      append_format(out, "%s rank %d speed %.2f%s", r == 0 ? "" : ",", r, options.rank_speeds[r],
-                    limit > 0 ? (" limit " + megabytes(limit) + " MB").c_str() : "");
-    }
-    append_format(out, "\n");
-  }
-  if (profile.splits_backward()) {
-    append_format(out, "backward split: the profile's own I and W times\n");
-  } else {
-    append_format(
-        out,
-        "backward split: assumed W = %.2f of each layer's backward, I the rest (the profile gives "
-        "one backward time; --w-fraction)\n",
-        options.w_fraction);
-  }
-  append_format(
-      out,
-      "%d candidates evaluated in %.2f s, %d fit (%d simulated: not those above the limit)\n\n",
-      search.evaluated, seconds, search.fitting, search.simulated);
-  append_format(out, "%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition",
-                "schedule", "V", "M", "recompute", "step ms", "bubble", "peak MB/rank");
-  for (size_t i = 0; i < search.ranked.size(); ++i) {
-    const Candidate& c = search.ranked[i];
-    append_format(out, "%3zu  %-29s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s\n", i + 1,
-                  c.partition.c_str(), c.schedule.c_str(), c.chunks, c.microbatches,
-                  c.recompute ? "yes" : "no", c.step_ms, c.bubble_ratio,
-                  megabytes(c.max_peak_bytes()).c_str());
-  }
   return out;
 }
 

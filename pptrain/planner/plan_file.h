@@ -52,11 +52,6 @@ std::string write_plan_folder(const std::string& folder, const Profile& profile,
                               const PlannerOptions& options, const PlanSearch& search,
                               const PlanFiles& files = {});
 
-// `pptrain plan`'s table: the profile, the workers and the limit, how the backward is split, the
-// search's counts and its time in `seconds`, then one line per ranked candidate.
-std::string plan_table_text(const Profile& profile, const PlannerOptions& options,
-                            const PlanSearch& search, double seconds);
-
 // Reads plan.json. UserError naming the file and the field for anything malformed.
 PlanFile read_plan_file(const std::string& path);
 // The same from the file's text; `path` names it and locates the files beside it.

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/common/format.h"
 #include "pptrain/common/once.h"
 #include "pptrain/generators/generators.h"
 #include "pptrain/generators/registry.h"
@@ -496,10 +497,15 @@ std::vector<std::pair<std::string, std::vector<LayerRange>>> cuts(
   return out;
 }
 
-std::string megabytes(double bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f MB", bytes / 1e6);
+// "1234.5": bytes in MB, one decimal; megabytes() adds the unit.
+std::string megabyte_figure(double bytes) {
+  std::string text;
+  append_format(text, "%.1f", bytes / 1e6);
   return text;
+}
+
+std::string megabytes(double bytes) {
+  return megabyte_figure(bytes) + " MB";
 }
 
 }  // namespace
@@ -804,6 +810,52 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   if (static_cast<int>(fitting.size()) > options.keep) fitting.resize(options.keep);
   search.ranked = std::move(fitting);
   return search;
+}
+
+std::string plan_table_text(const Profile& profile, const PlannerOptions& options,
+                            const PlanSearch& search, double seconds) {
+  std::string out;
+  const std::string limit =
+      options.memory_limit_bytes > 0
+          ? "limit " + megabytes(options.memory_limit_bytes) + " per rank (planned under " +
+                megabyte_figure(options.memory_limit_bytes * (1 - options.memory_margin)) + ")"
+          : "no memory limit";
+  append_format(out,
+                "plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
+                profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
+                search.batch_size, search.profile_microbatch_size);
+  if (!options.rank_speeds.empty()) {
+    append_format(out, "workers:");
+    for (int r = 0; r < options.workers; ++r) {
+      const double limit = options.rank_memory_limits[r];
+      append_format(out, "%s rank %d speed %.2f%s", r == 0 ? "" : ",", r, options.rank_speeds[r],
+                    limit > 0 ? (" limit " + megabytes(limit)).c_str() : "");
+    }
+    append_format(out, "\n");
+  }
+  if (profile.splits_backward()) {
+    append_format(out, "backward split: the profile's own I and W times\n");
+  } else {
+    append_format(
+        out,
+        "backward split: assumed W = %.2f of each layer's backward, I the rest (the profile gives "
+        "one backward time; --w-fraction)\n",
+        options.w_fraction);
+  }
+  append_format(
+      out,
+      "%d candidates evaluated in %.2f s, %d fit (%d simulated: not those above the limit)\n\n",
+      search.evaluated, seconds, search.fitting, search.simulated);
+  append_format(out, "%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition",
+                "schedule", "V", "M", "recompute", "step ms", "bubble", "peak MB/rank");
+  for (size_t i = 0; i < search.ranked.size(); ++i) {
+    const Candidate& c = search.ranked[i];
+    append_format(out, "%3zu  %-29s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s\n", i + 1,
+                  c.partition.c_str(), c.schedule.c_str(), c.chunks, c.microbatches,
+                  c.recompute ? "yes" : "no", c.step_ms, c.bubble_ratio,
+                  megabyte_figure(c.max_peak_bytes()).c_str());
+  }
+  return out;
 }
 
 }  // namespace pptrain

@@ -155,6 +155,11 @@ void check_planner_options(const PlannerOptions& options);
 // names the smallest peak any candidate needs).
 PlanSearch search_plans(const Profile& profile, const PlannerOptions& options);
 
+// `pptrain plan`'s table: the profile, the workers and the limit, how the backward is split, the
+// search's counts and its time in `seconds`, then one line per ranked candidate.
+std::string plan_table_text(const Profile& profile, const PlannerOptions& options,
+                            const PlanSearch& search, double seconds);
+
 // Evaluates one candidate (schedule, partition, chunks, M, recompute set): its schedule,
 // simulation and per-rank peaks; fills the candidate's predicted figures. A candidate with the
 // schedule the search made for it (Candidate::made) is evaluated on that schedule. UserError if
