@@ -47,15 +47,32 @@ std::vector<int> cut_bounds(int size, const std::vector<int>& split_points) {
   return bounds;
 }
 
-// The schedule `options` ask for on P = `ranks` ranks, as the one resolver takes it, its errors
-// naming PipelineOptions' fields.
-ScheduleRequest schedule_request(const PipelineOptions& options, int ranks) {
-  ScheduleRequest request;
-  request.names.pp = "the pipeline's ranks";
-  request.names.microbatches = "microbatches";
-  request.names.chunks = "chunks";
-  request.names.steps = "steps";
-  request.names.dp = "data_parallel";
+// The run `options` ask for on P = `ranks` ranks, as the one resolver takes it
+// (planner/run_request.h), its errors naming PipelineOptions' fields.
+RunRequest run_request(const PipelineOptions& options, int ranks) {
+  RunRequest run;
+  run.optimizer = options.optimizer;
+  run.zero = options.zero;
+  run.recompute = options.recompute;
+  run.ties = options.tied;
+  run.skips = options.skips;
+  ScheduleRequest& request = run.schedule;
+  OptionNames& names = request.names;
+  names.schedule = "schedule";
+  names.pp = "the pipeline's ranks";
+  names.microbatches = "microbatches";
+  names.chunks = "chunks";
+  names.steps = "steps";
+  names.dp = "data_parallel";
+  names.skips = "skips";
+  names.zero = "zero";
+  names.optimizer = "optimizer.kind";
+  names.lr = "optimizer.lr";
+  names.momentum = "optimizer.momentum";
+  names.warmup_steps = "optimizer.warmup_steps";
+  names.clip = "optimizer.clip";
+  names.post_validation = "optimizer.post_validation";
+  names.exact_rollback = "optimizer.exact_rollback";
   request.schedule = options.schedule;
   request.file = options.schedule_file;
   request.file_name = options.schedule_file;
@@ -66,16 +83,11 @@ ScheduleRequest schedule_request(const PipelineOptions& options, int ranks) {
   request.family = options.family;
   request.dp = options.data_parallel;
   request.skips = skip_links(options.skips);
-  return request;
+  return run;
 }
 
-PlannedSchedule planned_of(RequestedSchedule made) {
-  return {std::move(made.validated), made.rule, made.averages_copies};
-}
-
-PlannedSchedule plan_schedule(const PipelineOptions& options, int ranks) {
-  if (options.planned) return *options.planned;
-  return planned_of(make_requested_schedule(schedule_request(options, ranks), CostModel()));
+PlannedSchedule planned_of(const RequestedSchedule& made) {
+  return {made.validated, made.rule, made.averages_copies};
 }
 
 std::string list_text(const std::vector<int>& v) {
@@ -93,24 +105,29 @@ double seconds_since(Clock::time_point start) {
 PlannedSchedule serial_reference(const PipelineOptions& options, int stages) {
   PPTRAIN_CHECK(options.schedule_file.empty() && !options.planned,
                 "serial_reference() takes a schedule of the registry");
-  ScheduleRequest request = schedule_request(options, 1);
-  request.one_process = true;
-  request.stages = stages;
-  return planned_of(make_requested_schedule(request, CostModel()));
+  RunRequest request = run_request(options, 1);
+  request.schedule.one_process = true;
+  request.schedule.stages = stages;
+  return planned_of(resolve_run(request, CostModel()).schedule);
 }
 
-// The schedule of one pipeline: P = the world's ranks over the data-parallel copies.
-static PlannedSchedule plan_pipeline(const World& world, const PipelineOptions& options) {
+// The run of one pipeline: P = the world's ranks over the data-parallel copies. A schedule
+// planned already (`pptrain train`'s) is checked as the one the options would make.
+static ResolvedRun resolve_pipeline(const World& world, const PipelineOptions& options) {
   const int copies = std::max(options.data_parallel, 1);
   PPTRAIN_CHECK(world.size % copies == 0, "data_parallel ", copies, " does not divide the ",
                 world.size, " ranks");
-  return plan_schedule(options, world.size / copies);
+  const RunRequest request = run_request(options, world.size / copies);
+  if (!options.planned) return resolve_run(request, CostModel());
+  const PlannedSchedule& planned = *options.planned;
+  return resolve_run(
+      RequestedSchedule{planned.schedule, planned.weights, planned.averages, std::nullopt},
+      request);
 }
 
 StagePlacement place_stages(const World& world, const PipelineOptions& options) {
-  const PlannedSchedule planned = plan_pipeline(world, options);
-  return {planned.schedule->num_stages,
-          planned.schedule->stages_of(world.rank % planned.schedule->num_ranks)};
+  const ValidatedSchedule schedule = resolve_pipeline(world, options).schedule.validated;
+  return {schedule->num_stages, schedule->stages_of(world.rank % schedule->num_ranks)};
 }
 
 World init_from_env() {
@@ -221,8 +238,9 @@ struct PipelineSchedule::Impl {
   std::vector<PipelineStage*> stages;
   PipelineOptions options;
   BundleLossFn loss;
-  int copies = 1;  // D
-  PlannedSchedule planned;
+  int copies = 1;           // D
+  ResolvedRun resolved;     // the run the options describe, checked (planner/run_request.h)
+  PlannedSchedule planned;  // its schedule and weight rule
   RunInfo run;
   int pipeline_rank = 0;  // this rank in its copy of the pipeline
   int copy = 0;           // which copy of the pipeline
@@ -263,7 +281,6 @@ struct PipelineSchedule::Impl {
   void check_stages() const;
   void make_groups();
   void make_ties();
-  void check_skips() const;
   void make_weights();
   StepData step_data(int step, const BatchSource& batches);
   void start(int64_t batch_size);
@@ -305,7 +322,8 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
       options(std::move(o)),
       loss(std::move(l)),
       copies(std::max(options.data_parallel, 1)),
-      planned(plan_pipeline(world, options)),
+      resolved(resolve_pipeline(world, options)),
+      planned(planned_of(resolved.schedule)),
       run(planned.schedule) {
   // From here on every tensor of the run is counted (its gradients, optimizer state, versions);
   // the stages' parameters, and gradients a program made before, are added.
@@ -328,20 +346,16 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
   PPTRAIN_CHECK(!asynchronous() || options.optimizer, schedule().name,
                 " is asynchronous: it steps each stage between microbatches, so set "
                 "PipelineOptions::optimizer for pptrain to run the optimizer");
-  PPTRAIN_CHECK(!averages || (options.optimizer && copies >= 2), schedule().name,
-                " averages the weights of data_parallel >= 2 copies every few steps; it needs "
-                "data_parallel >= 2 and PipelineOptions::optimizer");
-  PPTRAIN_CHECK(options.zero == 0 || (options.zero == 1 && copies >= 2 && options.optimizer),
-                "zero 1 shards the optimizer state over data_parallel >= 2 copies and needs "
-                "PipelineOptions::optimizer");
-  const OptimizerOptions* optimizer = options.optimizer ? &*options.optimizer : nullptr;
-  PPTRAIN_CHECK(!optimizer || !optimizer->post_validation || (copies == 1 && !asynchronous()),
-                "post-validation needs a synchronous schedule and data_parallel 1");
+  PPTRAIN_CHECK(!averages || options.optimizer, schedule().name,
+                " averages the weights of the copies every few steps, so set "
+                "PipelineOptions::optimizer for pptrain to run the optimizer");
+  PPTRAIN_CHECK(options.zero == 0 || options.optimizer,
+                "zero 1 shards the optimizer state pptrain keeps, so set "
+                "PipelineOptions::optimizer for pptrain to run the optimizer");
   check_stages();
   if (averages) averaging = copy_averaging(options.family, copies);
   make_groups();
   make_ties();
-  check_skips();
   make_weights();
   // avgpipe's copies combine no gradients: they pull their weights to a centre kept beside them.
   if (averages) combine->keep_centre();
@@ -407,21 +421,9 @@ void PipelineSchedule::Impl::make_ties() {
   const Schedule& s = schedule();
   std::vector<TiedCopies> ties;
   std::vector<std::string> names;
-  for (const TiedParameter& tie : options.tied) {
-    PPTRAIN_CHECK(!tie.name.empty() && std::count(names.begin(), names.end(), tie.name) == 0,
-                  "tied parameter names must be non-empty and distinct, got '", tie.name, "'");
+  for (const TiedParameter& tie : resolved.ties) {  // checked, stages of 0..S-1 ascending
     names.push_back(tie.name);
-    PPTRAIN_CHECK(!s.replicated(), "tied parameter '", tie.name, "': ", s.name,
-                  " is replicated; tied parameters run on schedules without replicas for now");
-    PPTRAIN_CHECK(planned.weights.ties_parameters(), "tied parameter '", tie.name, "': ", s.name,
-                  " has no rule for tied parameters; they run on synchronous schedules, "
-                  "pipedream and 2bw");
-    std::vector<int> stages = tie.stages;
-    std::sort(stages.begin(), stages.end());
-    PPTRAIN_CHECK(!stages.empty() && stages.front() >= 0 && stages.back() < s.num_stages &&
-                      std::adjacent_find(stages.begin(), stages.end()) == stages.end(),
-                  "tied parameter '", tie.name, "' names stages ", list_text(stages),
-                  "; give distinct stages of 0..", s.num_stages - 1);
+    const std::vector<int>& stages = tie.stages;
     TiedCopies copies{tie.name, stages, {}, nullptr, {}};
     std::vector<int> members;
     for (int stage : stages) members.push_back(s.stage_to_rank[stage]);
@@ -458,23 +460,6 @@ void PipelineSchedule::Impl::make_ties() {
   }
   tied = TiedParameters(std::move(ties));
   tied.agree();
-}
-
-void PipelineSchedule::Impl::check_skips() const {
-  const Schedule& s = schedule();
-  for (size_t k = 0; k < options.skips.size(); ++k) {
-    const SkipConnection& skip = options.skips[k];
-    PPTRAIN_CHECK(!asynchronous(), "skip connection '", skip.name, "': ", s.name,
-                  " is asynchronous; skip connections run on synchronous schedules for now");
-    PPTRAIN_CHECK(
-        !skip.name.empty() && skip.from >= 0 && skip.from < skip.to && skip.to < s.num_stages,
-        "skip connection '", skip.name, "' from stage ", skip.from, " to stage ", skip.to,
-        ": give a name and stages 0 <= from < to <= ", s.num_stages - 1);
-    for (size_t j = 0; j < k; ++j) {
-      PPTRAIN_CHECK(options.skips[j].name != skip.name || options.skips[j].from != skip.from,
-                    "stage ", skip.from, " has two skip connections named '", skip.name, "'");
-    }
-  }
 }
 
 // The gradients (allocated now, so a step's memory peak counts only what the step allocates),

@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "pptrain/models/tensor_bundle.h"
+#include "pptrain/planner/run_request.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/transport.h"
@@ -164,17 +165,7 @@ class PipelineStage {
   std::vector<std::string> batch_inputs_;
 };
 
-// A parameter shared between stages: each stage in `stages` keeps a copy (declared with
-// PipelineStage::tie). pptrain makes the copies equal before the first step (the lowest stage's
-// values), and after each step's backwards sums their gradients over all copies (one all-reduce
-// over the ranks that hold them), before clipping and the optimizer step; so the copies stay
-// equal bit for bit, and training equals one process with one shared tensor. Under pipedream
-// and 2bw (with PipelineOptions::optimizer) the first stage's copy takes each update and the
-// others follow it a few updates late, equal again after the last step (docs/ASYNC.md).
-struct TiedParameter {
-  std::string name;
-  std::vector<int> stages;
-};
+// TiedParameter (a parameter shared between stages) is planner/run_request.h's.
 
 // A schedule made and validated already, with the rule of its weight versions: what
 // `pptrain train` hands the library (its --pp 1 reference, PipeDream's round robin from a
@@ -209,7 +200,8 @@ struct PipelineOptions {
   // Set: pptrain steps the optimizer (see the top of this file). Unset: step() leaves the
   // gradients to the program's optimizer.
   std::optional<OptimizerOptions> optimizer;
-  // Parameters shared between stages (unreplicated schedules: synchronous, pipedream, 2bw).
+  // Parameters shared between stages (unreplicated schedules: synchronous, pipedream, 2bw);
+  // a stage below 0 counts from the last ({0, -1}: the first stage and the last).
   std::vector<TiedParameter> tied;
   // Skip connections (synchronous schedules): the tensor `name` of stage `from`'s output (a
   // named bundle) goes straight to stage `to` > `from`, beside what stage to - 1 sends it, and

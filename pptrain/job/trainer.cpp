@@ -54,11 +54,7 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
   options.first_step = plan.first_step;
   options.tokens_per_sample = plan.tokens_per_sample;
   options.run_info = run_info(plan);
-  // --tie-embeddings: the embedding's token table (stage 0) and the head's weight (the last).
-  if (plan.model.tie_embeddings) {
-    options.tied.push_back({"embedding", {0}});
-    if (plan.num_stages() > 1) options.tied.back().stages.push_back(plan.num_stages() - 1);
-  }
+  options.tied = plan.ties;    // --tie-embeddings
   options.skips = plan.skips;  // unet's, between stages
   return options;
 }

@@ -21,6 +21,7 @@
 #include "pptrain/common/once.h"
 #include "pptrain/generators/generators.h"
 #include "pptrain/generators/registry.h"
+#include "pptrain/planner/run_request.h"
 #include "pptrain/planner/schedule_request.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/sim/cost_model.h"
@@ -527,10 +528,10 @@ std::vector<std::string> synchronous_schedules() {
 }
 
 double optimizer_state_factor(const std::string& optimizer) {
-  PPTRAIN_CHECK(optimizer == "adamw" || optimizer == "sgd",
-                "--optimizer must be adamw (2 bytes of state per parameter byte) or sgd (1), got '",
-                optimizer, "'");
-  return optimizer == "adamw" ? 2 : 1;
+  OptimizerOptions options;  // sgd with its default momentum
+  options.kind = optimizer;
+  check_optimizer(options, OptionNames());
+  return state_bytes_per_parameter_byte(options);
 }
 
 std::vector<bool> recompute_choices(const std::string& recompute) {

@@ -166,8 +166,8 @@ std::string plan_table_text(const Profile& profile, const PlannerOptions& option
 // the generator refuses it (the search skips those).
 Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate);
 
-// `--optimizer`: the optimizer state per parameter byte of "adamw" (2) or "sgd" (1); UserError
-// naming the flag otherwise.
+// `--optimizer`: the optimizer state per parameter byte of "adamw" (2) or "sgd" (1, with its
+// default momentum: state_bytes_per_parameter_byte()); UserError naming the flag otherwise.
 double optimizer_state_factor(const std::string& optimizer);
 // `--recompute`: "both" {false, true}, "on" {true}, "off" {false}; UserError otherwise.
 std::vector<bool> recompute_choices(const std::string& recompute);

@@ -38,14 +38,26 @@ namespace pptrain {
 // PipeDream's round robin, the registry entry that takes `replicas` (a partition's).
 constexpr const char* kRoundRobinSchedule = "1f1b-rr";
 
-// What the errors call each option: `pptrain`'s flags, unless a caller (the C++ library) names
-// them otherwise.
+// What the errors call each option of a run (this request's and run_request.h's): `pptrain`'s
+// flags, unless a caller (the C++ library) names them otherwise.
 struct OptionNames {
+  std::string schedule = "--schedule";
   std::string pp = "--pp";
   std::string microbatches = "--microbatches";
   std::string chunks = "--chunks";
   std::string steps = "--steps";
   std::string dp = "--dp";
+  std::string skips = "the skip connections";
+  std::string zero = "--zero";
+  std::string optimizer = "--optimizer";
+  std::string lr = "--lr";
+  std::string momentum = "--momentum";
+  std::string warmup_steps = "--warmup-steps";
+  std::string clip = "--clip";
+  std::string post_validation = "--post-validation";
+  std::string exact_rollback = "--exact-rollback";
+  // A tied parameter, by its name; empty: "tied parameter 'NAME'".
+  std::string tie;
 };
 
 struct ScheduleRequest {

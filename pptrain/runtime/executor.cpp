@@ -801,14 +801,6 @@ std::vector<torch::Tensor> Executor::output_grads(int s, int mb, StepState& stat
   return out;
 }
 
-std::vector<SkipLink> skip_links(const std::vector<SkipConnection>& skips) {
-  std::set<SkipLink> links;
-  for (const SkipConnection& skip : skips) {
-    if (skip.to > skip.from + 1) links.insert({skip.from, skip.to});
-  }
-  return {links.begin(), links.end()};
-}
-
 std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes,
                                              int num_stages) {
   std::vector<std::vector<double>> forward_kept(num_stages), weight_freed(num_stages);

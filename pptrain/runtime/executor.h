@@ -57,6 +57,7 @@
 #include <memory>
 #include <vector>
 
+#include "pptrain/planner/run_request.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/runtime/tensor_bundle.h"
 #include "pptrain/runtime/tensor_file.h"
@@ -77,19 +78,7 @@ using BundleLossFn =
 // `loss` on the one tensor of each (UserError naming the bundles when either holds more).
 BundleLossFn bundle_loss(LossFn loss);
 
-// A skip connection: the tensor `name` of stage `from`'s output (a named bundle) goes straight to
-// stage `to` > `from`, not through the stages between: `to` takes it beside what stage to - 1
-// sends, and its gradient comes back the same way. The tensors from one stage to another travel
-// in the skip messages of the schedule (Schedule::skips: skip_links() of these), one each way
-// per microbatch, or are handed over when both stages are on one rank. A skip to the next stage
-// (to = from + 1) is simply part of the ordinary message.
-struct SkipConnection {
-  std::string name;
-  int from = 0;
-  int to = 0;
-};
-// The stage pairs whose skip connections need messages of their own: Schedule::skips for them.
-std::vector<SkipLink> skip_links(const std::vector<SkipConnection>& skips);
+// SkipConnection and skip_links(): planner/run_request.h.
 
 struct ExecutorOptions {
   // This process's rank in the schedule, 0 .. num_ranks-1.

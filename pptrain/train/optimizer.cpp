@@ -54,11 +54,6 @@ StageOptimizer::StageOptimizer(const OptimizerOptions& options, const Stage& sta
   }
 }
 
-double state_bytes_per_parameter_byte(const OptimizerOptions& options) {
-  if (options.kind == "adamw") return 2;
-  return options.momentum != 0 ? 1 : 0;
-}
-
 int64_t StageOptimizer::kept_parameter_bytes() const {
   int64_t bytes = 0;
   for (const auto& optimizer : layers_) {

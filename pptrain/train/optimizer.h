@@ -20,39 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/planner/run_request.h"
 #include "pptrain/runtime/archive_file.h"
 #include "pptrain/runtime/stage.h"
 
 namespace pptrain {
 
-// How pptrain steps the optimizers: `pptrain train`'s --optimizer, --lr, --momentum,
-// --warmup-steps, --clip, --post-validation, --exact-rollback and --skip-nonfinite, and a
-// program's PipelineOptions::optimizer (api/pipeline.h).
-struct OptimizerOptions {
-  std::string kind = "sgd";  // "sgd" (with momentum) or "adamw" (weight decay 0.01)
-  double lr = 0.05;
-  double momentum = 0.9;  // sgd's
-  int warmup_steps = 0;   // the rate grows linearly to lr over this many steps; 0: none
-  double clip = 0;        // max global gradient norm (torch's clip_grad_norm_); 0: no clipping
-  // The zero-bubble paper's post-validation (section 4): no all-reduce of the gradient norm
-  // before a synchronous step; a step that should have clipped is taken back and redone
-  // (api/pipeline.h). With exact_rollback the undo restores saved copies instead of inverting
-  // AdamW's or SGD's update.
-  bool post_validation = false;
-  bool exact_rollback = false;
-  // A step whose gradient norm is not finite skips its optimizer step instead of stopping the
-  // run.
-  bool skip_nonfinite = false;
-
-  // The learning rate of the optimizer steps of step `step` (0-based): the warm-up's share of lr.
-  double lr_at(int step) const {
-    return warmup_steps > 0 && step < warmup_steps ? lr * (step + 1) / warmup_steps : lr;
-  }
-};
-
-// Bytes of optimizer state per byte of parameters a step makes: AdamW 2 (its two moments), SGD
-// 1 with momentum (its buffer), else 0.
-double state_bytes_per_parameter_byte(const OptimizerOptions& options);
+// OptimizerOptions, the settings, are planner/run_request.h's (with the run they belong to).
 
 class StageOptimizer {
  public:

@@ -17,6 +17,7 @@
 #include "pptrain/data/data.h"
 #include "pptrain/generators/registry.h"
 #include "pptrain/models/model.h"
+#include "pptrain/planner/run_request.h"
 #include "pptrain/runtime/executor.h"
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
@@ -143,6 +144,9 @@ struct TrainingPlan {
   // The model's skip connections between stages (unet), by the stages of their two layers;
   // schedule->skips are their skip_links().
   std::vector<SkipConnection> skips;
+  // Parameters tied between stages, stages numbered (--tie-embeddings: the embedding's table on
+  // the first stage and the head on the last).
+  std::vector<TiedParameter> ties;
   std::string partition;         // how stage_layers was chosen, for the log
   bool replan = false;           // --replan auto
   int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)

@@ -6,7 +6,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/generators/registry.h"
-#include "pptrain/planner/schedule_request.h"
+#include "pptrain/planner/run_request.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/checkpoint.h"
@@ -29,10 +29,6 @@ void check_flags(const TrainOptions& options) {
   const int M = options.data.microbatches;
   PPTRAIN_CHECK(options.pp >= 1, "--pp must be >= 1, got ", options.pp);
   PPTRAIN_CHECK(options.dp >= 1, "--dp must be >= 1, got ", options.dp);
-  PPTRAIN_CHECK(options.zero == 0 || options.zero == 1, "--zero must be 0 or 1, got ",
-                options.zero);
-  PPTRAIN_CHECK(options.zero == 0 || options.dp >= 2, "--zero 1 shards the optimizer state over ",
-                "the copies of the pipeline; it needs --dp 2 or more");
   PPTRAIN_CHECK(M >= 1, "--microbatches must be >= 1, got ", M);
   if (options.dp == 1) {
     PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0, "--batch-size ",
@@ -46,18 +42,6 @@ void check_flags(const TrainOptions& options) {
   PPTRAIN_CHECK(options.steps >= 1, "--steps must be >= 1, got ", options.steps);
   PPTRAIN_CHECK(options.chunks >= 0,
                 "--chunks must be >= 1 (or 0 for the schedule's default), got ", options.chunks);
-  PPTRAIN_CHECK(options.optimizer == "sgd" || options.optimizer == "adamw",
-                "--optimizer must be sgd or adamw, got '", options.optimizer, "'");
-  PPTRAIN_CHECK(options.lr >= 0 && std::isfinite(options.lr), "--lr must be >= 0, got ",
-                options.lr);
-  PPTRAIN_CHECK(options.momentum >= 0 && options.momentum < 1, "--momentum must be in [0, 1), got ",
-                options.momentum);
-  PPTRAIN_CHECK(options.momentum == 0.9 || options.optimizer == "sgd",
-                "--momentum is sgd's; --optimizer ", options.optimizer, " has none");
-  PPTRAIN_CHECK(options.warmup_steps >= 0, "--warmup-steps must be >= 0, got ",
-                options.warmup_steps);
-  PPTRAIN_CHECK(options.clip >= 0 && std::isfinite(options.clip), "--clip must be >= 0, got ",
-                options.clip);
   PPTRAIN_CHECK(options.comm_timeout_s >= 0, "--comm-timeout must be >= 1 s (0: the default), got ",
                 options.comm_timeout_s);
   PPTRAIN_CHECK(options.stopped_timeout_s >= 1, "--stopped-timeout must be >= 1 s, got ",
@@ -102,10 +86,32 @@ CostModel planning_cost(const TrainOptions& options, bool may_profile) {
   return cost;
 }
 
-// The schedule the flags ask for (planner/schedule_request.h: every surface's one resolver).
-// A partition file that replicates stages asks for PipeDream's round robin.
-ScheduleRequest schedule_request(const TrainOptions& options) {
-  ScheduleRequest request;
+// The optimizer the flags ask for: --lr 0 is the optimizer's own default rate.
+OptimizerOptions optimizer_options(const TrainOptions& options) {
+  OptimizerOptions optimizer;
+  optimizer.kind = options.optimizer;
+  optimizer.lr = options.lr != 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;
+  optimizer.momentum = options.momentum;
+  optimizer.warmup_steps = options.warmup_steps;
+  optimizer.clip = options.clip;
+  optimizer.post_validation = options.post_validation;
+  optimizer.exact_rollback = options.exact_rollback;
+  optimizer.skip_nonfinite = options.skip_nonfinite;
+  return optimizer;
+}
+
+// The run the flags ask for (planner/run_request.h: every surface's one resolver). A partition
+// file that replicates stages asks for PipeDream's round robin.
+RunRequest run_request(const TrainOptions& options) {
+  RunRequest run;
+  run.optimizer = optimizer_options(options);
+  run.zero = options.zero;
+  run.recompute = options.recompute;
+  // --tie-embeddings: the embedding's token table (the first stage) and the head (the last).
+  if (options.model.tie_embeddings) run.ties = {{"embedding", {0, -1}}};
+  run.schedule.names.tie = "--tie-embeddings";
+  run.schedule.names.skips = "--model " + options.model.kind;
+  ScheduleRequest& request = run.schedule;
   request.schedule = options.schedule;
   request.file = options.schedule_file;
   // A file's schedule is "imported" unless --plan names it.
@@ -124,7 +130,7 @@ ScheduleRequest schedule_request(const TrainOptions& options) {
   request.solver = parse_solver(options.solver);
   request.time_limit_s = options.time_limit_s;
   request.solved_file = options.solved_schedule;
-  if (!options.schedule_file.empty()) return request;
+  if (!options.schedule_file.empty()) return run;
   request.replicas = partition_replicas(options.partition);
   if (!request.replicas.empty() || options.schedule == kRoundRobinSchedule) {
     PPTRAIN_CHECK(!request.replicas.empty(), "--schedule ", kRoundRobinSchedule,
@@ -142,7 +148,7 @@ ScheduleRequest schedule_request(const TrainOptions& options) {
     request.schedule = kRoundRobinSchedule;
     request.one_process = false;
   }
-  return request;
+  return run;
 }
 
 // --save, --save-every, --keep, --load and --resume together; UserError naming the flags.
@@ -189,28 +195,6 @@ void check_checkpoint_flags(const TrainOptions& options, const TrainingPlan& pla
                 "a step to save");
 }
 
-// The conditions of the predicting rules; UserError naming the flag.
-void check_predicting_rule(const TrainOptions& options, const VersionRule& rule) {
-  const std::string name = options.schedule_file.empty() ? options.schedule : "a schedule file";
-  PPTRAIN_CHECK(!rule.predicts() || options.optimizer == "adamw" || options.momentum > 0,
-                "--schedule ", name, " predicts weights along the optimizer's smoothed direction, ",
-                "which sgd with --momentum 0 does not have (use --momentum > 0 or --optimizer "
-                "adamw)");
-}
-
-// The averaging of the copies into the plan (--avg-interval and --avg-alpha, checked against
-// the family before, --avg-alpha's range here); UserError naming the flag when out of range, or
-// when the schedule has no copies to average.
-void plan_averaging(const TrainOptions& options, bool averages, TrainingPlan& plan) {
-  if (!averages) return;
-  PPTRAIN_CHECK(options.dp >= 2, "--schedule avgpipe averages the weights of --dp D >= 2 ",
-                "pipelines, got --dp ", options.dp);
-  PPTRAIN_CHECK(options.zero == 0, "--zero 1 shards an optimizer the copies share; avgpipe's ",
-                "copies each keep their own");
-  copy_averaging(options.family, options.dp);  // checks --avg-alpha
-  plan.averages_copies = true;
-}
-
 // The stage of `stage_layers` that holds `layer`.
 int stage_holding(const std::vector<LayerRange>& stage_layers, int layer) {
   int s = 0;
@@ -223,9 +207,10 @@ int stage_holding(const std::vector<LayerRange>& stage_layers, int layer) {
 TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   check_flags(options);
   const CostModel cost = planning_cost(options, may_profile);
-  RequestedSchedule made = make_requested_schedule(schedule_request(options), cost);
+  const RunRequest request = run_request(options);
+  ResolvedRun run = resolve_run(request, cost);
+  RequestedSchedule& made = run.schedule;
   const VersionRule rule = made.rule;
-  check_predicting_rule(options, rule);
   PPTRAIN_CHECK(!options.compare_sim || !rule.asynchronous(), "--compare-sim: the simulator does ",
                 "not model asynchronous schedules (", options.schedule, ") yet");
   const int blocks = num_blocks(options.model);
@@ -246,10 +231,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
     const int to = stage_holding(stage_layers, skip.to_layer);
     if (from != to) skips.push_back({skip.name, from, to});
   }
-  made = with_skips(std::move(made), skip_links(skips));
+  run = with_skips(std::move(run), std::move(skips), request.schedule.names);
   TrainingPlan plan(made.validated);
   const Schedule& schedule = *plan.schedule;
-  plan.skips = std::move(skips);
+  plan.skips = run.skips;
   check_feasible_memory_limit(cost.stage_costs(schedule.num_stages, schedule.shares()),
                               options.memory_limit);
   // One process has no pipeline to cap (its reference run holds every microbatch).
@@ -259,22 +244,15 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   }
 
   plan.weights = rule;
-  PPTRAIN_CHECK(!options.model.tie_embeddings || !plan.schedule->replicated(),
-                "--tie-embeddings: ", plan.schedule->name,
-                " is replicated; tied embeddings run on schedules without replicas for now");
-  PPTRAIN_CHECK(!options.model.tie_embeddings || rule.ties_parameters(),
-                "--tie-embeddings: ", plan.schedule->name,
-                " has no rule for tied parameters; they run on synchronous schedules, pipedream "
-                "and 2bw");
-  PPTRAIN_CHECK(options.model.kind != "unet" || !rule.asynchronous(),
-                "--model unet: ", plan.schedule->name,
-                " is asynchronous; skip connections run on synchronous schedules for now");
+  plan.ties = run.ties;
   plan.family = options.family;
-  plan_averaging(options, made.averages_copies, plan);
+  // avgpipe's --avg-alpha is checked against the copies here.
+  if (made.averages_copies) copy_averaging(options.family, options.dp);
+  plan.averages_copies = made.averages_copies;
   plan.model = options.model;
   plan.data = options.data;
   plan.copies = options.dp;
-  plan.zero = options.zero;
+  plan.zero = run.zero;
   plan.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
   // With --seq-len-range, 0: the library counts each step's own length.
   plan.tokens_per_sample = options.model.kind != "gpt"    ? 1
@@ -292,28 +270,14 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 plan.schedule->name, " with --pp ", options.pp, " and --dp ", options.dp,
                 " is not that");
   plan.steps = options.steps;
-  plan.optimizer.kind = options.optimizer;
-  plan.optimizer.lr = options.lr > 0 ? options.lr : options.optimizer == "adamw" ? 1e-3 : 0.05;
-  plan.optimizer.momentum = options.momentum;
-  plan.optimizer.warmup_steps = options.warmup_steps;
-  plan.optimizer.clip = options.clip;
-  plan.recompute = options.recompute;
+  plan.optimizer = *run.optimizer;
+  plan.recompute = run.recompute;
   PPTRAIN_CHECK(options.weight_split == "deferred" || options.weight_split == "autograd",
                 "--weight-split must be deferred or autograd, got '", options.weight_split, "'");
   plan.autograd_weight_split = options.weight_split == "autograd";
   PPTRAIN_CHECK(!plan.autograd_weight_split || !plan.asynchronous(),
                 "--weight-split autograd is for synchronous schedules; ", plan.schedule->name,
                 " runs whole backwards on weight versions");
-  PPTRAIN_CHECK(!options.post_validation || !plan.asynchronous(),
-                "--post-validation: ", plan.schedule->name,
-                " is asynchronous and steps each stage on its own norm");
-  PPTRAIN_CHECK(!options.post_validation || options.dp == 1,
-                "--post-validation needs --dp 1 (the copies all-reduce their gradients anyway)");
-  PPTRAIN_CHECK(!options.exact_rollback || options.post_validation,
-                "--exact-rollback applies to --post-validation only");
-  plan.optimizer.post_validation = options.post_validation;
-  plan.optimizer.exact_rollback = options.exact_rollback;
-  plan.optimizer.skip_nonfinite = options.skip_nonfinite;
   plan.threads = options.threads;
   plan.load_dir = options.load_dir;
   plan.resume_dir = options.resume_dir;

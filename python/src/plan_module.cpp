@@ -19,7 +19,7 @@
 #include "pptrain/partition/profile.h"
 #include "pptrain/planner/plan_file.h"
 #include "pptrain/planner/planner.h"
-#include "pptrain/planner/schedule_request.h"
+#include "pptrain/planner/run_request.h"
 #include "pptrain/render/chrome_trace.h"
 #include "pptrain/render/svg.h"
 #include "pptrain/schedule/grid.h"
@@ -280,7 +280,9 @@ PYBIND11_MODULE(_plan, m) {
         for (const auto& [from, to] : skips) request.skips->push_back({from, to});
         CostModel c = cost_model_from_flags(cost, mem_w_ratio);
         c.replicas = dp;
-        PlannedSchedule out{make_requested_schedule(request, c), request.solver, dp, std::nullopt};
+        RunRequest run;  // a schedule to look at: nothing trains
+        run.schedule = request;
+        PlannedSchedule out{resolve_run(run, c).schedule, request.solver, dp, std::nullopt};
         return out;
       },
       py::arg("name"), py::arg("pp"), py::arg("microbatches"), py::arg("chunks"), py::arg("cost"),

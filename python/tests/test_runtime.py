@@ -342,7 +342,7 @@ def test_bad_input_is_a_one_line_value_error():
     schedule = pptrain.schedule("1f1b", [whole], 4, mse)
     with pytest.raises(ValueError, match="6 rows, which do not split into 4 equal microbatches"):
         schedule.step(torch.randn(6, 8), target=torch.randn(6, 8))
-    with pytest.raises(ValueError, match="optimizer: kind must be sgd or adamw"):
+    with pytest.raises(ValueError, match="optimizer.kind must be sgd or adamw, got 'lion'"):
         pptrain.schedule("1f1b", [whole], 4, mse, optimizer={"kind": "lion"})
     with pytest.raises(ValueError, match="weight_split must be autograd or deferred, got 'x'"):
         pptrain.schedule("1f1b", [whole], 4, mse, weight_split="x")

@@ -17,7 +17,7 @@
 #include "pptrain/common/check.h"
 #include "pptrain/common/malloc.h"
 #include "pptrain/generators/registry.h"
-#include "pptrain/planner/schedule_request.h"
+#include "pptrain/planner/run_request.h"
 #include "pptrain/schedule/grid.h"
 #include "tools/pptrain/commands.h"
 
@@ -124,7 +124,9 @@ void run_schedule_command(const ScheduleArgs& args) {
   PPTRAIN_CHECK(args.cores >= 0, "--cores must be >= 0 (0: a core per rank), got ", args.cores);
   // The D copies of the pipeline run alike, each on its share of the cores.
   cost.cores = args.cores / args.dp;
-  RequestedSchedule made = make_requested_schedule(request, cost);
+  RunRequest run;  // a schedule to look at: nothing trains
+  run.schedule = request;
+  RequestedSchedule made = resolve_run(run, cost).schedule;
   // A timeline only to draw or trace: without, the figures cost no event per action.
   const bool drawn = !args.svg_path.empty() || !args.trace_path.empty();
   SimResult result = simulate_requested(made, cost, args.memory_limit,
