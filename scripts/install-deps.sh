@@ -4,7 +4,8 @@ set -euo pipefail
 packages=(build-essential cmake ccache libtorch-dev libgloo-dev libopenblas0-pthread libgtest-dev
           libcli11-dev libbenchmark-dev nlohmann-json3-dev librsvg2-bin coinor-libcbc-dev pkg-config
           python3-dev python3-torch python3-pybind11 pybind11-dev python3-pytest clang-format
-          openmpi-bin python3-yaml mypy)
+          openmpi-bin python3-yaml mypy slurmctld slurmd slurm-client munge
+          iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
