@@ -130,7 +130,7 @@ ResolvedRun resolve_run(RequestedSchedule made, const RunRequest& request) {
   PPTRAIN_CHECK(request.zero == 0 || dp >= 2, names.zero,
                 " 1 shards the optimizer state over the copies of the pipeline; it needs ",
                 names.dp, " 2 or more");
-  // A schedule only looked at (`pptrain schedule`) may show avgpipe's pipeline alone.
+  // A schedule only looked at (`pptrain schedule`) may show one pipeline of averaging copies.
   if (made.averages_copies && request.optimizer) {
     PPTRAIN_CHECK(dp >= 2, names.schedule, " ", name, " averages the weights of ", names.dp,
                   " D >= 2 pipelines, got ", names.dp, " ", dp);

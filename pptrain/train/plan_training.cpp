@@ -246,7 +246,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.weights = rule;
   plan.ties = run.ties;
   plan.family = options.family;
-  // avgpipe's --avg-alpha is checked against the copies here.
+  // The averaging's family options, checked against the copies.
   if (made.averages_copies) copy_averaging(options.family, options.dp);
   plan.averages_copies = made.averages_copies;
   plan.model = options.model;
