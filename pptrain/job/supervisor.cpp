@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -160,42 +161,78 @@ int workers_of_node(const TrainOptions& options, const NodeGroup& group, int npr
   return world / group.max_nodes;
 }
 
-// A node's place, checked against the run's ranks (a c10d rendezvous may gather other counts).
-NodeAssignment place_training_node(const TrainOptions& options, const NodeGroup& group, int nproc,
-                                   int round) {
-  const NodeAssignment node = place_node(group, nproc, round);
-  PPTRAIN_CHECK(node.world_size == options.pp * options.dp, "the ", node.nnodes, " nodes hold ",
-                node.world_size, " ranks, but --pp ", options.pp, " x --dp ", options.dp, " needs ",
-                options.pp * options.dp);
-  return node;
-}
-
-// Starts this node's workers of `plan` (all D x P on one node) and supervises them, restarting
-// a failed run from the newest whole checkpoint.
-RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& plan,
-                            const NodeGroup& group, int nproc) {
-  // What every worker runs: the options with what this process resolved for them, so that all
-  // ranks hold the same layers, run the same solved order and continue the same checkpoint.
+// What every worker runs: `options` with what this process resolved for them in `plan`, so
+// that all ranks hold the same layers, run the same solved order and continue the same
+// checkpoint. --solver ilp: the order solved here (a time limit could end differently in each
+// process) goes to a file of ours, whose path `solved` takes.
+TrainOptions worker_options(const TrainOptions& options, const TrainingPlan& plan,
+                            std::string& solved) {
   TrainOptions worker = options;
   // (--partition workers: the workers cut it themselves, job/worker_speeds.h.)
   if (worker.stage_layers.empty() && options.partition != kWorkersPartition) {
     worker.stage_layers = format_stage_layers(plan.stage_layers);
   }
-  // --solver ilp: every worker runs the order solved here (a time limit could end differently
-  // in each process), which it reads from a file of ours.
-  std::string solved;
   if (options.pp > 1 && options.solved_schedule.empty() &&
       parse_solver(options.solver) == ScheduleSolver::kIlp) {
+    if (!solved.empty()) std::remove(solved.c_str());
     solved = solved_schedule_file(plan);
     worker.solved_schedule = solved;
   }
   // The workers continue the checkpoint resolved here (--resume auto, or after a restart).
   worker.resume_dir = plan.resume_dir;
+  return worker;
+}
+
+// --nnodes MIN:MAX: the layout of a run whose rendezvous gathered `world` ranks, not --pp x
+// --dp: the user's D where it divides them, else one pipeline over all of them. After a restart
+// it continues from the newest whole checkpoint (any layout's: a checkpoint is per layer).
+TrainOptions layout_for(const TrainOptions& options, int world, bool restarted) {
+  TrainOptions out = options;
+  out.dp = world % options.dp == 0 ? options.dp : 1;
+  out.pp = world / out.dp;
+  out.stage_layers.clear();
+  if (restarted) out.resume_dir = "auto";
+  return out;
+}
+
+// Starts this node's workers of `plan` (all D x P on one node) and supervises them, restarting
+// a failed run from the newest whole checkpoint. Under --nnodes MIN:MAX a rendezvous that
+// gathers another number of ranks (a node lost, or one more) re-plans the run for them.
+RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& plan,
+                            const NodeGroup& group, int nproc) {
+  std::string solved;
+  TrainOptions worker = worker_options(options, plan, solved);
+  std::optional<TrainingPlan> relaid;  // the plan for another number of ranks
+  const TrainingPlan* current = &plan;
+
+  // This node's place in `round`, and the run re-planned when the ranks are not its own.
+  const auto place = [&](int round) {
+    const NodeAssignment node = place_node(group, nproc, round);
+    const int world = worker.pp * worker.dp;
+    if (node.world_size == world) return node;
+    PPTRAIN_CHECK(group.min_nodes < group.max_nodes, "the ", node.nnodes, " nodes hold ",
+                  node.world_size, " ranks, but --pp ", worker.pp, " x --dp ", worker.dp, " needs ",
+                  world);
+    PPTRAIN_CHECK(!plan.asynchronous(), "the rendezvous gathered ", node.world_size, " ranks, not ",
+                  world, ", and ", plan.schedule->name,
+                  " is asynchronous: its result depends on its stages, so it cannot go on with "
+                  "others (give --nnodes N)");
+    const TrainOptions next = layout_for(options, node.world_size, round > 0);
+    relaid.emplace(plan_training(next, /*may_profile=*/true));
+    current = &*relaid;
+    worker = worker_options(next, *relaid, solved);
+    std::fprintf(stderr,
+                 "pptrain: %d nodes with %d ranks: the run goes on as --pp %d --dp %d, "
+                 "stages %s\n",
+                 node.nnodes, node.world_size, next.pp, next.dp, worker.stage_layers.c_str());
+    std::fflush(stderr);
+    return node;
+  };
 
   LaunchOptions launch;
   launch.workers = nproc;
   launch.max_restarts = options.max_restarts;
-  launch.node = place_training_node(options, group, nproc, 0);
+  launch.node = place(0);
   launch.stopped_timeout = std::chrono::seconds(options.stopped_timeout_s);
   // The workers are this process forked, not executed again: LibTorch is loaded once, here.
   // Each forks with `worker` as it is at that moment.
@@ -206,27 +243,28 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
   const LaunchResult result = launch_with_restarts(
       launch, options.max_restarts, [&](int restart, const LaunchResult& failed) {
         // Killed after its last save: nothing is left to run.
-        if (holds_finished_run(options.save_dir, plan)) {
+        if (holds_finished_run(options.save_dir, *current)) {
           std::fprintf(stderr,
                        "pptrain: no restart after: %s; %s already holds the run's last step "
                        "(%d): the run is complete\n",
-                       failed.message.c_str(), options.save_dir.c_str(), plan.steps);
+                       failed.message.c_str(), options.save_dir.c_str(), current->steps);
           std::fflush(stderr);
           return false;
         }
+        // The nodes meet again first: a node lost or come changes the plan (place()).
+        if (group.dynamic) launch.node = place(restart);
         std::vector<std::string> skipped;
-        const std::string dir = newest_resumable(options.save_dir, plan, &skipped);
+        const std::string dir = newest_resumable(options.save_dir, *current, &skipped);
         for (const std::string& why : skipped) {
           std::fprintf(stderr, "pptrain: restart %d/%d: passing over a checkpoint: %s\n", restart,
                        options.max_restarts, why.c_str());
         }
-        const int step = dir.empty() ? 0 : check_resume(dir, plan);
+        const int step = dir.empty() ? 0 : check_resume(dir, *current);
         std::fprintf(stderr, "pptrain: restart %d/%d after: %s; resuming from step %d%s\n", restart,
                      options.max_restarts, failed.message.c_str(), step,
                      dir.empty() ? " (no checkpoint yet)" : (" of " + dir).c_str());
         std::fflush(stderr);
         worker.resume_dir = dir;
-        if (group.dynamic) launch.node = place_training_node(options, group, nproc, restart);
         return true;
       });
   if (!solved.empty()) std::remove(solved.c_str());

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A run that loses a node goes on with the rest (issue 48, elastic membership): three `pptrain
+# train` node agents of one rank each meet in a c10d rendezvous under --nnodes 2:3 and train
+# 1f1b on --pp 3, saving every 2 steps. When step 4 is in the metrics, the test kills one node's
+# agent and worker (the whole node: nothing of it restarts). The two left meet again in the next
+# round, re-plan the run as --pp 2, continue from the newest whole checkpoint, and end the run:
+# every step they train has the loss of the one-process run (1e-5 relative), the last included.
+#
+#   bash tests/elastic_test.sh PPTRAIN_BINARY
+#
+# Every process it starts is in a process group of its own, killed when the test ends.
+set -uo pipefail
+binary=$1
+source "$(dirname "$0")/process_groups.sh"
+fail() {
+  echo "FAILED: $*"
+  for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
+  exit 1
+}
+declare -A pid
+start() {
+  local name=$1
+  shift
+  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
+  pid[$name]=$!
+  groups+=("$!")
+}
+
+steps=12
+model="--model gpt --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"
+train="train $model --schedule 1f1b --steps $steps --quiet"
+timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" >/dev/null 2>"$dir/one.err" ||
+  fail "the one-process run"
+# "step loss" per line of a metrics file.
+step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
+
+port=$(free_port)
+for n in 0 1 2; do
+  start "node$n" timeout 240 "$binary" $train --pp 3 --metrics "$dir/elastic.jsonl" \
+    --save "$dir/ckpt" --save-every 2 --max-restarts 2 --nnodes 2:3 --nproc-per-node 1 \
+    --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:"$port" --rdzv-id elastic \
+    --rdzv-conf join_timeout=60,last_call_timeout=2
+done
+# The node to lose: one whose rank is not 0 (rank 0 writes the metrics); its agent says so.
+victim=""
+for _ in $(seq 600); do
+  for n in 0 1 2; do
+    grep -q "^pptrain: node 2 of 3" "$dir/node$n.err" 2>/dev/null && victim=node$n
+  done
+  [ -n "$victim" ] && grep -q '"step":4,' "$dir/elastic.jsonl" 2>/dev/null && break
+  sleep 0.1
+done
+[ -n "$victim" ] || fail "no agent said it was node 2 of 3"
+grep -q '"step":4,' "$dir/elastic.jsonl" || fail "the 3-node run did not reach step 4"
+kill -KILL -- "-${pid[$victim]}"
+echo "lost $victim at step $(step_losses "$dir/elastic.jsonl" | tail -n 1 | cut -d' ' -f1)"
+for n in 0 1 2; do
+  [ "node$n" = "$victim" ] && continue
+  wait "${pid[node$n]}" || fail "node$n exited $? after $victim was lost"
+done
+grep -h "the run goes on as" "$dir"/node*.err | head -n 1 |
+  grep -q "^pptrain: 2 nodes with 2 ranks: the run goes on as --pp 2 --dp 1, stages " ||
+  fail "no line saying the new layout: $(grep -h "pptrain:" "$dir"/node*.err | sort -u)"
+# Every step the 2-node run trained (from the checkpoint it continued on) against one process.
+awk 'NR == FNR { want[$1] = $2; next }
+     { n++; last = $1; d = $2 - want[$1]; if (d < 0) d = -d; s = want[$1] < 0 ? -want[$1] : want[$1]
+       if (!($1 in want) || d > 1e-5 * s + 1e-12) { print "step " $1 ": " $2 " against " want[$1]; bad = 1 } }
+     END { if (bad || n == 0 || last != steps) { print "steps trained: " n ", the last " last; exit 1 } }' \
+  steps="$steps" <(step_losses "$dir/one.jsonl") <(step_losses "$dir/elastic.jsonl") >"$dir/compare.txt" ||
+  fail "the run on the nodes left is not the one-process run: $(cat "$dir/compare.txt")"
+echo "elastic: 2 nodes left ended the run with the one-process losses (steps $(step_losses \
+  "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)-$steps)"
