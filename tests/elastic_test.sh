@@ -4,7 +4,8 @@
 # 1f1b on --pp 3, saving every 2 steps. When step 4 is in the metrics, the test kills one node's
 # agent and worker (the whole node: nothing of it restarts). The two left meet again in the next
 # round, re-plan the run as --pp 2, continue from the newest whole checkpoint, and end the run:
-# every step they train has the loss of the one-process run (1e-5 relative), the last included.
+# every step they train has the loss of the one-process run (1e-5 relative), the last included,
+# and the parameters they end with are its parameters (1e-5; read with python3-torch).
 #
 #   bash tests/elastic_test.sh PPTRAIN_BINARY
 #
@@ -29,8 +30,8 @@ start() {
 steps=12
 model="--model gpt --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"
 train="train $model --schedule 1f1b --steps $steps --quiet"
-timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" >/dev/null 2>"$dir/one.err" ||
-  fail "the one-process run"
+timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" --save "$dir/one" >/dev/null \
+  2>"$dir/one.err" || fail "the one-process run"
 # "step loss" per line of a metrics file.
 step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
 
@@ -70,3 +71,20 @@ awk 'NR == FNR { want[$1] = $2; next }
   fail "the run on the nodes left is not the one-process run: $(cat "$dir/compare.txt")"
 echo "elastic: 2 nodes left ended the run with the one-process losses (steps $(step_losses \
   "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)-$steps)"
+# The parameters of the last step's checkpoint, layer by layer, against one process's.
+/usr/bin/python3 - "$dir/one" "$dir/ckpt" >"$dir/params.txt" 2>&1 <<'PY' ||
+import glob, os, sys
+import torch
+want_dir, got_dir = sys.argv[1], sys.argv[2]
+files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(want_dir, "layer_*.pt")))
+assert files, "no layer files in " + want_dir
+for name in files:
+    want = dict(torch.jit.load(os.path.join(want_dir, name)).named_parameters())
+    got = dict(torch.jit.load(os.path.join(got_dir, name)).named_parameters())
+    assert want.keys() == got.keys(), f"{name}: {sorted(want)} against {sorted(got)}"
+    for key, w in want.items():
+        torch.testing.assert_close(got[key], w, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
+print(f"{len(files)} layers equal")
+PY
+  fail "the parameters differ from one process's: $(tail -n 3 "$dir/params.txt")"
+echo "elastic: the parameters of the last step are one process's ($(cat "$dir/params.txt"))"
