@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A run that loses a node goes on with the rest (issue 48, elastic membership): three `pptrain
 # train` node agents of one rank each meet in a c10d rendezvous under --nnodes 2:3 and train
-# 1f1b on --pp 3, saving every 2 steps. When step 4 is in the metrics, the test kills one node's
+# 1f1b on --pp 3, saving every 2 steps. When step 10 is in the metrics, the test kills one node's
 # agent and worker (the whole node: nothing of it restarts). The two left meet again in the next
 # round, re-plan the run as --pp 2, continue from the newest whole checkpoint, and end the run:
 # every step they train has the loss of the one-process run (1e-5 relative), the last included,
@@ -27,7 +27,7 @@ start() {
   groups+=("$!")
 }
 
-steps=12
+steps=30
 model="--model gpt --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"
 train="train $model --schedule 1f1b --steps $steps --quiet"
 timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" --save "$dir/one" >/dev/null \
@@ -48,11 +48,11 @@ for _ in $(seq 600); do
   for n in 0 1 2; do
     grep -q "^pptrain: node 2 of 3" "$dir/node$n.err" 2>/dev/null && victim=node$n
   done
-  [ -n "$victim" ] && grep -q '"step":4,' "$dir/elastic.jsonl" 2>/dev/null && break
+  [ -n "$victim" ] && grep -q '"step":10,' "$dir/elastic.jsonl" 2>/dev/null && break
   sleep 0.1
 done
 [ -n "$victim" ] || fail "no agent said it was node 2 of 3"
-grep -q '"step":4,' "$dir/elastic.jsonl" || fail "the 3-node run did not reach step 4"
+grep -q '"step":10,' "$dir/elastic.jsonl" || fail "the 3-node run did not reach step 10"
 kill -KILL -- "-${pid[$victim]}"
 echo "lost $victim at step $(step_losses "$dir/elastic.jsonl" | tail -n 1 | cut -d' ' -f1)"
 for n in 0 1 2; do
