@@ -3,7 +3,9 @@
 # train` node agents of one rank each meet in a c10d rendezvous under --nnodes 2:3 and train
 # 1f1b on --pp 3, saving every 2 steps. When step 10 is in the metrics, the test kills one node's
 # agent and worker (the whole node: nothing of it restarts). The two left meet again in the next
-# round, re-plan the run as --pp 2, continue from the newest whole checkpoint, and end the run:
+# round, re-plan the run as --pp 2 and continue from the newest whole checkpoint. A fourth node
+# started then waits for their next meeting, which the test calls by killing a worker of one of
+# them: the three re-plan as --pp 3 and end the run:
 # every step they train has the loss of the one-process run (1e-5 relative), the last included,
 # and the parameters they end with are its parameters (1e-5; read with python3-torch).
 #
@@ -27,7 +29,7 @@ start() {
   groups+=("$!")
 }
 
-steps=30
+steps=60
 model="--model gpt --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"
 train="train $model --schedule 1f1b --steps $steps --quiet"
 timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" --save "$dir/one" >/dev/null \
@@ -36,12 +38,13 @@ timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" --save "$dir/one"
 step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
 
 port=$(free_port)
-for n in 0 1 2; do
-  start "node$n" timeout 240 "$binary" $train --pp 3 --metrics "$dir/elastic.jsonl" \
-    --save "$dir/ckpt" --save-every 2 --max-restarts 2 --nnodes 2:3 --nproc-per-node 1 \
-    --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:"$port" --rdzv-id elastic \
-    --rdzv-conf join_timeout=60,last_call_timeout=2
-done
+agent() {
+  start "$1" timeout 240 "$binary" $train --pp 3 \
+    --metrics "$dir/elastic.jsonl" --save "$dir/ckpt" --save-every 2 --max-restarts 2 \
+    --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:"$port" \
+    --rdzv-id elastic --rdzv-conf join_timeout=60,last_call_timeout=5
+}
+for n in 0 1 2; do agent "node$n"; done
 # The node to lose: one whose rank is not 0 (rank 0 writes the metrics); its agent says so.
 victim=""
 for _ in $(seq 600); do
@@ -55,21 +58,50 @@ done
 grep -q '"step":10,' "$dir/elastic.jsonl" || fail "the 3-node run did not reach step 10"
 kill -KILL -- "-${pid[$victim]}"
 echo "lost $victim at step $(step_losses "$dir/elastic.jsonl" | tail -n 1 | cut -d' ' -f1)"
-for n in 0 1 2; do
-  [ "node$n" = "$victim" ] && continue
-  wait "${pid[node$n]}" || fail "node$n exited $? after $victim was lost"
+# A node that comes once the two go on waits for their next meeting, the next restart.
+for _ in $(seq 600); do
+  grep -q "the run goes on as --pp 2" "$dir"/node*.err 2>/dev/null && break
+  sleep 0.1
 done
 grep -h "the run goes on as" "$dir"/node*.err | head -n 1 |
   grep -q "^pptrain: 2 nodes with 2 ranks: the run goes on as --pp 2 --dp 1, stages " ||
   fail "no line saying the new layout: $(grep -h "pptrain:" "$dir"/node*.err | sort -u)"
-# Every step the 2-node run trained (from the checkpoint it continued on) against one process.
+agent node3
+# No meeting is on, so the late agent serves the endpoint's store itself while it waits.
+for _ in $(seq 600); do
+  ss -ltnH "sport = :$port" | grep -q . && break
+  sleep 0.1
+done
+ss -ltnH "sport = :$port" | grep -q . || fail "the late agent did not wait at the endpoint"
+# The next restart: one survivor's worker killed (its agent restarts the run), once the two
+# train (killed while they meet, the other would wait for it up to --comm-timeout).
+for _ in $(seq 600); do
+  [ "$(step_losses "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)" != 1 ] &&
+    [ "$(step_losses "$dir/elastic.jsonl" | wc -l)" -ge 2 ] && break
+  sleep 0.1
+done
+survivor=node0
+[ "$victim" = node0 ] && survivor=node1
+agent_pid=$(pgrep -P "${pid[$survivor]}")
+grep -q '"step":'"$steps"',' "$dir/elastic.jsonl" &&
+  fail "the run ended before the late node waited (a machine too slow for this test)"
+pkill -KILL -P "$agent_pid" || fail "no worker of $survivor to kill"
+for n in 0 1 2 3; do
+  [ "node$n" = "$victim" ] && continue
+  wait "${pid[node$n]}" || fail "node$n exited $? after $victim was lost"
+done
+grep -q "^pptrain: 3 nodes with 3 ranks: the run goes on as --pp 3 --dp 1, stages " \
+  "$dir/node3.err" || fail "the node that came late did not join: $(cat "$dir/node3.err")"
+echo "a node that came late joined at the next restart: $(cat "$dir"/node*.err |
+  grep -c "goes on as --pp 3") agents went on as --pp 3"
+# Every step the last layout trained (from the checkpoint it continued on) against one process.
 awk 'NR == FNR { want[$1] = $2; next }
      { n++; last = $1; d = $2 - want[$1]; if (d < 0) d = -d; s = want[$1] < 0 ? -want[$1] : want[$1]
        if (!($1 in want) || d > 1e-5 * s + 1e-12) { print "step " $1 ": " $2 " against " want[$1]; bad = 1 } }
      END { if (bad || n == 0 || last != steps) { print "steps trained: " n ", the last " last; exit 1 } }' \
   steps="$steps" <(step_losses "$dir/one.jsonl") <(step_losses "$dir/elastic.jsonl") >"$dir/compare.txt" ||
   fail "the run on the nodes left is not the one-process run: $(cat "$dir/compare.txt")"
-echo "elastic: 2 nodes left ended the run with the one-process losses (steps $(step_losses \
+echo "elastic: the run ended with the one-process losses (steps $(step_losses \
   "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)-$steps)"
 # The parameters of the last step's checkpoint, layer by layer, against one process's.
 /usr/bin/python3 - "$dir/one" "$dir/ckpt" >"$dir/params.txt" 2>&1 <<'PY' ||

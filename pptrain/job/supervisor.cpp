@@ -209,15 +209,16 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
   const auto place = [&](int round) {
     const NodeAssignment node = place_node(group, nproc, round);
     const int world = worker.pp * worker.dp;
-    if (node.world_size == world) return node;
-    PPTRAIN_CHECK(group.min_nodes < group.max_nodes, "the ", node.nnodes, " nodes hold ",
-                  node.world_size, " ranks, but --pp ", worker.pp, " x --dp ", worker.dp, " needs ",
-                  world);
+    // (A node that came late met the others in their restart's round: it continues their run.)
+    if (node.world_size == world && node.round == round) return node;
+    PPTRAIN_CHECK(node.world_size == world || group.min_nodes < group.max_nodes, "the ",
+                  node.nnodes, " nodes hold ", node.world_size, " ranks, but --pp ", worker.pp,
+                  " x --dp ", worker.dp, " needs ", world);
     PPTRAIN_CHECK(!plan.asynchronous(), "the rendezvous gathered ", node.world_size, " ranks, not ",
                   world, ", and ", plan.schedule->name,
                   " is asynchronous: its result depends on its stages, so it cannot go on with "
                   "others (give --nnodes N)");
-    const TrainOptions next = layout_for(options, node.world_size, round > 0);
+    const TrainOptions next = layout_for(options, node.world_size, node.round > 0);
     relaid.emplace(plan_training(next, /*may_profile=*/true));
     current = &*relaid;
     worker = worker_options(next, *relaid, solved);

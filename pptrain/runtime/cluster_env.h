@@ -131,6 +131,9 @@ struct NodeAssignment {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   std::string run_id = "none";
+  // The c10d rendezvous's round this node met the others in: its own restart count, or the
+  // others' later one when it came late (0 for a static one).
+  int round = 0;
 };
 
 // The variables torchrun gives local rank `local_rank` of `nproc` on the node `node`, in its

@@ -93,9 +93,32 @@ NodeAssignment static_assignment(const NodeGroup& group, int nproc) {
   return node;
 }
 
+namespace {
+
+// The store's round: the highest any agent meeting there asked for (kRoundKey; 0 before any).
+constexpr const char* kRoundKey = "round";
+
+int store_round(c10d::TCPStore& store, const std::string& base) {
+  return store.check({base + kRoundKey}) ? std::stoi(text(store.get(base + kRoundKey))) : 0;
+}
+
+// Raises the store's round to at least `round`; the round it holds then.
+int raise_round(c10d::TCPStore& store, const std::string& base, int round) {
+  for (;;) {
+    const bool set = store.check({base + kRoundKey});
+    const std::string now = set ? text(store.get(base + kRoundKey)) : std::string();
+    if (set && std::stoi(now) >= round) return std::stoi(now);
+    const std::string want = std::to_string(round);
+    // compareSet sets the key when it holds `now` (or, unset, when `now` is empty).
+    if (text(store.compareSet(base + kRoundKey, bytes(now), bytes(want))) == want) return round;
+  }
+}
+
+}  // namespace
+
 NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round) {
   PPTRAIN_ASSERT(group.dynamic && nproc >= 1);
-  const std::string prefix = "pptrain/rdzv/" + group.run_id + "/" + std::to_string(round) + "/";
+  const std::string base = "pptrain/rdzv/" + group.run_id + "/";
   const auto began = Clock::now();
   const auto deadline = began + std::chrono::seconds(group.join_timeout_s);
   bool serving = false;
@@ -109,37 +132,62 @@ NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round) {
   }
   NodeAssignment node;
   node.run_id = group.run_id;
+  const auto timed_out = [&](int count) {
+    return std::runtime_error(
+        "the rendezvous of run '" + group.run_id + "' at " + where(group) + " has " +
+        std::to_string(count) + " of at least " + std::to_string(group.min_nodes) +
+        " nodes after " + std::to_string(group.join_timeout_s) +
+        " s (--rdzv-conf join_timeout); are the other nodes started with the same "
+        "--rdzv-endpoint and --rdzv-id?");
+  };
   try {
-    const int index = static_cast<int>(store->add(prefix + "arrived", 1)) - 1;
+    // The agents meet in the highest round any of them asks for: a node that comes late, asking
+    // for its first, meets the others in the round of their next restart. An agent waiting in
+    // a round that others have passed goes on to theirs.
+    round = raise_round(*store, base, round);
+    std::string prefix;
+    int index = 0;
     const std::string address = local_address_towards(group.endpoint_host, group.endpoint_port);
-    store->set(prefix + "node/" + std::to_string(index),
-               bytes((address.empty() ? "127.0.0.1" : address) + " " + std::to_string(nproc)));
-    if (index == 0) {
-      // The first agent closes the rendezvous: at MAX nodes, or MIN and a last call.
-      std::optional<Clock::time_point> min_reached;
-      int count = 0;
-      for (;;) {
-        count = static_cast<int>(store->add(prefix + "arrived", 0));
-        const auto now = Clock::now();
-        if (count >= group.min_nodes && !min_reached) min_reached = now;
-        if (count >= group.max_nodes ||
-            (min_reached && now - *min_reached >= std::chrono::seconds(group.last_call_timeout_s)))
-          break;
-        if (now >= deadline) {
-          throw std::runtime_error(
-              "the rendezvous of run '" + group.run_id + "' at " + where(group) + " has " +
-              std::to_string(count) + " of at least " + std::to_string(group.min_nodes) +
-              " nodes after " + std::to_string(group.join_timeout_s) +
-              " s (--rdzv-conf join_timeout); are the other nodes started with the same "
-              "--rdzv-endpoint and --rdzv-id?");
+    for (bool met = false; !met;) {
+      prefix = base + std::to_string(round) + "/";
+      index = static_cast<int>(store->add(prefix + "arrived", 1)) - 1;
+      store->set(prefix + "node/" + std::to_string(index),
+                 bytes((address.empty() ? "127.0.0.1" : address) + " " + std::to_string(nproc)));
+      if (index == 0) {
+        // The first agent closes the round: at MAX nodes, or MIN and a last call.
+        std::optional<Clock::time_point> min_reached;
+        int count = 0;
+        for (;;) {
+          count = static_cast<int>(store->add(prefix + "arrived", 0));
+          const auto now = Clock::now();
+          if (count >= group.min_nodes && !min_reached) min_reached = now;
+          if (count >= group.max_nodes ||
+              (min_reached &&
+               now - *min_reached >= std::chrono::seconds(group.last_call_timeout_s)))
+            break;
+          if (store_round(*store, base) > round) break;  // the others meet in a later round
+          if (now >= deadline) throw timed_out(count);
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (store_round(*store, base) > round) {
+          round = store_round(*store, base);
+          continue;
+        }
+        count = std::min(count, group.max_nodes);
+        const std::string master =
+            (address.empty() ? "127.0.0.1" : address) + " " + std::to_string(find_free_port());
+        store->set(prefix + "master", bytes(master));
+        store->set(prefix + "closed", bytes(std::to_string(count)));
       }
-      count = std::min(count, group.max_nodes);
-      const std::string master =
-          (address.empty() ? "127.0.0.1" : address) + " " + std::to_string(find_free_port());
-      store->set(prefix + "master", bytes(master));
-      store->set(prefix + "closed", bytes(std::to_string(count)));
+      // Until the round closes, or the others go on to a later one.
+      while (!store->check({prefix + "closed"})) {
+        if (store_round(*store, base) > round) break;
+        if (Clock::now() >= deadline)
+          throw timed_out(static_cast<int>(store->add(prefix + "arrived", 0)));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      met = store->check({prefix + "closed"});
+      if (!met) round = store_round(*store, base);
     }
     const int nodes = std::stoi(text(store->get(prefix + "closed")));
     if (index >= nodes) {
@@ -148,6 +196,7 @@ NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round) {
           std::to_string(nodes) + " nodes before this one came (--nnodes " +
           std::to_string(group.min_nodes) + ":" + std::to_string(group.max_nodes) + ")");
     }
+    node.round = round;
     node.node_rank = index;
     node.nnodes = nodes;
     node.world_size = 0;

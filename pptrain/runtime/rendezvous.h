@@ -14,8 +14,9 @@
 // connect to it). Each agent takes the next node rank in order of arrival; the first closes the
 // rendezvous once MAX nodes came, or MIN and last_call_timeout has passed since, and publishes
 // the master address: its own address towards the endpoint and a free port of its host. Every
-// restart meets again in a round of its own. The store exists only during the meeting, so an
-// agent forks its ranks with no thread of LibTorch's running.
+// restart meets again in a round of its own: the highest any agent at the store asks for, so a
+// node started late (asking for round 0) is taken at the others' next restart. The store exists
+// only during the meeting, so an agent forks its ranks with no thread of LibTorch's running.
 #pragma once
 
 #include <string>
@@ -29,7 +30,8 @@ namespace pptrain {
 NodeAssignment static_assignment(const NodeGroup& group, int nproc);
 
 // Meets the other node agents of group.run_id at the endpoint in `round` (0, then the restart
-// count) and returns this node's place; its `nproc` ranks, which may differ from node to node.
+// count; or a later round the others meet in: NodeAssignment::round) and returns this node's
+// place; its `nproc` ranks, which may differ from node to node.
 // Fails (std::runtime_error, one line naming the endpoint) when the endpoint does not answer
 // within join_timeout, fewer than MIN nodes come in that time, or the rendezvous closed before
 // this agent came.
