@@ -889,6 +889,14 @@ std::unique_ptr<Transport> C10dTransport::independent(const std::string& name) {
 
 std::unique_ptr<Transport> connect_transport(const TransportOptions& options) {
   const auto began = std::chrono::steady_clock::now();
+  // A write to a peer whose process has ended raises SIGPIPE, which by default ends this process
+  // without a word (exit status 141; c10d's store writes without MSG_NOSIGNAL). Ignored, the
+  // write fails with EPIPE instead, and the operation's error names the peer. A program's own
+  // handler (or Python's, which ignores it already) is kept.
+  struct sigaction pipe {};
+  if (sigaction(SIGPIPE, nullptr, &pipe) == 0 && pipe.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
   try {
     return connect_or_throw(options);
   } catch (const UserError&) {
