@@ -17,44 +17,9 @@ set -uo pipefail
 binary=$1
 python_path=${2:-}
 source "$(dirname "$0")/process_groups.sh"
-fail() {
-  echo "FAILED: $*"
-  for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
-  exit 1
-}
-
-# Starts `name`: the command after it, in a process group of its own, in the background, with
-# its output in $dir/name.out and .err; its group id (= pid) in ${pid[name]}.
-declare -A pid
-start() {
-  local name=$1
-  shift
-  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
-  pid[$name]=$!
-  groups+=("$!")
-}
-# Waits for `name`; fails unless it exits with `expected` (default 0).
-finish() {
-  local name=$1 expected=${2:-0} status=0
-  wait "${pid[$name]}" || status=$?
-  [ "$status" = "$expected" ] || fail "$name exited $status (expected $expected)"
-}
 
 model="--model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"
 train="train $model --steps 3 --quiet"
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-# Fails unless metrics file $1 has the reference's 3 losses to 1e-5 relative.
-same_losses() {
-  local got
-  got=$(losses "$1" | tr '\n' ' ')
-  [ "$(losses "$1" | wc -l)" = 3 ] || fail "$2: no 3 losses in $1"
-  awk -v a="$got" -v b="$reference" 'BEGIN {
-    n = split(a, x, " "); split(b, y, " ")
-    for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d
-      s = y[i] < 0 ? -y[i] : y[i]; if (d > 1e-5 * s + 1e-12) exit 1 } }' ||
-    fail "$2: losses $got differ from one process's $reference"
-  echo "$2: the one-process losses"
-}
 
 timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" >/dev/null 2>"$dir/one.err" ||
   fail "the one-process run"

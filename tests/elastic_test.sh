@@ -15,19 +15,6 @@
 set -uo pipefail
 binary=$1
 source "$(dirname "$0")/process_groups.sh"
-fail() {
-  echo "FAILED: $*"
-  for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
-  exit 1
-}
-declare -A pid
-start() {
-  local name=$1
-  shift
-  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
-  pid[$name]=$!
-  groups+=("$!")
-}
 
 steps=60
 model="--model gpt --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"

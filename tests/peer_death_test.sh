@@ -13,18 +13,12 @@
 set -uo pipefail
 binary=$1
 rounds=${2:-6}
-source "$(dirname "$0")/process_groups.sh"
-fail() {
-  echo "FAILED: $*"
-  for f in "$dir"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -n 20 "$f"; }; done
-  exit 1
-}
+source "$(dirname "$0")/process_groups.sh"  # dir, groups, free_port, fail
 
 # Messages of about 1 MB each way, so that a kill often lands in the middle of one.
 args="train --model gpt --layers 4 --d-model 256 --heads 4 --seq-len 128 --batch-size 16
       --microbatches 4 --pp 2 --schedule 1f1b --steps 100000 --quiet --threads 1"
 
-declare -A pid
 # Starts both ranks on a free port; the extra variables go to both.
 start_ranks() {
   local port

@@ -86,21 +86,6 @@ fail() {
   for f in "$dir"/*.err "$dir"/*.log; do [ -s "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
   exit 1
 }
-# Starts `name`: the command after it in a process group of its own, in the background (so that
-# a SIGTERM runs the trap at once instead of after the command), output in $dir/name.out, .err.
-declare -A pid
-start() {
-  local name=$1
-  shift
-  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" &
-  pid[$name]=$!
-  groups+=("$!")
-}
-finish() {
-  local name=$1 status=0
-  wait "${pid[$name]}" || status=$?
-  [ "$status" = 0 ] || fail "$name exited $status"
-}
 # Runs the command after `name` and `host` in namespace `ns`, in UTS and mount namespaces of its
 # own where `hostname` is `host` and /etc/hosts is the cluster's: Slurm's daemons check their
 # host name, and the tasks reach rank 0 by the node name SLURM_STEP_NODELIST gives.
@@ -197,19 +182,6 @@ done
   fail "the nodes are not idle after 60 s: $(in_head sinfo -h -N -o '%N %t' 2>&1 | tr '\n' ' ')"
 echo "slurm: node1 and node2 idle"
 
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-# Fails unless metrics file $1 has the 3 losses of `reference` to 1e-5 relative.
-same_losses() {
-  local got
-  got=$(losses "$1" | tr '\n' ' ')
-  [ "$(losses "$1" | wc -l)" = 3 ] || fail "$2: no 3 losses in $1"
-  awk -v a="$got" -v b="$reference" 'BEGIN {
-    n = split(a, x, " "); split(b, y, " ")
-    for (i = 1; i <= n; i++) { d = x[i] - y[i]; if (d < 0) d = -d
-      s = y[i] < 0 ? -y[i] : y[i]; if (d > 1e-5 * s + 1e-12) exit 1 } }' ||
-    fail "$2: losses $got differ from one process's $reference"
-  echo "$2: the one-process losses"
-}
 # The line of rank 0 (and of no other rank) naming Slurm, the first node and the job's port.
 launcher_line() {
   local line="pptrain: launcher found: slurm: rank 0 of 4, master node1:[0-9]* (first host of"
