@@ -18,6 +18,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/generators/registry.h"
+#include "pptrain/job/relayout.h"
 #include "pptrain/job/trainer.h"
 #include "pptrain/job/worker_speeds.h"
 #include "pptrain/runtime/launcher.h"
@@ -76,16 +77,38 @@ RunResult result_of(const LaunchResult& launched, int max_restarts) {
           launched.exit_code == 0 ? std::string() : failure_text(launched, max_restarts)};
 }
 
+void say(const std::string& line) {
+  std::fprintf(stderr, "pptrain: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
 // This node's place for its `nproc` ranks: the one the flags give (static), or the one a c10d
-// rendezvous gives in `round` (the restart count). Said on stderr when the run spans nodes.
-NodeAssignment place_node(const NodeGroup& group, int nproc, int round) {
-  const NodeAssignment node =
-      group.dynamic ? c10d_rendezvous(group, nproc, round) : static_assignment(group, nproc);
-  if (group.multi_node()) {
-    std::fprintf(stderr, "pptrain: %s\n", describe_node(node, nproc).c_str());
-    std::fflush(stderr);
-  }
+// rendezvous gives in `round` (the restart count) after `last`, this node's place before.
+// Said on stderr when the run spans nodes.
+NodeAssignment place_node(const NodeGroup& group, int nproc, int round,
+                          const std::optional<NodeAssignment>& last) {
+  const NodeAssignment node = group.dynamic
+                                  ? c10d_rendezvous(group, nproc, round, last ? &*last : nullptr)
+                                  : static_assignment(group, nproc);
+  if (group.multi_node()) say(describe_node(node, nproc));
   return node;
+}
+
+// "node 2 (host n3, 10.0.0.3) is gone; " for the nodes the meeting found gone; empty for none.
+std::string gone_text(const NodeAssignment& node) {
+  std::string text;
+  for (const std::string& lost : node.lost) text += lost + " is gone; ";
+  return text;
+}
+
+// Under --nnodes MIN:MAX with room for more nodes, the launcher stops the ranks for a node that
+// asks to join (rendezvous.h), while a restart is left to take it.
+void stop_for_joining_nodes(const NodeGroup& group, LaunchOptions& launch) {
+  if (!group.dynamic || group.min_nodes == group.max_nodes) return;
+  launch.stop_for = [&launch] {
+    if (launch.restart_count >= launch.max_restarts || !node_asks_to_join()) return std::string();
+    return std::string("a node asks to join the run");
+  };
 }
 
 // This process's rank of the run: the whole run when it is one process, else the rank its
@@ -183,34 +206,28 @@ TrainOptions worker_options(const TrainOptions& options, const TrainingPlan& pla
   return worker;
 }
 
-// --nnodes MIN:MAX: the layout of a run whose rendezvous gathered `world` ranks, not --pp x
-// --dp: the user's D where it divides them, else one pipeline over all of them. After a restart
-// it continues from the newest whole checkpoint (any layout's: a checkpoint is per layer).
-TrainOptions layout_for(const TrainOptions& options, int world, bool restarted) {
-  TrainOptions out = options;
-  out.dp = world % options.dp == 0 ? options.dp : 1;
-  out.pp = world / out.dp;
-  out.stage_layers.clear();
-  if (restarted) out.resume_dir = "auto";
-  return out;
-}
-
 // Starts this node's workers of `plan` (all D x P on one node) and supervises them, restarting
 // a failed run from the newest whole checkpoint. Under --nnodes MIN:MAX a rendezvous that
-// gathers another number of ranks (a node lost, or one more) re-plans the run for them.
+// gathers another number of ranks (a node lost, or one more) re-plans the run for them
+// (job/relayout.h).
 RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& plan,
                             const NodeGroup& group, int nproc) {
   std::string solved;
   TrainOptions worker = worker_options(options, plan, solved);
-  std::optional<TrainingPlan> relaid;  // the plan for another number of ranks
+  std::optional<TrainingPlan> relaid;   // the plan for another number of ranks
+  std::optional<Profile> timed_layers;  // the layers timed for it (job/relayout.h)
   const TrainingPlan* current = &plan;
 
+  LaunchOptions launch;
   // This node's place in `round`, and the run re-planned when the ranks are not its own.
   const auto place = [&](int round) {
-    const NodeAssignment node = place_node(group, nproc, round);
+    const NodeAssignment node = place_node(group, nproc, round, launch.node);
     const int world = worker.pp * worker.dp;
     // (A node that came late met the others in their restart's round: it continues their run.)
-    if (node.world_size == world && node.round == round) return node;
+    if (node.world_size == world && node.round == round) {
+      if (!node.lost.empty()) say(gone_text(node) + "the run goes on as it was");
+      return node;
+    }
     PPTRAIN_CHECK(node.world_size == world || group.min_nodes < group.max_nodes, "the ",
                   node.nnodes, " nodes hold ", node.world_size, " ranks, but --pp ", worker.pp,
                   " x --dp ", worker.dp, " needs ", world);
@@ -218,23 +235,22 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
                   world, ", and ", plan.schedule->name,
                   " is asynchronous: its result depends on its stages, so it cannot go on with "
                   "others (give --nnodes N)");
-    const TrainOptions next = layout_for(options, node.world_size, node.round > 0);
-    relaid.emplace(plan_training(next, /*may_profile=*/true));
+    Relayout next = relayout(options, node.world_size, node.round > 0, timed_layers);
+    relaid.emplace(std::move(*next.plan));
     current = &*relaid;
-    worker = worker_options(next, *relaid, solved);
-    std::fprintf(stderr,
-                 "pptrain: %d nodes with %d ranks: the run goes on as --pp %d --dp %d, "
-                 "stages %s\n",
-                 node.nnodes, node.world_size, next.pp, next.dp, worker.stage_layers.c_str());
-    std::fflush(stderr);
+    worker = worker_options(next.options, *relaid, solved);
+    say(gone_text(node) + std::to_string(node.nnodes) + " nodes with " +
+        std::to_string(node.world_size) + " ranks: the run goes on as --pp " +
+        std::to_string(next.options.pp) + " --dp " + std::to_string(next.options.dp) + ", stages " +
+        worker.stage_layers + (next.choice.empty() ? "" : " (" + next.choice + ")"));
     return node;
   };
 
-  LaunchOptions launch;
   launch.workers = nproc;
   launch.max_restarts = options.max_restarts;
   launch.node = place(0);
   launch.stopped_timeout = std::chrono::seconds(options.stopped_timeout_s);
+  stop_for_joining_nodes(group, launch);
   // The workers are this process forked, not executed again: LibTorch is loaded once, here.
   // Each forks with `worker` as it is at that moment.
   launch.run_in_child = [&worker](const std::vector<std::string>&) {
@@ -321,13 +337,18 @@ RunResult run_program(const ProgramRun& run) {
   launch.stopped_timeout = std::chrono::seconds(run.stopped_timeout_s);
   launch.hold_error_lines = false;  // a program's stderr is its own
   launch.max_restarts = run.max_restarts;
-  launch.node = place_node(group, run.ranks, 0);
+  launch.node = place_node(group, run.ranks, 0, std::nullopt);
+  stop_for_joining_nodes(group, launch);
   const LaunchResult result =
       launch_with_restarts(launch, run.max_restarts, [&](int restart, const LaunchResult& failed) {
-        std::fprintf(stderr, "pptrain: restart %d/%d after: %s\n", restart, run.max_restarts,
-                     failed.message.c_str());
-        std::fflush(stderr);
-        if (group.dynamic) launch.node = place_node(group, run.ranks, restart);
+        say("restart " + std::to_string(restart) + "/" + std::to_string(run.max_restarts) +
+            " after: " + failed.message);
+        if (!group.dynamic) return true;
+        launch.node = place_node(group, run.ranks, restart, launch.node);
+        if (!launch.node->lost.empty()) {
+          say(gone_text(*launch.node) + "going on with " + std::to_string(launch.node->nnodes) +
+              " nodes");
+        }
         return true;
       });
   return result_of(result, run.max_restarts);

@@ -122,6 +122,17 @@ NodeGroup resolve_node_group(const NodeGroupOptions& options);
 // "N" or "MIN:MAX" -> {MIN, MAX} (see resolve_node_group).
 std::pair<int, int> parse_nnodes(const std::string& text);
 
+// A node agent met in a c10d rendezvous, as the others know it.
+struct NodeMember {
+  std::string host;       // its host name
+  std::string address;    // its address towards the endpoint
+  int presence_port = 0;  // where its agent listens while it lives (rendezvous.h)
+  int nproc = 0;          // its ranks
+  bool operator==(const NodeMember& other) const {
+    return address == other.address && presence_port == other.presence_port;
+  }
+};
+
 // A node's place in the run: what a rendezvous gives an agent.
 struct NodeAssignment {
   int node_rank = 0;
@@ -134,6 +145,10 @@ struct NodeAssignment {
   // The c10d rendezvous's round this node met the others in: its own restart count, or the
   // others' later one when it came late (0 for a static one).
   int round = 0;
+  // c10d: the nodes that met, by node rank; and the nodes of the meeting before that did not
+  // come again because their agents are gone, one "node 2 (host n3, 10.0.0.3)" each.
+  std::vector<NodeMember> members;
+  std::vector<std::string> lost;
 };
 
 // The variables torchrun gives local rank `local_rank` of `nproc` on the node `node`, in its

@@ -342,11 +342,13 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   // Since when each worker has been seen stopped; a worker stopped past the timeout fails.
   std::vector<std::optional<Clock::time_point>> stopped_since(options.workers);
   std::string stopped_message;
+  std::string stop_reason;  // options.stop_for's
   Clock::time_point next_stop_check = Clock::now();
   const auto check_stopped = [&] {
     const auto now = Clock::now();
     if (now < next_stop_check) return;
     next_stop_check = now + std::chrono::milliseconds(250);
+    if (options.stop_for && stop_reason.empty()) stop_reason = options.stop_for();
     for (int rank = 0; rank < options.workers; ++rank) {
       if (pids[rank] <= 0 || !is_stopped(pids[rank])) {
         stopped_since[rank].reset();
@@ -367,7 +369,8 @@ LaunchResult launch_workers(const LaunchOptions& options) {
     }
     if (running == 0) break;
     if (!killing) check_stopped();
-    if (!killing && (!failures.empty() || g_interrupt_signal || !stopped_message.empty())) {
+    if (!killing && (!failures.empty() || g_interrupt_signal || !stopped_message.empty() ||
+                     !stop_reason.empty())) {
       // A peer of a crashed worker fails a moment later (connection closed); reap those too
       // before killing, so the message names every failure and the cause first.
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -398,6 +401,11 @@ LaunchResult launch_workers(const LaunchOptions& options) {
   if (!stopped_message.empty()) {
     result.exit_code = 1;
     result.message = stopped_message + "; stopped the other workers";
+    return result;
+  }
+  if (!stop_reason.empty() && failures.empty()) {
+    result.exit_code = 1;
+    result.message = stop_reason + "; stopped the workers";
     return result;
   }
   errors.drain();  // what the workers wrote last (a child of theirs may still hold a pipe)

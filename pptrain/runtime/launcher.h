@@ -52,6 +52,10 @@ struct LaunchOptions {
   // team's missing threads forever), and whose run_in_child does what the program would do
   // with `args`.
   std::function<int(const std::vector<std::string>& args)> run_in_child;
+  // When set, asked about every 250 ms while the workers run: a reason it returns (non-empty)
+  // stops them as a failure does, and the launch fails with it (LaunchResult::message), say to
+  // meet the other nodes again for one that asks to join (runtime/rendezvous.h).
+  std::function<std::string()> stop_for;
 };
 
 // A worker's error message that contains these words is a consequence of another rank's

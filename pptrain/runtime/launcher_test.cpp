@@ -79,6 +79,20 @@ TEST(Launcher, AStoppedWorkerStopsTheRunAndIsNamed) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
+// LaunchOptions::stop_for: the reason it gives stops workers that would run on, and is the
+// launch's failure (a node that asks to join, for an elastic run's agent).
+TEST(Launcher, AReasonToStopStopsTheWorkersAndIsTheMessage) {
+  LaunchOptions options = shell(2, "exec sleep 600");
+  int asked = 0;
+  options.stop_for = [&asked] { return ++asked < 3 ? std::string() : std::string("time to go"); };
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = launch_workers(options);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.message, "time to go; stopped the workers");
+  EXPECT_GE(asked, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
 // A worker that is this process forked (LaunchOptions::run_in_child): the same environment and
 // arguments as an executed one, and what an exec would have reset: the launcher's handlers of
 // SIGINT and SIGTERM (else SIGTERM would not stop it) and its close-on-exec descriptors (the

@@ -14,9 +14,21 @@
 // connect to it). Each agent takes the next node rank in order of arrival; the first closes the
 // rendezvous once MAX nodes came, or MIN and last_call_timeout has passed since, and publishes
 // the master address: its own address towards the endpoint and a free port of its host. Every
-// restart meets again in a round of its own: the highest any agent at the store asks for, so a
-// node started late (asking for round 0) is taken at the others' next restart. The store exists
-// only during the meeting, so an agent forks its ranks with no thread of LibTorch's running.
+// restart meets again in a round of its own: the highest any agent at the store asks for. The
+// store exists only during the meeting, so an agent forks its ranks with no thread of LibTorch's
+// running.
+//
+// A restart's meeting closes as soon as every node of the meeting before has come again or is
+// gone: each agent listens on a port of its own while it lives (its presence, published in the
+// store), and the agent that closes the meeting tries the presence of each node that has not
+// come. A node whose presence refuses or does not answer is lost; the meeting names it
+// (NodeAssignment::lost) and goes on without it, without waiting for the last call.
+//
+// An elastic run (MIN < MAX) that met with fewer than MAX nodes keeps a doorbell at the
+// endpoint while it trains: the agent that served the meeting listens on the endpoint's port. A
+// node that comes then rings it (c10d_rendezvous does, before it looks for the store), the
+// agent stops its ranks (node_asks_to_join()), the others' ranks fail with them, and all meet
+// again, with the new node, in the next round.
 #pragma once
 
 #include <string>
@@ -35,7 +47,15 @@ NodeAssignment static_assignment(const NodeGroup& group, int nproc);
 // Fails (std::runtime_error, one line naming the endpoint) when the endpoint does not answer
 // within join_timeout, fewer than MIN nodes come in that time, or the rendezvous closed before
 // this agent came.
-NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round);
+// `last`: this agent's place in the meeting before (a restart), whose nodes the meeting waits
+// for unless they are gone; null for the first.
+NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round,
+                               const NodeAssignment* last = nullptr);
+
+// True once a node rang this agent's doorbell (see above) to join the run: the agent then stops
+// its ranks and meets the others again. False on an agent without a doorbell. For a launcher's
+// poll loop: it waits for nothing but a ringing node's one-line request (at most a second).
+bool node_asks_to_join();
 
 // The local address this host reaches `host` from, which is where the others (ranks, node
 // agents) reach this one; empty when no route is found. (In transport.cpp, whose Gloo device

@@ -79,6 +79,31 @@ TEST(Rendezvous, C10dClosesAtMinAfterTheLastCall) {
   EXPECT_EQ(first.get().world_size, 2);
 }
 
+// A restart's meeting does not wait the last call (600 s here) for a node of the meeting before
+// whose agent is gone (nothing listens at its presence): it closes with the nodes that came and
+// names the one it lost.
+TEST(Rendezvous, ARestartClosesWithoutTheLastCallForANodeThatIsGone) {
+  const int port = find_free_port();
+  const NodeGroup group = c10d_group("2:3", port, "join_timeout=60,last_call_timeout=600");
+  const NodeGroup two = c10d_group("2", port, "join_timeout=60");  // the first meeting: 2 nodes
+  auto first = std::async(std::launch::async, [&two] { return c10d_rendezvous(two, 1, 0); });
+  NodeAssignment last = c10d_rendezvous(two, 1, 0);
+  first.get();
+  ASSERT_EQ(last.members.size(), 2u);
+  EXPECT_TRUE(last.lost.empty());
+  NodeMember gone = last.members.front();
+  gone.host = "gone";
+  gone.presence_port = find_free_port();  // nobody listens there
+  last.members.push_back(gone);
+  auto other = std::async(std::launch::async,
+                          [&group, &last] { return c10d_rendezvous(group, 1, 1, &last); });
+  const NodeAssignment node = c10d_rendezvous(group, 1, 1, &last);
+  EXPECT_EQ(other.get().nnodes, 2);
+  EXPECT_EQ(node.nnodes, 2);
+  EXPECT_EQ(node.world_size, 2);
+  EXPECT_EQ(node.lost, (std::vector<std::string>{"node 2 (host gone, " + gone.address + ")"}));
+}
+
 TEST(Rendezvous, AnAgentAloneStopsAfterTheJoinTimeoutNamingTheEndpoint) {
   const int port = find_free_port();
   try {
