@@ -6,7 +6,7 @@
 # too, where `hostname` is the host's name and /etc/hosts names every host of the cluster.
 #
 #   source "$tests/netns_cluster.sh"
-#   netns_cluster pptrain-nodes 10.215.0 node1 node2   # head 10.215.0.1, node1 .2, node2 .3
+#   netns_cluster pptrain-nodes 192.168.215 node1 node2   # head .1, node1 .2, node2 .3
 #   start_host agent1 node1 pptrain run ...            # as process_groups.sh's start
 #
 # Needs root (the test checks it first, and fails without it); exits 77 (skipped) only when the
@@ -94,11 +94,13 @@ netns_cluster() {
 
 # start_host NAME HOST COMMAND...: process_groups.sh's start of COMMAND on HOST (`head` or a node),
 # in its network namespace and in UTS and mount namespaces of its own where `hostname` is HOST
-# and /etc/hosts is the cluster's. The command keeps the pid ${pid[NAME]}: finish waits for it.
+# and /etc/hosts is the cluster's ($dir/hosts, or HOST's own $dir/hosts-HOST when there is one).
+# The command keeps the pid ${pid[NAME]}: finish waits for it.
 start_host() {
-  local name=$1 host=$2
+  local name=$1 host=$2 hosts=$dir/hosts
   shift 2
+  [ -f "$dir/hosts-$host" ] && hosts=$dir/hosts-$host
   start "$name" ip netns exec "${host_ns[$host]}" unshare --uts --mount sh -c \
     'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
-    sh "$host" "$dir/hosts" "$@"
+    sh "$host" "$hosts" "$@"
 }
