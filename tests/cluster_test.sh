@@ -21,10 +21,7 @@ source "$(dirname "$0")/process_groups.sh"
 model="--model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"
 train="train $model --steps 3 --quiet"
 
-timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" >/dev/null 2>"$dir/one.err" ||
-  fail "the one-process run"
-reference=$(losses "$dir/one.jsonl" | tr '\n' ' ')
-[ "$(losses "$dir/one.jsonl" | wc -l)" = 3 ] || fail "the one-process run wrote no 3 losses"
+reference_run one "$binary" $train --pp 1
 
 # 1. Static rendezvous: two `pptrain run` agents of one rank each.
 port=$(free_port)

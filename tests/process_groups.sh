@@ -1,7 +1,7 @@
 # Sourced by the shell tests (and benchmarks) that start processes: a scratch folder `$dir`,
 # the array `groups` of process group ids, each killed with SIGKILL when the script ends, failed
 # or not, free_port, and the helpers of the tests that start ranks: fail, start, finish,
-# losses and same_losses.
+# losses, reference_run and same_losses.
 #
 #   source "$(dirname "$0")/process_groups.sh"
 #   setsid some-command & groups+=("$!")
@@ -47,6 +47,17 @@ finish() {
 
 # The losses of a metrics file, one per line.
 losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+# Runs `name`, the one-process run of the command after it (120 s at most), its metrics in
+# $dir/name.jsonl, and keeps its 3 losses in `reference` for same_losses.
+reference_run() {
+  local name=$1
+  shift
+  start "$name" timeout 120 "$@" --metrics "$dir/$name.jsonl"
+  finish "$name"
+  [ "$(losses "$dir/$name.jsonl" | wc -l)" = 3 ] ||
+    fail "$name: the one-process run wrote no 3 losses"
+  reference=$(losses "$dir/$name.jsonl" | tr '\n' ' ')
+}
 # Fails unless metrics file $1 has the 3 losses of `reference` (the one-process run's, "a b c")
 # to 1e-5 relative; $2 names the run.
 same_losses() {

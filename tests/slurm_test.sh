@@ -21,7 +21,6 @@ binary=$(realpath "$binary")
 # The daemons are in /usr/sbin, which a non-login shell's PATH may lack.
 export PATH="$PATH:/usr/sbin:/sbin"
 
-skip() { echo "skipped: $*"; exit 77; }
 [ "$(id -u)" = 0 ] || { echo "FAILED: needs root (network namespaces, SlurmUser=root)"; exit 1; }
 missing=""
 for c in slurmctld slurmd srun sbatch sinfo scancel munged mungekey ip unshare; do
@@ -39,89 +38,33 @@ source "$tests/process_groups.sh"
 # munged wants every directory above its socket searchable by all; mktemp made $dir 0700.
 chmod 755 "$dir"
 cd "$dir" || exit 1
-head_ns="pptrain-slurm-$$-head"
-nodes=(node1 node2)
-namespaces=("$head_ns" "pptrain-slurm-$$-node1" "pptrain-slurm-$$-node2")
-# Private namespaces: these addresses and Slurm's ports (6817, 6818) clash with nothing on the
-# host or in a test running beside this one, so they need not be picked at run time.
-head_addr=10.214.0.1
-node_addr=(10.214.0.2 10.214.0.3)
-
-# Kills everything in the cluster's namespaces (slurmstepd and the tasks are in no process group
-# the script knows), then deletes the namespaces, which takes the veths and the bridge along.
-teardown() {
-  local ns pids killed="" _
-  for _ in 1 2 3 4 5; do
-    pids=""
-    for ns in "${namespaces[@]}"; do pids+=" $(ip netns pids "$ns" 2>/dev/null)"; done
-    [ -z "${pids// /}" ] && break
-    kill -KILL $pids 2>/dev/null
-    killed+=" $pids"
-    sleep 0.2
-  done
-  for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null; done
-  # The daemons' children are init's once the daemons die; wait (5 s at most) until init has
-  # reaped them, so that no zombie slurmstepd outlives the test.
-  for _ in $(seq 50); do
-    kill -0 $killed 2>/dev/null || break
-    sleep 0.1
-  done
-}
-# CTest before 3.27 ends a test past its TIMEOUT with SIGKILL to the script and all below it, so
-# no trap runs. This guard, a child of init by the time that happens, tears the cluster down and
-# removes $dir once the script is gone.
-guard=$( (setsid bash -c "$(declare -p namespaces dir); $(declare -f teardown)
-  while kill -0 $$ 2>/dev/null; do sleep 1; done; teardown; rm -rf \"\$dir\"" \
-  </dev/null >/dev/null 2>&1 & echo $!) )
-stop_cluster() {
-  [ -s "$dir/slurmctld.pid" ] && timeout 5 ip netns exec "$head_ns" scancel --full --quiet \
-    --user root 2>/dev/null
-  teardown
-  kill -- "-$guard" 2>/dev/null
-}
-trap 'stop_cluster; cleanup' EXIT
+# shellcheck source=tests/netns_cluster.sh
+source "$tests/netns_cluster.sh"
 
 fail() {
   echo "FAILED: $*"
   for f in "$dir"/*.err "$dir"/*.log; do [ -s "$f" ] && { echo "--- $f"; tail -n 15 "$f"; }; done
   exit 1
 }
-# Runs the command after `name` and `host` in namespace `ns`, in UTS and mount namespaces of its
-# own where `hostname` is `host` and /etc/hosts is the cluster's: Slurm's daemons check their
-# host name, and the tasks reach rank 0 by the node name SLURM_STEP_NODELIST gives.
-start_host() {
-  local name=$1 ns=$2 host=$3
-  shift 3
-  start "$name" ip netns exec "$ns" unshare --uts --mount sh -c \
-    'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
-    sh "$host" "$dir/hosts" "$@"
-  # A daemon ends killed, which bash would report as a job killed; it is no news.
-  disown "${pid[$name]}"
+# start_host of a daemon (netns_cluster.sh: on its host, under its host name, with the cluster's
+# /etc/hosts: Slurm's daemons check their host name, and the tasks reach rank 0 by the node name
+# SLURM_STEP_NODELIST gives). A daemon ends killed, which bash would report; it is no news.
+start_daemon() {
+  start_host "$@"
+  disown "${pid[$1]}"
 }
 
-# 1. The network: a bridge in the head namespace, a veth pair from it to each node.
-ip netns add "$head_ns" 2>"$dir/netns.err" || skip "no network namespaces: $(cat "$dir/netns.err")"
-ip netns exec "$head_ns" unshare --uts --mount true 2>"$dir/unshare.err" ||
-  skip "no UTS or mount namespaces: $(cat "$dir/unshare.err")"
-ip -n "$head_ns" link add br0 type bridge 2>"$dir/bridge.err" ||
-  skip "no bridge devices: $(cat "$dir/bridge.err")"
-ip -n "$head_ns" addr add "$head_addr/24" dev br0 && ip -n "$head_ns" link set br0 up &&
-  ip -n "$head_ns" link set lo up || fail "bridge address"
-for i in 0 1; do
-  ns=${namespaces[i + 1]}
-  ip netns add "$ns" || fail "namespace $ns"
-  ip link add "${nodes[i]}" netns "$head_ns" type veth peer name eth0 netns "$ns" \
-    2>"$dir/veth.err" || skip "no veth pairs: $(cat "$dir/veth.err")"
-  ip -n "$head_ns" link set "${nodes[i]}" master br0 up &&
-    ip -n "$ns" addr add "${node_addr[i]}/24" dev eth0 && ip -n "$ns" link set eth0 up &&
-    ip -n "$ns" link set lo up || fail "link to ${nodes[i]}"
-done
-printf '127.0.0.1 localhost\n%s head\n%s node1\n%s node2\n' "$head_addr" "${node_addr[@]}" \
-  >"$dir/hosts"
+# 1. The network: the head (slurmctld, munged) and node1, node2 (a slurmd each). Private
+# namespaces: these addresses and Slurm's ports (6817, 6818) clash with nothing on the host or in
+# a test running beside this one, so they need not be picked at run time.
+netns_cluster pptrain-slurm 10.214.0 node1 node2
+# Jobs first, so that no slurmstepd starts a task while the cluster is torn down.
+trap '[ -s "$dir/slurmctld.pid" ] && timeout 5 ip netns exec "$head_ns" scancel --full --quiet \
+  --user root 2>/dev/null; stop_cluster; cleanup' EXIT
 
 # 2. munge with its own key and socket: the system's munged, if any, is never asked.
 mungekey --create --keyfile="$dir/munge.key" || fail "mungekey"
-start_host munged "$head_ns" head munged --foreground --socket="$dir/munge.socket" \
+start_daemon munged head munged --foreground --socket="$dir/munge.socket" \
   --key-file="$dir/munge.key" --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" \
   --seed-file="$dir/munged.seed"
 
@@ -169,9 +112,9 @@ EOF
 printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=%s/cgroup\nCgroupAutomount=no\n' "$dir" \
   >"$dir/cgroup.conf"
 export SLURM_CONF=$dir/slurm.conf
-start_host slurmctld "$head_ns" head slurmctld -D -i
+start_daemon slurmctld head slurmctld -D -i
 for i in 0 1; do
-  start_host "slurmd_${nodes[i]}" "${namespaces[i + 1]}" "${nodes[i]}" slurmd -D -N "${nodes[i]}"
+  start_daemon "slurmd_${nodes[i]}" "${nodes[i]}" slurmd -D -N "${nodes[i]}"
 done
 in_head() { ip netns exec "$head_ns" "$@"; }
 for _ in $(seq 120); do
@@ -198,10 +141,7 @@ finish placement
 echo "srun -N 2 -n 4 hostname: node1 twice, node2 twice"
 model="--model gpt --layers 4 --d-model 32 --heads 4 --seq-len 16 --batch-size 8 --microbatches 4"
 train="train $model --steps 3 --quiet"
-start one timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl"
-finish one
-reference=$(losses "$dir/one.jsonl" | tr '\n' ' ')
-[ "$(losses "$dir/one.jsonl" | wc -l)" = 3 ] || fail "the one-process run wrote no 3 losses"
+reference_run one "$binary" $train --pp 1
 start srun timeout 120 ip netns exec "$head_ns" srun -N 2 -n 4 "$binary" $train --pp 4 \
   --metrics "$dir/srun.jsonl"
 finish srun
@@ -219,10 +159,7 @@ sed -n '/^srun pptrain train/,/[^\\]$/p' "$example" | tr -d '\\\n' | tr -s ' ' |
   grep -qF -- "srun pptrain train $flags " || fail "$example no longer runs '$flags'"
 sed 's/--steps 200 /--steps 3 /' "$example" >"$dir/train.sbatch"
 flags=${flags/--steps 200/--steps 3}
-start example_one timeout 120 "$binary" train ${flags/--pp 4/--pp 1} --quiet \
-  --metrics "$dir/example_one.jsonl"
-finish example_one
-reference=$(losses "$dir/example_one.jsonl" | tr '\n' ' ')
+reference_run example_one "$binary" train ${flags/--pp 4/--pp 1} --quiet
 start sbatch env PATH="$(dirname "$binary"):$PATH" timeout 60 ip netns exec "$head_ns" \
   sbatch --parsable --cpus-per-task=1 "$dir/train.sbatch"
 finish sbatch

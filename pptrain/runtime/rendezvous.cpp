@@ -1,5 +1,6 @@
 #include "pptrain/runtime/rendezvous.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -212,6 +213,14 @@ void ring_if_running(const NodeGroup& group, const NodeMember& me, Clock::time_p
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+}
+
+// True for an address of the loopback network (127.0.0.0/8, ::1), which only this host reaches.
+bool is_loopback(const std::string& address) {
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, address.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return ::inet_pton(AF_INET6, address.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 std::vector<uint8_t> bytes(const std::string& text) {
@@ -441,8 +450,21 @@ NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round,
           continue;
         }
         count = std::min(count, group.max_nodes);
-        const std::string master = me.address + " " + std::to_string(find_free_port());
-        store->set(prefix + "master", bytes(master));
+        // The master is this host's address towards the endpoint, a loopback one when the
+        // endpoint's name is this host's and resolves to the loopback here (Debian's "127.0.1.1
+        // node1" in /etc/hosts): useless to the other hosts, whose ranks would wait at their
+        // own 127.0.0.1. Then it is this host's address towards another host's agent.
+        std::string master = me.address;
+        for (int i = 1; i < count && is_loopback(master); ++i) {
+          const NodeMember other =
+              parse_member(text(store->get(prefix + "node/" + std::to_string(i))));
+          const std::string towards =
+              is_loopback(other.address)
+                  ? ""
+                  : local_address_towards(other.address, group.endpoint_port);
+          if (!towards.empty()) master = towards;
+        }
+        store->set(prefix + "master", bytes(master + " " + std::to_string(find_free_port())));
         store->set(prefix + "lost", bytes(joined(expected.lost())));
         store->set(prefix + "closed", bytes(std::to_string(count)));
       }

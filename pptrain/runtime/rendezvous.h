@@ -13,7 +13,8 @@
 // c10d TCPStore at the endpoint, which the first agent on the endpoint's host serves (the others
 // connect to it). Each agent takes the next node rank in order of arrival; the first closes the
 // rendezvous once MAX nodes came, or MIN and last_call_timeout has passed since, and publishes
-// the master address: its own address towards the endpoint and a free port of its host. Every
+// the master address: its own address towards the endpoint (towards another host's agent when
+// that is a loopback address: the endpoint names its host) and a free port of its host. Every
 // restart meets again in a round of its own: the highest any agent at the store asks for. The
 // store exists only during the meeting, so an agent forks its ranks with no thread of LibTorch's
 // running.
