@@ -444,6 +444,27 @@ if [ -x "$runtime" ]; then
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --dp 2
   expect_error "train --plan of a missing file" "cannot read plan file" \
     "$pptrain" train --plan "$work/none/plan.json" "${train_args[@]}"
+  # --partition workers under per-rank memory limits: a limit no cut fits stops every rank before
+  # its first step with one line naming the rank and the smallest limit that works there, which
+  # then runs.
+  workers_args=(--model gpt --layers 4 --d-model 32 --heads 2 --seq-len 16 --batch-size 4
+    --microbatches 2 --steps 1 --pp 2 --partition workers --quiet)
+  expect_error "train: a rank's memory limit no cut fits" \
+    "fits rank 1's memory limit of 0.1 MB less its margin of 5%; the smallest limit that works on rank 1 is" \
+    "$pptrain" train "${workers_args[@]}" --worker-memory-limits 0,1e5
+  works=$(sed -n 's/.*the smallest limit that works on rank 1 is [0-9.]* MB (\([0-9]*\) bytes).*/\1/p' "$work/err")
+  [ -n "$works" ] || fail "train: no smallest limit in: $(cat "$work/err")"
+  "$pptrain" train "${workers_args[@]}" --worker-memory-limits "0,$works" >"$work/out" 2>"$work/err" ||
+    fail "train: the smallest limit that works did not: $(cat "$work/err")"
+  grep -q "^pptrain: --partition workers: rank 1: speed .*, memory limit" "$work/err" &&
+    grep -q "^pptrain: --partition workers: stage layers [0-9,-]*, predicted peaks [0-9.]* MB [0-9.]* MB" "$work/err" ||
+    fail "train: rank 0 printed no limits or peaks: $(cat "$work/err")"
+  expect_error "train: two ranks' memory limits no cut fits" "the closest, stage layers" \
+    "$pptrain" train "${workers_args[@]}" --worker-memory-limits 1e5
+  expect_error "train: --worker-memory-limits of another count" "has 3 limits, but the run has 2 ranks" \
+    "$pptrain" train "${workers_args[@]}" --worker-memory-limits 1,2,3
+  expect_error "train: --worker-memory-limits without workers" "the run has --partition uniform" \
+    "$pptrain" train "${workers_args[@]/workers/uniform}" --worker-memory-limits 1e9
   grep -q '^LibTorch none$' <<<"$version" && fail "--version says no LibTorch, but the runtime is built"
 else
   expect_error "train without a runtime" "PPTRAIN_BUILD_RUNTIME=OFF" "$pptrain" train --pp 2

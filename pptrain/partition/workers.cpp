@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
@@ -23,6 +25,17 @@ double field_number(const nlohmann::json& worker, const char* field, double fall
   const double x = v.get<double>();
   PPTRAIN_CHECK(std::isfinite(x), where, ": '", field, "' must be finite, got ", v.dump());
   return x;
+}
+
+// "a,b,c" as {"a", "b", "c"} ("" is one empty item).
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (size_t comma; (comma = text.find(',', start)) != std::string::npos; start = comma + 1) {
+    items.push_back(text.substr(start, comma - start));
+  }
+  items.push_back(text.substr(start));
+  return items;
 }
 
 }  // namespace
@@ -129,6 +142,28 @@ void check_workers_count(const WorkersProfile& workers, int ranks, const std::st
   PPTRAIN_CHECK(workers.size() == ranks, workers.source, " has ", workers.size(), " worker",
                 workers.size() == 1 ? "" : "s", ", but ", what, " has ", ranks, " rank",
                 ranks == 1 ? "" : "s");
+}
+
+std::vector<double> parse_worker_memory_limits(const std::string& text, int ranks) {
+  std::vector<double> limits;
+  for (const std::string& item : comma_items(text)) {
+    size_t used = 0;
+    double bytes = -1;
+    try {
+      bytes = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PPTRAIN_CHECK(used == item.size() && !item.empty() && std::isfinite(bytes) && bytes >= 0,
+                  "--worker-memory-limits: '", item,
+                  "' is not a number of bytes >= 0 (0: the rank's cgroup's limit)");
+    limits.push_back(bytes);
+  }
+  if (limits.size() == 1) limits.assign(ranks, limits.front());
+  PPTRAIN_CHECK(static_cast<int>(limits.size()) == ranks, "--worker-memory-limits has ",
+                limits.size(), " limits, but the run has ", ranks,
+                " ranks (give one for all, or one per rank)");
+  return limits;
 }
 
 std::vector<std::string> describe_workers(const WorkersProfile& workers) {

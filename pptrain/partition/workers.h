@@ -51,6 +51,11 @@ std::string to_json(const WorkersProfile& workers);
 // workers, but the run has 4 ranks (...)"; `what` names the run's side.
 void check_workers_count(const WorkersProfile& workers, int ranks, const std::string& what);
 
+// `pptrain train --worker-memory-limits BYTES[,BYTES...]`: one limit for every rank, or one per
+// rank of the `ranks` (0: the rank's cgroup's). UserError naming the flag for a malformed number,
+// a limit < 0 or another count.
+std::vector<double> parse_worker_memory_limits(const std::string& text, int ranks);
+
 // One line per rank for a run's log: "rank 1: speed 0.34 (1210 products/s), memory limit 8 GB".
 std::vector<std::string> describe_workers(const WorkersProfile& workers);
 

@@ -66,5 +66,21 @@ TEST(WorkersProfile, CountMustMatchTheRun) {
   EXPECT_EQ(user_error_of([&] { check_workers_count(three, 3, "--pp 3"); }), "");
 }
 
+TEST(WorkersProfile, MemoryLimitsAndPlacementsFromTheCommandLine) {
+  EXPECT_EQ(parse_worker_memory_limits("2e9", 3), (std::vector<double>{2e9, 2e9, 2e9}));
+  EXPECT_EQ(parse_worker_memory_limits("0,1e6", 2), (std::vector<double>{0, 1e6}));
+  EXPECT_NE(user_error_of([] {
+              parse_worker_memory_limits("1,2,3", 2);
+            }).find("has 3 limits, but the run has 2 ranks"),
+            std::string::npos);
+  for (const char* bad : {"-1", "1e9x", "", "1,,2", "nan"}) {
+    EXPECT_NE(user_error_of([&] {
+                parse_worker_memory_limits(bad, 3);
+              }).find("is not a number of bytes >= 0"),
+              std::string::npos)
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace pptrain

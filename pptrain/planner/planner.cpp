@@ -505,11 +505,21 @@ std::string megabyte_figure(double bytes) {
   return text;
 }
 
+}  // namespace
+
 std::string megabytes(double bytes) {
   return megabyte_figure(bytes) + " MB";
 }
 
-}  // namespace
+double rank_memory_limit(const PlannerOptions& options, int rank) {
+  return rank_limit(options, rank);
+}
+
+bool fits_memory_limits(const PlannerOptions& options, const std::vector<double>& peak_bytes) {
+  Candidate c;
+  c.peak_bytes = peak_bytes;
+  return within_limit(c, options);
+}
 
 double Candidate::max_peak_bytes() const {
   return peak_bytes.empty() ? 0 : *std::max_element(peak_bytes.begin(), peak_bytes.end());
@@ -622,6 +632,44 @@ Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candi
     return out;
   }
   return evaluate_with(scaled, options, candidate, schedules);
+}
+
+std::vector<std::vector<double>> cut_peak_bytes(const Profile& profile,
+                                                const PlannerOptions& options,
+                                                const Candidate& shape,
+                                                const std::vector<std::vector<LayerRange>>& cuts,
+                                                bool gradient_buffers) {
+  const Resolved resolved = resolve(profile, options);
+  Candidate c = shape;
+  c.microbatch_size = static_cast<double>(resolved.batch) / c.microbatches;
+  const Profile scaled =
+      scaled_profile(profile, c.microbatch_size / resolved.profile_size, options);
+  Schedules schedules(options.workers, true);
+  const Made* made = nullptr;
+  if (c.schedule != kAutoSchedule) {
+    made = schedules.find(c.schedule, c.chunks, c.microbatches);
+    if (made == nullptr) generate(c, options.workers);  // the generator's UserError
+  }
+  std::vector<std::vector<double>> out;
+  for (const std::vector<LayerRange>& cut : cuts) {
+    c.stage_layers = cut;
+    if (made == nullptr) {
+      evaluate_auto(scaled, options, c, schedules);
+      out.push_back(c.peak_bytes);
+      continue;
+    }
+    const CostModel cost =
+        candidate_cost(scaled, c, options.mem_w_ratio,
+                       !c.recompute || made->validated.given().has_split_backward());
+    std::vector<double> peaks;
+    for (const RankMemory& rank :
+         rank_memory(scaled, options, c, cost, made->walk,
+                     gradient_buffers || made->validated.given().replicated())) {
+      peaks.push_back(rank.total());
+    }
+    out.push_back(std::move(peaks));
+  }
+  return out;
 }
 
 namespace {

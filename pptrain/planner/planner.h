@@ -166,6 +166,25 @@ std::string plan_table_text(const Profile& profile, const PlannerOptions& option
 // the generator refuses it (the search skips those).
 Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate);
 
+// The memory model's peak bytes of every rank ([P]) for each of `cuts`, the candidate `shape`
+// (schedule, V, M, recomputation; its stage_layers ignored) cut each way: what evaluate() gives
+// as peak_bytes, without simulating, the schedule made and walked once (zb-auto, whose schedule
+// depends on the cut, is planned for each). `gradient_buffers`: the ranks also hold the flat
+// buffer copies of their gradients that an all-reduce over data-parallel copies adds.
+std::vector<std::vector<double>> cut_peak_bytes(const Profile& profile,
+                                                const PlannerOptions& options,
+                                                const Candidate& shape,
+                                                const std::vector<std::vector<LayerRange>>& cuts,
+                                                bool gradient_buffers = false);
+
+// Rank r's memory limit in bytes: its own (rank_memory_limits) where > 0, else the common one;
+// 0: none. Plans are made under it less memory_margin.
+double rank_memory_limit(const PlannerOptions& options, int rank);
+// Whether every rank's peak ([P] bytes) is within its limit less the margin.
+bool fits_memory_limits(const PlannerOptions& options, const std::vector<double>& peak_bytes);
+// "1234.5 MB".
+std::string megabytes(double bytes);
+
 // `--optimizer`: the optimizer state per parameter byte of "adamw" (2) or "sgd" (1, with its
 // default momentum: state_bytes_per_parameter_byte()); UserError naming the flag otherwise.
 double optimizer_state_factor(const std::string& optimizer);

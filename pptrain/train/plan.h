@@ -50,6 +50,10 @@ struct TrainOptions {
   // --partition workers: where rank 0 writes what the ranks measured (partition/workers.h), for
   // `pptrain plan --workers-profile`. Empty: nowhere.
   std::string save_workers;
+  // --partition workers: each rank's memory limit in bytes, "BYTES" for all or "B0,B1,..." per
+  // world rank (partition/workers.h: parse_worker_memory_limits), instead of its cgroup's; the
+  // cut keeps every rank's peak, by the planner's memory model, within its own. Empty: cgroups'.
+  std::string worker_memory_limits;
   std::string schedule = "1f1b";  // a registry name (generators/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
   // What the log and pictures call the schedule file's order; empty: the file's own name
