@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -164,6 +165,93 @@ StageLayerOptions layer_options_of(const TrainOptions& options, const TrainingPl
   return layers;
 }
 
+// The workers as the run's ranks see them when `placement` runs rank r on worker placement[r]:
+// [rank] = that worker's figures.
+WorkersProfile placed(const WorkersProfile& workers, const std::vector<int>& placement) {
+  if (placement.empty()) return workers;
+  WorkersProfile out = workers;
+  for (size_t r = 0; r < placement.size(); ++r) {
+    out.workers[r] = workers.workers[placement[r]];
+    out.workers[r].rank = static_cast<int>(r);
+  }
+  return out;
+}
+
+// The placements tried (kMaxPlacements): the user's; else, for one pipeline, every order of the
+// workers that differs in what the ranks get (speed and limit), the identity first; else the
+// identity.
+constexpr int kMaxPlacements = 720;  // 6!: every order of 6 unequal workers
+std::vector<std::vector<int>> placements_to_try(const TrainingPlan& uniform,
+                                                const WorkersProfile& workers) {
+  const int world = uniform.world_size();
+  std::vector<int> identity(world);
+  for (int r = 0; r < world; ++r) identity[r] = r;
+  if (!uniform.placement.empty()) return {uniform.placement};
+  if (uniform.copies > 1) return {identity};
+  std::vector<std::vector<int>> out;
+  std::set<std::vector<std::pair<double, double>>> seen;  // what each rank gets
+  std::vector<int> order = identity;
+  long long tried = 0;
+  do {
+    std::vector<std::pair<double, double>> gets;
+    for (int w : order) {
+      gets.emplace_back(workers.workers[w].speed, workers.workers[w].memory_limit_bytes);
+    }
+    if (seen.insert(gets).second) out.push_back(order);
+    if (++tried > 40320) break;  // 8!: more workers keep the first orders only
+  } while (std::next_permutation(order.begin(), order.end()) &&
+           static_cast<int>(out.size()) < kMaxPlacements);
+  return out;
+}
+
+// A cut with the placement it is for.
+struct PlacedCut {
+  std::vector<int> placement;            // [rank] = worker
+  WorkersProfile workers;                // placed: [rank] = its worker's figures
+  std::vector<LayerRange> stage_layers;  // [stage]
+  std::vector<double> peak_bytes;        // [rank] predicted; empty: no limit checked
+  double slowest_stage_ms = 0;
+};
+
+// What another placement must gain on the slowest stage to be taken: measured speeds differ by a
+// few percent between equal workers, which must not move ranks.
+constexpr double kPlacementGain = 0.03;
+
+// Of the placements to try, the one whose cut (for its speeds, within its limits) has the
+// fastest slowest stage, by more than kPlacementGain over the earlier ones (the identity first,
+// so equal workers keep it). UserError
+// (the first placement's, or the identity's) when no placement has a cut that fits.
+PlacedCut choose_placed_cut(const TrainOptions& options, const TrainingPlan& uniform,
+                            const Profile& profile, const WorkersProfile& workers,
+                            const StageLayerOptions& layer_options, bool speak) {
+  std::optional<PlacedCut> best;
+  std::optional<UserError> first_error;
+  for (const std::vector<int>& placement : placements_to_try(uniform, workers)) {
+    PlacedCut c;
+    c.placement = placement;
+    c.workers = placed(workers, placement);
+    const std::vector<double> speeds = stage_speeds(uniform, c.workers.speeds());
+    const std::vector<LayerRange> time_cut =
+        stage_layers_for_speeds(layer_options, profile, speeds);
+    std::optional<WorkerCut> fitted;
+    try {
+      fitted = fit_memory_limits(options, uniform, profile, c.workers, speeds, time_cut, speak);
+    } catch (const UserError& e) {
+      if (!first_error) first_error = e;
+      continue;
+    }
+    speak = false;  // the note that limits are not checked is said once
+    c.stage_layers = fitted ? fitted->stage_layers : time_cut;
+    if (fitted) c.peak_bytes = fitted->peak_bytes;
+    c.slowest_stage_ms = slowest_stage_ms(profile, c.stage_layers, speeds);
+    if (!best || c.slowest_stage_ms < best->slowest_stage_ms * (1 - kPlacementGain)) {
+      best = std::move(c);
+    }
+  }
+  if (!best) throw *first_error;
+  return *best;
+}
+
 }  // namespace
 
 WorkersProfile measure_workers(Transport& transport, double memory_limit_bytes) {
@@ -216,29 +304,30 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
   const StageLayerOptions layer_options = layer_options_of(options, uniform);
   double alone_rate = 0;
   const Profile profile = shared_layer_profile(layer_options, transport, &alone_rate);
-  const std::vector<double> speeds = stage_speeds(uniform, workers.speeds());
-  const std::vector<LayerRange> time_cut = stage_layers_for_speeds(layer_options, profile, speeds);
   // Every rank makes the same choice from the same figures, so a cut that fits no rank's limit
   // is the same one-line error everywhere, before any stage is built (and before any line).
-  const std::optional<WorkerCut> fitted = fit_memory_limits(
-      options, uniform, profile, workers, speeds, time_cut, transport.rank() == 0);
+  const PlacedCut best =
+      choose_placed_cut(options, uniform, profile, workers, layer_options, transport.rank() == 0);
   TrainOptions cut = options;
-  cut.stage_layers = format_stage_layers(fitted ? fitted->stage_layers : time_cut);
+  cut.stage_layers = format_stage_layers(best.stage_layers);
+  cut.placement = format_placement(best.placement);
   TrainingPlan plan = plan_training(cut, /*may_profile=*/false);
   if (transport.rank() == 0) {
     for (const std::string& line : describe_workers(workers)) {
       std::fprintf(stderr, "pptrain: --partition workers: %s\n", line.c_str());
     }
     std::fprintf(stderr, "pptrain: --partition workers: stage layers %s", cut.stage_layers.c_str());
-    if (fitted) {
+    if (!is_identity(best.placement)) {
+      std::fprintf(stderr, ", placement %s", cut.placement.c_str());
+    }
+    if (!best.peak_bytes.empty()) {
       std::string peaks;
-      for (double bytes : fitted->peak_bytes)
-        peaks += (peaks.empty() ? "" : " ") + megabytes(bytes);
+      for (double bytes : best.peak_bytes) peaks += (peaks.empty() ? "" : " ") + megabytes(bytes);
       std::fprintf(stderr, ", predicted peaks %s", peaks.c_str());
     }
     if (!plan.asynchronous()) {  // the simulator models synchronous schedules
       std::fprintf(stderr, ", predicted step %.1f ms",
-                   predicted_step_ms(plan, profile, workers, alone_rate));
+                   predicted_step_ms(plan, profile, best.workers, alone_rate));
     }
     std::fprintf(stderr, "\n");
     std::fflush(stderr);
@@ -246,7 +335,7 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
       write_text_file(options.save_workers, to_json(workers) + "\n", "--save-workers file");
     }
   }
-  return {std::move(plan), profile, workers.speeds()};
+  return {std::move(plan), profile, best.workers.speeds()};
 }
 
 void train_replanning(const TrainOptions& options, const TrainingPlan& start, Transport& transport,

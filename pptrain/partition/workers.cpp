@@ -166,6 +166,40 @@ std::vector<double> parse_worker_memory_limits(const std::string& text, int rank
   return limits;
 }
 
+std::vector<int> parse_placement(const std::string& text, int ranks, const std::string& what) {
+  std::vector<int> placement;
+  for (const std::string& item : comma_items(text)) {
+    const bool digits = !item.empty() && item.size() <= 9 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    PPTRAIN_CHECK(digits && std::stoi(item) < ranks, what, ": '", item, "' is not a worker of 0..",
+                  ranks - 1, " (a list of the worker of each rank)");
+    placement.push_back(std::stoi(item));
+  }
+  PPTRAIN_CHECK(static_cast<int>(placement.size()) == ranks, what, " has ", placement.size(),
+                " workers, but the run has ", ranks, " ranks (one worker per rank)");
+  std::vector<int> sorted = placement;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  PPTRAIN_CHECK(twice == sorted.end(), what, " gives worker ", twice == sorted.end() ? 0 : *twice,
+                " two ranks; each worker runs one");
+  return placement;
+}
+
+std::string format_placement(const std::vector<int>& placement) {
+  std::string out;
+  for (size_t r = 0; r < placement.size(); ++r) {
+    out += (r > 0 ? "," : "") + std::to_string(placement[r]);
+  }
+  return out;
+}
+
+bool is_identity(const std::vector<int>& placement) {
+  for (size_t r = 0; r < placement.size(); ++r) {
+    if (placement[r] != static_cast<int>(r)) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> describe_workers(const WorkersProfile& workers) {
   std::vector<std::string> lines;
   for (const WorkerProfile& w : workers.workers) {

@@ -80,6 +80,23 @@ TEST(WorkersProfile, MemoryLimitsAndPlacementsFromTheCommandLine) {
               std::string::npos)
         << bad;
   }
+  EXPECT_EQ(parse_placement("2,0,1", 3, "--placement"), (std::vector<int>{2, 0, 1}));
+  EXPECT_EQ(format_placement({2, 0, 1}), "2,0,1");
+  EXPECT_TRUE(is_identity({0, 1, 2}));
+  EXPECT_TRUE(is_identity({}));
+  EXPECT_FALSE(is_identity({1, 0}));
+  EXPECT_NE(user_error_of([] {
+              parse_placement("0,0", 2, "--placement");
+            }).find("--placement gives worker 0 two ranks"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([] {
+              parse_placement("0,2", 2, "--placement");
+            }).find("'2' is not a worker of 0..1"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([] {
+              parse_placement("0", 2, "--placement");
+            }).find("has 1 workers, but the run has 2 ranks"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -125,6 +125,9 @@ struct Candidate {
   // planned for the candidate's costs and limit), which evaluate() then takes as it is; null
   // for the others, and for a candidate made by hand.
   std::shared_ptr<const Schedule> made;
+  // Unequal workers: [pipeline rank] = the worker (a rank of the workers profile) that runs it;
+  // empty: rank r on worker r. The search tries the orders of the workers (search_plans).
+  std::vector<int> placement;
   double max_peak_bytes() const;
 };
 
@@ -152,8 +155,22 @@ struct Evaluation {
 void check_planner_options(const PlannerOptions& options);
 
 // The whole search. UserError if no candidate applies, or none fits the limit (the message
-// names the smallest peak any candidate needs).
+// names the smallest peak any candidate needs). With unequal workers (rank_speeds or
+// rank_memory_limits), the search runs once for every order of the workers that differs in what
+// the pipeline ranks get (speed and limit; the identity first, at most kMaxPlacements of them),
+// each candidate carrying its placement, and ranks them all together: the placement is chosen
+// with everything else. When no order fits, the identity's error.
 PlanSearch search_plans(const Profile& profile, const PlannerOptions& options);
+
+// The orders the planner tries (5!: every order of 5 unequal workers).
+constexpr int kMaxPlacements = 120;
+// The distinct placements of workers with these speeds and limits ([worker], either empty), the
+// identity first, then in lexicographic order, at most kMaxPlacements.
+std::vector<std::vector<int>> distinct_placements(int workers, const std::vector<double>& speeds,
+                                                  const std::vector<double>& limits);
+// The options as the pipeline ranks see them under `placement` ([rank] = worker): rank r takes
+// worker placement[r]'s speed and memory limit. Empty placement: the options as they are.
+PlannerOptions placed_options(const PlannerOptions& options, const std::vector<int>& placement);
 
 // `pptrain plan`'s table: the profile, the workers and the limit, how the backward is split, the
 // search's counts and its time in `seconds`, then one line per ranked candidate.

@@ -300,6 +300,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 "--worker-memory-limits are the limits --partition workers cuts for; the run has "
                 "--partition ",
                 options.partition);
+  if (!options.placement.empty()) {
+    plan.placement = parse_placement(options.placement, plan.world_size(), "--placement");
+    if (is_identity(plan.placement)) plan.placement.clear();
+  }
   if (!options.worker_memory_limits.empty()) {
     parse_worker_memory_limits(options.worker_memory_limits, plan.world_size());
   }
@@ -345,6 +349,11 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
   options.partition = plan.partition_file;
   options.stage_layers = layers;
   options.recompute = plan.recompute;
+  if (!plan.placement.empty()) {
+    const std::string placement = format_placement(plan.placement);
+    agree(!options.placement.empty(), "--placement", options.placement, placement);
+    options.placement = placement;
+  }
 }
 
 }  // namespace pptrain
