@@ -441,6 +441,20 @@ if [ -x "$runtime" ]; then
   planned=$(grep -m1 '"schedule"' "$work/gptplan/plan.json" | sed 's/.*"schedule": *"\([^"]*\)".*/\1/')
   grep -q "with $planned" "$work/train_plan.txt" \
     || fail "train --plan does not name the planned schedule '$planned': $(head -2 "$work/train_plan.txt")"
+  # A worker whose limit fits rank 1 only (rank 0 holds two microbatches under 1F1B): the planner
+  # places it there, plan.json says so, and train --plan runs that placement.
+  echo '{"format": "pptrain-workers-1", "workers": [{"rank": 0, "speed": 1, "memory_limit_bytes": 2.8e5}, {"rank": 1, "speed": 1}]}' >"$work/small0.json"
+  "$pptrain" plan --profile "$work/gpt4.json" --workers 2 --memory-limit 0 --batch 4 \
+    --schedules 1f1b --recompute off --workers-profile "$work/small0.json" --out "$work/placed" >/dev/null ||
+    fail "plan with a small worker 0 exited $?"
+  grep -q '"placement": "1,0"' "$work/placed/plan.json" || fail "plan did not place worker 0 on rank 1"
+  "$pptrain" train --plan "$work/placed/plan.json" "${train_args[@]}" >"$work/train_placed.txt" 2>&1 &&
+    grep -q "^placement 1,0: rank 0 on worker 1, rank 1 on worker 0$" "$work/train_placed.txt" ||
+    fail "train --plan did not run the placement: $(head -4 "$work/train_placed.txt")"
+  expect_error "train --plan with another --placement" "--placement 0,1 contradicts --plan" \
+    "$pptrain" train --plan "$work/placed/plan.json" "${train_args[@]}" --placement 0,1
+  expect_error "train --placement not a permutation" "--placement gives worker 1 two ranks" \
+    "$pptrain" train "${train_args[@]}" --pp 2 --batch-size 4 --microbatches 2 --placement 1,1
   expect_error "train --plan with another --pp" "--pp 3 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --pp 3
   expect_error "train --plan with another --microbatches" "--microbatches 3 contradicts --plan" \
