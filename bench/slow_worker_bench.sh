@@ -32,7 +32,7 @@ trap cleanup EXIT
 slow_cgroup_make "pptrain-bench-$$" "$SHARE" || { echo "slow_worker_bench: $slow_cgroup_missing" >&2; exit 2; }
 
 # One 2-rank run of `pptrain train $MODEL $2`, rank 1 in the slow group (from its start, or once
-# rank 0 has reported SLOW_AT steps); rank 0's metrics go to $work/$1.$3.jsonl and its stderr to
+# rank 0 has reported SLOW_AT steps); rank 0's metrics go to $work/$1.$3.jsonl and worker 0's stderr to
 # $work/$1.$3.err.0.
 run_pair() {
   local name=$1 flags=$2 round=$3 port
@@ -55,7 +55,10 @@ run_pair() {
     echo "${pids[1]}" >"$slow_cgroup_procs"
   fi
   wait "${pids[0]}" && wait "${pids[1]}" || { cat "$work/$name.$round.err."*; exit 1; }
-  mv "$work/$name.$round.jsonl.0" "$work/$name.$round.jsonl"
+  # Rank 0 writes the metrics: worker 1 when --partition workers placed it there.
+  local metrics="$work/$name.$round.jsonl.0"
+  [ -s "$metrics" ] || metrics="$work/$name.$round.jsonl.1"
+  mv "$metrics" "$work/$name.$round.jsonl"
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"

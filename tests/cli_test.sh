@@ -337,9 +337,14 @@ equal_cut=$(winner_layers)
 [ -n "$equal_cut" ] && [ "$equal_cut" = "$(winner_layers --workers-profile "$work/equal.json")" ] ||
   fail "plan: equal workers changed the plan ($equal_cut)"
 slow_cut=$(winner_layers --workers-profile "$work/slow3.json")
-last_count() { awk -F, '{ split($NF, r, "-"); print r[2] - r[1] + 1 }' <<<"$1"; }
-[ -n "$slow_cut" ] && (($(last_count "$slow_cut") < $(last_count "$equal_cut"))) ||
-  fail "plan: a rank at a tenth of the speed should hold fewer layers: $equal_cut vs $slow_cut"
+# The planner places the workers too: the slow worker 3 runs the pipeline rank whose position
+# in the winner's placement is 3 (the last one without a placement).
+slow_rank=$(sed -n 's/.*"placement": "\([0-9,]*\)".*/\1/p' "$work/plan_w/plan.json" | head -1 |
+  awk -F, '{ for (i = 1; i <= NF; i++) if ($i == 3) print i }')
+slow_rank=${slow_rank:-4}
+stage_count() { awk -F, -v s="$2" '{ split($s, r, "-"); print r[2] - r[1] + 1 }' <<<"$1"; }
+[ -n "$slow_cut" ] && (($(stage_count "$slow_cut" "$slow_rank") < $(stage_count "$equal_cut" 4))) ||
+  fail "plan: a worker at a tenth of the speed should hold fewer layers: $equal_cut vs $slow_cut (on rank $((slow_rank - 1)))"
 workers_file "$work/three.json" 1 1 1
 expect_error "plan: workers profile of another size" "has 3 workers, but --workers 4 has 4 ranks" \
   "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --out "$work/plan_w" \
@@ -436,6 +441,20 @@ if [ -x "$runtime" ]; then
   planned=$(grep -m1 '"schedule"' "$work/gptplan/plan.json" | sed 's/.*"schedule": *"\([^"]*\)".*/\1/')
   grep -q "with $planned" "$work/train_plan.txt" \
     || fail "train --plan does not name the planned schedule '$planned': $(head -2 "$work/train_plan.txt")"
+  # A worker whose limit fits rank 1 only (rank 0 holds two microbatches under 1F1B): the planner
+  # places it there, plan.json says so, and train --plan runs that placement.
+  echo '{"format": "pptrain-workers-1", "workers": [{"rank": 0, "speed": 1, "memory_limit_bytes": 2.8e5}, {"rank": 1, "speed": 1}]}' >"$work/small0.json"
+  "$pptrain" plan --profile "$work/gpt4.json" --workers 2 --memory-limit 0 --batch 4 \
+    --schedules 1f1b --recompute off --workers-profile "$work/small0.json" --out "$work/placed" >/dev/null ||
+    fail "plan with a small worker 0 exited $?"
+  grep -q '"placement": "1,0"' "$work/placed/plan.json" || fail "plan did not place worker 0 on rank 1"
+  "$pptrain" train --plan "$work/placed/plan.json" "${train_args[@]}" >"$work/train_placed.txt" 2>&1 &&
+    grep -q "^placement 1,0: rank 0 on worker 1, rank 1 on worker 0$" "$work/train_placed.txt" ||
+    fail "train --plan did not run the placement: $(head -4 "$work/train_placed.txt")"
+  expect_error "train --plan with another --placement" "--placement 0,1 contradicts --plan" \
+    "$pptrain" train --plan "$work/placed/plan.json" "${train_args[@]}" --placement 0,1
+  expect_error "train --placement not a permutation" "--placement gives worker 1 two ranks" \
+    "$pptrain" train "${train_args[@]}" --pp 2 --batch-size 4 --microbatches 2 --placement 1,1
   expect_error "train --plan with another --pp" "--pp 3 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --pp 3
   expect_error "train --plan with another --microbatches" "--microbatches 3 contradicts --plan" \
@@ -444,6 +463,27 @@ if [ -x "$runtime" ]; then
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --dp 2
   expect_error "train --plan of a missing file" "cannot read plan file" \
     "$pptrain" train --plan "$work/none/plan.json" "${train_args[@]}"
+  # --partition workers under per-rank memory limits: a limit no cut fits stops every rank before
+  # its first step with one line naming the rank and the smallest limit that works there, which
+  # then runs.
+  workers_args=(--model gpt --layers 4 --d-model 32 --heads 2 --seq-len 16 --batch-size 4
+    --microbatches 2 --steps 1 --pp 2 --partition workers --quiet)
+  expect_error "train: a rank's memory limit no cut fits" \
+    "fits rank 1's memory limit of 0.1 MB less its margin of 5%; the smallest limit that works on rank 1 is" \
+    "$pptrain" train "${workers_args[@]}" --worker-memory-limits 0,1e5
+  works=$(sed -n 's/.*the smallest limit that works on rank 1 is [0-9.]* MB (\([0-9]*\) bytes).*/\1/p' "$work/err")
+  [ -n "$works" ] || fail "train: no smallest limit in: $(cat "$work/err")"
+  "$pptrain" train "${workers_args[@]}" --worker-memory-limits "0,$works" >"$work/out" 2>"$work/err" ||
+    fail "train: the smallest limit that works did not: $(cat "$work/err")"
+  grep -q "^pptrain: --partition workers: rank 1: speed .*, memory limit" "$work/err" &&
+    grep -q "^pptrain: --partition workers: stage layers [0-9,-]*, predicted peaks [0-9.]* MB [0-9.]* MB" "$work/err" ||
+    fail "train: rank 0 printed no limits or peaks: $(cat "$work/err")"
+  expect_error "train: two ranks' memory limits no cut fits" "the closest, stage layers" \
+    "$pptrain" train "${workers_args[@]}" --worker-memory-limits 1e5
+  expect_error "train: --worker-memory-limits of another count" "has 3 limits, but the run has 2 ranks" \
+    "$pptrain" train "${workers_args[@]}" --worker-memory-limits 1,2,3
+  expect_error "train: --worker-memory-limits without workers" "the run has --partition uniform" \
+    "$pptrain" train "${workers_args[@]/workers/uniform}" --worker-memory-limits 1e9
   grep -q '^LibTorch none$' <<<"$version" && fail "--version says no LibTorch, but the runtime is built"
 else
   expect_error "train without a runtime" "PPTRAIN_BUILD_RUNTIME=OFF" "$pptrain" train --pp 2

@@ -126,6 +126,50 @@ TEST(PartitionFile, ZbAutoPlansForTheProfilesTimes) {
                                 "--pp 2 --partition " + (dir / "prof.json").string(), dir);
 }
 
+// A placement only changes which process plays which rank: three ranks placed 2,0,1 (process 2
+// runs stage 0) and two copies of a two-rank pipeline placed backwards (the copies' groups then
+// join other processes) train as --pp 1.
+TEST(Placement, RanksPlacedOtherwiseEqualSingleProcess) {
+  const ModelOptions model = small_model("gpt");
+  {
+    TempDir dir;
+    expect_matches_single_process(model, "--schedule 1f1b", "--pp 3 --placement 2,0,1", dir);
+  }
+  TempDir dir;
+  expect_matches_single_process(model, "--schedule 1f1b", "--pp 2 --dp 2 --placement 3,2,1,0", dir);
+}
+
+// The smallest limit that works on `rank`, in bytes, from a one-line error (0 if none).
+long long smallest_limit(const RunResult& run, int rank) {
+  const std::string key = "the smallest limit that works on rank " + std::to_string(rank) + " is ";
+  const size_t at = run.err.find(key);
+  if (at == std::string::npos) return 0;
+  const size_t open = run.err.find('(', at);
+  return open == std::string::npos ? 0 : std::stoll(run.err.substr(open + 1));
+}
+
+// --partition workers places a worker whose memory limit is too small for stage 0 (the one that
+// holds two microbatches under 1F1B) on stage 1, where it fits, and the run still equals --pp 1.
+TEST(Placement, WorkersPutASmallLimitWhereItFits) {
+  const ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string workers = model_args(model) +
+                              " --batch-size 8 --microbatches 4 --steps 1 --quiet --pp 2 "
+                              "--partition workers --worker-memory-limits ";
+  // What each rank needs at least, the other unlimited (neither fits 1e5 bytes).
+  const long long rank0 = smallest_limit(run_train(workers + "1e5,0", dir), 0);
+  const long long rank1 = smallest_limit(run_train(workers + "0,1e5", dir), 1);
+  ASSERT_GT(rank0, 0);
+  ASSERT_GT(rank1, 0);
+  if (rank0 == rank1) GTEST_SKIP() << "both ranks need " << rank0 << " bytes";
+  // The worker with the smaller of the two limits cannot be rank 0 when rank 0 needs more.
+  const std::string limits =
+      rank0 > rank1 ? std::to_string(rank1) + ",0" : "0," + std::to_string(rank0);
+  const auto run = expect_matches_single_process(
+      model, "--schedule 1f1b", "--pp 2 --partition workers --worker-memory-limits " + limits, dir);
+  EXPECT_NE(run.err.find(", placement 1,0, predicted peaks"), std::string::npos) << run.err;
+}
+
 // gpt with d_model 16: the embedding (256 + 16 positions) x 16 and the head (LayerNorm + 16 x
 // 256) weigh more than a block (about 12 x 16 x 16), so balanced parameter bytes give the
 // end stages fewer blocks than uniform does: 0-1, 2-4, 5-7, 8-9 (largest stage 3 blocks,

@@ -21,6 +21,7 @@
 #include "pptrain/job/relayout.h"
 #include "pptrain/job/trainer.h"
 #include "pptrain/job/worker_speeds.h"
+#include "pptrain/runtime/group.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
 #include "pptrain/runtime/rendezvous.h"
@@ -136,11 +137,18 @@ void train_here(const TrainOptions& options, const TrainingPlan& plan) {
                   " x --dp ", options.dp);
     transport = connect_transport(transport_options);
   }
-  const auto observers = make_observers(options);
-  // --partition workers: the ranks cut the model now that they have met.
+  // --partition workers: the ranks cut the model now that they have met (and place it then).
   const bool measure = options.partition == kWorkersPartition && options.stage_layers.empty();
+  if (world > 1 && !plan.placement.empty() && !measure) {
+    transport = placed_transport(std::move(transport), plan.placement);
+  }
+  const auto observers = make_observers(options);
   if (measure && world > 1) {
     WorkersCut cut = plan_for_workers(options, plan, *transport);
+    // The ranks measured themselves as the processes they are; now each plays its placed rank.
+    if (!cut.plan.placement.empty()) {
+      transport = placed_transport(std::move(transport), cut.plan.placement);
+    }
     if (!plan.replan) {
       train(cut.plan, *transport, raw_pointers(observers));
       return;

@@ -127,6 +127,15 @@ const std::vector<TrainFlag>& train_flags() {
        "With --partition workers: write the ranks' measured speeds and memory limits to FILE "
        "(pptrain-workers-1 JSON), for pptrain plan --workers-profile",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.save_workers; }},
+      {"--worker-memory-limits",
+       "With --partition workers: each rank's memory limit in bytes instead of its cgroup's, "
+       "one for all or one per rank (B0,B1,...; 0: the cgroup's); the cut keeps every rank's "
+       "predicted peak within its own",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.worker_memory_limits; }},
+      {"--placement",
+       "Which worker (launch rank) runs each rank of the run, W0,W1,... (a permutation; "
+       "default: rank r on worker r); --partition workers chooses one when not given",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.placement; }},
       {"--replan",
        "auto: the ranks watch each other's compute time per step and, when one stays slower "
        "(or faster) than the cut expects, move layers at the next step boundary; off: never",

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -14,6 +15,8 @@
 #include "pptrain/device/worker_probe.h"
 #include "pptrain/job/trainer.h"
 #include "pptrain/partition/partition.h"
+#include "pptrain/planner/planner.h"
+#include "pptrain/planner/worker_cut.h"
 #include "pptrain/sim/cost_model.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/partition_plan.h"
@@ -34,34 +37,47 @@ torch::Tensor summed(torch::Tensor values, Transport& transport) {
 // A short window for rank 0's rate computing alone.
 constexpr std::chrono::milliseconds kAloneWindow{300};
 
-// Rank 0's layer times, the same on every rank: rank 0 measures them while the others wait,
-// and, when `alone_rate` is given, its rate of matrix products computing alone, the rate its
-// layer times were measured at (for the predicted step time).
+// What each layer's row of the shared profile holds, in this order.
+constexpr double LayerProfile::*kSharedFields[] = {&LayerProfile::forward_ms,
+                                                   &LayerProfile::backward_input_ms,
+                                                   &LayerProfile::backward_weight_ms,
+                                                   &LayerProfile::activation_bytes,
+                                                   &LayerProfile::stash_bytes,
+                                                   &LayerProfile::parameter_bytes,
+                                                   &LayerProfile::weight_stash_bytes,
+                                                   &LayerProfile::forward_transient_bytes,
+                                                   &LayerProfile::backward_transient_bytes};
+constexpr int kSharedColumns = sizeof(kSharedFields) / sizeof(kSharedFields[0]);
+
+// Rank 0's layer profile (times and bytes), the same on every rank: rank 0 measures it while
+// the others wait, and, when `alone_rate` is given, its rate of matrix products computing alone,
+// the rate its layer times were measured at (for the predicted step time).
 Profile shared_layer_profile(const StageLayerOptions& options, Transport& transport,
                              double* alone_rate) {
   Profile profile;
   const int L = num_layers(options.model);
-  auto times = torch::zeros({L + 1, 3}, torch::kFloat64);  // [layer] = {F, I, W} ms; [L][0] rate
+  // [layer] = kSharedFields; [L] = {rate, input_bytes, target_bytes}
+  auto table = torch::zeros({L + 1, kSharedColumns}, torch::kFloat64);
   if (transport.rank() == 0) {
-    if (alone_rate != nullptr) times[L][0] = matrix_product_rate(kAloneWindow);
+    if (alone_rate != nullptr) table[L][0] = matrix_product_rate(kAloneWindow);
     profile = profile_layers(options);
     for (int l = 0; l < L; ++l) {
-      const LayerProfile& layer = profile.layers[l];
-      times[l][0] = layer.forward_ms;
-      times[l][1] = layer.backward_input_ms;
-      times[l][2] = layer.backward_weight_ms;
+      for (int c = 0; c < kSharedColumns; ++c) table[l][c] = profile.layers[l].*kSharedFields[c];
     }
+    table[L][1] = profile.input_bytes;
+    table[L][2] = profile.target_bytes;
   }
-  times = summed(times, transport);
-  if (alone_rate != nullptr) *alone_rate = times[L][0].item<double>();
+  table = summed(table, transport);
+  if (alone_rate != nullptr) *alone_rate = table[L][0].item<double>();
   if (transport.rank() != 0) {
     profile.source = "rank 0's profile of its layers";
+    profile.microbatch_size = static_cast<int>(options.microbatch_size);
+    profile.input_bytes = table[L][1].item<double>();
+    profile.target_bytes = table[L][2].item<double>();
     for (int l = 0; l < L; ++l) {
       LayerProfile layer;
       layer.name = layer_name(options.model, l);
-      layer.forward_ms = times[l][0].item<double>();
-      layer.backward_input_ms = times[l][1].item<double>();
-      layer.backward_weight_ms = times[l][2].item<double>();
+      for (int c = 0; c < kSharedColumns; ++c) layer.*kSharedFields[c] = table[l][c].item<double>();
       profile.layers.push_back(layer);
     }
   }
@@ -86,6 +102,61 @@ double predicted_step_ms(const TrainingPlan& plan, const Profile& profile,
   return simulate(plan.schedule, cost, plan.weights, Record::kFigures).makespan;
 }
 
+// The pipeline ranks' memory limits in bytes ([P]): the smallest of each pipeline rank's copies
+// (0: none).
+std::vector<double> pipeline_limits(const TrainingPlan& plan, const WorkersProfile& workers) {
+  std::vector<double> limits(plan.ranks(), 0);
+  for (const WorkerProfile& w : workers.workers) {
+    double& limit = limits[plan.pipeline_rank(w.rank)];
+    if (w.memory_limit_bytes > 0) {
+      limit = limit == 0 ? w.memory_limit_bytes : std::min(limit, w.memory_limit_bytes);
+    }
+  }
+  return limits;
+}
+
+// The cut for the ranks' speeds kept within each rank's memory limit (planner/worker_cut.h);
+// nothing when no rank has a limit, or the run's schedule is not one the planner's memory model
+// covers (then says so when `speak`).
+std::optional<WorkerCut> fit_memory_limits(const TrainOptions& options, const TrainingPlan& plan,
+                                           const Profile& profile, const WorkersProfile& workers,
+                                           const std::vector<double>& speeds,
+                                           const std::vector<LayerRange>& time_cut, bool speak) {
+  const std::vector<double> limits = pipeline_limits(plan, workers);
+  if (std::all_of(limits.begin(), limits.end(), [](double limit) { return limit == 0; })) {
+    return std::nullopt;
+  }
+  const std::string& name = plan.schedule->name;
+  const std::vector<std::string> planned = synchronous_schedules();
+  if (!options.schedule_file.empty() || !plan.skips.empty() || name == "zb-auto" ||
+      std::find(planned.begin(), planned.end(), name) == planned.end()) {
+    if (speak) {
+      std::fprintf(stderr,
+                   "pptrain: --partition workers: the memory limits are not checked: the "
+                   "planner's memory model does not cover %s\n",
+                   options.schedule_file.empty() ? name.c_str() : "a --schedule-file");
+    }
+    return std::nullopt;
+  }
+  WorkerCutRequest request;
+  request.profile = profile;
+  request.planner.workers = plan.ranks();
+  request.planner.rank_memory_limits = limits;
+  request.planner.microbatches = {plan.microbatches()};
+  request.planner.profile_microbatch_size = static_cast<int>(plan.microbatch_size);
+  request.planner.batch_size = static_cast<int>(plan.microbatch_size) * plan.microbatches();
+  request.planner.optimizer_state_factor = optimizer_state_factor(options.optimizer);
+  request.planner.mem_w_ratio = options.mem_w_ratio;
+  request.shape.schedule = name;
+  request.shape.chunks = plan.schedule->chunks();
+  request.shape.microbatches = plan.microbatches();
+  request.shape.recompute = plan.recompute;
+  request.stage_speeds = speeds;
+  request.time_cut = time_cut;
+  request.gradient_buffers = plan.copies > 1;
+  return fit_cut_to_workers(request);
+}
+
 StageLayerOptions layer_options_of(const TrainOptions& options, const TrainingPlan& plan) {
   StageLayerOptions layers;
   layers.model = options.model;
@@ -94,14 +165,102 @@ StageLayerOptions layer_options_of(const TrainOptions& options, const TrainingPl
   return layers;
 }
 
+// The workers as the run's ranks see them when `placement` runs rank r on worker placement[r]:
+// [rank] = that worker's figures.
+WorkersProfile placed(const WorkersProfile& workers, const std::vector<int>& placement) {
+  if (placement.empty()) return workers;
+  WorkersProfile out = workers;
+  for (size_t r = 0; r < placement.size(); ++r) {
+    out.workers[r] = workers.workers[placement[r]];
+    out.workers[r].rank = static_cast<int>(r);
+  }
+  return out;
+}
+
+// The placements tried (kMaxPlacements): the user's; else, for one pipeline, every order of the
+// workers that differs in what the ranks get (speed and limit), the identity first; else the
+// identity.
+constexpr int kMaxPlacements = 720;  // 6!: every order of 6 unequal workers
+std::vector<std::vector<int>> placements_to_try(const TrainingPlan& uniform,
+                                                const WorkersProfile& workers) {
+  const int world = uniform.world_size();
+  std::vector<int> identity(world);
+  for (int r = 0; r < world; ++r) identity[r] = r;
+  if (!uniform.placement.empty()) return {uniform.placement};
+  if (uniform.copies > 1) return {identity};
+  std::vector<std::vector<int>> out;
+  std::set<std::vector<std::pair<double, double>>> seen;  // what each rank gets
+  std::vector<int> order = identity;
+  long long tried = 0;
+  do {
+    std::vector<std::pair<double, double>> gets;
+    for (int w : order) {
+      gets.emplace_back(workers.workers[w].speed, workers.workers[w].memory_limit_bytes);
+    }
+    if (seen.insert(gets).second) out.push_back(order);
+    if (++tried > 40320) break;  // 8!: more workers keep the first orders only
+  } while (std::next_permutation(order.begin(), order.end()) &&
+           static_cast<int>(out.size()) < kMaxPlacements);
+  return out;
+}
+
+// A cut with the placement it is for.
+struct PlacedCut {
+  std::vector<int> placement;            // [rank] = worker
+  WorkersProfile workers;                // placed: [rank] = its worker's figures
+  std::vector<LayerRange> stage_layers;  // [stage]
+  std::vector<double> peak_bytes;        // [rank] predicted; empty: no limit checked
+  double slowest_stage_ms = 0;
+};
+
+// What another placement must gain on the slowest stage to be taken: measured speeds differ by a
+// few percent between equal workers, which must not move ranks.
+constexpr double kPlacementGain = 0.03;
+
+// Of the placements to try, the one whose cut (for its speeds, within its limits) has the
+// fastest slowest stage, by more than kPlacementGain over the earlier ones (the identity first,
+// so equal workers keep it). UserError
+// (the first placement's, or the identity's) when no placement has a cut that fits.
+PlacedCut choose_placed_cut(const TrainOptions& options, const TrainingPlan& uniform,
+                            const Profile& profile, const WorkersProfile& workers,
+                            const StageLayerOptions& layer_options, bool speak) {
+  std::optional<PlacedCut> best;
+  std::optional<UserError> first_error;
+  for (const std::vector<int>& placement : placements_to_try(uniform, workers)) {
+    PlacedCut c;
+    c.placement = placement;
+    c.workers = placed(workers, placement);
+    const std::vector<double> speeds = stage_speeds(uniform, c.workers.speeds());
+    const std::vector<LayerRange> time_cut =
+        stage_layers_for_speeds(layer_options, profile, speeds);
+    std::optional<WorkerCut> fitted;
+    try {
+      fitted = fit_memory_limits(options, uniform, profile, c.workers, speeds, time_cut, speak);
+    } catch (const UserError& e) {
+      if (!first_error) first_error = e;
+      continue;
+    }
+    speak = false;  // the note that limits are not checked is said once
+    c.stage_layers = fitted ? fitted->stage_layers : time_cut;
+    if (fitted) c.peak_bytes = fitted->peak_bytes;
+    c.slowest_stage_ms = slowest_stage_ms(profile, c.stage_layers, speeds);
+    if (!best || c.slowest_stage_ms < best->slowest_stage_ms * (1 - kPlacementGain)) {
+      best = std::move(c);
+    }
+  }
+  if (!best) throw *first_error;
+  return *best;
+}
+
 }  // namespace
 
-WorkersProfile measure_workers(Transport& transport) {
+WorkersProfile measure_workers(Transport& transport, double memory_limit_bytes) {
   const int world = transport.world_size();
   auto figures = torch::zeros({world, 2}, torch::kFloat64);  // [rank] = {products/s, bytes}
   transport.barrier();  // every rank probes during the same window
   figures[transport.rank()][0] = matrix_product_rate(kProbeWindow);
-  figures[transport.rank()][1] = cgroup_memory_limit_bytes();
+  figures[transport.rank()][1] =
+      memory_limit_bytes > 0 ? memory_limit_bytes : cgroup_memory_limit_bytes();
   figures = summed(figures, transport);
   std::vector<double> rates;
   for (int r = 0; r < world; ++r) rates.push_back(figures[r][0].item<double>());
@@ -137,22 +296,38 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
   // The probe computes as the run will: on --threads threads (a BLAS thread that spins on its
   // share of a cgroup's quota counts too).
   set_compute_threads(uniform.threads);
-  const WorkersProfile workers = measure_workers(transport);
+  const double own_limit = options.worker_memory_limits.empty()
+                               ? 0
+                               : parse_worker_memory_limits(options.worker_memory_limits,
+                                                            uniform.world_size())[transport.rank()];
+  const WorkersProfile workers = measure_workers(transport, own_limit);
   const StageLayerOptions layer_options = layer_options_of(options, uniform);
   double alone_rate = 0;
   const Profile profile = shared_layer_profile(layer_options, transport, &alone_rate);
-  const std::vector<double> speeds = stage_speeds(uniform, workers.speeds());
+  // Every rank makes the same choice from the same figures, so a cut that fits no rank's limit
+  // is the same one-line error everywhere, before any stage is built (and before any line).
+  const PlacedCut best =
+      choose_placed_cut(options, uniform, profile, workers, layer_options, transport.rank() == 0);
   TrainOptions cut = options;
-  cut.stage_layers = format_stage_layers(stage_layers_for_speeds(layer_options, profile, speeds));
+  cut.stage_layers = format_stage_layers(best.stage_layers);
+  cut.placement = format_placement(best.placement);
   TrainingPlan plan = plan_training(cut, /*may_profile=*/false);
   if (transport.rank() == 0) {
     for (const std::string& line : describe_workers(workers)) {
       std::fprintf(stderr, "pptrain: --partition workers: %s\n", line.c_str());
     }
     std::fprintf(stderr, "pptrain: --partition workers: stage layers %s", cut.stage_layers.c_str());
+    if (!is_identity(best.placement)) {
+      std::fprintf(stderr, ", placement %s", cut.placement.c_str());
+    }
+    if (!best.peak_bytes.empty()) {
+      std::string peaks;
+      for (double bytes : best.peak_bytes) peaks += (peaks.empty() ? "" : " ") + megabytes(bytes);
+      std::fprintf(stderr, ", predicted peaks %s", peaks.c_str());
+    }
     if (!plan.asynchronous()) {  // the simulator models synchronous schedules
       std::fprintf(stderr, ", predicted step %.1f ms",
-                   predicted_step_ms(plan, profile, workers, alone_rate));
+                   predicted_step_ms(plan, profile, best.workers, alone_rate));
     }
     std::fprintf(stderr, "\n");
     std::fflush(stderr);
@@ -160,7 +335,7 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
       write_text_file(options.save_workers, to_json(workers) + "\n", "--save-workers file");
     }
   }
-  return {std::move(plan), profile, workers.speeds()};
+  return {std::move(plan), profile, best.workers.speeds()};
 }
 
 void train_replanning(const TrainOptions& options, const TrainingPlan& start, Transport& transport,

@@ -8,7 +8,11 @@
 //   3. rank 0 times every layer (models/profiler.h) while the others wait, and sends the times
 //      to all, so every rank cuts with the same numbers;
 //   4. each stage's speed is that of the slowest rank holding it (its pipeline rank in every
-//      data-parallel copy), and the `time` partitioner cuts for those speeds.
+//      data-parallel copy), and the `time` partitioner cuts for those speeds;
+//   5. when some rank has a memory limit (its cgroup's, or --worker-memory-limits), the cut is
+//      the fastest whose every rank's peak, by the planner's memory model, fits its own limit
+//      (planner/worker_cut.h); none: a one-line UserError naming the rank and the smallest
+//      limit that works there, on every rank, before any stage is built.
 // Every rank then plans the run with the ranges as --stage-layers; rank 0 prints one line per
 // rank and the cut.
 //
@@ -27,8 +31,9 @@
 
 namespace pptrain {
 
-// Step 1-2: every rank's speed and memory limit (collective).
-WorkersProfile measure_workers(Transport& transport);
+// Step 1-2: every rank's speed and memory limit (collective): `memory_limit_bytes` where > 0
+// (--worker-memory-limits), else its cgroup's.
+WorkersProfile measure_workers(Transport& transport, double memory_limit_bytes = 0);
 
 // The speed of each of `plan`'s stages: the slowest of the ranks (all copies) that hold it.
 std::vector<double> stage_speeds(const TrainingPlan& plan, const std::vector<double>& rank_speeds);

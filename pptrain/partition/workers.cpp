@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
@@ -23,6 +25,17 @@ double field_number(const nlohmann::json& worker, const char* field, double fall
   const double x = v.get<double>();
   PPTRAIN_CHECK(std::isfinite(x), where, ": '", field, "' must be finite, got ", v.dump());
   return x;
+}
+
+// "a,b,c" as {"a", "b", "c"} ("" is one empty item).
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (size_t comma; (comma = text.find(',', start)) != std::string::npos; start = comma + 1) {
+    items.push_back(text.substr(start, comma - start));
+  }
+  items.push_back(text.substr(start));
+  return items;
 }
 
 }  // namespace
@@ -129,6 +142,62 @@ void check_workers_count(const WorkersProfile& workers, int ranks, const std::st
   PPTRAIN_CHECK(workers.size() == ranks, workers.source, " has ", workers.size(), " worker",
                 workers.size() == 1 ? "" : "s", ", but ", what, " has ", ranks, " rank",
                 ranks == 1 ? "" : "s");
+}
+
+std::vector<double> parse_worker_memory_limits(const std::string& text, int ranks) {
+  std::vector<double> limits;
+  for (const std::string& item : comma_items(text)) {
+    size_t used = 0;
+    double bytes = -1;
+    try {
+      bytes = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    PPTRAIN_CHECK(used == item.size() && !item.empty() && std::isfinite(bytes) && bytes >= 0,
+                  "--worker-memory-limits: '", item,
+                  "' is not a number of bytes >= 0 (0: the rank's cgroup's limit)");
+    limits.push_back(bytes);
+  }
+  if (limits.size() == 1) limits.assign(ranks, limits.front());
+  PPTRAIN_CHECK(static_cast<int>(limits.size()) == ranks, "--worker-memory-limits has ",
+                limits.size(), " limits, but the run has ", ranks,
+                " ranks (give one for all, or one per rank)");
+  return limits;
+}
+
+std::vector<int> parse_placement(const std::string& text, int ranks, const std::string& what) {
+  std::vector<int> placement;
+  for (const std::string& item : comma_items(text)) {
+    const bool digits = !item.empty() && item.size() <= 9 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    PPTRAIN_CHECK(digits && std::stoi(item) < ranks, what, ": '", item, "' is not a worker of 0..",
+                  ranks - 1, " (a list of the worker of each rank)");
+    placement.push_back(std::stoi(item));
+  }
+  PPTRAIN_CHECK(static_cast<int>(placement.size()) == ranks, what, " has ", placement.size(),
+                " workers, but the run has ", ranks, " ranks (one worker per rank)");
+  std::vector<int> sorted = placement;
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  PPTRAIN_CHECK(twice == sorted.end(), what, " gives worker ", twice == sorted.end() ? 0 : *twice,
+                " two ranks; each worker runs one");
+  return placement;
+}
+
+std::string format_placement(const std::vector<int>& placement) {
+  std::string out;
+  for (size_t r = 0; r < placement.size(); ++r) {
+    out += (r > 0 ? "," : "") + std::to_string(placement[r]);
+  }
+  return out;
+}
+
+bool is_identity(const std::vector<int>& placement) {
+  for (size_t r = 0; r < placement.size(); ++r) {
+    if (placement[r] != static_cast<int>(r)) return false;
+  }
+  return true;
 }
 
 std::vector<std::string> describe_workers(const WorkersProfile& workers) {

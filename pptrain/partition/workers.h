@@ -51,6 +51,19 @@ std::string to_json(const WorkersProfile& workers);
 // workers, but the run has 4 ranks (...)"; `what` names the run's side.
 void check_workers_count(const WorkersProfile& workers, int ranks, const std::string& what);
 
+// `pptrain train --worker-memory-limits BYTES[,BYTES...]`: one limit for every rank, or one per
+// rank of the `ranks` (0: the rank's cgroup's). UserError naming the flag for a malformed number,
+// a limit < 0 or another count.
+std::vector<double> parse_worker_memory_limits(const std::string& text, int ranks);
+
+// A placement: which worker (launch rank, process) runs each of the run's ranks, [rank] =
+// worker, a permutation of 0 .. ranks - 1; empty or the identity: rank r on worker r.
+// "1,0" and back (`pptrain train --placement`, the plan file's "placement"). parse_placement:
+// UserError naming `what` for a malformed list, another count, or a worker given twice.
+std::vector<int> parse_placement(const std::string& text, int ranks, const std::string& what);
+std::string format_placement(const std::vector<int>& placement);
+bool is_identity(const std::vector<int>& placement);
+
 // One line per rank for a run's log: "rank 1: speed 0.34 (1210 products/s), memory limit 8 GB".
 std::vector<std::string> describe_workers(const WorkersProfile& workers);
 

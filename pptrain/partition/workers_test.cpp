@@ -66,5 +66,38 @@ TEST(WorkersProfile, CountMustMatchTheRun) {
   EXPECT_EQ(user_error_of([&] { check_workers_count(three, 3, "--pp 3"); }), "");
 }
 
+TEST(WorkersProfile, MemoryLimitsAndPlacementsFromTheCommandLine) {
+  EXPECT_EQ(parse_worker_memory_limits("2e9", 3), (std::vector<double>{2e9, 2e9, 2e9}));
+  EXPECT_EQ(parse_worker_memory_limits("0,1e6", 2), (std::vector<double>{0, 1e6}));
+  EXPECT_NE(user_error_of([] {
+              parse_worker_memory_limits("1,2,3", 2);
+            }).find("has 3 limits, but the run has 2 ranks"),
+            std::string::npos);
+  for (const char* bad : {"-1", "1e9x", "", "1,,2", "nan"}) {
+    EXPECT_NE(user_error_of([&] {
+                parse_worker_memory_limits(bad, 3);
+              }).find("is not a number of bytes >= 0"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(parse_placement("2,0,1", 3, "--placement"), (std::vector<int>{2, 0, 1}));
+  EXPECT_EQ(format_placement({2, 0, 1}), "2,0,1");
+  EXPECT_TRUE(is_identity({0, 1, 2}));
+  EXPECT_TRUE(is_identity({}));
+  EXPECT_FALSE(is_identity({1, 0}));
+  EXPECT_NE(user_error_of([] {
+              parse_placement("0,0", 2, "--placement");
+            }).find("--placement gives worker 0 two ranks"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([] {
+              parse_placement("0,2", 2, "--placement");
+            }).find("'2' is not a worker of 0..1"),
+            std::string::npos);
+  EXPECT_NE(user_error_of([] {
+              parse_placement("0", 2, "--placement");
+            }).find("has 1 workers, but the run has 2 ranks"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace pptrain

@@ -9,6 +9,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/partition/workers.h"
 #include "pptrain/render/svg.h"
 
 namespace pptrain {
@@ -29,6 +30,7 @@ nlohmann::ordered_json candidate_json(const Candidate& c) {
   out["bubble_ratio"] = c.bubble_ratio;
   out["max_peak_bytes"] = c.max_peak_bytes();
   out["peak_bytes"] = c.peak_bytes;
+  if (!c.placement.empty()) out["placement"] = format_placement(c.placement);
   return out;
 }
 
@@ -142,6 +144,10 @@ PlanFile parse_plan_json(const std::string& body, const std::string& path) {
       static_cast<long long>(plan.stage_layers.size()) == 1LL * plan.workers * plan.chunks, where,
       ": ", plan.stage_layers.size(), " stage layer ranges for ", plan.workers, " workers x ",
       plan.chunks, " chunks");
+  if (winner.contains("placement")) {
+    plan.placement =
+        parse_placement(text(winner, "placement", where), plan.workers, where + ": placement");
+  }
   PPTRAIN_CHECK(plan.batch_size % plan.microbatches == 0, path, ": batch_size ", plan.batch_size,
                 " is not a multiple of the winner's ", plan.microbatches, " microbatches");
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();

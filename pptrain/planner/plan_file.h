@@ -6,8 +6,9 @@
 //
 // The file ("format": "pptrain-plan-1") holds the settings of the search, the winner (schedule,
 // chunks, microbatches, batch, recompute, stage layers, predicted step time, bubble and peak
-// bytes per rank), the files written beside it (partition JSON, schedule CSV, SVG) and the
-// ranked candidates. Only the winner and the files are read back.
+// bytes per rank, and with unequal workers its placement when not the identity), the files written
+// beside it (partition JSON, schedule CSV, SVG) and the ranked candidates. Only the winner and the
+// files are read back.
 #pragma once
 
 #include <string>
@@ -36,7 +37,10 @@ struct PlanFile {
   int batch_size = 0;    // samples per step
   bool recompute = false;
   std::vector<LayerRange> stage_layers;  // [P x V]
-  std::string partition_file;            // resolved against the plan's folder
+  // [pipeline rank] = the worker that runs it (Candidate::placement); empty, or absent from the
+  // file (older plans): rank r on worker r.
+  std::vector<int> placement;
+  std::string partition_file;  // resolved against the plan's folder
   std::string schedule_file;
   std::string svg_file;
 };

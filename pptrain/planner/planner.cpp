@@ -12,6 +12,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "pptrain/common/once.h"
 #include "pptrain/generators/generators.h"
 #include "pptrain/generators/registry.h"
+#include "pptrain/partition/workers.h"
 #include "pptrain/planner/run_request.h"
 #include "pptrain/planner/schedule_request.h"
 #include "pptrain/schedule/validate.h"
@@ -505,11 +507,21 @@ std::string megabyte_figure(double bytes) {
   return text;
 }
 
+}  // namespace
+
 std::string megabytes(double bytes) {
   return megabyte_figure(bytes) + " MB";
 }
 
-}  // namespace
+double rank_memory_limit(const PlannerOptions& options, int rank) {
+  return rank_limit(options, rank);
+}
+
+bool fits_memory_limits(const PlannerOptions& options, const std::vector<double>& peak_bytes) {
+  Candidate c;
+  c.peak_bytes = peak_bytes;
+  return within_limit(c, options);
+}
 
 double Candidate::max_peak_bytes() const {
   return peak_bytes.empty() ? 0 : *std::max_element(peak_bytes.begin(), peak_bytes.end());
@@ -609,7 +621,36 @@ void check_planner_options(const PlannerOptions& options) {
                 options.w_fraction);
 }
 
-Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate) {
+std::vector<std::vector<int>> distinct_placements(int workers, const std::vector<double>& speeds,
+                                                  const std::vector<double>& limits) {
+  std::vector<int> order(workers);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::vector<int>> out;
+  std::set<std::vector<std::pair<double, double>>> seen;  // what each rank gets
+  do {
+    std::vector<std::pair<double, double>> gets;
+    for (int w : order) {
+      gets.emplace_back(speeds.empty() ? 1 : speeds[w], limits.empty() ? 0 : limits[w]);
+    }
+    if (seen.insert(gets).second) out.push_back(order);
+  } while (static_cast<int>(out.size()) < kMaxPlacements &&
+           std::next_permutation(order.begin(), order.end()));
+  return out;
+}
+
+PlannerOptions placed_options(const PlannerOptions& options, const std::vector<int>& placement) {
+  PlannerOptions out = options;
+  for (size_t r = 0; r < placement.size(); ++r) {
+    if (!options.rank_speeds.empty()) out.rank_speeds[r] = options.rank_speeds[placement[r]];
+    if (!options.rank_memory_limits.empty()) {
+      out.rank_memory_limits[r] = options.rank_memory_limits[placement[r]];
+    }
+  }
+  return out;
+}
+
+Evaluation evaluate(const Profile& profile, const PlannerOptions& given, Candidate& candidate) {
+  const PlannerOptions options = placed_options(given, candidate.placement);
   const Resolved resolved = resolve(profile, options);
   candidate.microbatch_size = static_cast<double>(resolved.batch) / candidate.microbatches;
   const Profile scaled =
@@ -622,6 +663,44 @@ Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candi
     return out;
   }
   return evaluate_with(scaled, options, candidate, schedules);
+}
+
+std::vector<std::vector<double>> cut_peak_bytes(const Profile& profile,
+                                                const PlannerOptions& options,
+                                                const Candidate& shape,
+                                                const std::vector<std::vector<LayerRange>>& cuts,
+                                                bool gradient_buffers) {
+  const Resolved resolved = resolve(profile, options);
+  Candidate c = shape;
+  c.microbatch_size = static_cast<double>(resolved.batch) / c.microbatches;
+  const Profile scaled =
+      scaled_profile(profile, c.microbatch_size / resolved.profile_size, options);
+  Schedules schedules(options.workers, true);
+  const Made* made = nullptr;
+  if (c.schedule != kAutoSchedule) {
+    made = schedules.find(c.schedule, c.chunks, c.microbatches);
+    if (made == nullptr) generate(c, options.workers);  // the generator's UserError
+  }
+  std::vector<std::vector<double>> out;
+  for (const std::vector<LayerRange>& cut : cuts) {
+    c.stage_layers = cut;
+    if (made == nullptr) {
+      evaluate_auto(scaled, options, c, schedules);
+      out.push_back(c.peak_bytes);
+      continue;
+    }
+    const CostModel cost =
+        candidate_cost(scaled, c, options.mem_w_ratio,
+                       !c.recompute || made->validated.given().has_split_backward());
+    std::vector<double> peaks;
+    for (const RankMemory& rank :
+         rank_memory(scaled, options, c, cost, made->walk,
+                     gradient_buffers || made->validated.given().replicated())) {
+      peaks.push_back(rank.total());
+    }
+    out.push_back(std::move(peaks));
+  }
+  return out;
 }
 
 namespace {
@@ -709,7 +788,8 @@ void for_each_index(int count, int jobs, const std::function<void(int)>& work) {
 
 }  // namespace
 
-PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
+// The search for one placement (the options as its ranks see them).
+PlanSearch search_placed(const Profile& profile, const PlannerOptions& options) {
   const Resolved resolved = resolve(profile, options);
   const int P = options.workers;
   const int layers = static_cast<int>(profile.layers.size());
@@ -813,6 +893,46 @@ PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
   return search;
 }
 
+PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
+  if (options.rank_speeds.empty() && options.rank_memory_limits.empty()) {
+    return search_placed(profile, options);
+  }
+  check_planner_options(options);
+  const std::vector<std::vector<int>> placements =
+      distinct_placements(options.workers, options.rank_speeds, options.rank_memory_limits);
+  if (placements.size() == 1) return search_placed(profile, options);
+  std::optional<PlanSearch> all;
+  std::optional<UserError> identity_error;
+  std::vector<Candidate> fitting;
+  for (const std::vector<int>& placement : placements) {
+    PlanSearch one;
+    try {
+      one = search_placed(profile, placed_options(options, placement));
+    } catch (const UserError& e) {
+      if (!identity_error) identity_error = e;
+      continue;
+    }
+    const bool identity = std::is_sorted(placement.begin(), placement.end());
+    for (Candidate& c : one.ranked) {
+      if (!identity) c.placement = placement;
+      fitting.push_back(std::move(c));
+    }
+    if (!all) {
+      all = std::move(one);
+      continue;
+    }
+    all->evaluated += one.evaluated;
+    all->simulated += one.simulated;
+    all->fitting += one.fitting;
+  }
+  if (!all) throw *identity_error;
+  // The identity's candidates first, so that a tie keeps rank r on worker r.
+  std::stable_sort(fitting.begin(), fitting.end(), better);
+  if (static_cast<int>(fitting.size()) > options.keep) fitting.resize(options.keep);
+  all->ranked = std::move(fitting);
+  return *all;
+}
+
 std::string plan_table_text(const Profile& profile, const PlannerOptions& options,
                             const PlanSearch& search, double seconds) {
   std::string out;
@@ -847,14 +967,23 @@ std::string plan_table_text(const Profile& profile, const PlannerOptions& option
       out,
       "%d candidates evaluated in %.2f s, %d fit (%d simulated: not those above the limit)\n\n",
       search.evaluated, seconds, search.fitting, search.simulated);
-  append_format(out, "%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s\n", "#", "partition",
-                "schedule", "V", "M", "recompute", "step ms", "bubble", "peak MB/rank");
+  // Unequal workers add the placement: the worker of each pipeline rank.
+  const bool placed = !options.rank_speeds.empty() || !options.rank_memory_limits.empty();
+  append_format(out, "%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s%s\n", "#", "partition",
+                "schedule", "V", "M", "recompute", "step ms", "bubble", "peak MB/rank",
+                placed ? "  placement" : "");
   for (size_t i = 0; i < search.ranked.size(); ++i) {
     const Candidate& c = search.ranked[i];
-    append_format(out, "%3zu  %-29s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s\n", i + 1,
+    std::string placement;
+    if (placed) {
+      std::vector<int> identity(options.workers);
+      std::iota(identity.begin(), identity.end(), 0);
+      placement = "  " + format_placement(c.placement.empty() ? identity : c.placement);
+    }
+    append_format(out, "%3zu  %-29s  %-16s  %2d  %5d  %9s  %12.3f  %7.4f  %12s%s\n", i + 1,
                   c.partition.c_str(), c.schedule.c_str(), c.chunks, c.microbatches,
                   c.recompute ? "yes" : "no", c.step_ms, c.bubble_ratio,
-                  megabyte_figure(c.max_peak_bytes()).c_str());
+                  megabyte_figure(c.max_peak_bytes()).c_str(), placement.c_str());
   }
   return out;
 }

@@ -125,6 +125,9 @@ struct Candidate {
   // planned for the candidate's costs and limit), which evaluate() then takes as it is; null
   // for the others, and for a candidate made by hand.
   std::shared_ptr<const Schedule> made;
+  // Unequal workers: [pipeline rank] = the worker (a rank of the workers profile) that runs it;
+  // empty: rank r on worker r. The search tries the orders of the workers (search_plans).
+  std::vector<int> placement;
   double max_peak_bytes() const;
 };
 
@@ -152,8 +155,22 @@ struct Evaluation {
 void check_planner_options(const PlannerOptions& options);
 
 // The whole search. UserError if no candidate applies, or none fits the limit (the message
-// names the smallest peak any candidate needs).
+// names the smallest peak any candidate needs). With unequal workers (rank_speeds or
+// rank_memory_limits), the search runs once for every order of the workers that differs in what
+// the pipeline ranks get (speed and limit; the identity first, at most kMaxPlacements of them),
+// each candidate carrying its placement, and ranks them all together: the placement is chosen
+// with everything else. When no order fits, the identity's error.
 PlanSearch search_plans(const Profile& profile, const PlannerOptions& options);
+
+// The orders the planner tries (5!: every order of 5 unequal workers).
+constexpr int kMaxPlacements = 120;
+// The distinct placements of workers with these speeds and limits ([worker], either empty), the
+// identity first, then in lexicographic order, at most kMaxPlacements.
+std::vector<std::vector<int>> distinct_placements(int workers, const std::vector<double>& speeds,
+                                                  const std::vector<double>& limits);
+// The options as the pipeline ranks see them under `placement` ([rank] = worker): rank r takes
+// worker placement[r]'s speed and memory limit. Empty placement: the options as they are.
+PlannerOptions placed_options(const PlannerOptions& options, const std::vector<int>& placement);
 
 // `pptrain plan`'s table: the profile, the workers and the limit, how the backward is split, the
 // search's counts and its time in `seconds`, then one line per ranked candidate.
@@ -165,6 +182,25 @@ std::string plan_table_text(const Profile& profile, const PlannerOptions& option
 // schedule the search made for it (Candidate::made) is evaluated on that schedule. UserError if
 // the generator refuses it (the search skips those).
 Evaluation evaluate(const Profile& profile, const PlannerOptions& options, Candidate& candidate);
+
+// The memory model's peak bytes of every rank ([P]) for each of `cuts`, the candidate `shape`
+// (schedule, V, M, recomputation; its stage_layers ignored) cut each way: what evaluate() gives
+// as peak_bytes, without simulating, the schedule made and walked once (zb-auto, whose schedule
+// depends on the cut, is planned for each). `gradient_buffers`: the ranks also hold the flat
+// buffer copies of their gradients that an all-reduce over data-parallel copies adds.
+std::vector<std::vector<double>> cut_peak_bytes(const Profile& profile,
+                                                const PlannerOptions& options,
+                                                const Candidate& shape,
+                                                const std::vector<std::vector<LayerRange>>& cuts,
+                                                bool gradient_buffers = false);
+
+// Rank r's memory limit in bytes: its own (rank_memory_limits) where > 0, else the common one;
+// 0: none. Plans are made under it less memory_margin.
+double rank_memory_limit(const PlannerOptions& options, int rank);
+// Whether every rank's peak ([P] bytes) is within its limit less the margin.
+bool fits_memory_limits(const PlannerOptions& options, const std::vector<double>& peak_bytes);
+// "1234.5 MB".
+std::string megabytes(double bytes);
 
 // `--optimizer`: the optimizer state per parameter byte of "adamw" (2) or "sgd" (1, with its
 // default momentum: state_bytes_per_parameter_byte()); UserError naming the flag otherwise.

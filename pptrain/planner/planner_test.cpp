@@ -415,9 +415,14 @@ TEST(Planner, PerRankMemoryLimits) {
   o.rank_memory_limits = {0, smallest_rank1 * 1.2};
   const PlanSearch limited = search_plans(profile, o);
   ASSERT_FALSE(limited.ranked.empty());
+  bool placed = false;
   for (const Candidate& c : limited.ranked) {
-    EXPECT_LE(c.peak_bytes[1], smallest_rank1 * 1.2 * (1 - o.memory_margin) * (1 + 1e-9));
+    // The pipeline rank worker 1 runs (the search also tries it on rank 0).
+    const size_t rank = c.placement.empty() ? 1 : c.placement[0] == 1 ? 0 : 1;
+    placed = placed || !c.placement.empty();
+    EXPECT_LE(c.peak_bytes[rank], smallest_rank1 * 1.2 * (1 - o.memory_margin) * (1 + 1e-9));
   }
+  EXPECT_TRUE(placed) << "no candidate runs worker 1 on rank 0";
   o.rank_memory_limits = {0, smallest_rank1 / 2};
   try {
     search_plans(profile, o);
@@ -433,6 +438,36 @@ TEST(Planner, PerRankMemoryLimits) {
   o.rank_memory_limits = {};
   o.rank_speeds = {1.0, 0.0};
   EXPECT_THROW(search_plans(profile, o), UserError);
+}
+
+// The planner chooses which worker runs which pipeline rank: a worker whose limit is below what
+// rank r needs at least runs the other rank, where it fits. Equal workers are one placement.
+TEST(Planner, PlacementPutsASmallLimitWhereItFits) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.jobs = 1;
+  o.schedules = {"1f1b"};
+  const PlanSearch unlimited = search_plans(profile, o);
+  std::vector<double> least = unlimited.ranked.front().peak_bytes;  // [rank] over candidates
+  for (const Candidate& c : unlimited.ranked) {
+    for (int r = 0; r < 2; ++r) least[r] = std::min(least[r], c.peak_bytes[r]);
+  }
+  ASSERT_NE(least[0], least[1]);
+  // The worker with the limit fits only the rank that needs less.
+  const int roomy_rank = least[0] < least[1] ? 0 : 1;
+  const double limit = least[roomy_rank] / (1 - o.memory_margin);
+  o.rank_memory_limits =
+      roomy_rank == 0 ? std::vector<double>{0, limit} : std::vector<double>{limit, 0};
+  const PlanSearch placed = search_plans(profile, o);
+  for (const Candidate& c : placed.ranked) {
+    EXPECT_EQ(c.placement, (std::vector<int>{1, 0}));
+    Candidate again = c;
+    EXPECT_EQ(evaluate(profile, o, again).peak_bytes, c.peak_bytes);  // evaluate() places it too
+  }
+  EXPECT_EQ(distinct_placements(3, {1, 1, 1}, {}).size(), 1u);
+  EXPECT_EQ(distinct_placements(3, {1, 0.5, 1}, {}).size(), 3u);
+  EXPECT_EQ(distinct_placements(3, {1, 0.5, 1}, {}).front(), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(distinct_placements(4, {1, 0.5, 0.3, 0.2}, {}).size(), 24u);
 }
 
 TEST(Planner, BadOptionsAreUserErrors) {
@@ -483,6 +518,13 @@ TEST(PlanFile, RoundTrip) {
   EXPECT_EQ(plan.schedule_file, (dir / "schedule.csv").string());
   const Partition partition = winner_partition(profile, best);
   EXPECT_NO_THROW(check_partition(parse_partition_json(to_json(partition)), 8));
+
+  EXPECT_TRUE(plan.placement.empty());  // equal workers: no placement written, the identity read
+  EXPECT_EQ(plan_json(profile, o, search).find("placement"), std::string::npos);
+  PlanSearch placed = search;
+  placed.ranked.front().placement = {1, 0};
+  write_text_file(path, plan_json(profile, o, placed), "plan file");
+  EXPECT_EQ(read_plan_file(path).placement, (std::vector<int>{1, 0}));
 
   write_text_file(path, "{\"format\": \"pptrain-plan-1\", \"workers\": 2}", "plan file");
   EXPECT_THROW(read_plan_file(path), UserError);

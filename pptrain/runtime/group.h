@@ -1,8 +1,11 @@
-// A transport among some ranks of the world, made the one way that fits their number: the world
-// itself for all of them, an in-process loopback for one, a c10d subgroup for the rest.
+// Transports made from another: one among some ranks of the world, made the one way that fits
+// their number (the world itself for all of them, an in-process loopback for one, a c10d
+// subgroup for the rest), and the world with its ranks placed otherwise (a process plays the
+// pipeline rank the planner gave it, not its launch rank).
 //
 //   Group pair = make_group(world, {0, 2});   // on ranks 0 and 2 only, the same list on both
 //   pair->allreduce_sum(grads).wait();
+//   auto placed = placed_transport(std::move(world), {1, 0});   // rank 0 is process 1
 #pragma once
 
 #include <memory>
@@ -22,5 +25,13 @@ struct Group {
   Transport* operator->() const { return view; }
 };
 Group make_group(Transport& world, const std::vector<int>& members);
+
+// `inner` with its ranks permuted: rank r of the result is the process of rank process_of[r] of
+// `inner` (a permutation of 0 .. world_size - 1). Everything the result says or takes is in its
+// own ranks (rank(), peers, subgroup() members, whose subgroups are placed alike), so a caller
+// that finds its peers by rank runs unchanged; collectives pass through. The identity returns
+// `inner` itself.
+std::unique_ptr<Transport> placed_transport(std::unique_ptr<Transport> inner,
+                                            const std::vector<int>& process_of);
 
 }  // namespace pptrain

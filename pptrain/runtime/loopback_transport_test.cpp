@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/runtime/group.h"
 #include "pptrain/runtime/testing.h"
 
 namespace pptrain {
@@ -193,6 +196,49 @@ TEST(LoopbackTransport, OneRankTalksToItself) {
 
 TEST(LoopbackTransport, RejectsAnEmptyWorld) {
   EXPECT_THROW(make_loopback_transports(0), UserError);
+}
+
+}  // namespace
+}  // namespace pptrain
+
+namespace pptrain {
+namespace {
+
+// A placed transport (group.h) over three loopback ranks: rank r is process process_of[r]; a
+// message to rank 1 reaches the process that plays it, and a subgroup of ranks {0, 2} has
+// their positions as its ranks.
+TEST(PlacedTransport, RanksArePlacedAndSoAreSubgroups) {
+  const std::vector<int> process_of = {2, 0, 1};
+  auto processes = make_loopback_transports(3, kTestTimeout);
+  std::vector<std::unique_ptr<Transport>> placed(3);
+  for (int p = 0; p < 3; ++p) placed[p] = placed_transport(std::move(processes[p]), process_of);
+  std::vector<int> rank_of_process(3, -1);
+  std::vector<float> got(3, -1);
+  const std::string errors = run_rank_threads(3, [&](int process) {
+    Transport& t = *placed[process];
+    rank_of_process[process] = t.rank();
+    // Each rank sends its rank to the next one.
+    torch::Tensor in = torch::zeros({1});
+    auto posted = t.recv(in, (t.rank() + 2) % 3, 7);
+    t.send(torch::full({1}, static_cast<float>(t.rank())), (t.rank() + 1) % 3, 7).wait();
+    posted.wait();
+    got[t.rank()] = in.item<float>();
+    if (t.rank() != 1) {
+      std::unique_ptr<Transport> pair = t.subgroup({0, 2});
+      EXPECT_EQ(pair->rank(), t.rank() == 0 ? 0 : 1);
+      torch::Tensor x = torch::full({1}, t.rank() == 0 ? 1.0f : 10.0f);
+      torch::Tensor from = torch::zeros({1});
+      auto other = pair->recv(from, 1 - pair->rank(), 3);
+      pair->send(x, 1 - pair->rank(), 3).wait();
+      other.wait();
+      EXPECT_EQ(from.item<float>(), t.rank() == 0 ? 10.0f : 1.0f);
+      pair->allreduce_sum(x);
+      EXPECT_EQ(x.item<float>(), 11.0f);
+    }
+  });
+  ASSERT_EQ(errors, "");
+  EXPECT_EQ(rank_of_process, (std::vector<int>{1, 2, 0}));
+  EXPECT_EQ(got, (std::vector<float>{2, 0, 1}));
 }
 
 }  // namespace

@@ -129,8 +129,12 @@ Profile profile_layers(const StageLayerOptions& options) {
   ProfileOptions profile_options;
   profile_options.model = options.model;
   profile_options.microbatch_size = options.microbatch_size;
+  const ModelProfile measured = profile_model(profile_options);
   Profile profile;
-  profile.layers = profile_model(profile_options).layers;
+  profile.layers = measured.layers;
+  profile.microbatch_size = static_cast<int>(options.microbatch_size);
+  profile.input_bytes = measured.input_bytes;
+  profile.target_bytes = measured.target_bytes;
   profile.source = "a profile of this machine";
   return profile;
 }

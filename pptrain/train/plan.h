@@ -50,6 +50,14 @@ struct TrainOptions {
   // --partition workers: where rank 0 writes what the ranks measured (partition/workers.h), for
   // `pptrain plan --workers-profile`. Empty: nowhere.
   std::string save_workers;
+  // --partition workers: each rank's memory limit in bytes, "BYTES" for all or "B0,B1,..." per
+  // world rank (partition/workers.h: parse_worker_memory_limits), instead of its cgroup's; the
+  // cut keeps every rank's peak, by the planner's memory model, within its own. Empty: cgroups'.
+  std::string worker_memory_limits;
+  // Which worker (launch rank) runs each rank of the run, "1,0" ([world rank] = worker,
+  // partition/workers.h: parse_placement); empty: rank r on worker r. --partition workers chooses
+  // its own when not given.
+  std::string placement;
   std::string schedule = "1f1b";  // a registry name (generators/registry.h)
   std::string schedule_file;      // or a CSV schedule for P ranks (takes precedence)
   // What the log and pictures call the schedule file's order; empty: the file's own name
@@ -147,7 +155,10 @@ struct TrainingPlan {
   // Parameters tied between stages, stages numbered (--tie-embeddings: the embedding's table on
   // the first stage and the head on the last).
   std::vector<TiedParameter> ties;
-  std::string partition;         // how stage_layers was chosen, for the log
+  std::string partition;  // how stage_layers was chosen, for the log
+  // [world rank] = the worker (launch rank, the process's RANK) that runs it; empty: the
+  // identity. The runtime sees only ranks: its transport is placed (runtime/group.h).
+  std::vector<int> placement;
   bool replan = false;           // --replan auto
   int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
   double tokens_per_sample = 1;  // gpt: seq_len (0 with --seq-len-range: each batch's); mlp: 1

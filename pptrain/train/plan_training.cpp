@@ -6,6 +6,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/generators/registry.h"
+#include "pptrain/partition/workers.h"
 #include "pptrain/planner/run_request.h"
 #include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/simulator.h"
@@ -295,6 +296,17 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 "--save-workers writes what --partition workers measures; the run has --partition ",
                 options.partition);
   check_output_path(options.save_workers, "--save-workers file");
+  PPTRAIN_CHECK(options.worker_memory_limits.empty() || options.partition == kWorkersPartition,
+                "--worker-memory-limits are the limits --partition workers cuts for; the run has "
+                "--partition ",
+                options.partition);
+  if (!options.placement.empty()) {
+    plan.placement = parse_placement(options.placement, plan.world_size(), "--placement");
+    if (is_identity(plan.placement)) plan.placement.clear();
+  }
+  if (!options.worker_memory_limits.empty()) {
+    parse_worker_memory_limits(options.worker_memory_limits, plan.world_size());
+  }
   check_save_path(options.save_dir);
   check_checkpoint_flags(options, plan);
   if (!options.load_dir.empty()) check_checkpoint(options.load_dir, options.model, "--load");
@@ -337,6 +349,11 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
   options.partition = plan.partition_file;
   options.stage_layers = layers;
   options.recompute = plan.recompute;
+  if (!plan.placement.empty()) {
+    const std::string placement = format_placement(plan.placement);
+    agree(!options.placement.empty(), "--placement", options.placement, placement);
+    options.placement = placement;
+  }
 }
 
 }  // namespace pptrain

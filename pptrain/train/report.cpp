@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "pptrain/common/blas_kernels.h"
+#include "pptrain/partition/workers.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
@@ -143,6 +144,14 @@ RunInfo run_info(const TrainingPlan& plan) {
                 plan.microbatches(), static_cast<long long>(plan.microbatch_size));
   run.header = line;
   run.header += "\n" + describe_stage_layers(plan.model, plan.partition, plan.stage_layers);
+  if (!plan.placement.empty()) {
+    std::string workers;
+    for (size_t r = 0; r < plan.placement.size(); ++r) {
+      workers += (r > 0 ? ", " : "") + std::string("rank ") + std::to_string(r) + " on worker " +
+                 std::to_string(plan.placement[r]);
+    }
+    run.header += "\nplacement " + format_placement(plan.placement) + ": " + workers;
+  }
   if (plan.copies > 1) {
     std::snprintf(line, sizeof line,
                   "%d copies of the pipeline (--dp), %d ranks: each trains on 1/%d of the batch",
