@@ -322,6 +322,11 @@ TEST(CompareSim, PrintsWritesAndDraws) {
     EXPECT_GT(c.at("predicted_makespan_s").get<double>(), 0);
     EXPECT_GT(c.at("measured_makespan_s").get<double>(), 0);
     EXPECT_GE(c.at("comm_latency_s").get<double>(), 0);
+    // What the ranks spent between their events (sim/compare.h), printed and written.
+    EXPECT_NE(run.out.find("  overheads action "), std::string::npos) << run.out;
+    for (const char* overhead : {"action_overhead_s", "send_overhead_s", "recv_overhead_s"}) {
+      EXPECT_GE(c.at(overhead).get<double>(), 0) << overhead;
+    }
     const bool split = schedule == "zb-h1";
     for (int s = 0; s < 2; ++s) {
       EXPECT_GT(c.at("stage_forward_s")[s].get<double>(), 0) << "stage " << s;

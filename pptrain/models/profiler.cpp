@@ -194,6 +194,11 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
                       {"allreduce_bandwidth_bytes_per_s", profile.network.bandwidth_bytes_per_s},
                       {"allreduce_latency_ms", profile.network.latency_ms}};
   }
+  if (profile.overheads.measured()) {
+    out["overheads"] = {{"action_ms", profile.overheads.action_ms},
+                        {"send_ms", profile.overheads.send_ms},
+                        {"recv_ms", profile.overheads.recv_ms}};
+  }
   return out;
 }
 

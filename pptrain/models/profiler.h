@@ -61,6 +61,8 @@ struct ModelProfile {
   double input_bytes = 0;  // one microbatch's inputs (layer 0's) and targets (the loss's)
   double target_bytes = 0;
   NetworkProfile network;  // set by the caller (runtime/allreduce_probe.h); written if measured
+  // Set by the caller (runtime/overhead_probe.h); written if measured.
+  OverheadProfile overheads;
 };
 
 // UserError on bad options. Leaves LibTorch and OpenBLAS at one compute thread (the measurement's).

@@ -205,6 +205,14 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
                   ": allreduce_bandwidth_bytes_per_s must be > 0");
     profile.network.latency_ms = layer_number(n, "allreduce_latency_ms", where);
   }
+  if (doc.contains("overheads")) {
+    const nlohmann::json& o = doc["overheads"];
+    const std::string where = source + ": overheads";
+    PPTRAIN_CHECK(o.is_object(), where, ": expected an object, got ", o.dump());
+    profile.overheads.action_ms = layer_number(o, "action_ms", where);
+    profile.overheads.send_ms = layer_number(o, "send_ms", where);
+    profile.overheads.recv_ms = layer_number(o, "recv_ms", where);
+  }
   return profile;
 }
 

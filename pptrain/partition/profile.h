@@ -54,9 +54,21 @@ struct NetworkProfile {
   bool measured() const { return bandwidth_bytes_per_s > 0; }
 };
 
+// What the runtime spends on an action beyond the action's own work, on this machine, in ms:
+// the overheads of sim/cost_model.h (CostModel::action_overhead, send_overhead, recv_overhead).
+// Measured by `pptrain profile` (runtime/overhead_probe.h); zeros: not measured (a profile of an
+// older pptrain, PipeDream's), and the simulator counts them as free.
+struct OverheadProfile {
+  double action_ms = 0;  // after each compute action: the executor's bookkeeping
+  double send_ms = 0;    // a SEND: packing the message and posting it
+  double recv_ms = 0;    // a RECV of a message that has arrived: taking it, unpacking
+  bool measured() const { return action_ms > 0 || send_ms > 0 || recv_ms > 0; }
+};
+
 struct Profile {
   std::vector<LayerProfile> layers;
-  NetworkProfile network;  // optional "network" object of our JSON
+  NetworkProfile network;     // optional "network" object of our JSON
+  OverheadProfile overheads;  // optional "overheads" object of our JSON
   // Samples in the microbatch the figures were measured on ("settings": {"microbatch_size"} of
   // our JSON); 0: not recorded (PipeDream's graph.txt).
   int microbatch_size = 0;
@@ -77,8 +89,9 @@ Profile read_profile(const std::string& path);
 
 // Our JSON. Every layer needs name, forward_ms, backward_input_ms, backward_weight_ms,
 // activation_bytes, stash_bytes and parameter_bytes, all >= 0; weight_stash_bytes,
-// forward_transient_bytes and backward_transient_bytes (>= 0) are optional, and so is the "batch"
-// object {"input_bytes", "target_bytes"}.
+// forward_transient_bytes and backward_transient_bytes (>= 0) are optional, and so are the "batch"
+// object {"input_bytes", "target_bytes"}, the "network" object and the "overheads" object
+// {"action_ms", "send_ms", "recv_ms"} (each a number >= 0).
 Profile parse_profile_json(const std::string& text, const std::string& source = "<string>");
 
 // PipeDream graph.txt. Node lines

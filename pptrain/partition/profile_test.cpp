@@ -12,7 +12,7 @@
 namespace pptrain {
 namespace {
 
-// Expects a UserError whose message contains every one of `parts`.
+// Expects a UserError of one line whose message contains every one of `parts`.
 template <typename F>
 void expect_user_error(F&& f, std::initializer_list<const char*> parts) {
   try {
@@ -22,6 +22,7 @@ void expect_user_error(F&& f, std::initializer_list<const char*> parts) {
     for (const char* part : parts)
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
           << "message '" << e.what() << "' lacks '" << part << "'";
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line: " << e.what();
   }
 }
 
@@ -115,6 +116,36 @@ TEST(ProfileJson, ReadsTheAllreduceMeasurement) {
       },
       {"network", "allreduce_bandwidth_bytes_per_s"});
   expect_user_error([&] { parse_profile_json(with_network("[]")); }, {"network", "object"});
+}
+
+// The optional "overheads" object (runtime/overhead_probe.h): absent, it is zero; a bad value
+// is one line naming the field. NaN cannot be written in JSON: nlohmann writes it as null.
+TEST(ProfileJson, ReadsTheOverheads) {
+  const auto with_overheads = [](const std::string& overheads) {
+    std::string text = kTwoLayers;
+    return text.insert(text.rfind('}'), ", \"overheads\": " + overheads);
+  };
+  const Profile old = parse_profile_json(kTwoLayers);
+  EXPECT_FALSE(old.overheads.measured());
+  EXPECT_EQ(old.overheads.action_ms, 0);
+  EXPECT_EQ(old.overheads.send_ms, 0);
+  EXPECT_EQ(old.overheads.recv_ms, 0);
+  const Profile p = parse_profile_json(
+      with_overheads(R"({"action_ms": 0.02, "send_ms": 0.05, "recv_ms": 0.03})"));
+  EXPECT_TRUE(p.overheads.measured());
+  EXPECT_DOUBLE_EQ(p.overheads.action_ms, 0.02);
+  EXPECT_DOUBLE_EQ(p.overheads.send_ms, 0.05);
+  EXPECT_DOUBLE_EQ(p.overheads.recv_ms, 0.03);
+  for (const char* bad : {R"({"action_ms": -0.02, "send_ms": 0.05, "recv_ms": 0.03})",
+                          R"({"action_ms": null, "send_ms": 0.05, "recv_ms": 0.03})",
+                          R"({"action_ms": "NaN", "send_ms": 0.05, "recv_ms": 0.03})"}) {
+    SCOPED_TRACE(bad);
+    expect_user_error([&] { parse_profile_json(with_overheads(bad), "o.json"); },
+                      {"o.json: overheads", "action_ms"});
+  }
+  expect_user_error([&] { parse_profile_json(with_overheads(R"({"action_ms": 0.02})")); },
+                    {"overheads", "send_ms"});
+  expect_user_error([&] { parse_profile_json(with_overheads("[]")); }, {"overheads", "object"});
 }
 
 std::string node(const std::string& id, const std::string& desc, double f, double b, double act,

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/stats.h"
@@ -26,9 +27,8 @@ int kind_index(Op op) {
   return -1;
 }
 
-// The latency samples of one step: RECV end - SEND start of every transfer whose receiver was
-// waiting before the send started.
-void comm_samples(const Timeline& step, std::vector<double>& samples) {
+// Every transfer of one step whose SEND and RECV are both in it: {SEND, RECV}.
+std::vector<std::pair<const TimelineEvent*, const TimelineEvent*>> transfers(const Timeline& step) {
   using Key = std::tuple<int, int, int, int>;  // op, stage, microbatch, peer of the RECV
   const auto key_of = [](const Action& a) {
     return Key{static_cast<int>(a.op), a.stage, a.microbatch, a.peer};
@@ -37,11 +37,88 @@ void comm_samples(const Timeline& step, std::vector<double>& samples) {
   for (const auto& e : step.events) {
     if (is_recv(e.action.op)) receives[key_of(e.action)] = &e;
   }
+  std::vector<std::pair<const TimelineEvent*, const TimelineEvent*>> out;
   for (const auto& send : step.events) {
     if (!is_send(send.action.op)) continue;
     const auto it = receives.find(key_of(comm_peer(send.action)));
-    if (it == receives.end() || it->second->start > send.start) continue;
-    samples.push_back(std::max(0.0, it->second->end - send.start));
+    if (it != receives.end()) out.push_back({&send, it->second});
+  }
+  return out;
+}
+
+// Whether the receiver was waiting before the send started (RECV start <= SEND start): then
+// RECV end - SEND end is the transfer and the taking of the message.
+bool waited(const TimelineEvent& send, const TimelineEvent& recv) {
+  return recv.start <= send.start;
+}
+
+// The samples of one step, in seconds: `latencies` (RECV end - SEND end of the transfers whose
+// receiver waited).
+void latency_samples(const Timeline& step, std::vector<double>& latencies) {
+  for (const auto& [send, recv] : transfers(step)) {
+    if (waited(*send, *recv)) latencies.push_back(std::max(0.0, recv->end - send->end));
+  }
+}
+
+struct OverheadSamples {
+  std::vector<double> action, send, recv, taking;  // seconds; `taking`: arrived RECVs' lengths
+};
+
+// Per step the mean of each kind's samples (a step's total: what its makespan is made of, the
+// rare long gap of a descheduled process included), to take the median over the steps of, as
+// for the compute times.
+struct OverheadMeans {
+  OverheadSamples means;  // [step] one mean per step that has samples of the kind
+  int action_samples = 0, send_samples = 0, recv_samples = 0;
+  void add_step_means(const OverheadSamples& step) {
+    const auto add = [](const std::vector<double>& samples, std::vector<double>& to) {
+      if (samples.empty()) return;
+      double sum = 0;
+      for (double x : samples) sum += x;
+      to.push_back(sum / static_cast<double>(samples.size()));
+    };
+    add(step.action, means.action);
+    add(step.send, means.send);
+    add(step.recv, means.recv);
+    add(step.taking, means.taking);
+    action_samples += static_cast<int>(step.action.size());
+    send_samples += static_cast<int>(step.send.size());
+    recv_samples += static_cast<int>(step.recv.size());
+  }
+};
+
+// The overhead samples of one step (see compare.h). `waited_latency`: the median of the
+// latency samples; a receive at least that long after its SEND ended found its message there.
+void overhead_samples(const Timeline& step, double waited_latency, OverheadSamples& out) {
+  std::map<const TimelineEvent*, bool> arrived;  // RECV -> found its message there
+  for (const auto& [send, recv] : transfers(step)) {
+    arrived[recv] = recv->start >= send->end + waited_latency;
+  }
+  std::map<int, std::vector<const TimelineEvent*>> by_rank;
+  for (const auto& e : step.events) by_rank[e.rank].push_back(&e);
+  for (auto& [rank, events] : by_rank) {
+    std::stable_sort(
+        events.begin(), events.end(),
+        [](const TimelineEvent* a, const TimelineEvent* b) { return a->start < b->start; });
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+      const TimelineEvent& e = *events[i];
+      const TimelineEvent& next = *events[i + 1];
+      // Only a gap before a compute action or a SEND is all overhead: one before a RECV or a
+      // REDUCE_GRAD may hold a wait (a simulated timeline starts a RECV when its message came).
+      if (!is_compute(next.action.op) && !is_send(next.action.op)) continue;
+      const double gap = std::max(0.0, next.start - e.end);
+      const double length = std::max(0.0, e.end - e.start);
+      if (is_compute(e.action.op)) {
+        out.action.push_back(gap);
+      } else if (is_send(e.action.op)) {
+        out.send.push_back(length + gap);
+      } else if (is_recv(e.action.op)) {
+        const auto it = arrived.find(&e);
+        if (it == arrived.end() || !it->second) continue;
+        out.recv.push_back(length + gap);
+        out.taking.push_back(length);
+      }
+    }
   }
 }
 
@@ -65,6 +142,9 @@ MeasuredCosts measure_costs(const std::vector<Timeline>& steps, int num_stages) 
       kKinds, std::vector<std::vector<double>>(num_stages));
   std::vector<double> latencies;
   bool reduced = false;
+  for (const Timeline& step : steps) latency_samples(step, latencies);
+  const double waited_latency = median(latencies);
+  OverheadMeans overheads;
   for (const Timeline& step : steps) {
     std::vector<std::vector<double>> sum(kKinds, std::vector<double>(num_stages, 0));
     std::vector<std::vector<int>> count(kKinds, std::vector<int>(num_stages, 0));
@@ -81,7 +161,9 @@ MeasuredCosts measure_costs(const std::vector<Timeline>& steps, int num_stages) 
       }
     }
     for (int s = 0; s < num_stages; ++s) reduced = reduced || count[kReduce][s] > 0;
-    comm_samples(step, latencies);
+    OverheadSamples samples;
+    overhead_samples(step, waited_latency, samples);
+    overheads.add_step_means(samples);
   }
   MeasuredCosts out;
   std::vector<double>* targets[kKinds] = {&out.cost.stage_forward, &out.cost.stage_backward_input,
@@ -92,8 +174,15 @@ MeasuredCosts measure_costs(const std::vector<Timeline>& steps, int num_stages) 
     if (k == kReduce && !reduced) continue;
     for (int s = 0; s < num_stages; ++s) targets[k]->push_back(median(per_step[k][s]));
   }
-  out.cost.comm = median(latencies);
+  out.cost.action_overhead = median(overheads.means.action);
+  out.cost.send_overhead = median(overheads.means.send);
+  out.cost.recv_overhead = median(overheads.means.recv);
+  // The waited receive's length holds the taking of the message, which recv_overhead counts.
+  out.cost.comm = std::max(0.0, waited_latency - median(overheads.means.taking));
   out.comm_samples = static_cast<int>(latencies.size());
+  out.action_samples = overheads.action_samples;
+  out.send_samples = overheads.send_samples;
+  out.recv_samples = overheads.recv_samples;
   return out;
 }
 
@@ -134,6 +223,12 @@ std::string format_comparison(const Comparison& c) {
   std::snprintf(cell, sizeof(cell), "  comm latency %.3f ms (from %d waiting receive%s)\n",
                 cost.comm * 1e3, c.costs.comm_samples, c.costs.comm_samples == 1 ? "" : "s");
   out += cell;
+  char overheads[160];
+  std::snprintf(overheads, sizeof(overheads),
+                "  overheads action %.3f ms  send %.3f ms  recv %.3f ms (from %d, %d, %d)\n",
+                cost.action_overhead * 1e3, cost.send_overhead * 1e3, cost.recv_overhead * 1e3,
+                c.costs.action_samples, c.costs.send_samples, c.costs.recv_samples);
+  out += overheads;
   const double error = c.measured_makespan > 0 ? (c.predicted.makespan - c.measured_makespan) /
                                                      c.measured_makespan * 100
                                                : 0;
@@ -156,6 +251,9 @@ nlohmann::ordered_json comparison_json(const Comparison& c) {
           {"measured_bubble_ratio", c.measured_bubble_ratio},
           {"comm_latency_s", cost.comm},
           {"comm_samples", c.costs.comm_samples},
+          {"action_overhead_s", cost.action_overhead},
+          {"send_overhead_s", cost.send_overhead},
+          {"recv_overhead_s", cost.recv_overhead},
           {"stage_forward_s", cost.stage_forward},
           {"stage_backward_input_s", cost.stage_backward_input},
           {"stage_backward_weight_s", cost.stage_backward_weight},

@@ -48,7 +48,56 @@ TEST(MeasureCosts, LatencyFromReceivesThatWaited) {
               event(1, "1SEND_B0", 3.0, 3.0), event(0, "0RECV_B0", 2.5, 3.5)};
   const MeasuredCosts m = measure_costs({t}, 2);
   EXPECT_EQ(m.comm_samples, 2);
-  EXPECT_NEAR(m.cost.comm, 0.4, 1e-12);  // median of 0.3 and 0.5
+  EXPECT_NEAR(m.cost.comm, 0.395, 1e-12);  // RECV end - SEND end: median of 0.29 and 0.5
+}
+
+// The overheads are the gaps between a rank's events (compare.h), by hand:
+//   rank 0: 0F0 [0, 1], 0SEND_F0 [1.1, 1.3], 0F1 [1.35, 2.35], 0SEND_F1 [2.45, 2.6],
+//           0RECV_B0 [2.7, 5.0] (waited: 5.0 - 4.6 = 0.4), 0B0 [5.1, 7.1]
+//   rank 1: 1RECV_F0 [0.2, 1.6] (waited: 1.6 - 1.3 = 0.3), 1F0 [1.7, 2.7],
+//           1RECV_F1 [3.0, 3.2] (3.0 >= 2.6 + 0.35: arrived, takes 0.2), 1F1 [3.25, 3.75],
+//           1B0 [3.85, 4.4], 1SEND_B0 [4.5, 4.6]
+// action: the gaps after 0F0, 0F1, 1F1, 1B0 (0.1 each; 1F0's is before a RECV); send: 0SEND_F0's
+// 0.2 + 0.05 (0SEND_F1's gap is before a RECV); recv: 1RECV_F1's 0.2 + 0.05; comm: the waited
+// median 0.35 less the arrived receive's 0.2.
+TEST(MeasureCosts, OverheadsFromTheGapsBetweenARanksEvents) {
+  Timeline t;
+  t.num_ranks = 2;
+  t.events = {event(0, "0F0", 0, 1),          event(0, "0SEND_F0", 1.1, 1.3),
+              event(0, "0F1", 1.35, 2.35),    event(0, "0SEND_F1", 2.45, 2.6),
+              event(0, "0RECV_B0", 2.7, 5.0), event(0, "0B0", 5.1, 7.1),
+              event(1, "1RECV_F0", 0.2, 1.6), event(1, "1F0", 1.7, 2.7),
+              event(1, "1RECV_F1", 3.0, 3.2), event(1, "1F1", 3.25, 3.75),
+              event(1, "1B0", 3.85, 4.4),     event(1, "1SEND_B0", 4.5, 4.6)};
+  const MeasuredCosts m = measure_costs({t}, 2);
+  EXPECT_NEAR(m.cost.action_overhead, 0.1, 1e-9);
+  EXPECT_NEAR(m.cost.send_overhead, 0.25, 1e-9);
+  EXPECT_NEAR(m.cost.recv_overhead, 0.25, 1e-9);
+  EXPECT_NEAR(m.cost.comm, 0.15, 1e-9);
+  EXPECT_EQ(m.action_samples, 4);
+  EXPECT_EQ(m.send_samples, 1);
+  EXPECT_EQ(m.recv_samples, 1);
+  EXPECT_EQ(m.comm_samples, 2);
+}
+
+// A run simulated with overheads (and messages there as they are sent) gives them back, and
+// predicts itself.
+TEST(CompareToSimulation, SimulatedOverheadsPredictThemselves) {
+  for (const char* name : {"1f1b", "zb-v"}) {
+    SCOPED_TRACE(name);
+    const ValidatedSchedule lowered = validate(make_schedule({name, 2, 8}));
+    CostModel truth = CostModel::parse("F=1,I=0.8,W=0.6,action=0.05,send=0.1,recv=0.07");
+    const SimResult run = simulate(lowered, truth);
+    const Comparison c = compare_to_simulation(lowered, {run.timeline});
+    EXPECT_NEAR(c.costs.cost.action_overhead, 0.05, 1e-9);
+    EXPECT_NEAR(c.costs.cost.send_overhead, 0.1, 1e-9);
+    EXPECT_NEAR(c.costs.cost.recv_overhead, 0.07, 1e-9);
+    EXPECT_NEAR(c.predicted.makespan, run.makespan, 1e-9);
+    // Printed as if in seconds: in ms.
+    EXPECT_NE(format_comparison(c).find("overheads action 50.000"), std::string::npos)
+        << format_comparison(c);
+    EXPECT_NEAR(comparison_json(c).at("send_overhead_s").get<double>(), 0.1, 1e-9);
+  }
 }
 
 TEST(MeasureCosts, NeedsAStep) {

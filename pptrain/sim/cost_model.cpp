@@ -31,12 +31,13 @@ double per_stage(const std::vector<double>& stage_values, double whole_share, in
 
 // The keys of the text form and the scalar each one sets, in the order to_string prints them.
 const std::pair<const char*, double CostModel::*> kKeys[] = {
-    {"F", &CostModel::forward},         {"I", &CostModel::backward_input},
-    {"W", &CostModel::backward_weight}, {"comm", &CostModel::comm},
-    {"skip", &CostModel::skip_comm},    {"weights", &CostModel::weights},
-    {"reduce", &CostModel::reduce},
+    {"F", &CostModel::forward},          {"I", &CostModel::backward_input},
+    {"W", &CostModel::backward_weight},  {"comm", &CostModel::comm},
+    {"skip", &CostModel::skip_comm},     {"weights", &CostModel::weights},
+    {"reduce", &CostModel::reduce},      {"action", &CostModel::action_overhead},
+    {"send", &CostModel::send_overhead}, {"recv", &CostModel::recv_overhead},
 };
-constexpr const char* kKeyList = "F, I, W, comm, skip, weights or reduce";
+constexpr const char* kKeyList = "F, I, W, comm, skip, weights, reduce, action, send or recv";
 
 }  // namespace
 
@@ -77,12 +78,11 @@ std::string CostModel::to_string() const {
   std::ostringstream out;
   const char* separator = "";
   for (const auto& [name, member] : kKeys) {
-    // skip=0 (as comm), weights=0 (not counted) and reduce=0 are left out, so cost models
-    // without them print as before.
-    if ((member == &CostModel::skip_comm || member == &CostModel::weights ||
-         member == &CostModel::reduce) &&
-        this->*member == 0)
-      continue;
+    // skip=0 (as comm), weights=0 (not counted), reduce=0 and the overheads at 0 are left out,
+    // so cost models without them print as before.
+    const bool always = member == &CostModel::forward || member == &CostModel::backward_input ||
+                        member == &CostModel::backward_weight || member == &CostModel::comm;
+    if (!always && this->*member == 0) continue;
     out << separator << name << '=' << this->*member;
     separator = ",";
   }
@@ -115,6 +115,24 @@ double CostModel::time(const Action& action, int num_stages, int num_ranks) cons
     default:
       return 0;  // SEND/RECV occupy neither rank; their latency is `comm`
   }
+}
+
+double CostModel::overhead(const Action& action) const {
+  double value = 0;
+  const char* what = "";
+  if (is_compute(action.op)) {
+    value = action_overhead;
+    what = "action_overhead";
+  } else if (is_send(action.op)) {
+    value = send_overhead;
+    what = "send_overhead";
+  } else if (is_recv(action.op)) {
+    value = recv_overhead;
+    what = "recv_overhead";
+  }
+  PPTRAIN_CHECK(std::isfinite(value) && value >= 0, "cost model: ", what,
+                " must be a finite number >= 0, got ", value);
+  return value;
 }
 
 double CostModel::reduce_time(int stage, int num_stages, int num_ranks) const {
@@ -154,9 +172,15 @@ double CostModel::weight_stash(int stage, int num_stages, int num_ranks) const {
 
 StageCosts CostModel::stage_costs(int num_stages, int num_ranks) const {
   StageCosts out;
-  out.comm = comm;
+  // The automatic schedules know no overheads: a compute action's is part of its time, and a
+  // message's two sides are part of its latency (with none, x + 0 is x: the same plans).
+  const double action = overhead(Action::make(Op::F, 0, 0));
+  out.comm =
+      comm + overhead(Action::make(Op::SEND_F, 0, 0)) + overhead(Action::make(Op::RECV_F, 0, 0));
   for (int s = 0; s < num_stages; ++s) {
-    const auto of = [&](Op op) { return time(Action::make(op, s, 0), num_stages, num_ranks); };
+    const auto of = [&](Op op) {
+      return time(Action::make(op, s, 0), num_stages, num_ranks) + action;
+    };
     out.forward.push_back(of(Op::F));
     out.backward_input.push_back(of(Op::I));
     out.backward_weight.push_back(of(Op::W));
@@ -196,6 +220,9 @@ CostModel cost_from_profile(const Profile& profile, const std::vector<LayerRange
   cost.replicas = replicas;
   cost.reduce_bandwidth = network.bandwidth_bytes_per_s / 1000;  // bytes per ms
   cost.reduce_latency = network.latency_ms;
+  cost.action_overhead = profile.overheads.action_ms;
+  cost.send_overhead = profile.overheads.send_ms;
+  cost.recv_overhead = profile.overheads.recv_ms;
   int next = 0;
   for (const auto& [first, last] : stages) {
     PPTRAIN_CHECK(first == next && last >= first && last < layers, profile.source,

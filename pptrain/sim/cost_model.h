@@ -43,6 +43,15 @@ struct CostModel {
   // Latency of one skip connection's message (Schedule::skips), which may carry a larger tensor
   // than the cut's; 0: the same as comm. `skip=` in the text form.
   double skip_comm = 0;
+  // What the runtime spends on an action beyond its own work, occupying the rank (unlike comm):
+  // the executor's bookkeeping after each compute action (finding slots, posting the receives
+  // ahead, recording the event), a SEND's packing and posting, and a RECV's taking of a message
+  // that has arrived (unpacking, then the bookkeeping after it). 0: free, as before they were
+  // counted. Measured per machine (runtime/overhead_probe.h, saved with the profile) or per run
+  // (sim/compare.h). `action=`, `send=` and `recv=` in the text form.
+  double action_overhead = 0;
+  double send_overhead = 0;
+  double recv_overhead = 0;
   // Optional per-stage times [num_stages]; when non-empty they override the scalars above.
   std::vector<double> stage_forward, stage_backward_input, stage_backward_weight;
   // Optional per-stage time of the fused backward B [num_stages]; empty: B = I + W. A measured
@@ -84,14 +93,23 @@ struct CostModel {
   std::vector<double> stage_reduce;
 
   // Parses "F=1,I=1,W=1,comm=0,weights=4,reduce=2": any subset of the keys F, I, W, comm, skip,
-  // weights, reduce in any order, values finite and >= 0. Throws UserError naming the bad piece.
+  // weights, reduce, action, send, recv in any order, values finite and >= 0. Throws UserError
+  // naming the bad piece.
   static CostModel parse(const std::string& text);
-  // "F=1,I=1,W=1,comm=0", then ",skip=3", ",weights=4" and ",reduce=2" when non-zero (replicas
-  // and per-stage vectors are not printed).
+  // "F=1,I=1,W=1,comm=0", then ",skip=3", ",weights=4", ",reduce=2", ",action=0.1", ",send=0.1"
+  // and ",recv=0.1" when non-zero (replicas and per-stage vectors are not printed).
   std::string to_string() const;
   // The latency of the message a SEND or RECV carries.
   double message_latency(const Action& comm_action) const {
     return is_skip_message(comm_action) && skip_comm > 0 ? skip_comm : comm;
+  }
+  // The time `action` occupies its rank beyond time(): action_overhead after a compute action
+  // (OVERLAP_F_B is one), send_overhead for a SEND, recv_overhead for a RECV, 0 for a
+  // REDUCE_GRAD (on its own channel). UserError for a negative or non-finite overhead.
+  double overhead(const Action& action) const;
+  // Whether any of the three overheads is non-zero.
+  bool counts_overheads() const {
+    return action_overhead != 0 || send_overhead != 0 || recv_overhead != 0;
   }
   // Whether the simulator's peak memory includes weights at all.
   bool counts_weights() const { return weights != 0 || !stage_weights.empty(); }
@@ -115,7 +133,9 @@ struct CostModel {
   // else mem_w_ratio x activation().
   double weight_stash(int stage, int num_stages, int num_ranks) const;
   // Every stage's F, I, W times, activation, weight stash and comm, for an automatic schedule
-  // (generators/auto_schedule.h). UserError as time() for vectors of the wrong size.
+  // (generators/auto_schedule.h), which counts no overheads: action_overhead is added to each
+  // time, send_overhead + recv_overhead to comm. UserError as time() for vectors of the wrong
+  // size.
   StageCosts stage_costs(int num_stages, int num_ranks) const;
   // Memory of one version of `stage`'s weights (0 unless weights or stage_weights). Named apart
   // from the field `weights`, which C++ does not let a method share.
@@ -130,7 +150,8 @@ CostModel cost_model_from_flags(const std::string& cost, double mem_w_ratio);
 // profile, in stage order), in ms, for predicting a run: each stage's F, I, W summed over its
 // layers; comm = the network latency + the largest cut's activation bytes / bandwidth; with
 // `replicas` > 1 each stage's all-reduce takes the ring formula over its parameter bytes with
-// the profile's measured bandwidth and latency. UserError if a range is outside the profile,
+// the profile's measured bandwidth and latency; the action and message overheads are the
+// profile's (Profile::overheads, 0 when it has none). UserError if a range is outside the profile,
 // or `replicas` > 1 and the profile has no network measurement. mem_w_ratio is left at 0.5.
 CostModel cost_from_profile(const Profile& profile, const std::vector<LayerRange>& stages,
                             int replicas);

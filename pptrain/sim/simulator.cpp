@@ -64,7 +64,7 @@ class Simulation {
          // producer itself: the same figures, bit for bit, without the messages.
         direct_(record == Record::kFigures && validated.lowered_here() &&
                 validated.given().skips.empty() && !validated.given().replicated() &&
-                cost.cores == 0),
+                cost.cores == 0 && !cost.counts_overheads()),
         s_(direct_ ? validated.given() : *validated),
         cost_(cost),
         rule_(rule),
@@ -73,7 +73,10 @@ class Simulation {
         shares_(s_.shares()),
         stage_figures_(static_cast<size_t>(s_.num_stages) * kStageFigures,
                        std::numeric_limits<double>::quiet_NaN()),
-        tally_(s_.num_ranks) {}
+        tally_(s_.num_ranks),
+        action_overhead_(cost.overhead(Action::make(Op::F, 0, 0))),
+        send_overhead_(cost.overhead(Action::make(Op::SEND_F, 0, 0))),
+        recv_overhead_(cost.overhead(Action::make(Op::RECV_F, 0, 0))) {}
 
   SimResult run() {
     const int P = s_.num_ranks;
@@ -210,7 +213,7 @@ class Simulation {
         const Action& a = s_.actions[r][position_[r]];
         record(a, r, began[r], next);
         note(TimelineEvent{r, a, began[r], next});
-        free_at_[r] = next;
+        free_at_[r] = next + action_overhead_;  // the executor's bookkeeping, at full speed
         ++position_[r];
         running[r] = false;
       }
@@ -291,13 +294,21 @@ class Simulation {
       if (ready == kNotYet) return false;
       start = std::max(start, ready);
     }
-    const double end = start + duration(a);
+    // A message's overhead is its event (a SEND's message leaves at its end); a compute action's
+    // follows its event, so that the event stays its compute.
+    const bool compute = is_compute(a.op);
+    const double end = start + duration(a) + (compute ? 0 : message_overhead(a));
     record(a, r, start, end);
     for (const Action& atom : atoms_of(a)) wake_consumer_of(atom);
     note(TimelineEvent{r, a, start, end});
-    free_at_[r] = end;
+    free_at_[r] = compute ? end + action_overhead_ : end;
     ++position_[r];
     return true;
+  }
+
+  double message_overhead(const Action& a) const {
+    if (is_send(a.op)) return send_overhead_;
+    return is_recv(a.op) ? recv_overhead_ : 0;
   }
 
   // A REDUCE_GRAD starts once the rank has reached it (its previous action ended; the validator
@@ -444,6 +455,8 @@ class Simulation {
   std::vector<TimelineEvent> events_;                              // with Record::kTimeline
   std::deque<int> work_;                                           // ranks to try to advance
   std::vector<bool> queued_;                                       // [rank] is in work_
+  // CostModel::overhead of a compute action, a SEND and a RECV (checked once).
+  const double action_overhead_, send_overhead_, recv_overhead_;
 };
 
 }  // namespace

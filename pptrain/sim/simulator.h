@@ -18,22 +18,30 @@
 // everything it waits for (inputs_of, pptrain/schedule/semantics.h) has happened, a message
 // arriving `comm` after its SEND. OVERLAP_F_B waits for all its parts' inputs and lasts the sum
 // of their times (a conservative choice: no overlap speed-up is assumed). SEND_* and RECV_* take
-// no time on the rank; they appear in the timeline as zero-length events at the moment they
-// happen. A REDUCE_GRAD (data parallelism, schedule/reductions.h) starts when the rank reaches it
-// in its list (its previous action ended) and runs for CostModel::reduce_time on a channel of
-// its own, one reduction after another: the rank's following actions do not wait for it. It is
-// an event of its rank, so the rank's end, its span and the makespan include it. In a replicated
-// schedule (Schedule::placement) a REDUCE_GRAD sums a stage's gradients over its replicas: each
-// replica starts it when it reaches it and its channel is free, and it ends on all of them at the
-// latest of those starts plus CostModel::reduce_time over the stage's replica count. There every
-// stage is one rank's whole share for the cost model (V = 1).
+// no time on the rank (without overheads, below); they appear in the timeline as zero-length
+// events at the moment they happen. A REDUCE_GRAD (data parallelism, schedule/reductions.h) starts
+// when the rank reaches it in its list (its previous action ended) and runs for
+// CostModel::reduce_time on a channel of its own, one reduction after another: the rank's following
+// actions do not wait for it. It is an event of its rank, so the rank's end, its span and the
+// makespan include it. In a replicated schedule (Schedule::placement) a REDUCE_GRAD sums a stage's
+// gradients over its replicas: each replica starts it when it reaches it and its channel is free,
+// and it ends on all of them at the latest of those starts plus CostModel::reduce_time over the
+// stage's replica count. There every stage is one rank's whole share for the cost model (V = 1).
+//
+// Overheads (CostModel::action_overhead, send_overhead, recv_overhead; 0 by default): after
+// each compute action its rank stays occupied for action_overhead (the executor's bookkeeping:
+// the next action starts that much later; the compute event, and so busy, stays the compute); a
+// SEND occupies its rank for send_overhead and its message leaves at the SEND's end; a RECV
+// starts when the rank is free and the message has arrived, and occupies the rank for
+// recv_overhead. Those SEND and RECV events then have that length (not busy: not compute).
 //
 // Shared cores (CostModel::cores > 0, e.g. 4 worker processes on a 2-core host): the run follows
 // one clock from event to event, and while k ranks compute they each progress at
 // min(1, cores / k) of their speed (processor sharing, as the operating system shares the cores
 // out). A REDUCE_GRAD on its rank's channel counts as one more task while it runs (on one host
-// the all-reduce's copies and sums take a core); a replicated schedule's reductions do not. With
-// a core per task that gives the times above.
+// the all-reduce's copies and sums take a core); a replicated schedule's reductions do not, nor
+// do the overheads (they pass at full speed: a simplification). With a core per task that gives
+// the times above.
 //
 // Figures come from timeline_stats() (pptrain/sim/metrics.h; a TimelineTally of the events as
 // they happen, so that Record::kFigures needs no timeline), the same definitions used for

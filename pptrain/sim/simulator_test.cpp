@@ -572,6 +572,68 @@ TEST(Simulator, CommLatencyDelaysGpipeByHand) {
   }
 }
 
+// The overheads occupy the rank (CostModel::action_overhead, send_overhead, recv_overhead).
+// GPipe, P=2, M=2, F=1, B=I+W=2, comm=0.5, action=0.1, send=0.2, recv=0.3:
+//   rank 0: F0 [0, 1]; SEND_F0 [1.1, 1.3] (arrives 1.8); F1 [1.3, 2.3]; SEND_F1 [2.4, 2.6]
+//           (arrives 3.1)
+//   rank 1: RECV_F0 [1.8, 2.1]; F0 [2.1, 3.1]; RECV_F1 [3.2, 3.5]; F1 [3.5, 4.5]; B0 [4.6, 6.6];
+//           SEND_B0 [6.7, 6.9] (arrives 7.4); B1 [6.9, 8.9]; SEND_B1 [9.0, 9.2] (arrives 9.7)
+//   rank 0: RECV_B0 [7.4, 7.7]; B0 [7.7, 9.7]; RECV_B1 [9.8, 10.1]; B1 [10.1, 12.1]
+TEST(Simulator, OverheadsOccupyTheRankByHand) {
+  CostModel cost = CostModel::parse("F=1,I=1,W=1,comm=0.5,action=0.1,send=0.2,recv=0.3");
+  EXPECT_EQ(cost.action_overhead, 0.1);
+  EXPECT_EQ(cost.send_overhead, 0.2);
+  EXPECT_EQ(cost.recv_overhead, 0.3);
+  EXPECT_EQ(cost.to_string(), "F=1,I=1,W=1,comm=0.5,action=0.1,send=0.2,recv=0.3");
+  const ValidatedSchedule gpipe = validate(make_schedule({"gpipe", 2, 2}));
+  for (const double cores : {0.0, 2.0}) {
+    SCOPED_TRACE(cores);
+    cost.cores = cores;
+    const SimResult r = simulate(gpipe, cost);
+    std::map<std::string, std::pair<double, double>> at;
+    for (const auto& e : r.timeline.events) at[to_string(e.action)] = {e.start, e.end};
+    const std::map<std::string, std::pair<double, double>> expected = {
+        {"0F0", {0, 1}},          {"0SEND_F0", {1.1, 1.3}}, {"0F1", {1.3, 2.3}},
+        {"0SEND_F1", {2.4, 2.6}}, {"1RECV_F0", {1.8, 2.1}}, {"1F0", {2.1, 3.1}},
+        {"1RECV_F1", {3.2, 3.5}}, {"1F1", {3.5, 4.5}},      {"1B0", {4.6, 6.6}},
+        {"1SEND_B0", {6.7, 6.9}}, {"1B1", {6.9, 8.9}},      {"1SEND_B1", {9.0, 9.2}},
+        {"0RECV_B0", {7.4, 7.7}}, {"0B0", {7.7, 9.7}},      {"0RECV_B1", {9.8, 10.1}},
+        {"0B1", {10.1, 12.1}}};
+    ASSERT_EQ(at.size(), expected.size());
+    for (const auto& [action, times] : expected) {
+      EXPECT_NEAR(at.at(action).first, times.first, kEps) << action;
+      EXPECT_NEAR(at.at(action).second, times.second, kEps) << action;
+    }
+    EXPECT_NEAR(r.makespan, 12.1, kEps);
+    // Busy stays the compute: 2 x (1 + 2) per rank.
+    EXPECT_NEAR(r.ranks[0].busy, 6, kEps);
+    EXPECT_NEAR(r.ranks[1].busy, 6, kEps);
+    // The figures alone (no timeline) count them too.
+    EXPECT_NEAR(simulate(gpipe, cost, VersionRule{}, Record::kFigures).makespan, 12.1, kEps);
+  }
+}
+
+TEST(Simulator, ZeroOverheadsChangeNothingAndBadOnesAreRefused) {
+  const ValidatedSchedule s = validate(make_schedule({"zb-v", 2, 8}));
+  CostModel cost = CostModel::parse("F=1,I=1.5,W=0.7,comm=0.2");
+  EXPECT_FALSE(cost.counts_overheads());
+  const SimResult before = simulate(s, cost);
+  cost.action_overhead = cost.send_overhead = cost.recv_overhead = 0;
+  EXPECT_EQ(simulate(s, cost).makespan, before.makespan);
+  cost.send_overhead = -1;
+  EXPECT_THROW(
+      {
+        try {
+          simulate(s, cost);
+        } catch (const UserError& e) {
+          EXPECT_NE(std::string(e.what()).find("send_overhead"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      UserError);
+  EXPECT_THROW(CostModel::parse("action=-0.1"), UserError);
+}
+
 // A skip connection's message from stage 0 to stage 2 takes `skip` (CostModel::skip_comm) to
 // arrive; 2F0 waits for it as for any input. GPipe on 3 ranks, M=1, F=1, comm=0.5:
 //   0F0 [0, 1]; 1F0 [1.5, 2.5]; 2F0 at max(3, 1 + skip).
@@ -934,6 +996,13 @@ TEST(CostFromProfile, SumsStagesAndTimesTheNetwork) {
   EXPECT_DOUBLE_EQ(cost.reduce_time(0, 2, 2), 12.0 + 0.5);
   EXPECT_THROW(cost_from_profile(profile, {{0, 0}, {2, 2}}, 1), UserError);  // a gap
   EXPECT_THROW(cost_from_profile(profile, {{0, 1}}, 1), UserError);          // layer 2 left out
+  // Without an "overheads" object the actions cost only their compute; with one, its figures.
+  EXPECT_FALSE(cost.counts_overheads());
+  profile.overheads = {0.02, 0.05, 0.03};
+  const CostModel with = cost_from_profile(profile, {{0, 1}, {2, 2}}, 1);
+  EXPECT_EQ(with.action_overhead, 0.02);
+  EXPECT_EQ(with.send_overhead, 0.05);
+  EXPECT_EQ(with.recv_overhead, 0.03);
 }
 
 // BitPipe (generators/families/bidirectional.cpp) against the schedules it is built from: less

@@ -1,5 +1,6 @@
 // `pptrain profile`: per-layer costs of a model on this machine, as pptrain-profile-1 JSON for
-// `pptrain partition`.
+// `pptrain partition` and `pptrain plan`, with what an action and a message cost the runtime
+// beyond their work here (runtime/overhead_probe.h: about half a second; always measured).
 //
 //   pptrain profile --model gpt --layers 4 --d-model 64 --microbatch-size 4 --out gpt.json
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "pptrain/common/check.h"
 #include "pptrain/models/profiler.h"
 #include "pptrain/runtime/allreduce_probe.h"
+#include "pptrain/runtime/overhead_probe.h"
 #include "tools/pptrain/commands.h"
 
 namespace pptrain::cli {
@@ -46,6 +48,7 @@ void add_profile_command(CLI::App& app) {
                   "--allreduce-ranks must be 0 or >= 2, got ", *allreduce_ranks);
     ModelProfile profile = profile_model(*options);
     if (*allreduce_ranks > 0) profile.network = measure_allreduce(*allreduce_ranks);
+    profile.overheads = measure_overheads();
     write_profile_json(profile, *out_path);
     double total_ms = 0;
     for (const LayerProfile& layer : profile.layers) {
@@ -60,6 +63,8 @@ void add_profile_command(CLI::App& app) {
       std::printf("all-reduce over %d ranks: %.1f MB/s, latency %.3f ms\n", profile.network.ranks,
                   profile.network.bandwidth_bytes_per_s / 1e6, profile.network.latency_ms);
     }
+    std::printf("overheads: %.3f ms per compute action, %.3f ms per send, %.3f ms per receive\n",
+                profile.overheads.action_ms, profile.overheads.send_ms, profile.overheads.recv_ms);
   });
 }
 
