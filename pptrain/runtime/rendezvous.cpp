@@ -391,7 +391,8 @@ NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round,
                       port_of(presence_fd()), nproc};
   std::vector<NodeMember> ringers;
   std::swap(ringers, doorbell().ringers);
-  ring_if_running(group, me, deadline);
+  // (Only a node that comes to an elastic run rings: a node of the meeting before comes anyway.)
+  if (!last && group.min_nodes < group.max_nodes) ring_if_running(group, me, deadline);
   bool serving = false;
   c10::intrusive_ptr<c10d::TCPStore> store;
   try {

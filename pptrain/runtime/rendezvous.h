@@ -27,9 +27,9 @@
 //
 // An elastic run (MIN < MAX) that met with fewer than MAX nodes keeps a doorbell at the
 // endpoint while it trains: the agent that served the meeting listens on the endpoint's port. A
-// node that comes then rings it (c10d_rendezvous does, before it looks for the store), the
-// agent stops its ranks (node_asks_to_join()), the others' ranks fail with them, and all meet
-// again, with the new node, in the next round.
+// node that comes then rings it (c10d_rendezvous does at an agent's first meeting under MIN <
+// MAX, before it looks for the store), the agent stops its ranks (node_asks_to_join()), the
+// others' ranks fail with them, and all meet again, with the new node, in the next round.
 #pragma once
 
 #include <string>
