@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -394,11 +395,27 @@ std::string text_of(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-// Whether PPTRAIN_SHM asks for the shared-memory path ("1" or "on"; off by default until it is
-// measured beyond one loaded machine, docs/PERFORMANCE.md "The cost of an action").
+// Whether the shared-memory path is allowed: yes unless PPTRAIN_SHM is "0" or "off" (it is
+// faster where actions are small and the same elsewhere, docs/PERFORMANCE.md "Against the pair").
 bool shared_memory_allowed() {
   const char* value = std::getenv("PPTRAIN_SHM");
-  return value && (std::strcmp(value, "1") == 0 || std::strcmp(value, "on") == 0);
+  if (value == nullptr || *value == '\0') return true;
+  const std::string text = value;
+  PPTRAIN_CHECK(text == "1" || text == "on" || text == "0" || text == "off", "PPTRAIN_SHM='", text,
+                "' is not 1, on, 0 or off");
+  return text == "1" || text == "on";
+}
+
+// Whether /dev/shm has room for every ring `ranks` ranks of this host could fill (one per
+// direction per pair). The rings are sparse files, taking pages as messages first reach them;
+// a page tmpfs cannot give would stop the writer with SIGBUS, so a host that could run short
+// keeps Gloo's TCP instead.
+bool room_for_rings(int ranks) {
+  struct statvfs fs {};
+  if (::statvfs("/dev/shm", &fs) != 0) return false;
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  const uint64_t rings = static_cast<uint64_t>(ranks) * static_cast<uint64_t>(ranks - 1);
+  return free_bytes >= rings * (ShmRing::kControlBytes + kShmRingBytes);
 }
 
 class SharedMemoryLinks {
@@ -424,11 +441,12 @@ class SharedMemoryLinks {
     };
     // Each rank makes the rings it receives on and names them; then maps the ones it sends on.
     std::map<int, std::string> made;
+    const bool room = local.empty() || room_for_rings(static_cast<int>(local.size()) + 1);
     for (int peer : local) {
       std::string name = "/pptrain-" + std::to_string(::getpid()) + "-" +
                          std::to_string(std::random_device()()) + "-" + std::to_string(peer) + "-" +
                          std::to_string(rank);
-      std::unique_ptr<ShmRing> ring = open_ring(name, /*create=*/true);
+      std::unique_ptr<ShmRing> ring = room ? open_ring(name, /*create=*/true) : nullptr;
       if (ring) {
         peers_[peer].in = std::move(ring);
         made[peer] = name;

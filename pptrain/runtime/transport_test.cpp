@@ -298,5 +298,33 @@ TEST(Transport, FromEnvNamesWhatIsMissing) {
   }
 }
 
+// Shared memory is on unless PPTRAIN_SHM turns it off; a value that is neither is one line.
+TEST(Transport, FromEnvReadsPptrainShm) {
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  unsetenv("PPTRAIN_SHM");
+  EXPECT_TRUE(TransportOptions::from_env().shared_memory);
+  for (const char* off : {"0", "off"}) {
+    setenv("PPTRAIN_SHM", off, 1);
+    EXPECT_FALSE(TransportOptions::from_env().shared_memory) << off;
+  }
+  for (const char* on : {"1", "on"}) {
+    setenv("PPTRAIN_SHM", on, 1);
+    EXPECT_TRUE(TransportOptions::from_env().shared_memory) << on;
+  }
+  setenv("PPTRAIN_SHM", "yes", 1);
+  try {
+    TransportOptions::from_env();
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), "PPTRAIN_SHM='yes' is not 1, on, 0 or off");
+  }
+  for (const char* name : {"PPTRAIN_SHM", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    unsetenv(name);
+  }
+}
+
 }  // namespace
 }  // namespace pptrain
