@@ -17,7 +17,6 @@
 #include "pptrain/partition/partition.h"
 #include "pptrain/planner/planner.h"
 #include "pptrain/planner/worker_cut.h"
-#include "pptrain/sim/cost_model.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/partition_plan.h"
 
@@ -89,17 +88,13 @@ Profile shared_layer_profile(const StageLayerOptions& options, Transport& transp
 // at once. Transfers count as free.
 double predicted_step_ms(const TrainingPlan& plan, const Profile& profile,
                          const WorkersProfile& workers, double alone_rate) {
-  CostModel cost = cost_from_profile(profile, plan.stage_layers, /*replicas=*/1);
   double fastest = 0;
   for (const WorkerProfile& w : workers.workers) fastest = std::max(fastest, w.products_per_s);
-  const std::vector<double> speeds = stage_speeds(plan, workers.speeds());
-  for (size_t s = 0; s < speeds.size(); ++s) {
-    const double stretch = alone_rate / (speeds[s] * fastest);
-    cost.stage_forward[s] *= stretch;
-    cost.stage_backward_input[s] *= stretch;
-    cost.stage_backward_weight[s] *= stretch;
+  std::vector<double> stretch;
+  for (double speed : stage_speeds(plan, workers.speeds())) {
+    stretch.push_back(alone_rate / (speed * fastest));
   }
-  return simulate(plan.schedule, cost, plan.weights, Record::kFigures).makespan;
+  return predicted_step_ms(plan.schedule, plan.weights, profile, plan.stage_layers, stretch);
 }
 
 // The pipeline ranks' memory limits in bytes ([P]): the smallest of each pipeline rank's copies
