@@ -33,5 +33,8 @@ Group make_group(Transport& world, const std::vector<int>& members);
 // `inner` itself.
 std::unique_ptr<Transport> placed_transport(std::unique_ptr<Transport> inner,
                                             const std::vector<int>& process_of);
+// The same over a transport its owner keeps (it must outlive the result), the identity included:
+// a run that places its ranks anew as it goes (`train --replan auto`) keeps the processes' own.
+std::unique_ptr<Transport> placed_view(Transport& inner, const std::vector<int>& process_of);
 
 }  // namespace pptrain
