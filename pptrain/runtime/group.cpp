@@ -62,10 +62,6 @@ class PlacedTransport : public Transport {
   int rank_ = -1;
 };
 
-}  // namespace
-
-namespace {
-
 // Whether `process_of` is the identity of `world` ranks; an assertion unless it is a permutation.
 bool identity_of(const std::vector<int>& process_of, int world) {
   std::vector<int> sorted = process_of;
@@ -86,7 +82,7 @@ std::unique_ptr<Transport> placed_transport(std::unique_ptr<Transport> inner,
 }
 
 std::unique_ptr<Transport> placed_view(Transport& inner, const std::vector<int>& process_of) {
-  identity_of(process_of, inner.world_size());
+  identity_of(process_of, inner.world_size());  // a permutation, the identity too
   return std::make_unique<PlacedTransport>(inner, process_of);
 }
 

@@ -6,6 +6,7 @@
 //   Group pair = make_group(world, {0, 2});   // on ranks 0 and 2 only, the same list on both
 //   pair->allreduce_sum(grads).wait();
 //   auto placed = placed_transport(std::move(world), {1, 0});   // rank 0 is process 1
+//   auto view = placed_view(*processes, {1, 0});   // the same; `processes` stays its owner's
 #pragma once
 
 #include <memory>
