@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "pptrain/planner/planner.h"
 #include "pptrain/train/partition_plan.h"
+#include "pptrain/train/plan.h"
 #include "tests/e2e.h"
 
 namespace pptrain {
@@ -64,14 +66,14 @@ std::string partition_line(const std::string& out) {
   return count == 1 ? found : "";
 }
 
-const char* kSteps = "5";
-
-// Trains `args` with --pp 1 and with `pipelined` (which adds --pp and --partition), and checks
-// losses and parameters agree; returns the pipelined run.
+// Trains `args` with --pp 1 and with `pipelined` (which adds --pp and --partition; its
+// environment assignments `env`), `steps` steps each, and checks losses and parameters agree;
+// returns the pipelined run.
 RunResult expect_matches_single_process(const ModelOptions& model, const std::string& args,
-                                        const std::string& pipelined, const TempDir& dir) {
-  const std::string common =
-      model_args(model) + " --batch-size 8 --microbatches 4 --steps " + kSteps + " " + args;
+                                        const std::string& pipelined, const TempDir& dir,
+                                        int steps = 5, const std::string& env = "") {
+  const std::string common = model_args(model) + " --batch-size 8 --microbatches 4 --steps " +
+                             std::to_string(steps) + " " + args;
   const auto ref = run_train(common + " --pp 1 --quiet --metrics " + (dir / "ref.jsonl").string() +
                                  " --save " + (dir / "ref").string(),
                              dir);
@@ -79,11 +81,11 @@ RunResult expect_matches_single_process(const ModelOptions& model, const std::st
   // Not quiet: the run prints its partition line.
   const auto run = run_train(common + " " + pipelined + " --metrics " +
                                  (dir / "run.jsonl").string() + " --save " + (dir / "run").string(),
-                             dir);
+                             dir, env);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   if (ref.exit_code != 0 || run.exit_code != 0) return run;
   const auto want = read_losses(dir / "ref.jsonl");
-  EXPECT_EQ(want.size(), 5u);
+  EXPECT_EQ(want.size(), static_cast<size_t>(steps));
   expect_same_losses(read_losses(dir / "run.jsonl"), want);
   expect_same_parameters(model, dir / "run", dir / "ref");
   return run;
@@ -168,6 +170,52 @@ TEST(Placement, WorkersPutASmallLimitWhereItFits) {
   const auto run = expect_matches_single_process(
       model, "--schedule 1f1b", "--pp 2 --partition workers --worker-memory-limits " + limits, dir);
   EXPECT_NE(run.err.find(", placement 1,0, predicted peaks"), std::string::npos) << run.err;
+}
+
+// What worker 0's memory limit must be, in bytes, for it to hold stage `stage` of `cut` (1F1B on
+// 2 ranks, 4 microbatches of 2 samples), by the memory model --replan auto cuts with, on this
+// process's profile of the model's layers: their bytes, unlike their times, are the run's.
+double limit_for(const ModelOptions& model, const std::vector<LayerRange>& cut, int stage) {
+  StageLayerOptions layers;
+  layers.model = model;
+  layers.microbatch_size = 2;
+  PlannerOptions planner;
+  planner.workers = 2;
+  planner.microbatches = {4};
+  planner.profile_microbatch_size = 2;
+  planner.batch_size = 8;
+  planner.optimizer_state_factor = optimizer_state_factor(TrainOptions().optimizer);
+  Candidate shape;
+  shape.schedule = "1f1b";
+  shape.microbatches = 4;
+  const double peak = cut_peak_bytes(profile_layers(layers), planner, shape, {cut})[0][stage];
+  return peak / (1 - planner.memory_margin);
+}
+
+// --replan auto moves ranks to other workers when that is what fits. Worker 1 tells the watch
+// (a test hook) that it computes 4x as long from step 5 on; worker 0 may hold any cut's stage 1
+// (under 1F1B one microbatch in flight), but not 8 layers of stage 0 (two in flight). Kept in
+// place, worker 0 can take few layers off the slow worker 1; swapped, worker 1 plays stage 0
+// with a layer or two. The run moves to placement 1,0 (after step 8), says so in one line, goes on
+// in the same processes (rank 0's metrics from worker 1 then), and equals --pp 1.
+TEST(Replan, MovesRanksToOtherWorkersWithinTheirLimits) {
+  ModelOptions model = small_model("gpt");
+  model.seq_len = 64;  // activations outweigh the parameters, so stage 0 needs the most room
+  const double limit = limit_for(model, {{0, 0}, {1, 9}}, 1) * 1.01;
+  ASSERT_GT(limit_for(model, {{0, 7}, {8, 9}}, 0), limit * 1.05)
+      << "worker 0 would hold 8 layers of stage 0: the case needs a model with more activations";
+  TempDir dir;
+  const auto run = expect_matches_single_process(
+      model, "--schedule 1f1b",
+      "--pp 2 --replan auto --worker-memory-limits " +
+          std::to_string(static_cast<long long>(limit)) + ",0",
+      dir, 12, "PPTRAIN_TEST_SLOW_WORKER=1 PPTRAIN_TEST_SLOW_STEP=5 PPTRAIN_TEST_SLOW_FACTOR=4 ");
+  const size_t at = run.err.find("pptrain: --replan auto after step ");
+  ASSERT_NE(at, std::string::npos) << run.err;
+  const std::string line = run.err.substr(at, run.err.find('\n', at) - at);
+  EXPECT_NE(line.find(": rank 1 computes "), std::string::npos) << line;
+  EXPECT_NE(line.find("; stage layers 0-4,5-9 -> "), std::string::npos) << line;
+  EXPECT_NE(line.find(", placement 1,0 (slowest stage"), std::string::npos) << line;
 }
 
 // gpt with d_model 16: the embedding (256 + 16 positions) x 16 and the head (LayerNorm + 16 x

@@ -1,5 +1,6 @@
 #include "pptrain/job/relayout.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <utility>
@@ -7,7 +8,6 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/partition/partition.h"
-#include "pptrain/sim/cost_model.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/partition_plan.h"
 #include "pptrain/train/plan_training.h"
@@ -23,29 +23,6 @@ std::string ms_text(double ms) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f ms", ms);
   return text;
-}
-
-// The step `plan` is predicted to take, in ms (see the header), from `layers` timed on
-// microbatches of `layers.microbatch_size` samples.
-double predicted_step_ms(const TrainingPlan& plan, const Profile& layers) {
-  CostModel cost = cost_from_profile(layers, plan.stage_layers, /*replicas=*/1);
-  const double scale =
-      static_cast<double>(plan.microbatch_size) / std::max(layers.microbatch_size, 1);
-  for (auto* times : {&cost.stage_forward, &cost.stage_backward_input, &cost.stage_backward_weight,
-                      &cost.stage_backward}) {
-    for (double& t : *times) t *= scale;
-  }
-  if (plan.copies > 1) {
-    cost.replicas = plan.copies;
-    cost.reduce_bandwidth = kDefaultBandwidthBytesPerS / 1000;  // bytes per ms
-    cost.stage_grad_bytes.clear();
-    for (const LayerRange& range : plan.stage_layers) {
-      double bytes = 0;
-      for (int l = range.first; l <= range.second; ++l) bytes += layers.layers[l].parameter_bytes;
-      cost.stage_grad_bytes.push_back(bytes);
-    }
-  }
-  return simulate(plan.schedule, cost, plan.weights, Record::kFigures).makespan;
 }
 
 }  // namespace
@@ -86,7 +63,13 @@ Relayout relayout(const TrainOptions& options, int world, bool restarted,
   size_t best = 0;
   std::vector<double> step_ms;
   for (size_t i = 0; i < fits.size(); ++i) {
-    step_ms.push_back(predicted_step_ms(*fits[i].plan, *layers));
+    // Timed on microbatches of layers->microbatch_size samples: one of b takes b / b0 as long.
+    const TrainingPlan& plan = *fits[i].plan;
+    const double scale =
+        static_cast<double>(plan.microbatch_size) / std::max(layers->microbatch_size, 1);
+    step_ms.push_back(predicted_step_ms(plan.schedule, plan.weights, *layers, plan.stage_layers,
+                                        std::vector<double>(plan.stage_layers.size(), scale),
+                                        plan.copies));
     if (step_ms[i] < step_ms[best]) best = i;
   }
   std::string choice = "predicted " + ms_text(step_ms[best]) + " a step";

@@ -7,12 +7,12 @@
 //   Relayout next = relayout(options, /*world=*/2, /*restarted=*/true, layers);
 //   next.options, *next.plan                                 // next.choice says why
 //
-// What a step is predicted to cost (sim/cost_model.h): each stage's F, I and W summed over its
-// layers, timed at the run's first layout's microbatch size and scaled linearly to each
-// candidate's (a microbatch of b samples takes b / b0 as long); transfers free; with D copies
-// each stage's all-reduce takes the ring's time over its parameter bytes at 1 GB/s (PipeDream's
-// figure, as `pptrain plan` takes without a network measurement). Memory is not weighed: the
-// run's --memory-limit, where given, refuses a layout as it would at the start.
+// What a step is predicted to cost (sim/simulator.h: predicted_step_ms): each stage's F, I and W
+// summed over its layers, timed at the run's first layout's microbatch size and scaled linearly
+// to each candidate's (a microbatch of b samples takes b / b0 as long); transfers free; with D
+// copies each stage's all-reduce takes the ring's time over its parameter bytes at 1 GB/s
+// (PipeDream's figure, as `pptrain plan` takes without a network measurement). Memory is not
+// weighed: the run's --memory-limit, where given, refuses a layout as it would at the start.
 #pragma once
 
 #include <optional>

@@ -7,22 +7,13 @@
 #include <string>
 
 #include "pptrain/common/check.h"
+#include "pptrain/job/testing.h"
 
 namespace pptrain {
 namespace {
 
 TrainOptions small_run() {
-  TrainOptions options;
-  options.model.kind = "gpt";
-  options.model.layers = 4;
-  options.model.d_model = 32;
-  options.model.heads = 4;
-  options.model.seq_len = 8;
-  options.data.batch_size = 8;
-  options.data.microbatches = 4;
-  options.pp = 3;
-  options.steps = 2;
-  return options;
+  return testing::small_gpt(/*blocks=*/4, /*seq_len=*/8, /*pp=*/3);
 }
 
 // Two ranks: --pp 2 --dp 1 and --pp 1 --dp 2 both apply; each is planned and predicted, the

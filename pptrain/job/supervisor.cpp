@@ -139,25 +139,23 @@ void train_here(const TrainOptions& options, const TrainingPlan& plan) {
   }
   // --partition workers: the ranks cut the model now that they have met (and place it then).
   const bool measure = options.partition == kWorkersPartition && options.stage_layers.empty();
+  const auto observers = make_observers(options);
+  if (plan.replan) {  // places the ranks itself, anew at every move
+    std::optional<WorkersCut> cut;
+    if (measure) cut = plan_for_workers(options, plan, *transport);
+    train_replanning(options, plan, std::move(cut), *transport, raw_pointers(observers), moves);
+    return;
+  }
   if (world > 1 && !plan.placement.empty() && !measure) {
     transport = placed_transport(std::move(transport), plan.placement);
   }
-  const auto observers = make_observers(options);
   if (measure && world > 1) {
     WorkersCut cut = plan_for_workers(options, plan, *transport);
     // The ranks measured themselves as the processes they are; now each plays its placed rank.
     if (!cut.plan.placement.empty()) {
       transport = placed_transport(std::move(transport), cut.plan.placement);
     }
-    if (!plan.replan) {
-      train(cut.plan, *transport, raw_pointers(observers));
-      return;
-    }
-    train_replanning(options, std::move(cut), *transport, raw_pointers(observers), moves);
-    return;
-  }
-  if (plan.replan) {
-    train_replanning(options, plan, *transport, raw_pointers(observers), moves);
+    train(cut.plan, *transport, raw_pointers(observers));
     return;
   }
   train(plan, *transport, raw_pointers(observers));

@@ -128,9 +128,9 @@ const std::vector<TrainFlag>& train_flags() {
        "(pptrain-workers-1 JSON), for pptrain plan --workers-profile",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.save_workers; }},
       {"--worker-memory-limits",
-       "With --partition workers: each rank's memory limit in bytes instead of its cgroup's, "
-       "one for all or one per rank (B0,B1,...; 0: the cgroup's); the cut keeps every rank's "
-       "predicted peak within its own",
+       "With --partition workers or --replan auto: each rank's memory limit in bytes instead "
+       "of its cgroup's, one for all or one per rank (B0,B1,...; 0: the cgroup's); the cut "
+       "keeps every rank's predicted peak within its own",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.worker_memory_limits; }},
       {"--placement",
        "Which worker (launch rank) runs each rank of the run, W0,W1,... (a permutation; "
@@ -138,7 +138,8 @@ const std::vector<TrainFlag>& train_flags() {
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.placement; }},
       {"--replan",
        "auto: the ranks watch each other's compute time per step and, when one stays slower "
-       "(or faster) than the cut expects, move layers at the next step boundary; off: never",
+       "(or faster) than the cut expects, move layers (and ranks between workers) at the next "
+       "step boundary, as --partition workers would cut for the speeds now; off: never",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.replan; }, kShowDefault},
       {"--stage-layers", "Resolved stage layer ranges, e.g. 0-2,3-5",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.stage_layers; }, kHidden},

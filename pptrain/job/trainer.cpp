@@ -36,6 +36,21 @@ void maybe_crash_for_test(int rank, int step) {
   }
 }
 
+// A test hook: PPTRAIN_TEST_SLOW_WORKER=w PPTRAIN_TEST_SLOW_STEP=k PPTRAIN_TEST_SLOW_FACTOR=x
+// makes the process of worker w tell --replan auto's watch, from step k (0-based) on, that its
+// compute took x times as long as it did, whichever rank it plays: a straggler as the watch sees
+// one, without a machine to slow.
+double compute_as_watched(double compute_s, int worker, int step) {
+  const char* slow_worker = std::getenv("PPTRAIN_TEST_SLOW_WORKER");
+  const char* slow_step = std::getenv("PPTRAIN_TEST_SLOW_STEP");
+  const char* factor = std::getenv("PPTRAIN_TEST_SLOW_FACTOR");
+  if (slow_worker && slow_step && factor && std::atoi(slow_worker) == worker &&
+      step >= std::atoi(slow_step)) {
+    return compute_s * std::atof(factor);
+  }
+  return compute_s;
+}
+
 // The schedule's options that the plan decided.
 PipelineOptions pipeline_options(const TrainingPlan& plan,
                                  const std::vector<StepObserver*>& observers) {
@@ -123,6 +138,8 @@ std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
   CheckpointWriter writer(plan, transport);
   std::optional<RankCheckpoint> to_save;
   PipelineOptions options = pipeline_options(plan, observers);
+  // After --replan auto moved the layers, the run goes on: whichever process reports now appends.
+  options.run_info->continues = watch != nullptr && plan.resume_dir == watch->dir;
   options.at_step_end = [&plan, &writer, &to_save](int done) {
     if (plan.save_dir.empty()) return 0.0;
     if (done == plan.steps) return writer.save(*to_save, done) + writer.wait();
@@ -156,23 +173,24 @@ std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
     schedule.step(batches);
     if (watch == nullptr || step + 1 == plan.steps) continue;
     auto times = torch::zeros({transport.world_size()}, torch::kFloat64);
-    times[rank] = schedule.last_compute_wall_s();
+    times[rank] = compute_as_watched(schedule.last_compute_wall_s(), watch->worker, step);
     transport.allreduce_sum_async(times).wait();
     std::vector<double> compute_s;
     for (int r = 0; r < transport.world_size(); ++r) compute_s.push_back(times[r].item<double>());
     std::optional<Replan> replan = watch->watch.observe(compute_s);
     if (!replan) continue;
+    if (rank == 0) {  // the move, or why the cut stays
+      std::fprintf(stderr, "pptrain: --replan auto after step %d: %s\n", step + 1,
+                   describe_replan(*replan, plan.stage_layers).c_str());
+      std::fflush(stderr);
+    }
+    if (!replan->kept.empty()) continue;
     // Every rank got the same times, so every rank moves here.
     writer.wait();
     TrainingPlan moving = plan;
     moving.save_dir = watch->dir;
     moving.keep = 1;
     save_checkpoint(moving, schedule.checkpoint(), step + 1, transport);
-    if (rank == 0) {
-      std::fprintf(stderr, "pptrain: --replan auto after step %d: %s\n", step + 1,
-                   describe_replan(*replan, plan.stage_layers).c_str());
-      std::fflush(stderr);
-    }
     schedule.abandon();
     return MovedCut{step + 1, std::move(*replan), watch->dir};
   }

@@ -30,6 +30,7 @@ namespace pptrain {
 struct CutWatch {
   StragglerWatch watch;
   std::string dir;
+  int worker = 0;  // this process's rank among the processes, whichever rank it plays
 };
 
 // Where a run moved to a new cut: the steps done, the new cut and its speeds, the checkpoint.
@@ -42,8 +43,8 @@ struct MovedCut {
 // Runs this process's rank of the plan (transport.world_size() must be plan.world_size()). With
 // `watch`, the ranks share their compute times after every step; when the watch gives a new cut,
 // they save a checkpoint to watch->dir, rank 0 says so in one line, and train() returns where
-// they stopped (the caller plans the rest for the new cut and resumes from it). Nothing when the
-// run ended.
+// they stopped (the caller plans the rest for the new cut and resumes from it); when it says the
+// cut stays, rank 0 says why in one line and the run goes on. Nothing when the run ended.
 std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
                               const std::vector<StepObserver*>& observers = {},
                               CutWatch* watch = nullptr);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <utility>
@@ -17,7 +19,7 @@
 #include "pptrain/partition/partition.h"
 #include "pptrain/planner/planner.h"
 #include "pptrain/planner/worker_cut.h"
-#include "pptrain/sim/cost_model.h"
+#include "pptrain/runtime/group.h"
 #include "pptrain/sim/simulator.h"
 #include "pptrain/train/partition_plan.h"
 
@@ -89,17 +91,13 @@ Profile shared_layer_profile(const StageLayerOptions& options, Transport& transp
 // at once. Transfers count as free.
 double predicted_step_ms(const TrainingPlan& plan, const Profile& profile,
                          const WorkersProfile& workers, double alone_rate) {
-  CostModel cost = cost_from_profile(profile, plan.stage_layers, /*replicas=*/1);
   double fastest = 0;
   for (const WorkerProfile& w : workers.workers) fastest = std::max(fastest, w.products_per_s);
-  const std::vector<double> speeds = stage_speeds(plan, workers.speeds());
-  for (size_t s = 0; s < speeds.size(); ++s) {
-    const double stretch = alone_rate / (speeds[s] * fastest);
-    cost.stage_forward[s] *= stretch;
-    cost.stage_backward_input[s] *= stretch;
-    cost.stage_backward_weight[s] *= stretch;
+  std::vector<double> stretch;
+  for (double speed : stage_speeds(plan, workers.speeds())) {
+    stretch.push_back(alone_rate / (speed * fastest));
   }
-  return simulate(plan.schedule, cost, plan.weights, Record::kFigures).makespan;
+  return predicted_step_ms(plan.schedule, plan.weights, profile, plan.stage_layers, stretch);
 }
 
 // The pipeline ranks' memory limits in bytes ([P]): the smallest of each pipeline rank's copies
@@ -117,11 +115,12 @@ std::vector<double> pipeline_limits(const TrainingPlan& plan, const WorkersProfi
 
 // The cut for the ranks' speeds kept within each rank's memory limit (planner/worker_cut.h);
 // nothing when no rank has a limit, or the run's schedule is not one the planner's memory model
-// covers (then says so when `speak`).
+// covers (then says so when `speak`). `what` names the flag in messages.
 std::optional<WorkerCut> fit_memory_limits(const TrainOptions& options, const TrainingPlan& plan,
                                            const Profile& profile, const WorkersProfile& workers,
                                            const std::vector<double>& speeds,
-                                           const std::vector<LayerRange>& time_cut, bool speak) {
+                                           const std::vector<LayerRange>& time_cut, bool speak,
+                                           const std::string& what = "--partition workers") {
   const std::vector<double> limits = pipeline_limits(plan, workers);
   if (std::all_of(limits.begin(), limits.end(), [](double limit) { return limit == 0; })) {
     return std::nullopt;
@@ -154,6 +153,7 @@ std::optional<WorkerCut> fit_memory_limits(const TrainOptions& options, const Tr
   request.stage_speeds = speeds;
   request.time_cut = time_cut;
   request.gradient_buffers = plan.copies > 1;
+  request.what = what;
   return fit_cut_to_workers(request);
 }
 
@@ -223,7 +223,8 @@ constexpr double kPlacementGain = 0.03;
 // (the first placement's, or the identity's) when no placement has a cut that fits.
 PlacedCut choose_placed_cut(const TrainOptions& options, const TrainingPlan& uniform,
                             const Profile& profile, const WorkersProfile& workers,
-                            const StageLayerOptions& layer_options, bool speak) {
+                            const StageLayerOptions& layer_options, bool speak,
+                            const std::string& what = "--partition workers") {
   std::optional<PlacedCut> best;
   std::optional<UserError> first_error;
   for (const std::vector<int>& placement : placements_to_try(uniform, workers)) {
@@ -235,7 +236,8 @@ PlacedCut choose_placed_cut(const TrainOptions& options, const TrainingPlan& uni
         stage_layers_for_speeds(layer_options, profile, speeds);
     std::optional<WorkerCut> fitted;
     try {
-      fitted = fit_memory_limits(options, uniform, profile, c.workers, speeds, time_cut, speak);
+      fitted =
+          fit_memory_limits(options, uniform, profile, c.workers, speeds, time_cut, speak, what);
     } catch (const UserError& e) {
       if (!first_error) first_error = e;
       continue;
@@ -338,29 +340,97 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
   return {std::move(plan), profile, best.workers.speeds()};
 }
 
-void train_replanning(const TrainOptions& options, const TrainingPlan& start, Transport& transport,
-                      const std::vector<StepObserver*>& observers, const std::string& dir) {
-  Profile profile = shared_layer_profile(layer_options_of(options, start), transport, nullptr);
-  train_replanning(options, WorkersCut{start, std::move(profile), {}}, transport, observers, dir);
+namespace {
+
+// Each process's memory limit, as --partition workers reads it (--worker-memory-limits where it
+// gives one, else the cgroup's), and a speed of 1 (collective): [worker].
+WorkersProfile memory_limits_of(const TrainOptions& options, Transport& processes) {
+  const int world = processes.world_size();
+  const double given =
+      options.worker_memory_limits.empty()
+          ? 0
+          : parse_worker_memory_limits(options.worker_memory_limits, world)[processes.rank()];
+  auto limits = torch::zeros({world}, torch::kFloat64);
+  limits[processes.rank()] = given > 0 ? given : cgroup_memory_limit_bytes();
+  limits = summed(limits, processes);
+  WorkersProfile workers;
+  workers.source = "the workers' memory limits";
+  for (int w = 0; w < world; ++w) workers.workers.push_back({w, 1, limits[w].item<double>(), 0});
+  return workers;
 }
 
-void train_replanning(const TrainOptions& options, WorkersCut start, Transport& transport,
+// [rank] = the worker that plays it under `plan`: its placement, or the identity.
+std::vector<int> placement_of(const TrainingPlan& plan) {
+  if (!plan.placement.empty()) return plan.placement;
+  std::vector<int> identity(plan.world_size());
+  std::iota(identity.begin(), identity.end(), 0);
+  return identity;
+}
+
+}  // namespace
+
+void cut_for_replan(const TrainOptions& options, const TrainingPlan& uniform,
+                    const Profile& profile, const WorkersProfile& workers,
+                    const std::vector<int>& placement, Replan& replan) {
+  std::vector<int> current = placement;
+  if (current.empty()) {
+    current.resize(replan.speeds.size());
+    std::iota(current.begin(), current.end(), 0);
+  }
+  WorkersProfile now = workers;
+  for (size_t r = 0; r < current.size(); ++r) now.workers[current[r]].speed = replan.speeds[r];
+  PlacedCut best;
+  try {
+    best = choose_placed_cut(options, uniform, profile, now, layer_options_of(options, uniform),
+                             /*speak=*/false, /*what=*/"");
+  } catch (const UserError& e) {
+    replan.kept = e.what();
+    return;
+  }
+  replan.ranges = best.stage_layers;
+  replan.after_s = best.slowest_stage_ms * uniform.microbatches() / 1000;
+  if (best.placement != current) replan.placement = best.placement;
+}
+
+void train_replanning(const TrainOptions& options, const TrainingPlan& uniform,
+                      std::optional<WorkersCut> start, Transport& processes,
                       const std::vector<StepObserver*>& observers, const std::string& dir) {
-  TrainingPlan plan = std::move(start.plan);
-  std::vector<double> speeds = std::move(start.speeds);
+  WorkersProfile workers = memory_limits_of(options, processes);
+  if (!start) {
+    Profile profile = shared_layer_profile(layer_options_of(options, uniform), processes, nullptr);
+    start = WorkersCut{uniform, std::move(profile), {}};
+  }
+  const Profile& profile = start->profile;
+  TrainingPlan plan = std::move(start->plan);
+  // The workers' speeds the cut was made for.
+  const std::vector<int> first = placement_of(plan);
+  for (size_t r = 0; r < start->speeds.size(); ++r) {
+    workers.workers[first[r]].speed = start->speeds[r];
+  }
   TrainOptions rest = options;
   for (;;) {
-    CutWatch watch{StragglerWatch(start.profile, plan.microbatches(), plan.stage_layers, speeds),
-                   dir};
-    std::optional<MovedCut> moved = train(plan, transport, observers, &watch);
+    const std::vector<int> placement = placement_of(plan);
+    std::vector<double> speeds;  // [rank]
+    for (int worker : placement) speeds.push_back(workers.workers[worker].speed);
+    const Cutter cut = [&options, &uniform, &profile, &workers, placement](Replan& replan) {
+      cut_for_replan(options, uniform, profile, workers, placement, replan);
+    };
+    CutWatch watch{StragglerWatch(profile, plan.microbatches(), plan.stage_layers, speeds, cut),
+                   dir, processes.rank()};
+    std::unique_ptr<Transport> transport = placed_view(processes, placement);
+    std::optional<MovedCut> moved = train(plan, *transport, observers, &watch);
     if (!moved) break;
+    for (size_t r = 0; r < placement.size(); ++r) {
+      workers.workers[placement[r]].speed = moved->replan.speeds[r];
+    }
     rest.stage_layers = format_stage_layers(moved->replan.ranges);
+    rest.placement =
+        format_placement(moved->replan.placement.empty() ? placement : moved->replan.placement);
     rest.resume_dir = moved->dir;
-    speeds = moved->replan.speeds;
     plan = plan_training(rest, /*may_profile=*/false);
   }
-  transport.barrier();  // every rank has loaded its layers
-  if (transport.rank() == 0) std::filesystem::remove_all(dir);
+  processes.barrier();  // every rank has loaded its layers
+  if (processes.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace pptrain

@@ -20,10 +20,12 @@
 //   train(cut.plan, transport, observers);                           // job/trainer.h
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "pptrain/partition/profile.h"
+#include "pptrain/partition/straggler.h"
 #include "pptrain/partition/workers.h"
 #include "pptrain/runtime/transport.h"
 #include "pptrain/train/observers.h"
@@ -51,14 +53,27 @@ struct WorkersCut {
 WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uniform,
                             Transport& transport);
 
-// --replan auto (collective): trains `start` while a StragglerWatch (partition/straggler.h)
-// watches the ranks' compute; when it moves the run to a new cut, plans the rest of the run with
-// that cut, resumes it from the checkpoint the ranks left in `dir` (on one file system for all),
-// and watches again, until the run ends. A plan not cut for the workers starts from rank 0's
-// layer profile (made here) and equal speeds.
-void train_replanning(const TrainOptions& options, const TrainingPlan& start, Transport& transport,
+// --replan auto (collective over `processes`, the processes' own transport, not placed): trains
+// `start` while a StragglerWatch (partition/straggler.h) watches the ranks' compute; when a rank
+// changes speed it cuts for the speeds now measured as --partition workers cuts (cut_for_replan),
+// and when that moves the run, plans the rest of it with the new cut and placement, resumes it
+// from the checkpoint the ranks left in `dir` (on one file system for all) with each process
+// playing its new rank (runtime/group.h: placed_view), and watches again, until the run ends.
+// `uniform`: the run's plan before any cut (plan_training(options)). Without `start` (a plan
+// not cut for the workers) the run starts from `uniform`, rank 0's layer profile (made here) and
+// equal speeds. Each process's memory limit is read here, as --partition workers reads it.
+void train_replanning(const TrainOptions& options, const TrainingPlan& uniform,
+                      std::optional<WorkersCut> start, Transport& processes,
                       const std::vector<StepObserver*>& observers, const std::string& dir);
-void train_replanning(const TrainOptions& options, WorkersCut start, Transport& transport,
-                      const std::vector<StepObserver*>& observers, const std::string& dir);
+
+// What --replan auto cuts with (the Cutter of its watch): the cut and placement --partition
+// workers would choose for `replan.speeds` ([rank], each the speed of the worker placement[r]
+// plays; empty placement: the identity), within each worker's memory limit (`workers`,
+// [worker]; their speeds are not read), over the placements it tries (the user's --placement
+// only, when `uniform` has one). Fills replan.ranges, after_s, and placement when it differs
+// from `placement`; or replan.kept, when no cut fits.
+void cut_for_replan(const TrainOptions& options, const TrainingPlan& uniform,
+                    const Profile& profile, const WorkersProfile& workers,
+                    const std::vector<int>& placement, Replan& replan);
 
 }  // namespace pptrain

@@ -7,19 +7,21 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/stats.h"
+#include "pptrain/partition/workers.h"
 
 namespace pptrain {
 
 StragglerWatch::StragglerWatch(Profile profile, int microbatches, std::vector<LayerRange> ranges,
-                               std::vector<double> speeds, StragglerOptions options)
+                               std::vector<double> speeds, Cutter cut, StragglerOptions options)
     : profile_(std::move(profile)),
       microbatches_(microbatches),
       ranges_(std::move(ranges)),
       speeds_(std::move(speeds)),
+      cut_(std::move(cut)),
       options_(options) {
   const size_t ranks = ranges_.size();
   if (speeds_.empty()) speeds_.assign(ranks, 1.0);
-  PPTRAIN_ASSERT(speeds_.size() == ranks && microbatches_ >= 1 && options_.steps >= 1 &&
+  PPTRAIN_ASSERT(speeds_.size() == ranks && microbatches_ >= 1 && cut_ && options_.steps >= 1 &&
                  options_.baseline_steps >= 1 && options_.threshold > 1);
   for (const auto& [first, last] : ranges_) {
     double ms = 0;
@@ -74,17 +76,16 @@ std::optional<Replan> StragglerWatch::observe(const std::vector<double>& compute
   for (int r = 0; r < ranks; ++r) {
     replan.before_s = std::max(replan.before_s, work_s_[r] / replan.speeds[r]);
   }
-  PartitionOptions cut;
-  cut.method = "time";
-  cut.stages = ranks;
-  cut.stage_speeds = replan.speeds;
-  const Partition partition = make_partition(profile_, cut);
-  for (const StagePlan& stage : partition.stages) {
-    replan.ranges.emplace_back(stage.first_layer, stage.last_layer);
-  }
-  replan.after_s = partition.time_per_minibatch_s * microbatches_;
   outside_ = 0;  // the band is left: decide again only after `steps` more steps
-  if (replan.ranges == ranges_ || replan.after_s > (1 - options_.min_gain) * replan.before_s) {
+  cut_(replan);
+  if (!replan.kept.empty()) {
+    // The cut stays: the paces now are what it runs at, and the speeds they stand for.
+    speeds_ = replan.speeds;
+    for (int r = 0; r < ranks; ++r) baseline_[r] = median(recent_[r]);
+    return replan;
+  }
+  if ((replan.ranges == ranges_ && replan.placement.empty()) ||
+      replan.after_s > (1 - options_.min_gain) * replan.before_s) {
     return std::nullopt;
   }
   return replan;
@@ -92,12 +93,14 @@ std::optional<Replan> StragglerWatch::observe(const std::vector<double>& compute
 
 std::string describe_replan(const Replan& replan, const std::vector<LayerRange>& before) {
   char text[256];
-  std::snprintf(text, sizeof text,
-                "rank %d computes %.2fx its pace at the cut; stage layers %s -> %s (slowest stage "
-                "%.3f s -> %.3f s per step, predicted)",
-                replan.rank, replan.slowdown, format_stage_layers(before).c_str(),
-                format_stage_layers(replan.ranges).c_str(), replan.before_s, replan.after_s);
-  return text;
+  std::snprintf(text, sizeof text, "rank %d computes %.2fx its pace at the cut; stage layers %s",
+                replan.rank, replan.slowdown, format_stage_layers(before).c_str());
+  if (!replan.kept.empty()) return text + std::string(" stay: ") + replan.kept;
+  std::string out = text + std::string(" -> ") + format_stage_layers(replan.ranges);
+  if (!replan.placement.empty()) out += ", placement " + format_placement(replan.placement);
+  std::snprintf(text, sizeof text, " (slowest stage %.3f s -> %.3f s per step, predicted)",
+                replan.before_s, replan.after_s);
+  return out + text;
 }
 
 }  // namespace pptrain

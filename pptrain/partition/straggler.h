@@ -8,15 +8,20 @@
 // rank's own pace (its baseline, their median: profile errors and a rank's known speed are in
 // it); from then on, a rank whose pace leaves [baseline / threshold, baseline x threshold] for
 // `steps` steps in a row has changed speed, to speed_at_cut x baseline / pace (the median pace
-// of those steps). Everything is a function of the
-// compute times it is given, so ranks that feed it the same numbers decide the same.
+// of those steps). The watch does not cut the model itself: its Cutter does, for those speeds
+// (job/worker_speeds.h: the cut of `--partition workers`, within the ranks' memory limits and
+// over placements). When no cut can be made the watch takes the paces now as the cut's (it
+// says so once, not at every step). Everything is a function of the compute times it is given,
+// so ranks that feed it the same numbers decide the same.
 //
-//   StragglerWatch watch(profile, microbatches, ranges, speeds);   // speeds the cut was made for
-//   if (auto replan = watch.observe(compute_s)) {                  // once per step, [rank]
-//     ... move to replan->ranges at this step boundary; a new watch for the new cut ...
+//   StragglerWatch watch(profile, microbatches, ranges, speeds, cutter);  // speeds of the cut
+//   if (auto replan = watch.observe(compute_s)) {                         // once per step, [rank]
+//     ... replan->kept: say why the cut stays; else move to replan->ranges (and placement) at
+//     this step boundary, with a new watch for the new cut ...
 //   }
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,22 +42,32 @@ struct StragglerOptions {
 };
 
 struct Replan {
-  int rank = 0;                    // the rank furthest from its baseline
-  double slowdown = 1;             // its pace over its baseline (> 1: slower)
-  std::vector<double> speeds;      // [rank] relative speeds now, the fastest 1
+  int rank = 0;                // the rank furthest from its baseline
+  double slowdown = 1;         // its pace over its baseline (> 1: slower)
+  std::vector<double> speeds;  // [rank] relative speeds now, the fastest 1
+  double before_s = 0;         // the slowest stage now, seconds per step, predicted
+  // From the Cutter:
   std::vector<LayerRange> ranges;  // the new cut, stage s on rank s
-  double before_s = 0;             // the slowest stage now, seconds per step, predicted
+  std::vector<int> placement;      // [rank] = the worker to play it after the move (workers.h);
+                                   // empty: every rank stays on its worker
   double after_s = 0;              // with the new cut, predicted
+  std::string kept;                // why no cut can be made (the cut stays); empty: a new cut
 };
+
+// Cuts the model for `replan.speeds`: fills `ranges`, `after_s` and, when ranks are to move to
+// other workers, `placement`; or, when no cut can be made, says why in `kept`.
+using Cutter = std::function<void(Replan& replan)>;
 
 class StragglerWatch {
  public:
   // `profile`: per-microbatch layer times; `ranges`: the current cut, stage s on rank s;
-  // `speeds`: the relative speeds it was made for ([rank]; empty: all 1).
+  // `speeds`: the relative speeds it was made for ([rank]; empty: all 1); `cut`: what cuts
+  // for the speeds measured.
   StragglerWatch(Profile profile, int microbatches, std::vector<LayerRange> ranges,
-                 std::vector<double> speeds, StragglerOptions options = {});
+                 std::vector<double> speeds, Cutter cut, StragglerOptions options = {});
 
-  // One step's wall-clock compute seconds of each rank. A new cut when one pays, else nothing.
+  // One step's wall-clock compute seconds of each rank. A new cut when one pays, or a Replan
+  // with `kept` when a rank changed speed and no cut can be made; else nothing.
   std::optional<Replan> observe(const std::vector<double>& compute_s);
 
  private:
@@ -60,6 +75,7 @@ class StragglerWatch {
   int microbatches_;
   std::vector<LayerRange> ranges_;
   std::vector<double> speeds_;
+  Cutter cut_;
   StragglerOptions options_;
   std::vector<double> work_s_;  // [rank] profiled compute of its stage per step
   std::vector<std::vector<double>> baseline_paces_;  // [rank] the baseline steps' paces
@@ -69,8 +85,9 @@ class StragglerWatch {
   int outside_ = 0;  // consecutive steps with some rank outside its band
 };
 
-// One line for a run's log: "rank 1 computes 2.9x its pace at the cut; stage layers 0-4,5-9 ->
-// 0-6,7-9 (slowest stage 1.20 s -> 0.81 s per step, predicted)".
+// One line for a run's log: "rank 1 computes 2.90x its pace at the cut; stage layers 0-4,5-9 ->
+// 0-6,7-9, placement 1,0 (slowest stage 1.20 s -> 0.81 s per step, predicted)" (the placement
+// when it changes), or, when the cut stays, "...; stage layers 0-4,5-9 stay: <kept>".
 std::string describe_replan(const Replan& replan, const std::vector<LayerRange>& before);
 
 }  // namespace pptrain

@@ -66,9 +66,9 @@ UserError no_cut_fits(const WorkerCutRequest& request,
                       const std::vector<std::vector<double>>& peaks) {
   const PlannerOptions& options = request.planner;
   const int P = options.workers;
-  const std::string head =
-      detail::concat(request.what, ": no cut of the model's ", request.profile.layers.size(),
-                     " layers into ", request.time_cut.size(), " stages fits");
+  const std::string head = detail::concat(request.what, request.what.empty() ? "" : ": ",
+                                          "no cut of the model's ", request.profile.layers.size(),
+                                          " layers into ", request.time_cut.size(), " stages fits");
   // One rank whose limit alone is too small: the smallest peak it has in a cut the others fit.
   int rank = -1;
   double rank_need = 0;

@@ -39,7 +39,7 @@ struct WorkerCutRequest {
   std::vector<double> stage_speeds;          // [stages] the speed of the rank holding each stage
   std::vector<LayerRange> time_cut;          // [stages] the `time` cut for those speeds
   bool gradient_buffers = false;             // the ranks all-reduce over data-parallel copies
-  std::string what = "--partition workers";  // for messages
+  std::string what = "--partition workers";  // what messages start with; empty: nothing
 };
 
 struct WorkerCut {

@@ -15,7 +15,11 @@ namespace {
 class PlacedTransport : public Transport {
  public:
   PlacedTransport(std::unique_ptr<Transport> inner, std::vector<int> process_of)
-      : inner_(std::move(inner)), process_of_(std::move(process_of)) {
+      : PlacedTransport(*inner, std::move(process_of)) {
+    owned_ = std::move(inner);
+  }
+  PlacedTransport(Transport& inner, std::vector<int> process_of)
+      : inner_(&inner), process_of_(std::move(process_of)) {
     const int world = static_cast<int>(process_of_.size());
     for (int r = 0; r < world; ++r) {
       if (process_of_[r] == inner_->rank()) rank_ = r;
@@ -52,24 +56,34 @@ class PlacedTransport : public Transport {
   }
 
  private:
-  std::unique_ptr<Transport> inner_;
+  std::unique_ptr<Transport> owned_;  // inner_, unless its owner is another
+  Transport* inner_;
   std::vector<int> process_of_;  // [rank here] = rank of inner
   int rank_ = -1;
 };
 
-}  // namespace
-
-std::unique_ptr<Transport> placed_transport(std::unique_ptr<Transport> inner,
-                                            const std::vector<int>& process_of) {
-  const int world = inner->world_size();
+// Whether `process_of` is the identity of `world` ranks; an assertion unless it is a permutation.
+bool identity_of(const std::vector<int>& process_of, int world) {
   std::vector<int> sorted = process_of;
   std::sort(sorted.begin(), sorted.end());
   std::vector<int> identity(world);
   for (int r = 0; r < world; ++r) identity[r] = r;
   PPTRAIN_ASSERT(sorted == identity, "a placement needs each of the ", world, " ranks once, got ",
                  process_of.size(), " entries");
-  if (process_of == identity) return inner;
+  return process_of == identity;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> placed_transport(std::unique_ptr<Transport> inner,
+                                            const std::vector<int>& process_of) {
+  if (identity_of(process_of, inner->world_size())) return inner;
   return std::make_unique<PlacedTransport>(std::move(inner), process_of);
+}
+
+std::unique_ptr<Transport> placed_view(Transport& inner, const std::vector<int>& process_of) {
+  identity_of(process_of, inner.world_size());  // a permutation, the identity too
+  return std::make_unique<PlacedTransport>(inner, process_of);
 }
 
 Group make_group(Transport& world, const std::vector<int>& members) {

@@ -6,6 +6,7 @@
 //   Group pair = make_group(world, {0, 2});   // on ranks 0 and 2 only, the same list on both
 //   pair->allreduce_sum(grads).wait();
 //   auto placed = placed_transport(std::move(world), {1, 0});   // rank 0 is process 1
+//   auto view = placed_view(*processes, {1, 0});   // the same; `processes` stays its owner's
 #pragma once
 
 #include <memory>
@@ -33,5 +34,8 @@ Group make_group(Transport& world, const std::vector<int>& members);
 // `inner` itself.
 std::unique_ptr<Transport> placed_transport(std::unique_ptr<Transport> inner,
                                             const std::vector<int>& process_of);
+// The same over a transport its owner keeps (it must outlive the result), the identity included:
+// a run that places its ranks anew as it goes (`train --replan auto`) keeps the processes' own.
+std::unique_ptr<Transport> placed_view(Transport& inner, const std::vector<int>& process_of);
 
 }  // namespace pptrain

@@ -241,5 +241,25 @@ TEST(PlacedTransport, RanksArePlacedAndSoAreSubgroups) {
   EXPECT_EQ(got, (std::vector<float>{2, 0, 1}));
 }
 
+// A placed view leaves the processes' transports with their owner, which places them anew: two
+// processes swap ranks, then swap back, and each message reaches the process playing its rank.
+TEST(PlacedTransport, AViewIsPlacedAnewOverTheSameProcesses) {
+  auto processes = make_loopback_transports(2, kTestTimeout);
+  std::vector<std::vector<int>> ranks_of_process(2);
+  const std::string errors = run_rank_threads(2, [&](int process) {
+    for (const std::vector<int>& process_of : {std::vector<int>{1, 0}, std::vector<int>{0, 1}}) {
+      std::unique_ptr<Transport> t = placed_view(*processes[process], process_of);
+      ranks_of_process[process].push_back(t->rank());
+      torch::Tensor in = torch::zeros({1});
+      auto posted = t->recv(in, 1 - t->rank(), 5);
+      t->send(torch::full({1}, static_cast<float>(process)), 1 - t->rank(), 5).wait();
+      posted.wait();
+      EXPECT_EQ(in.item<float>(), static_cast<float>(1 - process));
+    }
+  });
+  ASSERT_EQ(errors, "");
+  EXPECT_EQ(ranks_of_process, (std::vector<std::vector<int>>{{1, 0}, {0, 1}}));
+}
+
 }  // namespace
 }  // namespace pptrain

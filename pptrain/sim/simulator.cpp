@@ -469,6 +469,26 @@ SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
   return Simulation(schedule, cost, rule, record).run();
 }
 
+double predicted_step_ms(const ValidatedSchedule& schedule, const VersionRule& rule,
+                         const Profile& profile, const std::vector<LayerRange>& stages,
+                         const std::vector<double>& stage_scale, int copies) {
+  PPTRAIN_ASSERT(stage_scale.empty() || stage_scale.size() == stages.size());
+  CostModel cost = cost_from_profile(profile, stages, /*replicas=*/1);
+  for (size_t s = 0; s < stage_scale.size(); ++s) {
+    for (auto* times :
+         {&cost.stage_forward, &cost.stage_backward_input, &cost.stage_backward_weight}) {
+      (*times)[s] *= stage_scale[s];
+    }
+  }
+  if (copies > 1) {
+    cost.replicas = copies;
+    if (cost.reduce_bandwidth <= 0) {
+      cost.reduce_bandwidth = kDefaultBandwidthBytesPerS / 1000;  // bytes per ms
+    }
+  }
+  return simulate(schedule, cost, rule, Record::kFigures).makespan;
+}
+
 void check_peak_within_limit(const SimResult& result, double limit, const std::string& schedule) {
   if (limit == 0) return;
   for (const RankStats& rank : result.ranks) {

@@ -117,6 +117,17 @@ enum class Record { kTimeline, kFigures };
 SimResult simulate(const ValidatedSchedule& schedule, const CostModel& cost,
                    const VersionRule& rule = VersionRule{}, Record record = Record::kTimeline);
 
+// The step a run is predicted to take from a layer profile, in the profile's unit (ms), as
+// `pptrain train` predicts its own runs (job/relayout.h, job/worker_speeds.h): `profile`'s layers
+// cut into `stages` (cost_from_profile: transfers free without a network measurement), each
+// stage's F, I and W times multiplied by `stage_scale[s]` (a microbatch of another size than the
+// profile's, a rank slower than the one that timed them; empty: 1); with `copies` > 1 each
+// stage's all-reduce over them takes the ring's time over its parameter bytes at the profile's
+// bandwidth, or PipeDream's 1 GB/s without one.
+double predicted_step_ms(const ValidatedSchedule& schedule, const VersionRule& rule,
+                         const Profile& profile, const std::vector<LayerRange>& stages,
+                         const std::vector<double>& stage_scale, int copies = 1);
+
 // `--memory-limit`: UserError (one line naming the schedule, the rank, its peak and the limit)
 // when a rank's peak_activations is above `limit`; 0 means no limit.
 void check_peak_within_limit(const SimResult& result, double limit, const std::string& schedule);

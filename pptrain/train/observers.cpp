@@ -67,9 +67,11 @@ void SimComparison::on_step(const StepReport& report) {
 MetricsWriter::MetricsWriter(std::string path, const SimComparison* comparison)
     : path_(std::move(path)), comparison_(comparison) {}
 
-void MetricsWriter::on_start(const RunInfo&) {
-  if (out_.is_open()) return;  // a run that moved to a new cut (--replan auto) goes on appending
-  out_.open(path_);
+void MetricsWriter::on_start(const RunInfo& run) {
+  // A run that moved to a new cut (--replan auto) goes on appending, in whichever process
+  // reports now: each line at the file's end, after another process's.
+  if (out_.is_open()) out_.close();
+  out_.open(path_, run.continues ? std::ios::app : std::ios::trunc);
   PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
 }
 

@@ -296,10 +296,11 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 "--save-workers writes what --partition workers measures; the run has --partition ",
                 options.partition);
   check_output_path(options.save_workers, "--save-workers file");
-  PPTRAIN_CHECK(options.worker_memory_limits.empty() || options.partition == kWorkersPartition,
-                "--worker-memory-limits are the limits --partition workers cuts for; the run has "
-                "--partition ",
-                options.partition);
+  PPTRAIN_CHECK(options.worker_memory_limits.empty() || options.partition == kWorkersPartition ||
+                    options.replan == "auto",
+                "--worker-memory-limits are the limits --partition workers and --replan auto "
+                "cut for; the run has --partition ",
+                options.partition, " and --replan ", options.replan);
   if (!options.placement.empty()) {
     plan.placement = parse_placement(options.placement, plan.world_size(), "--placement");
     if (is_identity(plan.placement)) plan.placement.clear();

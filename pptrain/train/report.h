@@ -107,6 +107,9 @@ struct RunInfo {
   bool asynchronous = false;
   std::string header;    // what the log prints before the first step (lines, no final newline)
   std::string save_dir;  // where the run saves at its end; empty: it does not
+  // The run goes on after `train --replan auto` moved its layers (the same run, perhaps another
+  // process reporting): what the observers write is continued, not started again.
+  bool continues = false;
 
   int ranks() const { return schedule->num_ranks; }
   int world_size() const { return copies * ranks(); }
