@@ -621,6 +621,25 @@ void check_planner_options(const PlannerOptions& options) {
                 options.w_fraction);
 }
 
+DpShares dp_shares_for(const Profile& profile, const std::vector<LayerRange>& stage_layers,
+                       const std::vector<int>& stage_to_rank, const std::vector<double>& speeds,
+                       int batch_size, int microbatches) {
+  const int P = *std::max_element(stage_to_rank.begin(), stage_to_rank.end()) + 1;
+  std::vector<double> rank_work_ms(P, 0);  // per microbatch of the profile's size
+  for (size_t s = 0; s < stage_layers.size(); ++s) {
+    for (int l = stage_layers[s].first; l <= stage_layers[s].second; ++l) {
+      rank_work_ms[stage_to_rank[s]] += profile.layers[l].compute_ms();
+    }
+  }
+  const std::vector<double> rates = copy_rates(rank_work_ms, speeds);
+  const int D = static_cast<int>(rates.size());
+  DpShares out{{}, slowest_copy_time(std::vector<int>(D, batch_size / D), rates)};
+  const std::vector<int> shares = choose_dp_shares(rates, batch_size, microbatches);
+  const double step = slowest_copy_time(shares, rates);
+  if (step < out.step * (1 - kDpSharesGain)) out = {shares, step};
+  return out;
+}
+
 std::vector<std::vector<int>> distinct_placements(int workers, const std::vector<double>& speeds,
                                                   const std::vector<double>& limits) {
   std::vector<int> order(workers);

@@ -141,6 +141,22 @@ struct PlanSearch {
   int profile_microbatch_size = 0;
 };
 
+// What other shares of the batch must gain on equal ones to be taken: measured speeds of equal
+// workers differ by a few percent, which must not move samples.
+constexpr double kDpSharesGain = 0.03;
+// The data-parallel copies' shares of a step's `batch_size` samples (all copies together) in
+// `microbatches` microbatches, for their paces under the cut `stage_layers` (stage s on pipeline
+// rank stage_to_rank[s]) on workers of `speeds` ([D x P]: copy d's pipeline rank p at
+// d x P + p): a copy's pace is its slowest rank's, the F + I + W of that rank's layers over its
+// speed (partition/workers.h: copy_rates, choose_dp_shares).
+struct DpShares {
+  std::vector<int> shares;  // [copy]; empty when equal shares end a step within kDpSharesGain
+  double step = 0;  // the step under the shares taken: the slowest copy's samples x ms / sample
+};
+DpShares dp_shares_for(const Profile& profile, const std::vector<LayerRange>& stage_layers,
+                       const std::vector<int>& stage_to_rank, const std::vector<double>& speeds,
+                       int batch_size, int microbatches);
+
 // A candidate's schedule (compute only, as `--schedule-file` reads it) and its simulation.
 struct Evaluation {
   Schedule schedule;
