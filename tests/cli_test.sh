@@ -459,7 +459,7 @@ if [ -x "$runtime" ]; then
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --pp 3
   expect_error "train --plan with another --microbatches" "--microbatches 3 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --microbatches 3
-  expect_error "train --plan with --dp" "is for one pipeline" \
+  expect_error "train --plan with --dp" "--dp 2 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --dp 2
   expect_error "train --plan of a missing file" "cannot read plan file" \
     "$pptrain" train --plan "$work/none/plan.json" "${train_args[@]}"

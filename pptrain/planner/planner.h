@@ -104,6 +104,14 @@ struct PlannerOptions {
   // rank_memory_limits: a rank's own limit in bytes where > 0, else memory_limit_bytes.
   std::vector<double> rank_speeds;
   std::vector<double> rank_memory_limits;
+  // D: data-parallel copies of the pipeline (`pptrain plan --dp`), each on P workers of its own;
+  // batch_size is then the copies' batch together. rank_speeds and rank_memory_limits are then
+  // [D x P], copy d's pipeline rank p at d x P + p. The search plans one copy on batch_size / D
+  // samples per step with each pipeline rank at its slowest copy's speed and smallest limit
+  // (placement: the identity), so its step times are those of equal shares on the slowest
+  // copy's ranks; each ranked candidate then gives the copies their shares of the whole batch
+  // for their own paces (Candidate::dp_shares, partition/workers.h: choose_dp_shares).
+  int copies = 1;
 };
 
 // One point of the search and, once evaluated, its predicted figures.
@@ -128,6 +136,9 @@ struct Candidate {
   // Unequal workers: [pipeline rank] = the worker (a rank of the workers profile) that runs it;
   // empty: rank r on worker r. The search tries the orders of the workers (search_plans).
   std::vector<int> placement;
+  // PlannerOptions::copies > 1 on unequal workers: each copy's samples per step, when they are
+  // not equal (equal shares stay unless these end a step more than 3% sooner).
+  std::vector<int> dp_shares;
   double max_peak_bytes() const;
 };
 
@@ -137,7 +148,7 @@ struct PlanSearch {
   int simulated = 0;              // of those, simulated (the others are above the limit)
   int fitting = 0;                // of those, within the limit
   Candidate smallest;             // the candidate with the smallest peak (fitting or not)
-  int batch_size = 0;             // resolved
+  int batch_size = 0;             // resolved: samples per step of one copy of the pipeline
   int profile_microbatch_size = 0;
 };
 
@@ -187,6 +198,11 @@ std::vector<std::vector<int>> distinct_placements(int workers, const std::vector
 // The options as the pipeline ranks see them under `placement` ([rank] = worker): rank r takes
 // worker placement[r]'s speed and memory limit. Empty placement: the options as they are.
 PlannerOptions placed_options(const PlannerOptions& options, const std::vector<int>& placement);
+
+// With copies > 1, the options the search plans one copy with (PlannerOptions::copies): the
+// batch's 1/D, each pipeline rank at its slowest copy's speed and smallest limit ([P]); UserError
+// for a batch that is not a multiple of D. One copy: the options as they are.
+PlannerOptions one_copy(const PlannerOptions& options);
 
 // `pptrain plan`'s table: the profile, the workers and the limit, how the backward is split, the
 // search's counts and its time in `seconds`, then one line per ranked candidate.

@@ -351,9 +351,9 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
   agree(given.stage_layers, "--stage-layers", options.stage_layers, layers);
   PPTRAIN_CHECK(!options.recompute || plan.recompute, "--recompute contradicts ", source,
                 ", which plans without recomputation; leave --recompute out");
-  PPTRAIN_CHECK(options.dp == 1, "--dp ", options.dp, ": ", source,
-                " is for one pipeline; plan each copy's share of the batch instead");
+  agree(given.dp, "--dp", options.dp, plan.dp);
   options.pp = plan.workers;
+  options.dp = plan.dp;
   options.data.microbatches = plan.microbatches;
   options.data.batch_size = plan.batch_size;
   options.schedule = plan.schedule;
@@ -367,6 +367,11 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
     const std::string placement = format_placement(plan.placement);
     agree(!options.placement.empty(), "--placement", options.placement, placement);
     options.placement = placement;
+  }
+  if (!plan.dp_shares.empty()) {
+    const std::string shares = format_dp_shares(plan.dp_shares);
+    agree(!options.dp_shares.empty(), "--dp-shares", options.dp_shares, shares);
+    options.dp_shares = shares;
   }
 }
 
