@@ -6,12 +6,16 @@
 #     tokens/s and the ratio (the issue's target: workers >= 1.5x uniform), and the step time
 #     `--partition workers` predicted against the one measured (target: within 10%);
 #   SLOW_AT=K: rank 1 slowed once rank 0 has reported K steps, `--replan off` against `--replan
-#     auto` on the uniform cut: tokens/s over the last half of the steps (target: >= 1.3x).
+#     auto` on the uniform cut: tokens/s over the last half of the steps (target: >= 1.3x);
+#   DP=2: four ranks, `--pp 2 --dp 2`, the world ranks SLOW_RANKS (default 3) together in the
+#     group from the start, `--partition uniform` (equal shares of the batch) against
+#     `--partition workers` (its cut and the copies' shares).
 # Needs root and the CPU controller of cgroups (tests/slow_rank.sh).
 #
 #   bench/slow_worker_bench.sh [path/to/pptrain]     # default: build/tools/pptrain/pptrain
 #   ROUNDS=1 STEPS=4 bench/slow_worker_bench.sh      # a quick run
 #   SLOW_AT=10 STEPS=40 bench/slow_worker_bench.sh   # a straggler mid-run
+#   DP=2 SLOW_RANKS="2 3" bench/slow_worker_bench.sh  # the second copy slowed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
@@ -19,6 +23,8 @@ source tests/slow_rank.sh
 MODEL=${MODEL:-"--model gpt --layers 8 --d-model 256 --heads 4 --seq-len 64 --batch-size 32 --microbatches 8"}
 STEPS=${STEPS:-10}
 SLOW_AT=${SLOW_AT:-0}
+DP=${DP:-1}
+SLOW_RANKS=${SLOW_RANKS:-$((DP == 1 ? 1 : 3))}
 bench_start slow_worker_bench "${1:-}"
 SHARE=${SHARE:-0.33}
 pids=()
@@ -31,20 +37,22 @@ cleanup() {
 trap cleanup EXIT
 slow_cgroup_make "pptrain-bench-$$" "$SHARE" || { echo "slow_worker_bench: $slow_cgroup_missing" >&2; exit 2; }
 
-# One 2-rank run of `pptrain train $MODEL $2`, rank 1 in the slow group (from its start, or once
-# rank 0 has reported SLOW_AT steps); rank 0's metrics go to $work/$1.$3.jsonl (one path for both
-# workers: whichever plays rank 0 writes them, and after a move of --replan auto to another
-# placement the other one goes on in it) and worker r's stderr to $work/$1.$3.err.r.
+# One run of `pptrain train $MODEL $2` on 2 x DP ranks, SLOW_RANKS in the slow group (from the
+# start, or rank 1 once rank 0 has reported SLOW_AT steps); rank 0's metrics go to
+# $work/$1.$3.jsonl (one path for every worker: whichever plays rank 0 writes them, and after a
+# move of --replan auto to another placement the other one goes on in it) and worker r's stderr
+# to $work/$1.$3.err.r.
 run_pair() {
-  local name=$1 flags=$2 round=$3 port
+  local name=$1 flags=$2 round=$3 port world=$((2 * DP))
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   pids=()
-  for r in 0 1; do
+  for r in $(seq 0 $((world - 1))); do
     local prefix=()
-    ((r == 1 && SLOW_AT == 0)) && prefix=(sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs")
-    env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
+    ((SLOW_AT == 0)) && [[ " $SLOW_RANKS " == *" $r "* ]] &&
+      prefix=(sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs")
+    env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=$world \
       MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "${prefix[@]}" "$PPTRAIN" train \
-      $MODEL --pp 2 $flags --steps "$STEPS" --quiet \
+      $MODEL --pp 2 --dp "$DP" $flags --steps "$STEPS" --quiet \
       --metrics "$work/$name.$round.jsonl" >/dev/null 2>"$work/$name.$round.err.$r" &
     pids+=($!)
   done
@@ -55,7 +63,7 @@ run_pair() {
     done
     echo "${pids[1]}" >"$slow_cgroup_procs"
   fi
-  wait "${pids[0]}" && wait "${pids[1]}" || { cat "$work/$name.$round.err."*; exit 1; }
+  for pid in "${pids[@]}"; do wait "$pid" || { cat "$work/$name.$round.err."*; exit 1; }; done
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"
@@ -87,7 +95,7 @@ workers=$(median_field workers tokens_per_s)
 measured_ms=$(for f in "$work"/workers.*.jsonl; do field "$f" step_time_s; done | median |
   awk '{ printf "%.1f", $1 * 1000 }')
 predicted_ms=$(sed -n 's/.*predicted step \([0-9.]*\) ms.*/\1/p' "$work"/workers.*.err.0 | median)
-echo "model: $MODEL, $STEPS steps x $ROUNDS rounds, rank 1 at $SHARE of a core"
+echo "model: $MODEL --pp 2 --dp $DP, $STEPS steps x $ROUNDS rounds, ranks $SLOW_RANKS at $SHARE of a core (together)"
 printf "tokens/s (median)  uniform %.0f  workers %.0f  ratio %.2fx\n" "$uniform" "$workers" \
   "$(awk -v a="$workers" -v b="$uniform" 'BEGIN { print a / b }')"
 printf "step time of workers: predicted %s ms, measured %s ms (prediction %+.1f%%)\n" \

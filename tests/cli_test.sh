@@ -455,11 +455,22 @@ if [ -x "$runtime" ]; then
     "$pptrain" train --plan "$work/placed/plan.json" "${train_args[@]}" --placement 0,1
   expect_error "train --placement not a permutation" "--placement gives worker 1 two ranks" \
     "$pptrain" train "${train_args[@]}" --pp 2 --batch-size 4 --microbatches 2 --placement 1,1
+  # --dp 2 on a workers profile whose second copy runs at half speed: the copies take 12 and 4
+  # of the 16 samples, plan.json says so, and train --plan runs the shares.
+  echo '{"format": "pptrain-workers-1", "workers": [{"rank": 0, "speed": 1}, {"rank": 1, "speed": 1}, {"rank": 2, "speed": 0.5}, {"rank": 3, "speed": 0.5}]}' >"$work/halfcopy.json"
+  "$pptrain" plan --profile "$work/gpt4.json" --workers 2 --dp 2 --memory-limit 0 --batch 16 \
+    --microbatches 2 --schedules 1f1b --workers-profile "$work/halfcopy.json" --out "$work/dpplan" >/dev/null ||
+    fail "plan --dp 2 exited $?"
+  grep -q '"dp": 2' "$work/dpplan/plan.json" && grep -q '"dp_shares": "12,4"' "$work/dpplan/plan.json" ||
+    fail "plan --dp 2 wrote no dp and shares 12,4: $(head -12 "$work/dpplan/plan.json")"
+  "$pptrain" train --plan "$work/dpplan/plan.json" "${train_args[@]}" >"$work/train_dp.txt" 2>&1 &&
+    grep -q "4 ranks: shares 12,4 of the batch of 16" "$work/train_dp.txt" ||
+    fail "train --plan did not run the shares: $(head -4 "$work/train_dp.txt")"
   expect_error "train --plan with another --pp" "--pp 3 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --pp 3
   expect_error "train --plan with another --microbatches" "--microbatches 3 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --microbatches 3
-  expect_error "train --plan with --dp" "is for one pipeline" \
+  expect_error "train --plan with --dp" "--dp 2 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --dp 2
   expect_error "train --plan of a missing file" "cannot read plan file" \
     "$pptrain" train --plan "$work/none/plan.json" "${train_args[@]}"

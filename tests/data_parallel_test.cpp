@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tests/e2e.h"
@@ -222,6 +223,56 @@ TEST(AvgPipe, PipelinedEqualsOneProcessCopiesAndDiffersFromAveragedGradients) {
       EXPECT_GT(std::abs(losses[step] - averaged[step]), 1e-5 * std::abs(averaged[step]))
           << "step " << step + 1 << " equals the run with averaged gradients";
     }
+  }
+}
+
+// Unequal shares (--dp-shares 24,8): copy 0 trains on 24 samples of the batch of 32 in
+// microbatches of 6, copy 1 on the last 8 in microbatches of 2, and each copy's gradients (and
+// loss) weigh its share of the batch: still one process on the whole batch, with --zero 1 too,
+// and with one rank per copy (8,24: the small share first). Copies averaged as equals would
+// weigh copy 1's samples three times as much and fail. Equal shares given explicitly are the run
+// without them, bit for bit.
+TEST(DataParallelShares, UnequalSharesEqualOneProcess) {
+  const ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common =
+      model_args(model) + " --batch-size 32 --microbatches 4 --steps 5 --quiet --optimizer sgd";
+  run_reference(common + " --pp 1", dir);
+  expect_run_matches_reference(model, common + " --pp 2 --dp 2 --dp-shares 24,8", "shares", dir);
+  expect_run_matches_reference(model, common + " --pp 2 --dp 2 --dp-shares 24,8 --zero 1", "zero",
+                               dir);
+  expect_run_matches_reference(model, common + " --pp 1 --dp 2 --dp-shares 8,24", "pp1", dir);
+
+  const auto equal = [&](const std::string& tag, const std::string& flags) {
+    const auto run =
+        run_train(common + " --pp 2 --dp 2" + flags + " --metrics " +
+                      (dir / (tag + ".jsonl")).string() + " --save " + (dir / tag).string(),
+                  dir);
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+  };
+  equal("no_flag", "");
+  equal("equal", " --dp-shares 16,16");
+  EXPECT_EQ(read_losses(dir / "equal.jsonl"), read_losses(dir / "no_flag.jsonl"));
+  expect_same_parameters(model, dir / "equal", dir / "no_flag", /*tolerance=*/0);
+}
+
+TEST(DataParallelShares, BadSharesAreOneLineErrors) {
+  TempDir dir;
+  const std::string common = model_args(small_model("mlp")) +
+                             " --steps 1 --quiet --pp 2 --dp 2 --batch-size 32 --microbatches 4";
+  const std::pair<const char*, const char*> cases[] = {
+      {" --dp-shares 24,4", "--dp-shares 24,4 sum to 28, but --batch-size is 32"},
+      {" --dp-shares 16,8,8", "--dp-shares has 3 shares, but the run has 2 copies of the pipeline"},
+      {" --dp-shares 18,14",
+       "--dp-shares: copy 0's share 18 is not a positive multiple of the 4 microbatches"},
+      {" --dp-shares 32,0", "--dp-shares: '0' is not a number of samples >= 1"},
+      {" --dp-shares 24,x", "--dp-shares: 'x' is not a number of samples >= 1"},
+      {" --dp-shares 24,8 --schedule avgpipe",
+       "--dp-shares 24,8: avgpipe's copies pull their weights together as equals"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    SCOPED_TRACE(flags);
+    expect_one_line_error(run_train(common + flags, dir), expected);
   }
 }
 

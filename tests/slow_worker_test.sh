@@ -5,7 +5,11 @@
 #      rank), give it fewer layers, and the run must print the losses of `--pp 1`;
 #   2. two ranks of `--replan auto` on the uniform cut, rank 1 put into the cgroup mid-run: the
 #      run must move layers off rank 1 (one line naming it and the new cut) and end with the
-#      losses and the parameters of `--pp 1` (1e-5).
+#      losses and the parameters of `--pp 1` (1e-5);
+#   3. four ranks of `--pp 2 --dp 2 --partition workers`, the second copy's two ranks in the
+#      cgroup from their start: the copies must take unequal shares of the batch (`shares A,B`
+#      on the stage layers' line, the slow copy the smaller) and the run must print the losses
+#      of `--pp 1` (1e-5).
 #
 #   bash tests/slow_worker_test.sh PPTRAIN_BINARY
 #
@@ -135,3 +139,30 @@ paste <(losses "$dir/one2.jsonl") <(losses "$dir/replan.jsonl") | awk '
 /usr/bin/python3 "$root/tests/same_weights.py" "$dir/one2" "$dir/replan" ||
   fail "the parameters of --replan auto differ from --pp 1"
 echo "--replan auto: layers moved off the slowed rank, losses and parameters those of --pp 1"
+
+# 3. --dp 2, the second copy (ranks 2 and 3) held together to a third of a core from its start.
+train="train --model gpt --layers 8 --d-model 64 --heads 4 --seq-len 16 --batch-size 16
+       --microbatches 4 --steps 3 --quiet"
+"$binary" $train --pp 1 --metrics "$dir/one3.jsonl" >/dev/null 2>"$dir/one3.err" ||
+  fail "the --pp 1 run of part 3"
+port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+pids=()
+for r in 0 1 2 3; do
+  prefix=()
+  ((r >= 2)) && prefix=(sh -c 'echo $$ > "$0" && exec "$@"' "$slow_cgroup_procs")
+  env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=4 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" PPTRAIN_COMM_TIMEOUT_S=60 timeout 150 \
+    "${prefix[@]}" "$binary" $train --pp 2 --dp 2 --partition workers \
+    --metrics "$dir/dp$r.jsonl" >"$dir/dp$r.out" 2>"$dir/dp$r.err" &
+  pids+=($!)
+done
+for r in 0 1 2 3; do wait "${pids[$r]}" || fail "rank $r of --dp 2 exited $?"; done
+grep "^pptrain: --partition workers:" "$dir/dp0.err"
+shares=$(sed -n 's/^pptrain: --partition workers: stage layers .*, shares \([0-9]*\),\([0-9]*\),.*/\1 \2/p' "$dir/dp0.err")
+read -r fast_share slow_share <<<"$shares"
+[ -n "$slow_share" ] && ((fast_share > slow_share && fast_share + slow_share == 16)) ||
+  fail "the slow copy should take the smaller share of the batch of 16: '$shares'"
+paste <(losses "$dir/one3.jsonl") <(losses "$dir/dp0.jsonl") | awk '
+  { d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1; if (d > 1e-5 * s) bad = 1; n++ }
+  END { exit bad || n != 3 }' || fail "the losses of --dp 2 with shares differ from --pp 1"
+echo "--dp 2 --partition workers: the slow copy takes $slow_share of 16 samples, the losses are those of --pp 1"

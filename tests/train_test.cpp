@@ -486,6 +486,7 @@ struct Disagreement {
   std::string name;
   std::string rank1_flags;  // replaces the default for rank 1 only
   std::string expected;
+  std::string layout = "--pp 2 --microbatches 4";  // both ranks'
 };
 
 void PrintTo(const Disagreement& d, std::ostream* out) {
@@ -496,9 +497,8 @@ class RanksDisagree : public ::testing::TestWithParam<Disagreement> {};
 
 TEST_P(RanksDisagree, BothRanksStopNamingTheFlag) {
   TempDir dir;
-  const std::string common =
-      "train --model gpt --layers 4 --heads 4 --seq-len 16 --pp 2 "
-      "--microbatches 4 --batch-size 8 --steps 2 --quiet ";
+  const std::string common = "train --model gpt --layers 4 --heads 4 --seq-len 16 " +
+                             GetParam().layout + " --batch-size 8 --steps 2 --quiet ";
   const std::string rank0 = common + "--d-model 32 --seed 1 --schedule 1f1b";
   std::string rank1 = common + GetParam().rank1_flags;
   const std::string env = "LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
@@ -534,7 +534,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Disagreement{"Seed", "--d-model 32 --seed 2 --schedule 1f1b",
                                    "--seed: rank 0 has 1, rank 1 has 2"},
                       Disagreement{"Schedule", "--d-model 32 --seed 1 --schedule zb-h1",
-                                   "--schedule: rank 0 has 1f1b, rank 1 has zb-h1"}),
+                                   "--schedule: rank 0 has 1f1b, rank 1 has zb-h1"},
+                      Disagreement{"DataParallelShares",
+                                   "--d-model 32 --seed 1 --schedule 1f1b --dp-shares 6,2",
+                                   "--dp-shares: rank 0 has (equal), rank 1 has 6,2",
+                                   "--pp 1 --dp 2 --microbatches 2"}),
     [](const ::testing::TestParamInfo<Disagreement>& info) { return info.param.name; });
 
 // Bad input: exit status 2, one line on stderr naming the problem, no worker started.

@@ -14,6 +14,7 @@
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
 #include "pptrain/generators/registry.h"
+#include "pptrain/partition/workers.h"
 #include "pptrain/planner/schedule_request.h"
 #include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/group.h"
@@ -53,6 +54,7 @@ RunRequest run_request(const PipelineOptions& options, int ranks) {
   RunRequest run;
   run.optimizer = options.optimizer;
   run.zero = options.zero;
+  run.dp_shares = options.data_parallel_shares;
   run.recompute = options.recompute;
   run.ties = options.tied;
   run.skips = options.skips;
@@ -64,6 +66,7 @@ RunRequest run_request(const PipelineOptions& options, int ranks) {
   names.chunks = "chunks";
   names.steps = "steps";
   names.dp = "data_parallel";
+  names.dp_shares = "data_parallel_shares";
   names.skips = "skips";
   names.zero = "zero";
   names.optimizer = "optimizer.kind";
@@ -406,7 +409,10 @@ void PipelineSchedule::Impl::make_groups() {
   std::vector<StageGroup> combined;
   for (PipelineStage* stage : stages) {
     const std::vector<int> members = s.replicas_of(stage->index());
-    if (copies > 1) {
+    const std::vector<int>& shares = options.data_parallel_shares;
+    if (copies > 1 && !equal_shares(shares)) {
+      combined.push_back({&stage->stage(), stage_copies.view, 1, share_weight(shares, copy)});
+    } else if (copies > 1) {
       combined.push_back({&stage->stage(), stage_copies.view, copies});
     } else if (members.size() > 1) {
       combined.push_back({&stage->stage(), replica_groups.at(members).view, 1});
@@ -561,6 +567,11 @@ StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches)
   const Batch& batch = fetched.at(step);
   const TensorBundle& some = !batch.first.empty() ? batch.first : batch.second;
   batch_rows = !some.empty() && some[0].defined() && some[0].dim() > 0 ? some[0].size(0) : 0;
+  const std::vector<int>& shares = options.data_parallel_shares;
+  PPTRAIN_CHECK(shares.empty() || batch_rows == shares[copy], "rank ", world.rank, " (copy ", copy,
+                ") was given a batch of ", batch_rows,
+                " rows, but data_parallel_shares gives its copy ",
+                shares.empty() ? 0 : shares[copy]);
   batch_tokens = !some.empty() && some[0].defined() && some[0].dim() > 1 ? some[0].size(1) : 1;
   fetched.erase(fetched.begin(), fetched.lower_bound(step + 1));
   return data;
@@ -610,6 +621,11 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
     run.first_step = options.first_step;
     run.tokens_per_sample = options.tokens_per_sample;
     run.batch_size = batch_size * copies;
+    if (!equal_shares(options.data_parallel_shares)) {
+      run.dp_shares = options.data_parallel_shares;
+      run.batch_size = 0;
+      for (int share : run.dp_shares) run.batch_size += share;
+    }
     run.asynchronous = asynchronous();
     run.header = "pipeline of " + std::to_string(schedule().num_stages) + " stages with " +
                  schedule().name + ": " + std::to_string(world.size) + " rank" +

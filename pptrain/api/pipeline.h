@@ -194,6 +194,12 @@ struct PipelineOptions {
   // D: copies of the pipeline. World rank w runs pipeline rank w % P of copy w / P; a stage's
   // D copies average their gradients before the optimizer step.
   int data_parallel = 1;
+  // With data_parallel D: the samples of each step's batch each copy trains on, [copy] (copy
+  // d's ranks pass step() that many rows; partition/workers.h: data-parallel shares), each a
+  // multiple of `microbatches`. A copy's gradients then weigh its share of their sum, so the
+  // step is the mean over the whole batch; a copy holding slower ranks may take fewer. Empty:
+  // equal shares, averaged.
+  std::vector<int> data_parallel_shares;
   // 1: each copy keeps the optimizer state of about 1/D of the layers (ZeRO stage 1); needs
   // `optimizer` and stages whose layer numbers do not overlap (pptrain's own layers).
   int zero = 0;

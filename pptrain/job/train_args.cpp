@@ -86,6 +86,11 @@ const std::vector<TrainFlag>& train_flags() {
        "Copies of the pipeline (data parallelism): D x P workers, each copy trains on "
        "1/D of --batch-size and the copies of a stage average their gradients",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.dp; }},
+      {"--dp-shares",
+       "N0,N1,...: the samples of --batch-size each --dp copy trains on per step (positive "
+       "multiples of --microbatches summing to --batch-size), their gradients weighed by "
+       "them, so a copy on slower ranks can take fewer; default: 1/D each",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.dp_shares; }},
       {"--zero",
        "1: shard the optimizer state over the --dp copies (each keeps and steps about "
        "1/D of the layers' state, then shares the new weights); 0: no sharding",
@@ -301,6 +306,7 @@ TrainOptions resolve_train_args(const TrainArgs& args, const std::set<std::strin
     plan_given.chunks = has("--chunks");
     plan_given.partition = has("--partition");
     plan_given.stage_layers = has("--stage-layers");
+    plan_given.dp = has("--dp");
     apply_plan_file(read_plan_file(args.plan_path), plan_given, o);
   } else {
     for (const char* flag : {"--pp", "--microbatches", "--batch-size"}) {

@@ -61,6 +61,7 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
                                                     : ExecutorOptions::WeightSplit::kDeferredLayers;
   options.recompute = plan.recompute;
   options.data_parallel = plan.copies;
+  options.data_parallel_shares = plan.dp_shares;
   options.zero = plan.zero;
   options.optimizer = plan.optimizer;
   options.family = plan.family;
@@ -151,19 +152,17 @@ std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
   if (!plan.resume_dir.empty()) schedule.resume_from(plan.resume_dir);
 
   // The batch of step k is the same on every rank (a function of the seed and k); copy d of D
-  // pipelines takes its d-th share of it. Only the ranks holding the first or the last stage
-  // read it.
+  // pipelines takes its d-th share of it (--dp-shares: rows after the shares of copies 0..d-1).
+  // Only the ranks holding the first or the last stage read it.
   std::optional<Dataset> dataset;
   if (plan.holds_first_stage(pipeline_rank) || plan.holds_last_stage(pipeline_rank)) {
     dataset.emplace(plan.model, plan.data);
   }
-  const int copy = plan.copy_of(rank), copies = plan.copies;
-  const BatchSource batches = [&dataset, copy, copies](int step) {
+  const int copy = plan.copy_of(rank);
+  const int64_t first = plan.copy_first_sample(copy), rows = plan.copy_samples(copy);
+  const BatchSource batches = [&dataset, first, rows](int step) {
     const auto batch = dataset->batch(step);
-    const auto share = [copy, copies](const torch::Tensor& t) {
-      const int64_t rows = t.size(0) / copies;
-      return t.narrow(0, copy * rows, rows);
-    };
+    const auto share = [first, rows](const torch::Tensor& t) { return t.narrow(0, first, rows); };
     return Batch{share(batch.inputs), share(batch.targets)};
   };
 

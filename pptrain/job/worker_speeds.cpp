@@ -254,6 +254,73 @@ PlacedCut choose_placed_cut(const TrainOptions& options, const TrainingPlan& uni
   return *best;
 }
 
+// A cut for --dp copies with each copy's share of the batch (empty: equal shares), and the step
+// it makes (planner.h: DpShares::step).
+struct CopiesCut {
+  std::vector<LayerRange> stage_layers;
+  DpShares shares;
+};
+
+// --dp D on unequal workers: how to give the copies holding slower ranks fewer samples
+// (planner.h: dp_shares_for, equal shares unless others end a step more than 3% sooner). The
+// cut is `best`'s (each stage cut for its slowest copy), or the time cut for one copy's own
+// speeds when that, with its shares, ends a step more than 3% sooner: a slow rank in one copy
+// need not hold back the cut of the others. `best` as it is (equal shares) when the user gave
+// --dp-shares, when the copies average as equals (avgpipe), or when a memory limit was kept (the
+// memory model plans one microbatch size for every copy).
+CopiesCut cut_for_copies(const TrainOptions& options, const TrainingPlan& uniform,
+                         const Profile& profile, const PlacedCut& best,
+                         const StageLayerOptions& layer_options) {
+  if (uniform.copies == 1 || !options.dp_shares.empty() || uniform.averages_copies ||
+      !best.peak_bytes.empty()) {
+    return {best.stage_layers, {}};
+  }
+  const std::vector<double> speeds = best.workers.speeds();
+  const auto with_shares = [&](const std::vector<LayerRange>& cut) {
+    return CopiesCut{cut, dp_shares_for(profile, cut, uniform.schedule->stage_to_rank, speeds,
+                                        options.data.batch_size, options.data.microbatches)};
+  };
+  CopiesCut chosen = with_shares(best.stage_layers);
+  const int P = uniform.ranks();
+  for (int d = 0; d < uniform.copies; ++d) {
+    // Every copy as copy d: each stage's speed is then copy d's rank's.
+    std::vector<double> as_copy_d;
+    for (int c = 0; c < uniform.copies; ++c) {
+      as_copy_d.insert(as_copy_d.end(), speeds.begin() + d * P, speeds.begin() + (d + 1) * P);
+    }
+    CopiesCut other = with_shares(
+        stage_layers_for_speeds(layer_options, profile, stage_speeds(uniform, as_copy_d)));
+    if (other.shares.step < chosen.shares.step * (1 - kDpSharesGain)) chosen = std::move(other);
+  }
+  return chosen;
+}
+
+// predicted_step_ms() with unequal shares: each copy simulated at its own microbatch size (the
+// profile's times scaled linearly from its size) on its own ranks' speeds; the step is the
+// slowest copy's.
+double predicted_copies_step_ms(const TrainingPlan& plan, const Profile& profile,
+                                const WorkersProfile& workers, double alone_rate) {
+  double fastest = 0;
+  for (const WorkerProfile& w : workers.workers) fastest = std::max(fastest, w.products_per_s);
+  const std::vector<double> speeds = workers.speeds();
+  double slowest = 0;
+  for (int d = 0; d < plan.copies; ++d) {
+    CostModel cost = cost_from_profile(profile, plan.stage_layers, /*replicas=*/1);
+    const double size =
+        static_cast<double>(plan.copy_microbatch_size(d)) / std::max(profile.microbatch_size, 1);
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      const double speed = speeds[d * plan.ranks() + plan.schedule->stage_to_rank[s]];
+      const double stretch = size * alone_rate / (speed * fastest);
+      cost.stage_forward[s] *= stretch;
+      cost.stage_backward_input[s] *= stretch;
+      cost.stage_backward_weight[s] *= stretch;
+    }
+    slowest =
+        std::max(slowest, simulate(plan.schedule, cost, plan.weights, Record::kFigures).makespan);
+  }
+  return slowest;
+}
+
 }  // namespace
 
 WorkersProfile measure_workers(Transport& transport, double memory_limit_bytes) {
@@ -310,9 +377,11 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
   // is the same one-line error everywhere, before any stage is built (and before any line).
   const PlacedCut best =
       choose_placed_cut(options, uniform, profile, workers, layer_options, transport.rank() == 0);
+  const CopiesCut copies = cut_for_copies(options, uniform, profile, best, layer_options);
   TrainOptions cut = options;
-  cut.stage_layers = format_stage_layers(best.stage_layers);
+  cut.stage_layers = format_stage_layers(copies.stage_layers);
   cut.placement = format_placement(best.placement);
+  if (!copies.shares.shares.empty()) cut.dp_shares = format_dp_shares(copies.shares.shares);
   TrainingPlan plan = plan_training(cut, /*may_profile=*/false);
   if (transport.rank() == 0) {
     for (const std::string& line : describe_workers(workers)) {
@@ -322,6 +391,7 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
     if (!is_identity(best.placement)) {
       std::fprintf(stderr, ", placement %s", cut.placement.c_str());
     }
+    if (!plan.dp_shares.empty()) std::fprintf(stderr, ", shares %s", cut.dp_shares.c_str());
     if (!best.peak_bytes.empty()) {
       std::string peaks;
       for (double bytes : best.peak_bytes) peaks += (peaks.empty() ? "" : " ") + megabytes(bytes);
@@ -329,7 +399,9 @@ WorkersCut plan_for_workers(const TrainOptions& options, const TrainingPlan& uni
     }
     if (!plan.asynchronous()) {  // the simulator models synchronous schedules
       std::fprintf(stderr, ", predicted step %.1f ms",
-                   predicted_step_ms(plan, profile, best.workers, alone_rate));
+                   plan.dp_shares.empty()
+                       ? predicted_step_ms(plan, profile, best.workers, alone_rate)
+                       : predicted_copies_step_ms(plan, profile, best.workers, alone_rate));
     }
     std::fprintf(stderr, "\n");
     std::fflush(stderr);

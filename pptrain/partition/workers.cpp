@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -36,6 +37,13 @@ std::vector<std::string> comma_items(const std::string& text) {
   }
   items.push_back(text.substr(start));
   return items;
+}
+
+// {1, 0} as "1,0".
+std::string comma_list(const std::vector<int>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(values[i]);
+  return out;
 }
 
 }  // namespace
@@ -186,11 +194,7 @@ std::vector<int> parse_placement(const std::string& text, int ranks, const std::
 }
 
 std::string format_placement(const std::vector<int>& placement) {
-  std::string out;
-  for (size_t r = 0; r < placement.size(); ++r) {
-    out += (r > 0 ? "," : "") + std::to_string(placement[r]);
-  }
-  return out;
+  return comma_list(placement);
 }
 
 bool is_identity(const std::vector<int>& placement) {
@@ -198,6 +202,90 @@ bool is_identity(const std::vector<int>& placement) {
     if (placement[r] != static_cast<int>(r)) return false;
   }
   return true;
+}
+
+std::vector<int> parse_dp_shares(const std::string& text, const std::string& what) {
+  std::vector<int> shares;
+  for (const std::string& item : comma_items(text)) {
+    const bool digits = !item.empty() && item.size() <= 9 &&
+                        item.find_first_not_of("0123456789") == std::string::npos;
+    PPTRAIN_CHECK(digits && std::stoi(item) >= 1, what, ": '", item,
+                  "' is not a number of samples >= 1 (a list of each copy's samples per step)");
+    shares.push_back(std::stoi(item));
+  }
+  return shares;
+}
+
+void check_dp_shares(const std::vector<int>& shares, int copies, int microbatches,
+                     const std::string& what) {
+  PPTRAIN_CHECK(static_cast<int>(shares.size()) == copies, what, " has ", shares.size(),
+                " shares, but the run has ", copies, " copies of the pipeline (one share each)");
+  for (size_t d = 0; d < shares.size(); ++d) {
+    PPTRAIN_CHECK(shares[d] >= microbatches && shares[d] % microbatches == 0, what, ": copy ", d,
+                  "'s share ", shares[d], " is not a positive multiple of the ", microbatches,
+                  " microbatches (each copy splits its share into whole microbatches)");
+  }
+}
+
+std::string format_dp_shares(const std::vector<int>& shares) {
+  return comma_list(shares);
+}
+
+bool equal_shares(const std::vector<int>& shares) {
+  return std::adjacent_find(shares.begin(), shares.end(), std::not_equal_to<int>()) == shares.end();
+}
+
+double share_weight(const std::vector<int>& shares, int copy) {
+  double batch = 0;
+  for (int share : shares) batch += share;
+  return shares.at(copy) / batch;
+}
+
+std::vector<int> choose_dp_shares(const std::vector<double>& copy_rates, int batch,
+                                  int microbatches) {
+  const int copies = static_cast<int>(copy_rates.size());
+  PPTRAIN_ASSERT(copies >= 1 && microbatches >= 1 && batch % microbatches == 0 &&
+                     batch / microbatches >= copies,
+                 "no shares of ", batch, " samples in ", microbatches, " microbatches for ", copies,
+                 " copies");
+  // In samples per microbatch: each copy one, then one more at a time to the copy that would
+  // finish soonest with it (the largest time, k / rate, is then the least it can be).
+  std::vector<int> per_microbatch(copies, 1);
+  for (int left = batch / microbatches - copies; left > 0; --left) {
+    int best = 0;
+    for (int d = 1; d < copies; ++d) {
+      if ((per_microbatch[d] + 1) / copy_rates[d] < (per_microbatch[best] + 1) / copy_rates[best]) {
+        best = d;
+      }
+    }
+    ++per_microbatch[best];
+  }
+  std::vector<int> shares;
+  for (int k : per_microbatch) shares.push_back(k * microbatches);
+  return shares;
+}
+
+std::vector<double> copy_rates(const std::vector<double>& rank_work_ms,
+                               const std::vector<double>& speeds) {
+  const size_t P = rank_work_ms.size();
+  PPTRAIN_ASSERT(P >= 1 && speeds.size() % P == 0, speeds.size(), " ranks are not copies of ", P);
+  std::vector<double> rates;
+  for (size_t first = 0; first < speeds.size(); first += P) {
+    double slowest_ms = 0;
+    for (size_t p = 0; p < P; ++p) {
+      slowest_ms = std::max(slowest_ms, rank_work_ms[p] / speeds[first + p]);
+    }
+    rates.push_back(1 / slowest_ms);
+  }
+  return rates;
+}
+
+double slowest_copy_time(const std::vector<int>& shares, const std::vector<double>& copy_rates) {
+  double slowest = 0;
+  for (size_t d = 0; d < shares.size(); ++d) {
+    slowest = std::max(slowest, shares[d] / copy_rates.at(d));
+  }
+  return slowest;
 }
 
 std::vector<std::string> describe_workers(const WorkersProfile& workers) {

@@ -64,6 +64,43 @@ std::vector<int> parse_placement(const std::string& text, int ranks, const std::
 std::string format_placement(const std::vector<int>& placement);
 bool is_identity(const std::vector<int>& placement);
 
+// Data-parallel shares: the samples of each step's batch that each of D copies of the pipeline
+// trains on, [copy]. Copy d takes rows [shares[0] + ... + shares[d-1], + shares[d]) of the batch,
+// in M microbatches of shares[d] / M samples, and its gradients (a mean over its own samples)
+// weigh share_weight(shares, d) = shares[d] / batch in the copies' sum, so that a step is the
+// whole batch's mean whatever the shares. Unequal shares give a copy holding a slower rank
+// fewer samples (`pptrain train --dp-shares`, or chosen from the ranks' speeds by
+// `--partition workers` and `pptrain plan --workers-profile`); empty: batch / D each.
+//
+//   std::vector<int> shares = parse_dp_shares("24,8", "--dp-shares");   // {24, 8}
+//   check_dp_shares(shares, /*copies=*/2, /*microbatches=*/4, "--dp-shares");
+//   share_weight(shares, 1);                                             // 0.25
+//   choose_dp_shares({1.0, 0.34}, /*batch=*/32, /*microbatches=*/4);    // {24, 8}
+//
+// parse_dp_shares: UserError naming `what` unless `text` is a list of whole numbers >= 1.
+// check_dp_shares: UserError naming `what` unless there are `copies` of them, each a multiple of
+// `microbatches` (every microbatch of a copy whole).
+std::vector<int> parse_dp_shares(const std::string& text, const std::string& what);
+void check_dp_shares(const std::vector<int>& shares, int copies, int microbatches,
+                     const std::string& what);
+std::string format_dp_shares(const std::vector<int>& shares);  // "24,8"
+bool equal_shares(const std::vector<int>& shares);             // every share the same (or none)
+double share_weight(const std::vector<int>& shares, int copy);
+// The shares that finish a step soonest when copy d computes `copy_rates[d]` samples per unit of
+// time (any unit; only their ratios count): each a multiple of `microbatches`, at least one
+// microbatch of one sample, summing to `batch` (a multiple of `microbatches`); the copy whose
+// share / rate is largest is as small as it can be (the lowest copy first on a tie). Equal rates
+// and a batch of D x M x k samples give equal shares.
+std::vector<int> choose_dp_shares(const std::vector<double>& copy_rates, int batch,
+                                  int microbatches);
+// Each copy's rate in samples per ms for a cut whose pipeline rank p computes `rank_work_ms[p]`
+// per sample on a worker of speed 1, on ranks of `speeds` ([world rank], copy d's ranks
+// d x P .. d x P + P - 1): 1 / max_p (rank_work_ms[p] / speed), its slowest rank's pace.
+std::vector<double> copy_rates(const std::vector<double>& rank_work_ms,
+                               const std::vector<double>& speeds);
+// The step's length under `shares` at `copy_rates`: the slowest copy's share / rate.
+double slowest_copy_time(const std::vector<int>& shares, const std::vector<double>& copy_rates);
+
 // One line per rank for a run's log: "rank 1: speed 0.34 (1210 products/s), memory limit 8 GB".
 std::vector<std::string> describe_workers(const WorkersProfile& workers);
 

@@ -99,5 +99,53 @@ TEST(WorkersProfile, MemoryLimitsAndPlacementsFromTheCommandLine) {
             std::string::npos);
 }
 
+TEST(DataParallelShares, ParsedCheckedAndWeighed) {
+  EXPECT_EQ(parse_dp_shares("24,8", "--dp-shares"), (std::vector<int>{24, 8}));
+  EXPECT_EQ(format_dp_shares({24, 8}), "24,8");
+  for (const char* bad : {"", "24,", "0,32", "-8,40", "8.5", "x"}) {
+    EXPECT_NE(user_error_of([&] { parse_dp_shares(bad, "--dp-shares"); }).find("--dp-shares: '"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(user_error_of([] { check_dp_shares({24, 8}, 2, 4, "--dp-shares"); }), "");
+  EXPECT_EQ(user_error_of([] {
+              check_dp_shares({24, 8}, 3, 4, "--dp-shares");
+            }),
+            "--dp-shares has 2 shares, but the run has 3 copies of the pipeline (one share each)");
+  EXPECT_NE(user_error_of([] {
+              check_dp_shares({26, 6}, 2, 4, "--dp-shares");
+            }).find("copy 0's share 26 is not a positive multiple of the 4 microbatches"),
+            std::string::npos);
+  EXPECT_TRUE(equal_shares({8, 8, 8}));
+  EXPECT_TRUE(equal_shares({}));
+  EXPECT_FALSE(equal_shares({24, 8}));
+  EXPECT_EQ(share_weight({24, 8}, 0), 0.75);
+  EXPECT_EQ(share_weight({24, 8}, 1), 0.25);
+}
+
+TEST(DataParallelShares, ASlowCopyTakesLess) {
+  // pp 2 x dp 2, speeds 1, 1, 1, 0.33: copy 1's second rank is three times slower, so copy 1
+  // runs at a third of copy 0's pace and takes a quarter of the batch.
+  const std::vector<double> rates = copy_rates({2.0, 2.0}, {1, 1, 1, 0.33});
+  ASSERT_EQ(rates.size(), 2u);
+  EXPECT_DOUBLE_EQ(rates[0], 0.5);
+  EXPECT_DOUBLE_EQ(rates[1], 0.33 / 2);
+  const std::vector<int> shares = choose_dp_shares(rates, 32, 4);
+  EXPECT_EQ(shares, (std::vector<int>{24, 8}));
+  EXPECT_LT(slowest_copy_time(shares, rates), slowest_copy_time({16, 16}, rates));
+  // Equal workers keep equal shares; every copy keeps at least one sample per microbatch.
+  EXPECT_EQ(choose_dp_shares({1, 1, 1}, 24, 4), (std::vector<int>{8, 8, 8}));
+  EXPECT_EQ(choose_dp_shares({1, 0.01}, 16, 4), (std::vector<int>{12, 4}));
+  // The shares are the best there are: no other split of 8 samples per microbatch is faster.
+  const std::vector<double> three = {1, 0.5, 0.8};
+  const std::vector<int> chosen = choose_dp_shares(three, 40, 2);
+  for (int a = 1; a <= 18; ++a) {
+    for (int b = 1; a + b <= 19; ++b) {
+      const std::vector<int> other = {2 * a, 2 * b, 2 * (20 - a - b)};
+      EXPECT_LE(slowest_copy_time(chosen, three), slowest_copy_time(other, three));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pptrain

@@ -31,6 +31,7 @@ nlohmann::ordered_json candidate_json(const Candidate& c) {
   out["max_peak_bytes"] = c.max_peak_bytes();
   out["peak_bytes"] = c.peak_bytes;
   if (!c.placement.empty()) out["placement"] = format_placement(c.placement);
+  if (!c.dp_shares.empty()) out["dp_shares"] = format_dp_shares(c.dp_shares);
   return out;
 }
 
@@ -65,9 +66,10 @@ std::string plan_json(const Profile& profile, const PlannerOptions& options,
   out["profile"] = profile.source;
   out["layers"] = profile.layers.size();
   out["workers"] = options.workers;
+  if (options.copies > 1) out["dp"] = options.copies;
   out["memory_limit_bytes"] = options.memory_limit_bytes;
   out["memory_margin"] = options.memory_margin;
-  out["batch_size"] = search.batch_size;
+  out["batch_size"] = search.batch_size * options.copies;  // over the copies
   out["profile_microbatch_size"] = search.profile_microbatch_size;
   out["optimizer_state_factor"] = options.optimizer_state_factor;
   out["mem_w_ratio"] = options.mem_w_ratio;
@@ -129,6 +131,7 @@ PlanFile parse_plan_json(const std::string& body, const std::string& path) {
   PlanFile plan;
   plan.path = path;
   plan.workers = whole_number(doc, "workers", path);
+  if (doc.contains("dp")) plan.dp = whole_number(doc, "dp", path);
   plan.batch_size = whole_number(doc, "batch_size", path);
   const std::string where = path + ": winner";
   const nlohmann::json& winner = field(doc, "winner", path);
@@ -150,6 +153,15 @@ PlanFile parse_plan_json(const std::string& body, const std::string& path) {
   }
   PPTRAIN_CHECK(plan.batch_size % plan.microbatches == 0, path, ": batch_size ", plan.batch_size,
                 " is not a multiple of the winner's ", plan.microbatches, " microbatches");
+  if (winner.contains("dp_shares")) {
+    const std::string what = where + ": dp_shares";
+    plan.dp_shares = parse_dp_shares(text(winner, "dp_shares", where), what);
+    check_dp_shares(plan.dp_shares, plan.dp, plan.microbatches, what);
+    int sum = 0;
+    for (int share : plan.dp_shares) sum += share;
+    PPTRAIN_CHECK(sum == plan.batch_size, what, " sum to ", sum, ", not the batch_size ",
+                  plan.batch_size);
+  }
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   const nlohmann::json& files = field(doc, "files", path);
   plan.partition_file = (folder / text(files, "partition", path + ": files")).string();

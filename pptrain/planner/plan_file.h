@@ -6,7 +6,8 @@
 //
 // The file ("format": "pptrain-plan-1") holds the settings of the search, the winner (schedule,
 // chunks, microbatches, batch, recompute, stage layers, predicted step time, bubble and peak
-// bytes per rank, and with unequal workers its placement when not the identity), the files written
+// bytes per rank, with unequal workers its placement when not the identity, and with --dp copies
+// on unequal workers their shares of the batch when not equal), the files written
 // beside it (partition JSON, schedule CSV, SVG) and the ranked candidates. Only the winner and the
 // files are read back.
 #pragma once
@@ -32,14 +33,17 @@ struct PlanFile {
   std::string path;  // where it was read from, for messages
   std::string schedule;
   int workers = 0;       // P
+  int dp = 1;            // D: copies of the pipeline ("dp", absent: 1)
   int chunks = 1;        // V
   int microbatches = 0;  // M
-  int batch_size = 0;    // samples per step
+  int batch_size = 0;    // samples per step, over the copies
   bool recompute = false;
   std::vector<LayerRange> stage_layers;  // [P x V]
   // [pipeline rank] = the worker that runs it (Candidate::placement); empty, or absent from the
   // file (older plans): rank r on worker r.
   std::vector<int> placement;
+  // [copy] = its samples per step (Candidate::dp_shares); empty, or absent from the file: equal.
+  std::vector<int> dp_shares;
   std::string partition_file;  // resolved against the plan's folder
   std::string schedule_file;
   std::string svg_file;

@@ -564,10 +564,13 @@ void check_planner_options(const PlannerOptions& options) {
                 kMaxRanks, ", got ", options.workers);
   PPTRAIN_CHECK(std::isfinite(options.memory_limit_bytes) && options.memory_limit_bytes >= 0,
                 "memory limit must be >= 0 bytes, got ", options.memory_limit_bytes);
+  PPTRAIN_CHECK(options.copies >= 1 && options.copies <= kMaxRanks,
+                "data-parallel copies must be 1 .. ", kMaxRanks, ", got ", options.copies);
   for (const auto* per_rank : {&options.rank_speeds, &options.rank_memory_limits}) {
-    PPTRAIN_CHECK(per_rank->empty() || static_cast<int>(per_rank->size()) == options.workers,
-                  "the workers profile has ", per_rank->size(), " workers, but the plan is for ",
-                  options.workers);
+    PPTRAIN_CHECK(
+        per_rank->empty() || static_cast<int>(per_rank->size()) == options.workers * options.copies,
+        "the workers profile has ", per_rank->size(), " workers, but the plan is for ",
+        options.workers * options.copies);
   }
   for (size_t r = 0; r < options.rank_speeds.size(); ++r) {
     PPTRAIN_CHECK(std::isfinite(options.rank_speeds[r]) && options.rank_speeds[r] > 0, "rank ", r,
@@ -621,6 +624,52 @@ void check_planner_options(const PlannerOptions& options) {
                 options.w_fraction);
 }
 
+DpShares dp_shares_for(const Profile& profile, const std::vector<LayerRange>& stage_layers,
+                       const std::vector<int>& stage_to_rank, const std::vector<double>& speeds,
+                       int batch_size, int microbatches) {
+  const int P = *std::max_element(stage_to_rank.begin(), stage_to_rank.end()) + 1;
+  std::vector<double> rank_work_ms(P, 0);  // per microbatch of the profile's size
+  for (size_t s = 0; s < stage_layers.size(); ++s) {
+    for (int l = stage_layers[s].first; l <= stage_layers[s].second; ++l) {
+      rank_work_ms[stage_to_rank[s]] += profile.layers[l].compute_ms();
+    }
+  }
+  const std::vector<double> rates = copy_rates(rank_work_ms, speeds);
+  const int D = static_cast<int>(rates.size());
+  DpShares out{{}, slowest_copy_time(std::vector<int>(D, batch_size / D), rates)};
+  const std::vector<int> shares = choose_dp_shares(rates, batch_size, microbatches);
+  const double step = slowest_copy_time(shares, rates);
+  if (step < out.step * (1 - kDpSharesGain)) out = {shares, step};
+  return out;
+}
+
+PlannerOptions one_copy(const PlannerOptions& options) {
+  if (options.copies == 1) return options;
+  check_planner_options(options);
+  const int D = options.copies, P = options.workers;
+  PPTRAIN_CHECK(options.batch_size % D == 0, "batch ", options.batch_size,
+                " is not a multiple of the ", D, " data-parallel copies (each copy plans its 1/", D,
+                ")");
+  PlannerOptions one = options;
+  one.copies = 1;
+  one.batch_size = options.batch_size / D;
+  for (int p = 0; p < P && !options.rank_speeds.empty(); ++p) {
+    for (int d = 1; d < D; ++d) {
+      one.rank_speeds[p] = std::min(one.rank_speeds[p], options.rank_speeds[d * P + p]);
+    }
+  }
+  for (int p = 0; p < P && !options.rank_memory_limits.empty(); ++p) {
+    for (int d = 1; d < D; ++d) {
+      const double limit = options.rank_memory_limits[d * P + p];
+      double& smallest = one.rank_memory_limits[p];
+      if (limit > 0) smallest = smallest == 0 ? limit : std::min(smallest, limit);
+    }
+  }
+  one.rank_speeds.resize(options.rank_speeds.empty() ? 0 : P);
+  one.rank_memory_limits.resize(options.rank_memory_limits.empty() ? 0 : P);
+  return one;
+}
+
 std::vector<std::vector<int>> distinct_placements(int workers, const std::vector<double>& speeds,
                                                   const std::vector<double>& limits) {
   std::vector<int> order(workers);
@@ -650,7 +699,7 @@ PlannerOptions placed_options(const PlannerOptions& options, const std::vector<i
 }
 
 Evaluation evaluate(const Profile& profile, const PlannerOptions& given, Candidate& candidate) {
-  const PlannerOptions options = placed_options(given, candidate.placement);
+  const PlannerOptions options = placed_options(one_copy(given), candidate.placement);
   const Resolved resolved = resolve(profile, options);
   candidate.microbatch_size = static_cast<double>(resolved.batch) / candidate.microbatches;
   const Profile scaled =
@@ -893,7 +942,36 @@ PlanSearch search_placed(const Profile& profile, const PlannerOptions& options) 
   return search;
 }
 
+// PlannerOptions::copies > 1: one copy planned on its 1/D of the batch, each pipeline rank at
+// its slowest copy's speed and smallest memory limit, then each ranked candidate's shares of the
+// whole batch for the copies' own paces. Schedules whose stages are replicated already (chimera,
+// gems, bitpipe), which --dp does not run, are left out.
+PlanSearch search_copies(const Profile& profile, const PlannerOptions& options) {
+  PlannerOptions one = one_copy(options);
+  one.keep = std::numeric_limits<int>::max();  // the ranked list is cut once they are left out
+  PlanSearch search = search_placed(profile, one);
+  std::vector<Candidate> ranked;
+  for (Candidate& c : search.ranked) {
+    if (static_cast<int>(ranked.size()) == options.keep) break;
+    const Schedule schedule = c.made ? *c.made : generate(c, options.workers);
+    if (schedule.replicated()) continue;
+    if (!options.rank_speeds.empty()) {
+      c.dp_shares =
+          dp_shares_for(profile, c.stage_layers, schedule.stage_to_rank, options.rank_speeds,
+                        search.batch_size * options.copies, c.microbatches)
+              .shares;
+    }
+    ranked.push_back(std::move(c));
+  }
+  PPTRAIN_CHECK(!ranked.empty(), "no plan for ", options.copies,
+                " data-parallel copies: every candidate that fits replicates its stages, which "
+                "data-parallel copies do not run");
+  search.ranked = std::move(ranked);
+  return search;
+}
+
 PlanSearch search_plans(const Profile& profile, const PlannerOptions& options) {
+  if (options.copies > 1) return search_copies(profile, options);
   if (options.rank_speeds.empty() && options.rank_memory_limits.empty()) {
     return search_placed(profile, options);
   }
@@ -941,13 +1019,25 @@ std::string plan_table_text(const Profile& profile, const PlannerOptions& option
           ? "limit " + megabytes(options.memory_limit_bytes) + " per rank (planned under " +
                 megabyte_figure(options.memory_limit_bytes * (1 - options.memory_margin)) + ")"
           : "no memory limit";
-  append_format(out,
-                "plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
-                profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
-                search.batch_size, search.profile_microbatch_size);
+  if (options.copies == 1) {
+    append_format(out,
+                  "plan for %s (%zu layers) on %d workers, %s, batch %d (profiled microbatch %d)\n",
+                  profile.source.c_str(), profile.layers.size(), options.workers, limit.c_str(),
+                  search.batch_size, search.profile_microbatch_size);
+  } else {
+    append_format(out,
+                  "plan for %s (%zu layers) on %d workers x %d copies (--dp), %s, batch %d (%d "
+                  "per copy at equal shares; profiled microbatch %d)\n",
+                  profile.source.c_str(), profile.layers.size(), options.workers, options.copies,
+                  limit.c_str(), search.batch_size * options.copies, search.batch_size,
+                  search.profile_microbatch_size);
+    append_format(out,
+                  "each copy planned at its pipeline ranks' slowest copy's speeds and equal shares "
+                  "(the step ms below); shares: each copy's samples for its own pace\n");
+  }
   if (!options.rank_speeds.empty()) {
     append_format(out, "workers:");
-    for (int r = 0; r < options.workers; ++r) {
+    for (int r = 0; r < static_cast<int>(options.rank_speeds.size()); ++r) {
       const double limit = options.rank_memory_limits[r];
       append_format(out, "%s rank %d speed %.2f%s", r == 0 ? "" : ",", r, options.rank_speeds[r],
                     limit > 0 ? (" limit " + megabytes(limit)).c_str() : "");
@@ -967,15 +1057,19 @@ std::string plan_table_text(const Profile& profile, const PlannerOptions& option
       out,
       "%d candidates evaluated in %.2f s, %d fit (%d simulated: not those above the limit)\n\n",
       search.evaluated, seconds, search.fitting, search.simulated);
-  // Unequal workers add the placement: the worker of each pipeline rank.
+  // Unequal workers add the placement: the worker of each pipeline rank; copies their shares.
   const bool placed = !options.rank_speeds.empty() || !options.rank_memory_limits.empty();
+  const char* last_column = options.copies > 1 ? "  shares" : placed ? "  placement" : "";
   append_format(out, "%3s  %-29s  %-16s  %2s  %5s  %9s  %12s  %7s  %12s%s\n", "#", "partition",
                 "schedule", "V", "M", "recompute", "step ms", "bubble", "peak MB/rank",
-                placed ? "  placement" : "");
+                last_column);
   for (size_t i = 0; i < search.ranked.size(); ++i) {
     const Candidate& c = search.ranked[i];
     std::string placement;
-    if (placed) {
+    if (options.copies > 1) {
+      placement =
+          "  " + (c.dp_shares.empty() ? std::string("equal") : format_dp_shares(c.dp_shares));
+    } else if (placed) {
       std::vector<int> identity(options.workers);
       std::iota(identity.begin(), identity.end(), 0);
       placement = "  " + format_placement(c.placement.empty() ? identity : c.placement);

@@ -104,6 +104,14 @@ struct PlannerOptions {
   // rank_memory_limits: a rank's own limit in bytes where > 0, else memory_limit_bytes.
   std::vector<double> rank_speeds;
   std::vector<double> rank_memory_limits;
+  // D: data-parallel copies of the pipeline (`pptrain plan --dp`), each on P workers of its own;
+  // batch_size is then the copies' batch together. rank_speeds and rank_memory_limits are then
+  // [D x P], copy d's pipeline rank p at d x P + p. The search plans one copy on batch_size / D
+  // samples per step with each pipeline rank at its slowest copy's speed and smallest limit
+  // (placement: the identity), so its step times are those of equal shares on the slowest
+  // copy's ranks; each ranked candidate then gives the copies their shares of the whole batch
+  // for their own paces (Candidate::dp_shares, partition/workers.h: choose_dp_shares).
+  int copies = 1;
 };
 
 // One point of the search and, once evaluated, its predicted figures.
@@ -128,6 +136,9 @@ struct Candidate {
   // Unequal workers: [pipeline rank] = the worker (a rank of the workers profile) that runs it;
   // empty: rank r on worker r. The search tries the orders of the workers (search_plans).
   std::vector<int> placement;
+  // PlannerOptions::copies > 1 on unequal workers: each copy's samples per step, when they are
+  // not equal (equal shares stay unless these end a step more than 3% sooner).
+  std::vector<int> dp_shares;
   double max_peak_bytes() const;
 };
 
@@ -137,9 +148,25 @@ struct PlanSearch {
   int simulated = 0;              // of those, simulated (the others are above the limit)
   int fitting = 0;                // of those, within the limit
   Candidate smallest;             // the candidate with the smallest peak (fitting or not)
-  int batch_size = 0;             // resolved
+  int batch_size = 0;             // resolved: samples per step of one copy of the pipeline
   int profile_microbatch_size = 0;
 };
+
+// What other shares of the batch must gain on equal ones to be taken: measured speeds of equal
+// workers differ by a few percent, which must not move samples.
+constexpr double kDpSharesGain = 0.03;
+// The data-parallel copies' shares of a step's `batch_size` samples (all copies together) in
+// `microbatches` microbatches, for their paces under the cut `stage_layers` (stage s on pipeline
+// rank stage_to_rank[s]) on workers of `speeds` ([D x P]: copy d's pipeline rank p at
+// d x P + p): a copy's pace is its slowest rank's, the F + I + W of that rank's layers over its
+// speed (partition/workers.h: copy_rates, choose_dp_shares).
+struct DpShares {
+  std::vector<int> shares;  // [copy]; empty when equal shares end a step within kDpSharesGain
+  double step = 0;  // the step under the shares taken: the slowest copy's samples x ms / sample
+};
+DpShares dp_shares_for(const Profile& profile, const std::vector<LayerRange>& stage_layers,
+                       const std::vector<int>& stage_to_rank, const std::vector<double>& speeds,
+                       int batch_size, int microbatches);
 
 // A candidate's schedule (compute only, as `--schedule-file` reads it) and its simulation.
 struct Evaluation {
@@ -171,6 +198,11 @@ std::vector<std::vector<int>> distinct_placements(int workers, const std::vector
 // The options as the pipeline ranks see them under `placement` ([rank] = worker): rank r takes
 // worker placement[r]'s speed and memory limit. Empty placement: the options as they are.
 PlannerOptions placed_options(const PlannerOptions& options, const std::vector<int>& placement);
+
+// With copies > 1, the options the search plans one copy with (PlannerOptions::copies): the
+// batch's 1/D, each pipeline rank at its slowest copy's speed and smallest limit ([P]); UserError
+// for a batch that is not a multiple of D. One copy: the options as they are.
+PlannerOptions one_copy(const PlannerOptions& options);
 
 // `pptrain plan`'s table: the profile, the workers and the limit, how the backward is split, the
 // search's counts and its time in `seconds`, then one line per ranked candidate.

@@ -11,6 +11,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
+#include "pptrain/common/testing.h"
 #include "pptrain/generators/registry.h"
 #include "pptrain/partition/testing.h"
 #include "pptrain/planner/plan_file.h"
@@ -19,6 +20,8 @@
 
 namespace pptrain {
 namespace {
+
+using testing::user_error_of;
 
 // 8 layers of uneven cost: a heavy middle, a large first-layer parameter block.
 Profile small_profile() {
@@ -402,6 +405,51 @@ TEST(Planner, UnequalWorkersGiveTheSlowRankLess) {
   }
 }
 
+// --dp 2: the search plans one copy on half the batch (equal workers: exactly the one-pipeline
+// search, no shares); on unequal workers each pipeline rank at its slowest copy's speed, and the
+// copies take shares for their own paces: a copy on two half-speed ranks takes a quarter of the
+// batch (a third would end a step later in whole microbatches of 2), and with speeds 1, 1, 1,
+// 0.33 on the uniform cut the slow copy takes less. Equal speeds keep equal shares.
+TEST(Planner, DataParallelCopiesTakeSharesForTheirPaces) {
+  const Profile profile = small_profile();
+  PlannerOptions o = small_options();
+  o.jobs = 1;
+  o.schedules = {"1f1b", "zb-h1", "zb-v"};
+  const PlanSearch one = search_plans(profile, o);
+  o.copies = 2;
+  o.batch_size = 16;
+  const PlanSearch two = search_plans(profile, o);
+  EXPECT_EQ(two.batch_size, 8);
+  ASSERT_EQ(two.ranked.size(), one.ranked.size());
+  for (size_t i = 0; i < one.ranked.size(); ++i) {
+    EXPECT_EQ(two.ranked[i].stage_layers, one.ranked[i].stage_layers) << i;
+    EXPECT_EQ(two.ranked[i].step_ms, one.ranked[i].step_ms) << i;
+    EXPECT_TRUE(two.ranked[i].dp_shares.empty()) << i;
+  }
+  o.microbatches = {2};
+  o.rank_speeds = {1, 1, 1, 1};
+  for (const Candidate& c : search_plans(profile, o).ranked) EXPECT_TRUE(c.dp_shares.empty());
+  o.rank_speeds = {1, 1, 0.5, 0.5};
+  for (const Candidate& c : search_plans(profile, o).ranked) {
+    EXPECT_EQ(c.dp_shares, (std::vector<int>{12, 4})) << c.partition << " " << c.schedule;
+  }
+  EXPECT_EQ(dp_shares_for(profile, {{0, 3}, {4, 7}}, {0, 1}, {1, 1, 1, 0.33}, 16, 2).shares,
+            (std::vector<int>{12, 4}));
+  EXPECT_TRUE(dp_shares_for(profile, {{0, 3}, {4, 7}}, {0, 1}, {1, 1, 1, 1}, 16, 2).shares.empty());
+  // The one copy planned: pipeline rank 1 at its slowest copy's speed.
+  o.rank_speeds = {1, 1, 1, 0.33};
+  EXPECT_EQ(one_copy(o).rank_speeds, (std::vector<double>{1, 0.33}));
+  EXPECT_EQ(one_copy(o).batch_size, 8);
+  o.batch_size = 15;
+  EXPECT_NE(user_error_of([&] { search_plans(profile, o); }).find("is not a multiple of the 2"),
+            std::string::npos);
+  // Copies do not run a schedule whose stages are replicated already.
+  o.batch_size = 16;
+  o.schedules = {"chimera"};
+  EXPECT_NE(user_error_of([&] { search_plans(profile, o); }).find("replicates its stages"),
+            std::string::npos);
+}
+
 // A rank's own memory limit holds that rank only; one no plan fits names the rank and the
 // smallest limit that works there.
 TEST(Planner, PerRankMemoryLimits) {
@@ -525,6 +573,28 @@ TEST(PlanFile, RoundTrip) {
   placed.ranked.front().placement = {1, 0};
   write_text_file(path, plan_json(profile, o, placed), "plan file");
   EXPECT_EQ(read_plan_file(path).placement, (std::vector<int>{1, 0}));
+
+  // --dp copies: "dp", the batch over the copies, and the winner's shares when they are not
+  // equal; none of them in a plan of one pipeline.
+  EXPECT_EQ(plan.dp, 1);
+  EXPECT_TRUE(plan.dp_shares.empty());
+  EXPECT_EQ(plan_json(profile, o, search).find("\"dp"), std::string::npos);
+  PlannerOptions copies = o;
+  copies.copies = 2;
+  PlanSearch shared = search;
+  write_text_file(path, plan_json(profile, copies, shared), "plan file");
+  EXPECT_EQ(read_plan_file(path).dp, 2);
+  EXPECT_EQ(read_plan_file(path).batch_size, 16);
+  EXPECT_TRUE(read_plan_file(path).dp_shares.empty());
+  shared.ranked.front().dp_shares = {4 * best.microbatches, 12 * best.microbatches};
+  shared.batch_size = 8 * best.microbatches;
+  write_text_file(path, plan_json(profile, copies, shared), "plan file");
+  EXPECT_EQ(read_plan_file(path).dp_shares,
+            (std::vector<int>{4 * best.microbatches, 12 * best.microbatches}));
+  shared.ranked.front().dp_shares = {4 * best.microbatches, 4 * best.microbatches};
+  write_text_file(path, plan_json(profile, copies, shared), "plan file");
+  EXPECT_NE(user_error_of([&] { read_plan_file(path); }).find("dp_shares sum to"),
+            std::string::npos);
 
   write_text_file(path, "{\"format\": \"pptrain-plan-1\", \"workers\": 2}", "plan file");
   EXPECT_THROW(read_plan_file(path), UserError);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "pptrain/common/check.h"
+#include "pptrain/partition/workers.h"
 
 namespace pptrain {
 namespace {
@@ -136,6 +137,14 @@ ResolvedRun resolve_run(RequestedSchedule made, const RunRequest& request) {
                   " D >= 2 pipelines, got ", names.dp, " ", dp);
     PPTRAIN_CHECK(request.zero == 0, names.zero, " 1 shards an optimizer the copies share; ", name,
                   "'s copies each keep their own");
+  }
+  if (!request.dp_shares.empty()) {
+    check_dp_shares(request.dp_shares, dp,
+                    request.schedule.microbatches.value_or(made.validated.given().num_microbatches),
+                    names.dp_shares);
+    PPTRAIN_CHECK(!made.averages_copies || equal_shares(request.dp_shares), names.dp_shares, " ",
+                  format_dp_shares(request.dp_shares), ": ", name,
+                  "'s copies pull their weights together as equals; give them equal shares");
   }
   std::vector<TiedParameter> ties = resolve_ties(request.ties, made, names);
   ResolvedRun run(std::move(made));

@@ -92,6 +92,10 @@ struct RunRequest {
   // (`pptrain schedule`).
   std::optional<OptimizerOptions> optimizer;
   int zero = 0;  // 1: the optimizer state sharded over the data-parallel copies (ZeRO stage 1)
+  // The samples per step of each of the schedule.dp copies (partition/workers.h: data-parallel
+  // shares): one per copy, each a multiple of the microbatches; unequal ones not with a
+  // schedule whose copies average their weights (avgpipe). Empty: equal shares.
+  std::vector<int> dp_shares;
   bool recompute = false;  // keep only each stage's input between F and its backward
   std::vector<TiedParameter> ties;
   // Skip connections (synchronous schedules), their messages added to the schedule's. Those of

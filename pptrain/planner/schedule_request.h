@@ -47,6 +47,7 @@ struct OptionNames {
   std::string chunks = "--chunks";
   std::string steps = "--steps";
   std::string dp = "--dp";
+  std::string dp_shares = "--dp-shares";
   std::string skips = "the skip connections";
   std::string zero = "--zero";
   std::string optimizer = "--optimizer";

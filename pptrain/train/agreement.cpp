@@ -8,6 +8,7 @@
 #include "pptrain/common/check.h"
 #include "pptrain/common/files.h"
 #include "pptrain/generators/registry.h"
+#include "pptrain/partition/workers.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
@@ -103,6 +104,7 @@ Settings plan_settings(const TrainingPlan& plan) {
   Settings settings = {
       {"--pp", std::to_string(plan.ranks())},
       {"--dp", std::to_string(plan.copies)},
+      {"--dp-shares", plan.dp_shares.empty() ? "(equal)" : format_dp_shares(plan.dp_shares)},
       {"--zero", std::to_string(plan.zero)},
       {"--model", m.kind},
       {"--layers", std::to_string(m.layers)},

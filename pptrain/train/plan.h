@@ -35,6 +35,10 @@ struct TrainOptions {
   // the global batch: each copy trains on its 1/D of it, and each stage's D copies average their
   // gradients before the optimizer step.
   int dp = 1;
+  // The samples of each step's batch each copy trains on, "24,8" (partition/workers.h: data-
+  // parallel shares; D positive multiples of M summing to --batch-size): a copy holding a slower
+  // rank takes fewer, and the copies' gradients are weighed by their shares. Empty: 1/D each.
+  std::string dp_shares;
   // 1: each of the D copies keeps the optimizer state of about 1/D of its stages' layers, steps
   // those and hands their new weights to the other copies (ZeRO stage 1); 0: every copy keeps
   // all of it.
@@ -136,6 +140,9 @@ struct TrainingPlan {
   DataOptions data;
   // D: copies of the pipeline (--dp). World rank w runs pipeline rank w % P of copy w / P.
   int copies = 1;
+  // [copy] = the samples of each step's batch it trains on (--dp-shares, unequal); empty: equal
+  // shares, batch_size / D each.
+  std::vector<int> dp_shares;
   int zero = 0;  // --zero: 1 shards the optimizer state over the D copies (train/stage_copies.h)
   // The schedule every rank runs, with its SEND/RECV actions. With --pp 1 every schedule name
   // means the same single-stage run: all microbatches' forwards, then all their backwards.
@@ -159,8 +166,10 @@ struct TrainingPlan {
   // [world rank] = the worker (launch rank, the process's RANK) that runs it; empty: the
   // identity. The runtime sees only ranks: its transport is placed (runtime/group.h).
   std::vector<int> placement;
-  bool replan = false;           // --replan auto
-  int64_t microbatch_size = 0;   // samples per microbatch: batch_size / (D x M)
+  bool replan = false;  // --replan auto
+  // Samples per microbatch: batch_size / (D x M), rounded down, at least 1; what a cut is
+  // profiled and planned at. Each copy's own: copy_microbatch_size(d).
+  int64_t microbatch_size = 0;
   double tokens_per_sample = 1;  // gpt: seq_len (0 with --seq-len-range: each batch's); mlp: 1
   int steps = 0;
   // --optimizer (its lr resolved: never 0), --momentum, --warmup-steps, --clip,
@@ -189,6 +198,16 @@ struct TrainingPlan {
   int world_size() const { return copies * ranks(); }
   int pipeline_rank(int world_rank) const { return world_rank % ranks(); }
   int copy_of(int world_rank) const { return world_rank / ranks(); }
+  // Copy d trains on rows [copy_first_sample(d), + copy_samples(d)) of each step's batch.
+  int64_t copy_samples(int copy) const {
+    return dp_shares.empty() ? data.batch_size / copies : dp_shares[copy];
+  }
+  int64_t copy_first_sample(int copy) const {
+    int64_t first = 0;
+    for (int d = 0; d < copy; ++d) first += copy_samples(d);
+    return first;
+  }
+  int64_t copy_microbatch_size(int copy) const { return copy_samples(copy) / microbatches(); }
   // (The groups of a pipeline's ranks and of a stage's copies are PipelineSchedule's.)
   int num_stages() const { return schedule->num_stages; }
   int microbatches() const { return data.microbatches; }  // M, per step

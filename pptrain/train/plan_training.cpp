@@ -31,7 +31,14 @@ void check_flags(const TrainOptions& options) {
   PPTRAIN_CHECK(options.pp >= 1, "--pp must be >= 1, got ", options.pp);
   PPTRAIN_CHECK(options.dp >= 1, "--dp must be >= 1, got ", options.dp);
   PPTRAIN_CHECK(M >= 1, "--microbatches must be >= 1, got ", M);
-  if (options.dp == 1) {
+  if (!options.dp_shares.empty()) {
+    // (Their count and microbatches are resolve_run()'s to check.)
+    int sum = 0;
+    for (int share : parse_dp_shares(options.dp_shares, "--dp-shares")) sum += share;
+    PPTRAIN_CHECK(sum == options.data.batch_size, "--dp-shares ", options.dp_shares, " sum to ",
+                  sum, ", but --batch-size is ", options.data.batch_size,
+                  " (each copy's samples of the batch)");
+  } else if (options.dp == 1) {
     PPTRAIN_CHECK(options.data.batch_size >= 1 && options.data.batch_size % M == 0, "--batch-size ",
                   options.data.batch_size, " is not a positive multiple of --microbatches ", M);
   } else {
@@ -58,12 +65,17 @@ void check_flags(const TrainOptions& options) {
                 "); every stage needs at least one block");
 }
 
+// TrainingPlan::microbatch_size: the copies' mean, at least 1.
+int64_t mean_microbatch_size(const TrainOptions& options) {
+  return std::max(options.data.batch_size / (options.dp * options.data.microbatches), 1);
+}
+
 StageLayerOptions stage_layer_options(const TrainOptions& options, bool may_profile) {
   StageLayerOptions layers;
   layers.model = options.model;
   layers.partition = options.partition;
   layers.stage_layers = options.stage_layers;
-  layers.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
+  layers.microbatch_size = mean_microbatch_size(options);
   layers.ranks = options.pp;
   layers.may_profile = may_profile;
   return layers;
@@ -127,6 +139,7 @@ RunRequest run_request(const TrainOptions& options) {
   request.stages = options.stages;
   request.family = options.family;
   request.dp = options.dp;
+  if (!options.dp_shares.empty()) run.dp_shares = parse_dp_shares(options.dp_shares, "--dp-shares");
   request.memory_limit = options.memory_limit;
   request.solver = parse_solver(options.solver);
   request.time_limit_s = options.time_limit_s;
@@ -254,7 +267,8 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.data = options.data;
   plan.copies = options.dp;
   plan.zero = run.zero;
-  plan.microbatch_size = options.data.batch_size / (options.dp * options.data.microbatches);
+  if (!equal_shares(request.dp_shares)) plan.dp_shares = request.dp_shares;
+  plan.microbatch_size = mean_microbatch_size(options);
   // With --seq-len-range, 0: the library counts each step's own length.
   plan.tokens_per_sample = options.model.kind != "gpt"    ? 1
                            : options.data.min_seq_len > 0 ? 0
@@ -338,9 +352,9 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
   agree(given.stage_layers, "--stage-layers", options.stage_layers, layers);
   PPTRAIN_CHECK(!options.recompute || plan.recompute, "--recompute contradicts ", source,
                 ", which plans without recomputation; leave --recompute out");
-  PPTRAIN_CHECK(options.dp == 1, "--dp ", options.dp, ": ", source,
-                " is for one pipeline; plan each copy's share of the batch instead");
+  agree(given.dp, "--dp", options.dp, plan.dp);
   options.pp = plan.workers;
+  options.dp = plan.dp;
   options.data.microbatches = plan.microbatches;
   options.data.batch_size = plan.batch_size;
   options.schedule = plan.schedule;
@@ -354,6 +368,11 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
     const std::string placement = format_placement(plan.placement);
     agree(!options.placement.empty(), "--placement", options.placement, placement);
     options.placement = placement;
+  }
+  if (!plan.dp_shares.empty()) {
+    const std::string shares = format_dp_shares(plan.dp_shares);
+    agree(!options.dp_shares.empty(), "--dp-shares", options.dp_shares, shares);
+    options.dp_shares = shares;
   }
 }
 

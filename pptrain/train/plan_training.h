@@ -22,13 +22,13 @@ namespace pptrain {
 // sets the user gave as well, so that one contradicting it is an error, not silently replaced.
 struct PlanFlagsGiven {
   bool pp = false, microbatches = false, batch_size = false, schedule = false,
-       schedule_file = false, chunks = false, partition = false, stage_layers = false;
+       schedule_file = false, chunks = false, partition = false, stage_layers = false, dp = false;
 };
 
-// Sets --pp, --microbatches, --batch-size, the schedule (the plan's CSV as --schedule-file),
-// --chunks, the stage layers and --recompute from the plan. UserError (one line naming the flag,
-// its value and the plan's) when a given flag contradicts the plan, and for --dp > 1 (the plan
-// is for one pipeline: D copies would cut each microbatch D times smaller).
+// Sets --pp, --dp, --microbatches, --batch-size, the schedule (the plan's CSV as
+// --schedule-file), --chunks, the stage layers, --recompute, and the placement and --dp-shares
+// the plan chose, from the plan. UserError (one line naming the flag, its value and the plan's)
+// when a given flag contradicts the plan.
 void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOptions& options);
 
 // Checks the options and resolves the plan. UserError (one line) for anything a user can get

@@ -132,16 +132,22 @@ RunInfo run_info(const TrainingPlan& plan) {
   run.steps = plan.steps;
   run.first_step = plan.first_step;
   run.batch_size = plan.data.batch_size;
+  run.dp_shares = plan.dp_shares;
   run.tokens_per_sample = plan.tokens_per_sample;
   run.asynchronous = plan.asynchronous();
   const int P = plan.ranks(), S = plan.num_stages();
+  // Unequal shares: each copy's own ("6,2").
+  std::string microbatch_sizes;
+  for (int d = 0; d < (plan.dp_shares.empty() ? 1 : plan.copies); ++d) {
+    microbatch_sizes += (d > 0 ? "," : "") + std::to_string(plan.copy_microbatch_size(d));
+  }
   char line[512];
   std::snprintf(line, sizeof line,
                 "training %s (%d layers, d_model %d) with %s: %d rank%s, %d stage%s, %d "
-                "microbatches of %lld",
+                "microbatches of %s",
                 plan.model.kind.c_str(), num_layers(plan.model), plan.model.d_model,
                 plan.schedule->name.c_str(), P, P == 1 ? "" : "s", S, S == 1 ? "" : "s",
-                plan.microbatches(), static_cast<long long>(plan.microbatch_size));
+                plan.microbatches(), microbatch_sizes.c_str());
   run.header = line;
   run.header += "\n" + describe_stage_layers(plan.model, plan.partition, plan.stage_layers);
   if (!plan.placement.empty()) {
@@ -152,10 +158,17 @@ RunInfo run_info(const TrainingPlan& plan) {
     }
     run.header += "\nplacement " + format_placement(plan.placement) + ": " + workers;
   }
-  if (plan.copies > 1) {
+  if (plan.copies > 1 && plan.dp_shares.empty()) {
     std::snprintf(line, sizeof line,
                   "%d copies of the pipeline (--dp), %d ranks: each trains on 1/%d of the batch",
                   plan.copies, plan.world_size(), plan.copies);
+    run.header += std::string("\n") + line;
+  } else if (plan.copies > 1) {
+    std::snprintf(line, sizeof line,
+                  "%d copies of the pipeline (--dp), %d ranks: shares %s of the batch of %d "
+                  "(--dp-shares), their gradients weighed by them",
+                  plan.copies, plan.world_size(), format_dp_shares(plan.dp_shares).c_str(),
+                  plan.data.batch_size);
     run.header += std::string("\n") + line;
   }
   // Which kernels compute the products, as this process settled them at its start (empty when the
@@ -184,11 +197,14 @@ std::optional<StepReport> gather_step_report(const RunInfo& run, int step, doubl
   timeline.num_ranks = run.world_size();
   timeline.unit = TimeUnit::kSeconds;
   double squared_norm = 0;
-  // Each copy of the pipeline (--dp) divided its losses by its own M: their mean. The replicas
-  // of a replicated last stage divided theirs by the step's M: their sum.
+  // Each copy of the pipeline (--dp) divided its losses by its own M: their mean, or with
+  // unequal shares each weighed by its share. The replicas of a replicated last stage divided
+  // theirs by the step's M: their sum.
+  const bool weighed = !run.dp_shares.empty();
   for (size_t world_rank = 0; world_rank < ranks.size(); ++world_rank) {
     const RankStep& r = ranks[world_rank];
-    if (r.has_loss) report.loss += r.loss;
+    const int copy = static_cast<int>(world_rank) / run.ranks();
+    if (r.has_loss) report.loss += weighed ? r.loss * share_weight(run.dp_shares, copy) : r.loss;
     report.step_seconds = std::max(report.step_seconds, r.seconds);
     report.rank_seconds.push_back(r.seconds);
     report.peak_activation_bytes.push_back(r.peak_activation_bytes);
@@ -217,7 +233,7 @@ std::optional<StepReport> gather_step_report(const RunInfo& run, int step, doubl
       timeline.events.push_back(e);
     }
   }
-  report.loss /= run.copies;
+  if (!weighed) report.loss /= run.copies;
   if (run.asynchronous) report.grad_norm = std::sqrt(squared_norm);
   report.stats = timeline_stats(timeline);
   char bubble[32];

@@ -103,6 +103,9 @@ struct RunInfo {
   int steps = 0;               // of the run; 0 when not known in advance
   int first_step = 0;          // 0-based; a resumed run's first
   int64_t batch_size = 0;      // samples per step over all copies
+  // [copy] = its samples per step when the copies' shares are unequal (--dp-shares); empty:
+  // batch_size / copies each.
+  std::vector<int> dp_shares;
   double tokens_per_sample = 1;
   bool asynchronous = false;
   std::string header;    // what the log prints before the first step (lines, no final newline)

@@ -63,6 +63,7 @@ void StageCopies::start_average(int stage) {
     b.flat.narrow(0, offset, p.numel()).copy_(p.grad().reshape(-1));
     offset += p.numel();
   }
+  if (b.where.weight != 1) b.flat.mul_(b.where.weight);
   b.sum = b.where.group->allreduce_sum_async(b.flat);
   count_all_reduce(b);
   b.started = true;

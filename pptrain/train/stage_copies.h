@@ -1,7 +1,10 @@
 // The ranks that hold copies of the same stage combine their gradients before the optimizer
 // step, so that every copy steps as one process on the whole batch would:
 //   - data parallelism (--dp D): the D copies of the pipeline each trained on 1/D of the batch,
-//     with their losses divided by their own M; they average (divide_by = D). With --zero 1
+//     with their losses divided by their own M; they average (divide_by = D). With unequal
+//     shares of the batch (--dp-shares) each copy's gradients, a mean over its own samples, are
+//     weighed by its share of the batch before the sum (weight = share / batch, divide_by = 1),
+//     which makes the mean over the whole batch. With --zero 1
 //     each copy also keeps the optimizer state of only its share of the layers, steps those,
 //     and hands their new weights to the other copies;
 //   - a replicated schedule (chimera, gems, 1f1b-rr; Schedule::placement): each replica ran
@@ -44,11 +47,13 @@ namespace pptrain {
 std::vector<int> zero_owners(const std::vector<int64_t>& layer_numel, int replicas);
 
 // One stage whose copies combine gradients: `group` is the transport among the ranks holding
-// it (not owned), `divide_by` what their sum is divided by.
+// it (not owned), `divide_by` what their sum is divided by, `weight` what this copy's gradients
+// are multiplied by before it (1: as they are).
 struct StageGroup {
   const Stage* stage = nullptr;
   Transport* group = nullptr;
   int divide_by = 1;
+  double weight = 1;
 };
 
 // How avgpipe's D copies pull their weights together (StageCopies::pull_to_centre): after

@@ -128,7 +128,8 @@ class Schedule:
                  trace: str = "", weight_split: str = "autograd", tokens_per_sample: float = 1,
                  data_parallel: int = 1, zero: int = 0,
                  tied: Mapping[str, Sequence[int]] | None = None,
-                 skips: Sequence[tuple[str, int, int]] = (), **family: Any) -> None:
+                 skips: Sequence[tuple[str, int, int]] = (),
+                 data_parallel_shares: Sequence[int] = (), **family: Any) -> None:
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
@@ -137,7 +138,8 @@ class Schedule:
             schedule_file=schedule_file, recompute=recompute, optimizer=optimizer, steps=steps,
             one_process=one_process, metrics=metrics, svg=svg, trace=trace, family=family,
             weight_split=weight_split, tokens_per_sample=tokens_per_sample,
-            data_parallel=data_parallel, zero=zero, tied=dict(tied or {}), skips=list(skips))
+            data_parallel=data_parallel, zero=zero, tied=dict(tied or {}), skips=list(skips),
+            data_parallel_shares=list(data_parallel_shares))
 
     def step(self, *args: Any, target: Tensors | None = None) -> torch.Tensor | None:
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
@@ -282,7 +284,8 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
              weight_split: str = "autograd", tokens_per_sample: float = 1,
              data_parallel: int = 1, zero: int = 0,
              tied: Mapping[str, Sequence[int]] | None = None,
-             skips: Sequence[tuple[str, int, int]] = (), **family: Any) -> Schedule:
+             skips: Sequence[tuple[str, int, int]] = (),
+             data_parallel_shares: Sequence[int] = (), **family: Any) -> Schedule:
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -301,7 +304,10 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
 
     data_parallel: D copies of the pipeline over the world (placement() with the same D says
     which stages a rank holds); each copy's ranks call step() with their copy's share of the
-    batch, and a stage's copies average their gradients. zero=1 shards pptrain's optimizer state
+    batch, and a stage's copies average their gradients. data_parallel_shares: each copy's
+    samples per step when they are not equal, e.g. [6, 2] (copy d's ranks pass step() that
+    many rows, each a multiple of n_microbatches): a copy's gradients are then weighed by its
+    share, so a step is still the whole batch's mean. zero=1 shards pptrain's optimizer state
     over the copies (ZeRO stage 1; needs `optimizer`). tied: {name: [stages]}, parameters shared
     between stages, each stage's copy declared with PipelineStage.tie(). skips: [(name, from,
     to)], the tensor `name` of stage `from`'s output (a dict) goes straight to stage `to`,
@@ -316,7 +322,8 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
                     schedule_file=schedule_file, recompute=recompute, optimizer=optimizer,
                     steps=steps, one_process=one_process, metrics=metrics, svg=svg, trace=trace,
                     weight_split=weight_split, tokens_per_sample=tokens_per_sample,
-                    data_parallel=data_parallel, zero=zero, tied=tied, skips=skips, **family)
+                    data_parallel=data_parallel, zero=zero, tied=tied, skips=skips,
+                    data_parallel_shares=data_parallel_shares, **family)
 
 
 class TrainingFailed(RuntimeError):

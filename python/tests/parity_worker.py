@@ -106,16 +106,20 @@ CASES = {
     "dp": dict(schedule="1f1b", data_parallel=2, microbatches=4),
     "dp-zero": dict(schedule="1f1b", data_parallel=2, microbatches=4,
                     optimizer={"kind": "sgd", "lr": 0.1, "momentum": 0.9}, zero=1),
+    # Unequal shares: copy 0 trains on 6 rows of 8 in microbatches of 3, copy 1 on 2 in 1s.
+    "dp-shares": dict(schedule="1f1b", data_parallel=2, microbatches=2,
+                      data_parallel_shares=[6, 2]),
     "tie": dict(schedule="1f1b", microbatches=8),
     "skip": dict(schedule="1f1b", microbatches=8),
 }
 
 
-def share(batch, copy, copies):
-    """Copy `copy`'s share of a batch (a tensor or a dict of them) along dimension 0."""
+def share(batch, copy, copies, shares=()):
+    """Copy `copy`'s share of a batch (a tensor or a dict of them) along dimension 0: its rows
+    of `shares`, or 1/copies."""
     if isinstance(batch, dict):
-        return {k: v.chunk(copies)[copy] for k, v in batch.items()}
-    return batch.chunk(copies)[copy]
+        return {k: share(v, copy, copies, shares) for k, v in batch.items()}
+    return batch.split(list(shares))[copy] if shares else batch.chunk(copies)[copy]
 
 
 def train(case, rank, size):
@@ -142,6 +146,9 @@ def train(case, rank, size):
                 stage.tie("w", stage.module[-1][0].weight)
     if "zero" in spec:
         options["zero"] = spec["zero"]
+    shares = spec.get("data_parallel_shares", ())
+    if shares:
+        options["data_parallel_shares"] = shares
     optimizer = spec.get("optimizer")
     schedule = pptrain.schedule(spec["schedule"], stages, n_microbatches=spec["microbatches"],
                                 loss_fn=torch.nn.functional.mse_loss, data_parallel=copies,
@@ -153,7 +160,8 @@ def train(case, rank, size):
     for x, y in batches(skip_net=case == "skip"):
         if own:
             own.zero_grad()
-        loss = schedule.step(share(x, copy, copies), target=share(y, copy, copies))
+        loss = schedule.step(share(x, copy, copies, shares),
+                             target=share(y, copy, copies, shares))
         if own:
             own.step()
         losses.append(None if loss is None else float(loss))

@@ -64,9 +64,12 @@ def whole_model_name(case, key):
 def test_equals_plain_torch(four_ranks, case):
     ranks = four_ranks[case]
     ref_losses, ref_state = plain_torch(case)
-    copies = parity_worker.CASES[case].get("data_parallel", 1)
-    # Each copy's last stage returns its share's mean; the batch's mean is their mean.
-    losses = [sum(r["losses"][k] for r in ranks if r["losses"][k] is not None) / copies
+    spec = parity_worker.CASES[case]
+    copies = spec.get("data_parallel", 1)
+    shares = spec.get("data_parallel_shares", [1] * copies)
+    # Each copy's last stage returns its share's mean; the batch's mean weighs them by shares.
+    losses = [sum(r["losses"][k] * shares[r["copy"]] for r in ranks
+                  if r["losses"][k] is not None) / sum(shares)
               for k in range(parity_worker.STEPS)]
     assert losses == pytest.approx(ref_losses, rel=1e-5)
     seen = set()
@@ -87,7 +90,7 @@ def test_tied_copies_stay_bit_identical(four_ranks):
 
 
 def test_data_parallel_copies_hold_the_same_weights(four_ranks):
-    for case in ("dp", "dp-zero"):
+    for case in ("dp", "dp-zero", "dp-shares"):
         by_copy = {}
         for r in four_ranks[case]:
             by_copy.setdefault(r["copy"], {}).update(r["state"])

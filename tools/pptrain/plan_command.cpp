@@ -25,6 +25,7 @@ namespace {
 struct PlanArgs {
   std::string profile;
   int workers = 0;
+  int dp = 1;
   double memory_limit = -1;  // required
   double memory_margin = 0.05;
   int batch = 0;
@@ -73,8 +74,12 @@ PlannerOptions options_from(const PlanArgs& args) {
                 "--memory-limit must be >= 0 bytes per rank (0: none), got ", args.memory_limit);
   PPTRAIN_CHECK(args.workers >= 1, "--workers must be >= 1, got ", args.workers);
   PPTRAIN_CHECK(args.batch >= 0, "--batch must be >= 1 samples, got ", args.batch);
+  PPTRAIN_CHECK(args.dp >= 1, "--dp must be >= 1, got ", args.dp);
+  PPTRAIN_CHECK(args.batch % args.dp == 0, "--batch ", args.batch, " is not a multiple of --dp ",
+                args.dp, " (each copy is planned on its 1/", args.dp, " of the batch)");
   PlannerOptions options;
   options.workers = args.workers;
+  options.copies = args.dp;
   options.memory_limit_bytes = args.memory_limit;
   options.memory_margin = args.memory_margin;
   options.batch_size = args.batch;
@@ -91,7 +96,10 @@ PlannerOptions options_from(const PlanArgs& args) {
   options.jobs = args.jobs;
   if (!args.workers_profile.empty()) {
     const WorkersProfile workers = read_workers_profile(args.workers_profile);
-    check_workers_count(workers, args.workers, detail::concat("--workers ", args.workers));
+    check_workers_count(workers, args.workers * args.dp,
+                        args.dp == 1
+                            ? detail::concat("--workers ", args.workers)
+                            : detail::concat("--workers ", args.workers, " x --dp ", args.dp));
     if (!workers.all_equal()) {  // equal workers plan as without the file
       options.rank_speeds = workers.speeds();
       options.rank_memory_limits = workers.memory_limits_bytes();
@@ -141,6 +149,12 @@ void add_plan_command(CLI::App& app) {
                    "Bytes per worker: weights, gradients, optimizer state, the batch, peak "
                    "activations, messages in flight and working memory (0: none)")
       ->required();
+  command
+      ->add_option("--dp", args->dp,
+                   "Data-parallel copies of the pipeline (D), each on its own P workers: "
+                   "--batch is then their batch together, and on unequal workers (a "
+                   "--workers-profile of P x D) each copy gets a share for its pace")
+      ->capture_default_str();
   command->add_option("--workers-profile", args->workers_profile,
                       "The workers' relative speeds and memory limits (pptrain-workers-1 JSON, "
                       "as `pptrain train --partition workers` measures them): a slower rank gets "
