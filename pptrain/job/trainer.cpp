@@ -37,18 +37,18 @@ void maybe_crash_for_test(int rank, int step) {
 }
 
 // A test hook: PPTRAIN_TEST_SLOW_WORKER=w PPTRAIN_TEST_SLOW_STEP=k PPTRAIN_TEST_SLOW_FACTOR=x
-// makes the process of worker w tell --replan auto's watch, from step k (0-based) on, that its
-// compute took x times as long as it did, whichever rank it plays: a straggler as the watch sees
-// one, without a machine to slow.
-double compute_as_watched(double compute_s, int worker, int step) {
+// makes every process tell --replan auto's watch that its rank computed what the cut expects of
+// it, and the process of worker w, from step k (0-based) on, x times that, whichever rank it
+// plays: a straggler as the watch sees one, without a machine to slow, and without the noise of
+// a loaded machine's real times.
+double compute_as_watched(double compute_s, const StragglerWatch& watch, int rank, int worker,
+                          int step) {
   const char* slow_worker = std::getenv("PPTRAIN_TEST_SLOW_WORKER");
   const char* slow_step = std::getenv("PPTRAIN_TEST_SLOW_STEP");
   const char* factor = std::getenv("PPTRAIN_TEST_SLOW_FACTOR");
-  if (slow_worker && slow_step && factor && std::atoi(slow_worker) == worker &&
-      step >= std::atoi(slow_step)) {
-    return compute_s * std::atof(factor);
-  }
-  return compute_s;
+  if (!slow_worker || !slow_step || !factor) return compute_s;
+  const bool slow = std::atoi(slow_worker) == worker && step >= std::atoi(slow_step);
+  return watch.profiled_s(rank) * (slow ? std::atof(factor) : 1.0);
 }
 
 // The schedule's options that the plan decided.
@@ -172,7 +172,8 @@ std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
     schedule.step(batches);
     if (watch == nullptr || step + 1 == plan.steps) continue;
     auto times = torch::zeros({transport.world_size()}, torch::kFloat64);
-    times[rank] = compute_as_watched(schedule.last_compute_wall_s(), watch->worker, step);
+    times[rank] =
+        compute_as_watched(schedule.last_compute_wall_s(), watch->watch, rank, watch->worker, step);
     transport.allreduce_sum_async(times).wait();
     std::vector<double> compute_s;
     for (int r = 0; r < transport.world_size(); ++r) compute_s.push_back(times[r].item<double>());

@@ -70,6 +70,9 @@ class StragglerWatch {
   // with `kept` when a rank changed speed and no cut can be made; else nothing.
   std::optional<Replan> observe(const std::vector<double>& compute_s);
 
+  // What the cut expects of `rank` per step: its stages' profiled compute, seconds.
+  double profiled_s(int rank) const { return work_s_.at(rank); }
+
  private:
   Profile profile_;
   int microbatches_;
