@@ -326,7 +326,7 @@ class ShmRing {
   }
 
   // The receiver: hands every record written so far to take(tag, bytes, length), in order, and
-  // frees its room after each.
+  // frees its room after each; stops at the first record take() returns false for (not taken).
   template <typename Take>
   void drain(Take&& take) {
     uint64_t tail = control_->tail.load(std::memory_order_relaxed);
@@ -335,7 +335,10 @@ class ShmRing {
       const uint64_t at = tail % capacity_;
       int64_t words[2];
       std::memcpy(words, data_ + at, sizeof words);
-      if (words[0] >= 0) take(static_cast<int>(words[0]), data_ + at + kRecordHeader, words[1]);
+      if (words[0] >= 0 &&
+          !take(static_cast<int>(words[0]), data_ + at + kRecordHeader, words[1])) {
+        return;  // left for a later drain, with everything behind it
+      }
       tail += kRecordHeader + padded(static_cast<uint64_t>(words[1]));
       control_->tail.store(tail, std::memory_order_release);
     }
@@ -559,8 +562,13 @@ class SharedMemoryLinks {
     if (length > 0) std::memcpy(posted.buffer.data_ptr(), bytes, static_cast<size_t>(length));
   }
 
-  // Writes what waits to be sent, as far as the rings have room, and takes what came in.
-  void progress_locked() {
+  // Writes what waits to be sent, as far as the rings have room, and takes what came in: into
+  // the receives posted for it, stopping at the first message whose receive is not posted yet
+  // (it stays in the ring, as it would in Gloo's socket, so that no memory is taken for it
+  // before its receive is posted, where the memory model counts it), unless `early`: then it
+  // is copied aside for its receive to come. A waiting rank takes early, so that a message in
+  // front of the one it waits for, or a full ring its peer waits on, never holds it up.
+  void progress_locked(bool early = false) {
     for (auto& [peer, p] : peers_) {
       while (!p.pending.empty()) {
         const Outgoing& next = p.pending.front();
@@ -568,16 +576,18 @@ class SharedMemoryLinks {
         p.pending.pop_front();
         ++p.written;
       }
-      p.in->drain([&p](int tag, const uint8_t* bytes, int64_t length) {
+      p.in->drain([&p, early](int tag, const uint8_t* bytes, int64_t length) {
         auto posted = p.posted.find(tag);
         if (posted != p.posted.end() && !posted->second.empty()) {
           fill(*posted->second.front(), bytes, length);
           posted->second.pop_front();
-          return;
+          return true;
         }
+        if (!early) return false;
         torch::Tensor copy = torch::empty({length}, torch::kUInt8);
         if (length > 0) std::memcpy(copy.data_ptr(), bytes, static_cast<size_t>(length));
         p.arrived[tag].push_back(std::move(copy));
+        return true;
       });
     }
   }
@@ -597,6 +607,8 @@ class SharedMemoryLinks {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         progress_locked();
+        if (done()) return;
+        progress_locked(/*early=*/true);
         if (done()) return;
       }
       const auto now = Clock::now();
