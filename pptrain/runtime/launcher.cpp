@@ -222,10 +222,13 @@ bool running_as_worker(const MasterHint& hint) {
 namespace {
 
 // True when a listening socket could bind `port` on every address (as rank 0's store does); 0:
-// any port, which the kernel picks. Returns the port bound, or 0.
+// any port, which the kernel picks. Returns the port bound, or 0. Like the stores, it reuses an
+// address whose connections wait in TIME_WAIT, which a listener that closed first leaves.
 int try_bind(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   PPTRAIN_CHECK(fd >= 0, "cannot open a socket to find a free port: ", std::strerror(errno));
+  const int yes = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);

@@ -1,8 +1,11 @@
 #include "pptrain/runtime/launcher.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -148,6 +151,37 @@ TEST(Launcher, FreePortIsAPort) {
   const int port = find_free_port();
   EXPECT_GT(port, 0);
   EXPECT_LT(port, 65536);
+}
+
+// A port whose listener closed a connection first keeps it in TIME_WAIT for a minute. A store
+// binds it again at once, as both listeners reuse addresses, so it is free: an elastic run's
+// agent that served the rendezvous and closed its doorbell's connections serves the next
+// meeting there (with none serving, every agent waited for the endpoint until its timeout).
+TEST(Launcher, APortWithOnlyClosedConnectionsIsFree) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  const int yes = 1;  // as the doorbell and c10d's store listen
+  ASSERT_EQ(::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes), 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof address;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), size), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &size), 0);
+  const int port = ntohs(address.sin_port);
+  EXPECT_FALSE(port_is_free(port));  // listening
+
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), size), 0);
+  const int served = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(served, 0);
+  ::close(listener);
+  ::close(served);  // the listener's side closes first: its end waits in TIME_WAIT
+  char byte = 0;
+  EXPECT_EQ(::recv(client, &byte, 1, 0), 0);  // the client sees the close
+  ::close(client);
+  EXPECT_TRUE(port_is_free(port));
 }
 
 }  // namespace
