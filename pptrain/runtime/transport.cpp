@@ -293,7 +293,12 @@ class ShmRing {
     const uint64_t tail = control_->tail.load(std::memory_order_acquire);
     uint64_t at = head % capacity_;
     const uint64_t to_end = capacity_ - at;
-    const uint64_t padding = to_end < need ? to_end : 0;
+    // A record goes to the front after padding to the end when it does not fit before the end,
+    // and also when the ring is empty and the record fits in front of `at`: then the pages in
+    // use are those of the most bytes ever in flight at once, not the whole ring's, which a
+    // writer going round would make resident one by one (and they stay in the cache).
+    const bool restart = tail == head && at != 0 && need <= at;
+    const uint64_t padding = to_end < need || restart ? to_end : 0;
     if (head + padding + need - tail > capacity_) return false;
     if (padding > 0) {
       write_header(at, -1, padding - kRecordHeader);
