@@ -267,7 +267,15 @@ class Heartbeat {
 // One direction between two ranks: a single-producer, single-consumer ring of records, each a
 // 64-byte header (tag, length in bytes) and the bytes, padded to 64. A record that would cross
 // the ring's end is preceded by a padding record (tag -1) to the end. `head` and `tail` count
-// bytes written and consumed since the start; each lives in its own cache line.
+// bytes written and consumed since the start, and a record at count c lies at (c - base) modulo
+// the capacity; each counter lives in its own cache line.
+//
+// A record written to an empty ring goes to its front: the writer moves `base` to `head` first.
+// The pages in use are then those of the most bytes ever in flight at once, not the whole
+// ring's, which a writer going round would make resident one by one (and they stay in the
+// cache). No padding is counted for it, so the ring keeps its whole room. The reader reads
+// `base` after `head`, and `base` moves only while the reader has nothing left to read, so the
+// two always place a record alike.
 class ShmRing {
  public:
   static constexpr uint64_t kControlBytes = 4096;
@@ -291,14 +299,14 @@ class ShmRing {
     const uint64_t need = kRecordHeader + padded(length);
     const uint64_t head = control_->head.load(std::memory_order_relaxed);
     const uint64_t tail = control_->tail.load(std::memory_order_acquire);
-    uint64_t at = head % capacity_;
+    uint64_t base = control_->base.load(std::memory_order_relaxed);
+    if (tail == head && (head - base) % capacity_ != 0) {
+      base = head;  // published with `head` below
+      control_->base.store(base, std::memory_order_relaxed);
+    }
+    uint64_t at = (head - base) % capacity_;
     const uint64_t to_end = capacity_ - at;
-    // A record goes to the front after padding to the end when it does not fit before the end,
-    // and also when the ring is empty and the record fits in front of `at`: then the pages in
-    // use are those of the most bytes ever in flight at once, not the whole ring's, which a
-    // writer going round would make resident one by one (and they stay in the cache).
-    const bool restart = tail == head && at != 0 && need <= at;
-    const uint64_t padding = to_end < need || restart ? to_end : 0;
+    const uint64_t padding = to_end < need ? to_end : 0;
     if (head + padding + need - tail > capacity_) return false;
     if (padding > 0) {
       write_header(at, -1, padding - kRecordHeader);
@@ -336,8 +344,9 @@ class ShmRing {
   void drain(Take&& take) {
     uint64_t tail = control_->tail.load(std::memory_order_relaxed);
     const uint64_t head = control_->head.load(std::memory_order_acquire);
+    const uint64_t base = control_->base.load(std::memory_order_relaxed);  // after `head`
     while (tail < head) {
-      const uint64_t at = tail % capacity_;
+      const uint64_t at = (tail - base) % capacity_;
       int64_t words[2];
       std::memcpy(words, data_ + at, sizeof words);
       if (words[0] >= 0 &&
@@ -354,6 +363,7 @@ class ShmRing {
  private:
   struct Control {
     alignas(64) std::atomic<uint64_t> head;
+    std::atomic<uint64_t> base;  // the count at the ring's front (the writer's, as `head`)
     alignas(64) std::atomic<uint64_t> tail;
     alignas(64) std::atomic<uint32_t> writes;  // records written, the futex a receiver sleeps on
     std::atomic<uint32_t> sleeping;            // 1 while the receiver sleeps on `writes`
@@ -482,6 +492,17 @@ class SharedMemoryLinks {
     }
   }
 
+  ~SharedMemoryLinks() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    if (writer_.joinable()) writer_.join();
+  }
+  SharedMemoryLinks(const SharedMemoryLinks&) = delete;
+  SharedMemoryLinks& operator=(const SharedMemoryLinks&) = delete;
+
   // Whether a message of `bytes` to or from `peer` goes through shared memory.
   bool covers(int peer, int64_t bytes) const {
     return bytes <= kShmMaxMessageBytes && peers_.count(peer) > 0;
@@ -494,8 +515,13 @@ class SharedMemoryLinks {
     if (p.pending.empty() && p.out->try_write(tag, tensor.data_ptr(), tensor.nbytes())) {
       return PendingComm(nullptr, tensor);
     }
+    // The ring is full: the writer thread writes it once the peer has read enough, as Gloo's
+    // thread sends, so it never waits for this rank's next call (one that waits in a collective
+    // meanwhile, or returns to a program that does, would wait for it forever).
     const uint64_t ticket = ++p.queued;
     p.pending.push_back({tag, tensor});
+    if (!writer_.joinable()) writer_ = std::thread([this] { write_pending(); });
+    queued_.notify_one();
     return PendingComm(
         [this, peer, ticket, what = std::move(what)] {
           wait_until([&] { return peers_.at(peer).written >= ticket; }, peer, what);
@@ -576,12 +602,7 @@ class SharedMemoryLinks {
   // front of the one it waits for, or a full ring its peer waits on, never holds it up.
   void progress_locked(bool early = false) {
     for (auto& [peer, p] : peers_) {
-      while (!p.pending.empty()) {
-        const Outgoing& next = p.pending.front();
-        if (!p.out->try_write(next.tag, next.tensor.data_ptr(), next.tensor.nbytes())) break;
-        p.pending.pop_front();
-        ++p.written;
-      }
+      write_pending_locked(p);
       p.in->drain([&p, early](int tag, const uint8_t* bytes, int64_t length) {
         auto posted = p.posted.find(tag);
         if (posted != p.posted.end() && !posted->second.empty()) {
@@ -595,6 +616,36 @@ class SharedMemoryLinks {
         p.arrived[tag].push_back(std::move(copy));
         return true;
       });
+    }
+  }
+
+  // Writes what waits to be sent to `p`, as far as its ring has room.
+  static void write_pending_locked(Peer& p) {
+    while (!p.pending.empty()) {
+      const Outgoing& next = p.pending.front();
+      if (!p.out->try_write(next.tag, next.tensor.data_ptr(), next.tensor.nbytes())) break;
+      p.pending.pop_front();
+      ++p.written;
+    }
+  }
+
+  // The writer thread: while sends wait for room, tries them every 100 us; else sleeps until
+  // send() queues one, or the links close.
+  void write_pending() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      bool waiting = false;
+      for (auto& [peer, p] : peers_) {
+        write_pending_locked(p);
+        waiting = waiting || !p.pending.empty();
+      }
+      if (!waiting) {
+        queued_.wait(lock);
+        continue;
+      }
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      lock.lock();
     }
   }
 
@@ -639,7 +690,10 @@ class SharedMemoryLinks {
 
   std::chrono::milliseconds timeout_;
   std::mutex mutex_;
-  std::map<int, Peer> peers_;  // the peers on this host with a link, by rank
+  std::map<int, Peer> peers_;       // the peers on this host with a link, by rank
+  std::condition_variable queued_;  // a send was queued, or the links close
+  bool stopping_ = false;
+  std::thread writer_;  // started at the first send a ring had no room for
 };
 
 class C10dTransport : public Transport {

@@ -270,6 +270,39 @@ TEST(Transport, SharedMemoryCarriesWhatGlooCarries) {
   check_messages(/*shared_memory=*/false);
 }
 
+// A send the ring has no room for is written when the peer has read enough, even while its
+// rank waits in a collective and never calls on the ring again (as a Gloo send goes on by
+// itself): here rank 1 sends three messages of 3 MiB (the 8 MiB ring holds two) without
+// waiting, then joins an all-reduce; rank 0 receives them only later, then joins it.
+TEST(Transport, SharedMemorySendsGoOnWhileTheSenderWaitsElsewhere) {
+  const int port = find_free_port();
+  constexpr int kMessages = 3;
+  const int64_t floats = 3 << 18;  // 3 MiB
+  std::vector<float> firsts(kMessages, -1.0f);
+  const std::string errors = testing::run_rank_threads(2, [&](int rank) {
+    auto transport = connect_transport(pair_options(rank, port, std::chrono::seconds(10), true));
+    auto total = torch::ones({1});
+    if (rank == 1) {
+      std::vector<PendingComm> unsent;
+      for (int i = 0; i < kMessages; ++i) {
+        unsent.push_back(transport->send(torch::full({floats}, static_cast<float>(i)), 0, 20 + i));
+      }
+      transport->allreduce_sum(total);
+      for (auto& s : unsent) s.wait();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 is in the all-reduce
+      for (int i = 0; i < kMessages; ++i) {
+        auto buffer = torch::zeros({floats});
+        transport->recv(buffer, 1, 20 + i).wait();
+        firsts[i] = buffer[0].item<float>();
+      }
+      transport->allreduce_sum(total);
+    }
+  });
+  ASSERT_EQ(errors, "");
+  for (int i = 0; i < kMessages; ++i) EXPECT_EQ(firsts[i], static_cast<float>(i)) << i;
+}
+
 // This process's resident shared memory (RssShmem of /proc/self/status), in bytes.
 int64_t resident_shared_memory() {
   std::ifstream status("/proc/self/status");
