@@ -307,7 +307,11 @@ class ShmRing {
     uint64_t at = (head - base) % capacity_;
     const uint64_t to_end = capacity_ - at;
     const uint64_t padding = to_end < need ? to_end : 0;
-    if (head + padding + need - tail > capacity_) return false;
+    if (head + padding + need - tail > capacity_) {
+      control_->writer_waits.store(1, std::memory_order_relaxed);
+      return false;
+    }
+    control_->writer_waits.store(0, std::memory_order_relaxed);
     if (padding > 0) {
       write_header(at, -1, padding - kRecordHeader);
       at = 0;
@@ -358,12 +362,29 @@ class ShmRing {
     }
   }
 
+  // The receiver: whether the writer found no room at its last try (it waits for the reader).
+  bool writer_waits() const { return control_->writer_waits.load(std::memory_order_relaxed) != 0; }
+
+  // The receiver: whether a record of `tag` waits in the ring, read or not.
+  bool holds(int tag) const {
+    const uint64_t head = control_->head.load(std::memory_order_acquire);
+    const uint64_t base = control_->base.load(std::memory_order_relaxed);
+    for (uint64_t at_count = control_->tail.load(std::memory_order_relaxed); at_count < head;) {
+      int64_t words[2];
+      std::memcpy(words, data_ + (at_count - base) % capacity_, sizeof words);
+      if (words[0] == tag) return true;
+      at_count += kRecordHeader + padded(static_cast<uint64_t>(words[1]));
+    }
+    return false;
+  }
+
   static uint64_t padded(uint64_t bytes) { return (bytes + 63) / 64 * 64; }
 
  private:
   struct Control {
     alignas(64) std::atomic<uint64_t> head;
-    std::atomic<uint64_t> base;  // the count at the ring's front (the writer's, as `head`)
+    std::atomic<uint64_t> base;          // the count at the ring's front (the writer's, as `head`)
+    std::atomic<uint32_t> writer_waits;  // 1 while the writer's last try found no room
     alignas(64) std::atomic<uint64_t> tail;
     alignas(64) std::atomic<uint32_t> writes;  // records written, the futex a receiver sleeps on
     std::atomic<uint32_t> sleeping;            // 1 while the receiver sleeps on `writes`
@@ -526,7 +547,7 @@ class SharedMemoryLinks {
     queued_.notify_one();
     return PendingComm(
         [this, peer, ticket, what = std::move(what)] {
-          wait_until([&] { return peers_.at(peer).written >= ticket; }, peer, what);
+          wait_until([&] { return peers_.at(peer).written >= ticket; }, {peer, -1}, what);
         },
         tensor);
   }
@@ -544,8 +565,8 @@ class SharedMemoryLinks {
       p.posted[tag].push_back(posted);
     }
     return PendingComm(
-        [this, posted, peer, what = std::move(what)] {
-          wait_until([&] { return posted->done; }, peer, what);
+        [this, posted, peer, tag, what = std::move(what)] {
+          wait_until([&] { return posted->done; }, {peer, tag}, what);
           if (!posted->error.empty()) throw std::runtime_error(what + ": " + posted->error);
         },
         buffer);
@@ -597,22 +618,31 @@ class SharedMemoryLinks {
   }
 
   // Writes what waits to be sent, as far as the rings have room, and takes what came in: into
-  // the receives posted for it, stopping at the first message whose receive is not posted yet
-  // (it stays in the ring, as it would in Gloo's socket, so that no memory is taken for it
-  // before its receive is posted, where the memory model counts it), unless `early`: then it
-  // is copied aside for its receive to come. A waiting rank takes early, so that a message in
-  // front of the one it waits for, or a full ring its peer waits on, never holds it up.
-  void progress_locked(bool early = false) {
+  // the receives posted for it, stopping at the first message whose receive is not posted yet.
+  // That one stays in the ring (as a Gloo message stays with its sender until its receive is
+  // posted), so that no memory is taken for it before the memory model counts it. A rank waiting
+  // for `awaited` (tag -1: a send, which waits for no message) copies aside, for their receives
+  // to come, only the messages that hold it up: those in front of the awaited one, once it has
+  // come, and all of a ring whose writer waits for room.
+  struct Awaited {
+    int peer;
+    int tag;
+  };
+  void progress_locked(const Awaited* awaited = nullptr) {
     for (auto& [peer, p] : peers_) {
       write_pending_locked(p);
-      p.in->drain([&p, early](int tag, const uint8_t* bytes, int64_t length) {
+      const bool full = awaited && p.in->writer_waits();
+      bool in_front =
+          awaited && peer == awaited->peer && awaited->tag >= 0 && p.in->holds(awaited->tag);
+      p.in->drain([&](int tag, const uint8_t* bytes, int64_t length) {
         auto posted = p.posted.find(tag);
         if (posted != p.posted.end() && !posted->second.empty()) {
           fill(*posted->second.front(), bytes, length);
           posted->second.pop_front();
+          if (in_front && tag == awaited->tag) in_front = false;
           return true;
         }
-        if (!early) return false;
+        if (!full && !in_front) return false;
         torch::Tensor copy = torch::empty({length}, torch::kUInt8);
         if (length > 0) std::memcpy(copy.data_ptr(), bytes, static_cast<size_t>(length));
         p.arrived[tag].push_back(std::move(copy));
@@ -651,15 +681,16 @@ class SharedMemoryLinks {
     }
   }
 
-  // Polls until `done()` holds: spinning for 50 us (a message between two busy ranks comes
-  // within microseconds), then asleep on the peer's ring until it writes (naps of at most
-  // 1 ms, so that the other rings and what waits to be sent still move). Throws after
-  // the timeout, or when `peer`'s process is gone, in the words of c10d_waiter().
+  // Polls until `done()` holds, waiting for `awaited` (progress_locked()): spinning for 50 us (a
+  // message between two busy ranks comes within microseconds), then asleep on the peer's ring until
+  // it writes (naps of at most 1 ms, so that the other rings and what waits to be sent still move).
+  // Throws after the timeout, or when `peer`'s process is gone, in the words of c10d_waiter().
   template <typename Done>
-  void wait_until(Done&& done, int peer, const std::string& what) {
+  void wait_until(Done&& done, Awaited awaited, const std::string& what) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     auto checked = start;
+    const int peer = awaited.peer;
     ShmRing& ring = *peers_.at(peer).in;
     while (true) {
       const uint32_t seen = ring.writes();
@@ -667,7 +698,7 @@ class SharedMemoryLinks {
         std::lock_guard<std::mutex> lock(mutex_);
         progress_locked();
         if (done()) return;
-        progress_locked(/*early=*/true);
+        progress_locked(&awaited);
         if (done()) return;
       }
       const auto now = Clock::now();

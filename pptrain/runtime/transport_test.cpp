@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/memory.h"
 #include "pptrain/runtime/group.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
@@ -301,6 +302,61 @@ TEST(Transport, SharedMemorySendsGoOnWhileTheSenderWaitsElsewhere) {
   });
   ASSERT_EQ(errors, "");
   for (int i = 0; i < kMessages; ++i) EXPECT_EQ(firsts[i], static_cast<float>(i)) << i;
+}
+
+// A rank waiting for one message leaves the messages whose receives are not posted in the
+// ring (as Gloo leaves them with their sender), so that no memory is taken for them earlier
+// than the memory model counts it: while the awaited message has not come, and behind it once
+// it has. Only those in front of it are copied aside (its receive could not be served
+// otherwise), and their receives, posted later, get them.
+TEST(Transport, SharedMemoryWaitCopiesAsideOnlyWhatStandsInFront) {
+  install_counting_allocator();
+  const int port = find_free_port();
+  const int64_t large = 1 << 18;  // floats: 1 MiB
+  const std::vector<int64_t> floats = {large, 4, large, 4, large};
+  const std::vector<int> tags = {7, 8, 10, 11, 12};
+  std::vector<float> got(tags.size(), -1.0f);
+  int64_t before_it_came = -1, once_it_came = -1;
+  const std::string errors = testing::run_rank_threads(2, [&](int rank) {
+    auto transport = connect_transport(pair_options(rank, port, std::chrono::seconds(30), true));
+    const auto send = [&](size_t i) {
+      transport->send(torch::full({floats[i]}, static_cast<float>(tags[i])), 0, tags[i]).wait();
+    };
+    std::vector<torch::Tensor> buffers;
+    for (int64_t n : floats) buffers.push_back(torch::zeros({n}));
+    const auto recv = [&](size_t i) { transport->recv(buffers[i], 1, tags[i]).wait(); };
+    transport->barrier();
+    // While rank 0 waits for 8, 7 stands in the ring without its receive.
+    if (rank == 1) {
+      send(0);
+      const int64_t before = allocated_bytes();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      before_it_came = allocated_bytes() - before;
+      send(1);
+    } else {
+      recv(1);
+      recv(0);
+    }
+    // 10, 11 and 12 are all in the ring when rank 0 waits for 11: 10 is copied aside, 12 not.
+    if (rank == 1) {
+      for (size_t i = 2; i < tags.size(); ++i) send(i);
+    }
+    transport->barrier();
+    if (rank == 0) {
+      const int64_t before = allocated_bytes();
+      recv(3);
+      once_it_came = allocated_bytes() - before;
+      recv(2);
+      recv(4);
+      for (size_t i = 0; i < tags.size(); ++i) got[i] = buffers[i][0].item<float>();
+    }
+    transport->barrier();
+  });
+  ASSERT_EQ(errors, "");
+  EXPECT_LT(before_it_came, large * 4) << "copied aside before the awaited message came";
+  EXPECT_GE(once_it_came, large * 4) << "the message in front was not copied aside";
+  EXPECT_LT(once_it_came, 2 * large * 4) << "copied aside a message behind the awaited one";
+  for (size_t i = 0; i < tags.size(); ++i) EXPECT_EQ(got[i], tags[i]) << "tag " << tags[i];
 }
 
 // This process's resident shared memory (RssShmem of /proc/self/status), in bytes.
