@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -311,7 +312,9 @@ class ShmRing {
       control_->writer_waits.store(1, std::memory_order_relaxed);
       return false;
     }
-    control_->writer_waits.store(0, std::memory_order_relaxed);
+    if (control_->writer_waits.load(std::memory_order_relaxed) != 0) {
+      control_->writer_waits.store(0, std::memory_order_relaxed);
+    }
     if (padding > 0) {
       write_header(at, -1, padding - kRecordHeader);
       at = 0;
@@ -621,7 +624,8 @@ class SharedMemoryLinks {
   // posted), so that no memory is taken for it before the memory model counts it. A rank waiting
   // for `awaited` (tag -1: a send, which waits for no message) copies aside, for their receives
   // to come, only the messages that hold it up: those in front of the awaited one, once it has
-  // come, and all of a ring whose writer waits for room.
+  // come, and all of a ring whose writer waits for room. The ring is searched for the awaited
+  // message only when a message without its receive stands at its front.
   struct Awaited {
     int peer;
     int tag;
@@ -630,17 +634,22 @@ class SharedMemoryLinks {
     for (auto& [peer, p] : peers_) {
       write_pending_locked(p);
       const bool full = awaited && p.in->writer_waits();
-      bool in_front =
-          awaited && peer == awaited->peer && awaited->tag >= 0 && p.in->holds(awaited->tag);
+      std::optional<bool> in_front;  // of the awaited message; asked once, when it matters
       p.in->drain([&](int tag, const uint8_t* bytes, int64_t length) {
         auto posted = p.posted.find(tag);
         if (posted != p.posted.end() && !posted->second.empty()) {
           fill(*posted->second.front(), bytes, length);
           posted->second.pop_front();
-          if (in_front && tag == awaited->tag) in_front = false;
+          if (awaited && tag == awaited->tag) in_front = false;  // it has come: nothing more
           return true;
         }
-        if (!full && !in_front) return false;
+        if (!full) {
+          if (!in_front) {
+            in_front =
+                awaited && peer == awaited->peer && awaited->tag >= 0 && p.in->holds(awaited->tag);
+          }
+          if (!*in_front) return false;
+        }
         torch::Tensor copy = torch::empty({length}, torch::kUInt8);
         if (length > 0) std::memcpy(copy.data_ptr(), bytes, static_cast<size_t>(length));
         p.arrived[tag].push_back(std::move(copy));
@@ -694,8 +703,7 @@ class SharedMemoryLinks {
       const uint32_t seen = ring.writes();
       {
         std::lock_guard<std::mutex> lock(mutex_);
-        progress_locked();
-        if (done()) return;
+        if (done()) return;  // taken in already: no later message is copied aside for it
         progress_locked(&awaited);
         if (done()) return;
       }
