@@ -1,7 +1,7 @@
 """torch's pipelining API (pptrain.pipelining) against pptrain's own (pptrain.schedule) on the
 same model, schedule and optimizer, alternated in one run (issue 50, "Speed": at least 0.95x).
 
-    pptrain run --nproc 2 /usr/bin/python3 bench/pipelining_speed.py [--rounds 3] [--steps 8]
+    pptrain run --nproc 2 .venv/bin/python bench/pipelining_speed.py [--rounds 3] [--steps 8]
         [--warmup 2] [model flags of bench/python_speed.py]
 
 Each rank trains bench/python_speed.py's gpt (pptrain's gpt written as a torch.nn module) with

@@ -4,7 +4,7 @@
 #   bench/python_import.sh [BUILD_DIR]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
-python=/usr/bin/python3
+python="${PPTRAIN_PYTHON:-.venv/bin/python}"
 median() {
   local code=$1 times=()
   for _ in 1 2 3 4 5; do

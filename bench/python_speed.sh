@@ -5,7 +5,7 @@
 #           gradients; and --weight-split autograd, the split a Python module gets) and gpipe;
 #   py-*    the same gpt written as a Python torch.nn module (bench/python_speed.py), the same
 #           two (zb-v: four) stages and sgd, driven through pptrain.runtime under
-#           `pptrain run --nproc 2 /usr/bin/python3`, with 1f1b, zb-v and gpipe; and zb-v with
+#           `pptrain run --nproc 2 .venv/bin/python`, with 1f1b, zb-v and gpipe; and zb-v with
 #           pptrain.Linear layers and weight_split="deferred" (the CLI's split, from Python);
 #   *-glibc the 1f1b runs again with PPTRAIN_MALLOC=system, i.e. glibc's own malloc settings
 #           instead of pptrain's (keep_freed_memory in pptrain/device/memory.h), to show what
@@ -28,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
-python=/usr/bin/python3  # Debian's, with python3-torch
+python="${PPTRAIN_PYTHON:-.venv/bin/python}"  # the one whose torch pptrain is built against
 PPTRAIN=$build/tools/pptrain/pptrain
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-8}

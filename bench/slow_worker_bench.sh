@@ -44,7 +44,7 @@ slow_cgroup_make "pptrain-bench-$$" "$SHARE" || { echo "slow_worker_bench: $slow
 # to $work/$1.$3.err.r.
 run_pair() {
   local name=$1 flags=$2 round=$3 port world=$((2 * DP))
-  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$("${PPTRAIN_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   pids=()
   for r in $(seq 0 $((world - 1))); do
     local prefix=()

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages pptrain needs, if any is missing.
 set -euo pipefail
-packages=(build-essential cmake ccache libtorch-dev libgloo-dev libopenblas0-pthread libgtest-dev
+packages=(build-essential cmake ccache libgtest-dev
           libcli11-dev libbenchmark-dev nlohmann-json3-dev librsvg2-bin coinor-libcbc-dev pkg-config
-          python3-dev python3-torch python3-pybind11 pybind11-dev python3-pytest clang-format
-          openmpi-bin python3-yaml mypy slurmctld slurmd slurm-client munge
+          python3-dev python3-venv clang-format
+          openmpi-bin slurmctld slurmd slurm-client munge
           iproute2)
 missing=()
 for p in "${packages[@]}"; do

@@ -408,7 +408,7 @@ expect_error "plan: missing profile" "$work/none.json" \
 if ldd "$pptrain" | grep -q libtorch; then fail "pptrain links LibTorch"; fi
 version=$("$pptrain" --version) || fail "--version exited $?"
 grep -Eq '^pptrain [0-9]+\.[0-9]+\.[0-9]+$' <<<"$version" || fail "--version lacks pptrain's version: $version"
-grep -Eq '^LibTorch ([0-9.]+|none)$' <<<"$version" || fail "--version lacks LibTorch's version: $version"
+grep -Eq '^LibTorch ([0-9.]+(\+[a-z0-9]+)?|none)$' <<<"$version" || fail "--version lacks LibTorch's version: $version"
 runtime="$(dirname "$pptrain")/pptrain-runtime"
 if [ -x "$runtime" ]; then
   for command in train profile; do

@@ -39,7 +39,7 @@ np=$(grep -oE 'mpirun -np [0-9]+' "$examples/mpirun.sh" | grep -oE '[0-9]+$')
 [ "$np" = "$(pp_of "$examples/mpirun.sh")" ] || fail "mpirun.sh starts $np ranks for another --pp"
 echo "mpirun.sh: -np $np = --pp"
 
-flags=$(/usr/bin/python3 - "$examples/pytorchjob.yaml" <<'PY'
+flags=$("${PPTRAIN_PYTHON:-python3}" - "$examples/pytorchjob.yaml" <<'PY'
 import sys, yaml
 with open(sys.argv[1]) as f:
     job = yaml.safe_load(f)

@@ -91,7 +91,7 @@ grep -q "launcher found" "$dir/slurm1.err" && fail "rank 1 named the launcher to
 if [ -n "$python_path" ]; then
   port=$(free_port)
   for r in 0 1; do
-    start "python$r" env $(slurm_env $r) PYTHONPATH="$python_path" timeout 120 /usr/bin/python3 \
+    start "python$r" env $(slurm_env $r) PYTHONPATH="$python_path" timeout 120 "${PPTRAIN_PYTHON:-python3}" \
       -c 'import pptrain; print("world", *pptrain.world())'
   done
   finish python0

@@ -89,7 +89,7 @@ awk 'NR == FNR { want[$1] = $2; next }
 echo "elastic: the run ended with the one-process losses (steps $(step_losses \
   "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)-$steps)"
 # The parameters of the last step's checkpoint, layer by layer, against one process's.
-/usr/bin/python3 - "$dir/one" "$dir/ckpt" >"$dir/params.txt" 2>&1 <<'PY' ||
+"${PPTRAIN_PYTHON:-python3}" - "$dir/one" "$dir/ckpt" >"$dir/params.txt" 2>&1 <<'PY' ||
 import glob, os, sys
 import torch
 want_dir, got_dir = sys.argv[1], sys.argv[2]

@@ -16,7 +16,7 @@ trap 'exit 1' INT TERM
 
 # A TCP port free now (the kernel's pick).
 free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  "${PPTRAIN_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
 # Prints "FAILED: <why>" and the tail of every *.err in $dir, and ends the script. A test whose

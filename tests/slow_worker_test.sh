@@ -33,7 +33,7 @@ trap cleanup EXIT
 fail() { echo "FAILED: $*"; for f in "$dir"/*.err; do echo "--- $f"; cat "$f"; done; exit 1; }
 
 slow_cgroup_make "pptrain-slow-$$" 0.33 || skip "$slow_cgroup_missing"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$("${PPTRAIN_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 train="train --model gpt --layers 8 --d-model 64 --heads 4 --seq-len 16 --batch-size 8
        --microbatches 4 --steps 3 --quiet"
@@ -97,7 +97,7 @@ train="train --model gpt --layers 8 --d-model 256 --heads 4 --seq-len 64 --batch
        --microbatches 4 --steps $steps --quiet"
 "$binary" $train --pp 1 --metrics "$dir/one2.jsonl" --save "$dir/one2" >/dev/null \
   2>"$dir/one2.err" || fail "the --pp 1 run of part 2"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$("${PPTRAIN_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 pids=()
 for r in 0 1; do
   env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
@@ -136,7 +136,7 @@ fast=$(count "$after" $((1 - slow_stage)))
 paste <(losses "$dir/one2.jsonl") <(losses "$dir/replan.jsonl") | awk '
   { d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1; if (d > 1e-5 * s) bad = 1 }
   END { exit bad }' || fail "the losses of --replan auto differ from --pp 1"
-/usr/bin/python3 "$root/tests/same_weights.py" "$dir/one2" "$dir/replan" ||
+"${PPTRAIN_PYTHON:-python3}" "$root/tests/same_weights.py" "$dir/one2" "$dir/replan" ||
   fail "the parameters of --replan auto differ from --pp 1"
 echo "--replan auto: layers moved off the slowed rank, losses and parameters those of --pp 1"
 
@@ -145,7 +145,7 @@ train="train --model gpt --layers 8 --d-model 64 --heads 4 --seq-len 16 --batch-
        --microbatches 4 --steps 3 --quiet"
 "$binary" $train --pp 1 --metrics "$dir/one3.jsonl" >/dev/null 2>"$dir/one3.err" ||
   fail "the --pp 1 run of part 3"
-port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$("${PPTRAIN_PYTHON:-python3}" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 pids=()
 for r in 0 1 2 3; do
   prefix=()

@@ -2,7 +2,6 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
-#include <torch/version.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -44,18 +43,11 @@ void delete_counted(void* data) {
   g_inner_deleter(block);
 }
 
-// LibTorch 2.3 made allocate() non-const and added copy_data().
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-#define PPTRAIN_ALLOCATE_CONST
-#else
-#define PPTRAIN_ALLOCATE_CONST const
-#endif
-
 class CountingAllocator : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr allocate(size_t n) PPTRAIN_ALLOCATE_CONST override {
+  c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = inner_->allocate(n + kHeaderBytes);
     const c10::Device device = inner.device();
     TORCH_INTERNAL_ASSERT(inner.get() == inner.get_context(),
@@ -72,11 +64,9 @@ class CountingAllocator : public c10::Allocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
-#endif
 
  private:
   c10::Allocator* inner_;

@@ -12,16 +12,9 @@
 namespace pptrain {
 namespace {
 
-// The key under which a torch optimizer keeps a parameter's state: its TensorImpl's address,
-// as a string in LibTorch 1.13 and 2.x's releases so far, as the pointer should a release change
-// the map's key type.
-template <typename StateMap>
-typename StateMap::key_type state_key(const torch::Tensor& p) {
-  if constexpr (std::is_same_v<typename StateMap::key_type, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
-  } else {
-    return static_cast<typename StateMap::key_type>(p.unsafeGetTensorImpl());
-  }
+// The key under which a torch optimizer keeps a parameter's state: its TensorImpl's address.
+void* state_key(const torch::Tensor& p) {
+  return p.unsafeGetTensorImpl();
 }
 
 }  // namespace
@@ -93,7 +86,7 @@ std::vector<torch::Tensor> StageOptimizer::direction(const Stage& stage) const {
       out.push_back(torch::zeros_like(p));
       if (!layers_[i]) continue;
       const auto& state = layers_[i]->state();
-      const auto found = state.find(state_key<std::decay_t<decltype(state)>>(p));
+      const auto found = state.find(state_key(p));
       if (found == state.end()) continue;
       const auto& group = layers_[i]->param_groups().front();
       if (const auto* adamw =
@@ -208,7 +201,7 @@ void StageOptimizer::step_undoably(bool exact) {
   undo.exact = exact;
   for_each_parameter(layers_, [&](torch::optim::Optimizer& optimizer, torch::Tensor& p, size_t) {
     auto& state = optimizer.state();
-    const auto found = state.find(state_key<std::decay_t<decltype(state)>>(p));
+    const auto found = state.find(state_key(p));
     undo.had_state.push_back(found != state.end());
     if (!exact) return;
     undo.params.push_back(p.detach().clone());
@@ -233,7 +226,7 @@ void StageOptimizer::undo_step() {
   const Undo& undo = *undo_;
   for_each_parameter(layers_, [&](torch::optim::Optimizer& optimizer, torch::Tensor& p, size_t i) {
     auto& state = optimizer.state();
-    const auto key = state_key<std::decay_t<decltype(state)>>(p);
+    const auto key = state_key(p);
     const auto found = state.find(key);
     auto& group = optimizer.param_groups().front();
     if (undo.exact) {
@@ -275,7 +268,7 @@ std::vector<ArchiveFile> StageOptimizer::archives(bool copy) const {
     using Key = std::decay_t<decltype(state)>::key_type;
     std::vector<std::pair<Key, std::unique_ptr<torch::optim::OptimizerParamState>>> aside;
     for (const auto& p : elsewhere_) {
-      const auto found = state.find(state_key<std::decay_t<decltype(state)>>(p));
+      const auto found = state.find(state_key(p));
       if (found == state.end()) continue;
       aside.emplace_back(found->first, std::move(found->second));
       state.erase(found);
@@ -322,7 +315,7 @@ std::vector<torch::Tensor> StageOptimizer::state_of(const torch::Tensor& paramet
   torch::optim::Optimizer* optimizer = optimizer_of(parameter);
   if (!optimizer) return {};
   auto& state = optimizer->state();
-  const auto found = state.find(state_key<std::decay_t<decltype(state)>>(parameter));
+  const auto found = state.find(state_key(parameter));
   if (found == state.end()) return {};
   std::vector<torch::Tensor> out = state_tensors(*found->second);
   if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(found->second.get())) {
@@ -347,7 +340,7 @@ void StageOptimizer::set_state(const torch::Tensor& parameter,
   PPTRAIN_ASSERT(optimizer && values.size() == state_like(parameter).size(),
                  "a state of the optimizer's kind for one of its parameters");
   auto& state = optimizer->state();
-  const auto key = state_key<std::decay_t<decltype(state)>>(parameter);
+  const auto key = state_key(parameter);
   if (dynamic_cast<torch::optim::AdamW*>(optimizer)) {
     auto made = std::make_unique<torch::optim::AdamWParamState>();
     made->exp_avg(values[0].clone());

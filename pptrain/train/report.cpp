@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "pptrain/common/blas_kernels.h"
+#include "pptrain/device/kernels.h"
 #include "pptrain/partition/workers.h"
 #include "pptrain/train/control_tags.h"
 
@@ -171,9 +171,8 @@ RunInfo run_info(const TrainingPlan& plan) {
                   plan.data.batch_size);
     run.header += std::string("\n") + line;
   }
-  // Which kernels compute the products, as this process settled them at its start (empty when the
-  // program did not, or LibTorch's BLAS is not OpenBLAS): figures of runs compare only with it.
-  if (!blas_kernels_line().empty()) run.header += "\n" + blas_kernels_line();
+  // Which kernels compute the run (torch's wheel's own): figures of runs compare only with it.
+  run.header += "\n" + compute_kernels_line();
   if (!plan.resume_dir.empty()) {
     run.header +=
         "\nresuming " + plan.resume_dir + " after step " + std::to_string(plan.first_step);

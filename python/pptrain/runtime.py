@@ -27,7 +27,30 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 import torch
 
-from . import _runtime
+from . import _build
+
+
+def _check_torch() -> None:
+    """Stops the import in one line when the torch imported is not the one the extension was
+    built against: its C++ symbols would not match (a crash or an unresolved symbol)."""
+    built, running = _build.TORCH_VERSION, str(torch.__version__)
+    if running == built:
+        return
+
+    def minor(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+    if minor(running) < minor(_build.TORCH_MINIMUM):
+        raise ImportError(f"pptrain: torch {running} is older than {_build.TORCH_MINIMUM}, the "
+                          f"oldest pptrain supports (this pptrain was built against torch {built})")
+    raise ImportError(f"pptrain: this pptrain was built against torch {built}, but torch "
+                      f"{running} is imported (from {os.path.dirname(torch.__file__)}): build "
+                      f"pptrain again in this environment (pip install .)")
+
+
+_check_torch()
+
+from . import _runtime  # noqa: E402  (after the check: it links the torch it was built with)
 
 # What a stage takes and returns, and what step() takes: a tensor, a tuple or list of them, or a
 # dict of them.

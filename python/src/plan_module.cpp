@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "pptrain/common/blas_kernels.h"
 #include "pptrain/common/check.h"
 #include "pptrain/compare/comparison.h"
 #include "pptrain/compare/report.h"
@@ -184,21 +183,6 @@ PYBIND11_MODULE(_plan, m) {
   });
 
   m.def("schedule_names", &schedule_names, "The registry's schedules, in its order");
-
-  // The BLAS kernels for this CPU (common/blas_kernels.h), which `import pptrain` chooses before
-  // torch loads OpenBLAS: (names to unset, {name: value} to set, a line for the user or "").
-  m.def("choose_blas_kernels", [] {
-    const BlasChoice choice = choose_blas_kernels();
-    py::dict set;
-    for (const auto& [name, value] : choice.env.set) set[py::str(name)] = value;
-    return py::make_tuple(choice.env.unset, set, choice.line);
-  });
-  m.def(
-      "openblas_loaded", [] { return loaded_openblas().loaded; },
-      "Whether this process has loaded OpenBLAS already (torch, numpy)");
-  m.def("blas_warning_after_load", [] {
-    return blas_warning_after_load(BlasEnvironment::read(), cpu_features(), loaded_openblas());
-  });
 
   py::class_<PlannedSchedule>(m, "Schedule")
       .def_property_readonly("name",

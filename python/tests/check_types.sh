@@ -3,13 +3,13 @@
 # pptrain/__init__.py and pptrain.runtime, plain mypy over pptrain.pipelining (torch's names are
 # Any there), and mypy's stubtest of _plan.pyi and _runtime.pyi against the built extensions (a
 # name bound in plan_module.cpp or runtime_module.cpp and missing from its stub fails). Skips
-# (exit 77) without Debian's mypy, which scripts/install-deps.sh installs.
+# (exit 77) without mypy in that Python (scripts/setup-venv.sh installs it).
 #
 #   python/tests/check_types.sh BUILD/python [PYTHON]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-python=${2:-/usr/bin/python3}
-"$python" -c "import mypy" 2> /dev/null || { echo "skipped: $python has no mypy (apt-get install mypy)"; exit 77; }
+python=${2:-python3}
+"$python" -c "import mypy" 2> /dev/null || { echo "skipped: $python has no mypy (pip install mypy)"; exit 77; }
 cd "$1"
 mypy=("$python" -m mypy --config-file "$here/mypy.ini")
 # The runtime's half when its extension is built (it needs libtorch_python).

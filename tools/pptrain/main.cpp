@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <string>
 
-#include "pptrain/common/blas_kernels.h"
 #include "pptrain/common/check.h"
 #include "tools/pptrain/commands.h"
 
@@ -54,14 +53,6 @@ int exec_runtime(char** argv) {
     return 1;
   }
   const std::string runtime = (self.parent_path() / PPTRAIN_RUNTIME_BINARY).string();
-  // OpenBLAS reads OPENBLAS_CORETYPE once, as pptrain-runtime loads it: the kernels for this CPU
-  // are chosen here, by child processes that load OpenBLAS with each (common/blas_kernels.h).
-  try {
-    pptrain::apply_env(pptrain::choose_blas_kernels().env);
-  } catch (const pptrain::UserError& e) {
-    std::fprintf(stderr, "pptrain: error: %s\n", e.what());
-    return 2;
-  }
   execv(runtime.c_str(), argv);
   std::fprintf(stderr, "pptrain: error: cannot run %s (installed beside pptrain for '%s'): %s\n",
                runtime.c_str(), argv[1], std::strerror(errno));

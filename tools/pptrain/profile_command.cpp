@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "pptrain/common/blas_kernels.h"
 #include "pptrain/common/check.h"
+#include "pptrain/device/kernels.h"
 #include "pptrain/models/profiler.h"
 #include "pptrain/runtime/allreduce_probe.h"
 #include "pptrain/runtime/overhead_probe.h"
@@ -55,7 +55,7 @@ void add_profile_command(CLI::App& app) {
       total_ms += layer.forward_ms + layer.backward_input_ms + layer.backward_weight_ms;
     }
     // The times hold for these kernels only.
-    if (!blas_kernels_line().empty()) std::printf("%s\n", blas_kernels_line().c_str());
+    std::printf("%s\n", compute_kernels_line().c_str());
     std::printf("profiled %zu layers of %s (F+I+W %.3f ms per microbatch of %d) -> %s\n",
                 profile.layers.size(), options->model.kind.c_str(), total_ms,
                 options->microbatch_size, out_path->c_str());

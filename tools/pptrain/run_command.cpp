@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "pptrain/common/blas_kernels.h"
 #include "pptrain/job/supervisor.h"
 #include "pptrain/job/train_args.h"
 #include "tools/pptrain/commands.h"
@@ -62,12 +61,6 @@ void add_run_command(CLI::App& app) {
     if (!rest.empty()) {
       program.program = rest.front();
       program.args.assign(rest.begin() + 1, rest.end());
-    }
-    // The ranks inherit the kernels chosen at this program's start (OPENBLAS_CORETYPE and
-    // pptrain's note, which `import pptrain` trusts); said once here when pptrain changed them.
-    if (blas_kernels_changed()) {
-      std::fprintf(stderr, "pptrain: %s\n", blas_kernels_line().c_str());
-      std::fflush(stderr);
     }
     exit_unless_ok(run_program(program));
   });
