@@ -25,7 +25,23 @@ std::string ms_text(double ms) {
   return text;
 }
 
+// `options` laid out as --pp `pp` --dp `dp`: the cut cleared, and after a restart --resume auto.
+TrainOptions laid_out(const TrainOptions& options, int pp, int dp, bool restarted) {
+  TrainOptions laid = options;
+  laid.pp = pp;
+  laid.dp = dp;
+  laid.stage_layers.clear();
+  if (restarted) laid.resume_dir = "auto";
+  return laid;
+}
+
 }  // namespace
+
+Relayout relayout_as(const TrainOptions& options, int pp, int dp, bool restarted) {
+  Relayout laid{laid_out(options, pp, dp, restarted), std::nullopt, ""};
+  laid.plan.emplace(plan_training(laid.options, /*may_profile=*/false));
+  return laid;
+}
 
 Relayout relayout(const TrainOptions& options, int world, bool restarted,
                   std::optional<Profile>& layers) {
@@ -38,11 +54,7 @@ Relayout relayout(const TrainOptions& options, int world, bool restarted,
   std::string refused;
   for (int dp = 1; dp <= world; ++dp) {
     if (world % dp != 0) continue;
-    Fit fit{options, std::nullopt};
-    fit.options.dp = dp;
-    fit.options.pp = world / dp;
-    fit.options.stage_layers.clear();
-    if (restarted) fit.options.resume_dir = "auto";
+    Fit fit{laid_out(options, world / dp, dp, restarted), std::nullopt};
     try {
       fit.plan.emplace(plan_training(fit.options, /*may_profile=*/true));
     } catch (const UserError& e) {

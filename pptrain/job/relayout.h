@@ -37,4 +37,8 @@ struct Relayout {
 Relayout relayout(const TrainOptions& options, int world, bool restarted,
                   std::optional<Profile>& layers);
 
+// The layout --pp `pp` --dp `dp` of `options`, as relayout() makes each candidate, without
+// timing anything: for the ranks that take another rank's choice. UserError when it does not fit.
+Relayout relayout_as(const TrainOptions& options, int pp, int dp, bool restarted);
+
 }  // namespace pptrain

@@ -1,6 +1,7 @@
 #include "pptrain/job/supervisor.h"
 
 #include <sys/stat.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,30 +113,89 @@ void stop_for_joining_nodes(const NodeGroup& group, LaunchOptions& launch) {
   };
 }
 
+// How many times an elastic launcher (torchrun, `pptrain run`) started this rank's group again,
+// 0 on the first start or without one (TORCHELASTIC_RESTART_COUNT).
+int launcher_restarts() {
+  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return count ? std::atoi(count) : 0;
+}
+
+// A rank started by an elastic launcher (TORCHELASTIC_RUN_ID: torchrun, `pptrain run`) in a
+// world that does not fit --pp x --dp (its nodes met again without one, or with one more):
+// the run goes on re-planned for that world, as `pptrain train --nnodes` re-plans as its own
+// agent (job/relayout.h). Rank 0 chooses the layout (it alone may time the layers); the others
+// receive its --pp and --dp and make the same plan.
+Relayout relayout_for_launcher(const TrainOptions& options, const TrainingPlan& plan,
+                               Transport& transport) {
+  const int world = transport.world_size();
+  PPTRAIN_CHECK(!plan.asynchronous(), "WORLD_SIZE=", world, " does not match --pp ", options.pp,
+                " x --dp ", options.dp, ", and ", plan.schedule->name,
+                " is asynchronous: its result depends on its stages, so it cannot be re-planned "
+                "for another world");
+  const bool restarted = launcher_restarts() > 0 && !options.save_dir.empty();
+  torch::Tensor layout = torch::zeros({2}, torch::kInt64);
+  std::optional<Relayout> chosen;
+  if (transport.rank() == 0) {
+    std::optional<Profile> layers;
+    chosen.emplace(relayout(options, world, restarted, layers));
+    layout[0] = chosen->options.pp;
+    layout[1] = chosen->options.dp;
+  }
+  transport.allreduce_sum(layout);  // rank 0's choice, everywhere
+  const int pp = static_cast<int>(layout[0].item<int64_t>());
+  const int dp = static_cast<int>(layout[1].item<int64_t>());
+  Relayout laid = relayout_as(options, pp, dp, restarted);
+  if (transport.rank() == 0) {
+    say("the launcher started " + std::to_string(world) + (world == 1 ? " rank" : " ranks") +
+        ", not --pp " + std::to_string(options.pp) + " x --dp " + std::to_string(options.dp) +
+        ": the run goes on as --pp " + std::to_string(pp) + " --dp " + std::to_string(dp) +
+        (chosen->choice.empty() ? "" : " (" + chosen->choice + ")"));
+  }
+  return laid;
+}
+
 // This process's rank of the run: the whole run when it is one process, else the rank its
 // launcher names (a worker we forked, or one torchrun, `pptrain run`, srun or mpirun started).
-void train_here(const TrainOptions& options, const TrainingPlan& plan) {
-  const int world = options.pp * options.dp;
+void train_here(const TrainOptions& launched_options, const TrainingPlan& launched_plan) {
+  const TrainOptions* run_options = &launched_options;
+  const TrainingPlan* run_plan = &launched_plan;
+  std::optional<Relayout> relaid;  // the run re-planned for the launcher's world
   std::unique_ptr<Transport> transport;
+  const int launched_world = launched_options.pp * launched_options.dp;
+  TransportOptions transport_options;
+  if (launched_world > 1 || std::getenv("WORLD_SIZE")) {
+    transport_options = TransportOptions::from_env();
+    if (launched_options.comm_timeout_s > 0) {
+      transport_options.timeout = std::chrono::seconds(launched_options.comm_timeout_s);
+    }
+  }
+  const auto connect = [&transport_options] {
+    return transport_options.world_size == 1 ? std::move(make_loopback_transports(1).front())
+                                             : connect_transport(transport_options);
+  };
+  if (std::getenv("TORCHELASTIC_RUN_ID") && transport_options.world_size != launched_world) {
+    transport = connect();
+    relaid.emplace(relayout_for_launcher(launched_options, launched_plan, *transport));
+    run_options = &relaid->options;
+    run_plan = &*relaid->plan;
+  }
+  const TrainOptions& options = *run_options;
+  const TrainingPlan& plan = *run_plan;
+  const int world = options.pp * options.dp;
+  PPTRAIN_CHECK(world == 1 || transport_options.world_size == world,
+                "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp,
+                " x --dp ", options.dp);
+  if (!transport)
+    transport = world == 1 ? std::move(make_loopback_transports(1).front()) : connect();
   // --replan auto: where the ranks leave the checkpoint a new cut starts from: in memory
   // (/dev/shm) where the host has it, the run's port telling runs on one host apart.
   std::string moves;
-  if (world == 1) {
-    transport = std::move(make_loopback_transports(1).front());
-  } else {
-    TransportOptions transport_options = TransportOptions::from_env();
+  if (world > 1) {
     const std::filesystem::path shared_memory = "/dev/shm";
     moves = ((access(shared_memory.c_str(), W_OK) == 0 ? shared_memory
                                                        : std::filesystem::temp_directory_path()) /
              ("pptrain-replan-" + std::to_string(transport_options.master_port)))
                 .string();
-    if (options.comm_timeout_s > 0) {
-      transport_options.timeout = std::chrono::seconds(options.comm_timeout_s);
-    }
-    PPTRAIN_CHECK(transport_options.world_size == world,
-                  "WORLD_SIZE=", transport_options.world_size, " does not match --pp ", options.pp,
-                  " x --dp ", options.dp);
-    transport = connect_transport(transport_options);
   }
   // --partition workers: the ranks cut the model now that they have met (and place it then).
   const bool measure = options.partition == kWorkersPartition && options.stage_layers.empty();
@@ -296,8 +356,15 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
 
 }  // namespace
 
-RunResult run_training(const TrainOptions& options, const NodeGroupOptions& nodes) {
+RunResult run_training(const TrainOptions& given, const NodeGroupOptions& nodes) {
   const bool worker = running_as_worker({nodes.master_addr, nodes.master_port});
+  // A rank that its launcher started again (torchrun --max-restarts, `pptrain run`) continues
+  // from the newest whole checkpoint in --save, as a restart by `pptrain train` itself does.
+  TrainOptions options = given;
+  if (worker && launcher_restarts() > 0 && !options.save_dir.empty() &&
+      options.resume_dir.empty()) {
+    options.resume_dir = "auto";
+  }
   const int world = options.pp * options.dp;
   const NodeGroup group = resolve_node_group(nodes);
   PPTRAIN_CHECK(!worker || !group.multi_node(),

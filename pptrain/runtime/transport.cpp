@@ -1,7 +1,5 @@
 #include "pptrain/runtime/transport.h"
 
-#include <torch/version.h>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -52,13 +50,8 @@ namespace pptrain {
 
 namespace {
 
-// Since LibTorch 2.0 the concrete groups (Gloo, NCCL) derive from c10d::Backend; before, from
-// c10d::ProcessGroup. send/recv/allreduce/barrier have the same signatures on both.
-#if TORCH_VERSION_MAJOR >= 2
+// The concrete groups (Gloo, NCCL) derive from c10d::Backend.
 using GroupBase = c10d::Backend;
-#else
-using GroupBase = c10d::ProcessGroup;
-#endif
 
 // The first line of an error's message: c10::Error's what() carries a C++ backtrace that a user
 // of the command line does not need.
@@ -106,6 +99,34 @@ PendingComm::Waiter c10d_waiter(c10::intrusive_ptr<c10d::Work> work,
   };
 }
 
+// The store the ranks of a run meet in, at MASTER_ADDR:MASTER_PORT: served by rank 0 (`serve`),
+// except under torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True), which serves it itself for
+// every attempt of the group. There each attempt's keys live under a prefix of its own
+// (TORCHELASTIC_RESTART_COUNT), as torch's own ranks keep them, so that ranks restarted in a world
+// of the same size never read the addresses of the attempt before.
+c10::intrusive_ptr<c10d::Store> open_run_store(const TransportOptions& options, bool serve,
+                                               std::optional<int> workers) {
+  const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent = agent_store && std::string(agent_store) == "True";
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(options.master_port);
+  store_options.isServer = serve && !agent;
+  // `workers` ranks each count themselves in, and the server waits for them all; the agent's
+  // store needs no count.
+  if (workers && !agent) {
+    store_options.numWorkers = *workers;
+  } else {
+    store_options.waitWorkers = false;
+  }
+  store_options.timeout = options.timeout;
+  c10::intrusive_ptr<c10d::Store> store =
+      c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+  if (!agent) return store;
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return c10::make_intrusive<c10d::PrefixStore>(
+      "/pptrain/attempt_" + std::string(restarts ? restarts : "0"), store);
+}
+
 // The heartbeat of one rank of the world (see TransportOptions::heartbeat): a thread that adds
 // 1 to its counter in the store every kInterval (1 s) and reads the others'. A peer whose
 // counter has not moved for the communication timeout, and that has not said it is done, stops
@@ -118,11 +139,7 @@ class Heartbeat {
   static constexpr std::chrono::milliseconds kInterval = std::chrono::seconds(1);
 
   explicit Heartbeat(const TransportOptions& options) : state_(std::make_shared<State>()) {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options.master_port);
-    store_options.waitWorkers = false;
-    store_options.timeout = options.timeout;
-    state_->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    state_->store = open_run_store(options, /*serve=*/false, std::nullopt);
     state_->rank = options.rank;
     state_->world_size = options.world_size;
     state_->timeout = options.timeout;
@@ -157,7 +174,7 @@ class Heartbeat {
 
  private:
   struct State {
-    c10::intrusive_ptr<c10d::TCPStore> store;
+    c10::intrusive_ptr<c10d::Store> store;
     int rank = 0;
     int world_size = 1;
     std::chrono::milliseconds timeout{};
@@ -955,13 +972,8 @@ std::vector<PeerProcess> meet_processes(c10d::Store& store, const TransportOptio
 }
 
 std::unique_ptr<Transport> connect_or_throw(const TransportOptions& options) {
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(options.master_port);
-  store_options.isServer = options.rank == 0;
-  store_options.numWorkers = options.world_size;
-  store_options.timeout = options.timeout;
   c10::intrusive_ptr<c10d::Store> store =
-      c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+      open_run_store(options, /*serve=*/options.rank == 0, options.world_size);
   auto transport =
       std::make_unique<C10dTransport>(store, make_process_group(store, options), options);
   if (options.world_size > 1) {
