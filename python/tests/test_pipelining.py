@@ -1,7 +1,9 @@
 """pptrain.pipelining: a program written for torch.distributed.pipelining (pipelining_worker.py,
 its import line changed) trains on 2 and 4 ranks equal to plain torch in one process, with
-torch's schedule classes, a manual split, traced splits and two stages per rank; what has no
-meaning here, or is wrong, stops with a one-line error."""
+torch's schedule classes, a manual split, traced splits and two stages per rank, and evaluates
+(eval(), or a schedule without a loss_fn) as plain torch does; what has no meaning here, or is
+wrong, stops with a one-line error. test_pipelining_torch.py runs the same program on torch's
+own pipelining as well, and compares the two."""
 import json
 import os
 import sys
@@ -16,6 +18,7 @@ import pipelining_worker as worker  # noqa: E402
 from processes import run  # noqa: E402
 from pptrain import pipelining  # noqa: E402
 
+worker.use("pptrain")
 PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
 
 
@@ -28,10 +31,10 @@ def launch(out, nproc, cases, *flags, timeout=240):
     return status, err
 
 
-def reference(marked=False, scale_grads=True):
-    """Plain torch in one process: each step's loss of every microbatch, each step's output,
-    and the parameters by name after the steps."""
-    model = worker.model(marked)
+def reference(cut="manual", scale_grads=True):
+    """Plain torch in one process, on the model `cut` splits: each step's loss of every
+    microbatch, each step's output, and the parameters by name after the steps."""
+    model = worker.model_of(cut)
     optimizer = torch.optim.SGD(model.parameters(), lr=worker.LR)
     m = worker.MICROBATCHES
     step_losses, outputs = [], []
@@ -42,7 +45,7 @@ def reference(marked=False, scale_grads=True):
             output = model(xm)
             loss = worker.loss_fn(output, ym)
             (loss / m if scale_grads else loss).backward()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             chunks.append(output.detach())
         optimizer.step()
         step_losses.append(losses)
@@ -53,16 +56,19 @@ def reference(marked=False, scale_grads=True):
 def expect_equals_plain_torch(case, ranks):
     """The ranks' `losses` lists, merged outputs and parameters (by name) equal plain torch's
     to 1e-5."""
-    cut, _, _, keywords = worker.CASES[case]
+    cut, _, _, keywords, call = worker.CASES[case]
     ref_losses, ref_outputs, ref_params = reference(
-        marked=cut == "marked", scale_grads=keywords.get("scale_grads", True))
+        cut, scale_grads=keywords.get("scale_grads", True))
     last = [r for r in ranks if r["losses"]]
     assert len(last) == 1, "exactly one rank holds the last stage"
     assert [len(step) for step in last[0]["losses"]] == [worker.MICROBATCHES] * worker.STEPS
     for got, want in zip(last[0]["losses"], ref_losses):
         assert got == pytest.approx(want, rel=1e-5)
-    for got, want in zip(last[0]["outputs"], ref_outputs):
-        assert torch.allclose(torch.tensor(got), want, rtol=1e-5, atol=1e-6)
+    if call == "step-no-outputs":
+        assert last[0]["outputs"] == [None] * worker.STEPS
+    else:
+        for got, want in zip(last[0]["outputs"], ref_outputs):
+            assert torch.allclose(torch.tensor(got), want, rtol=1e-5, atol=1e-6)
     params = {}
     for r in ranks:
         params.update(r["params"])
@@ -72,14 +78,22 @@ def expect_equals_plain_torch(case, ranks):
 
 
 def expect_evaluates_as_plain_torch(case, ranks):
-    """A schedule without a loss_fn: the merged output of each step on the last stage's rank
-    equals the model's output in plain torch, and no parameter moved."""
-    model = worker.model()
+    """A schedule without a loss_fn, or eval(): the merged output of each step on the last
+    stage's rank equals the model's output in plain torch, and no parameter moved; eval() with
+    the schedule's loss_fn gives each microbatch's loss as well."""
+    model = worker.model_of(worker.CASES[case][0])
     last = [r for r in ranks if r["losses"]]
     assert len(last) == 1, "exactly one rank holds the last stage"
+    m = worker.MICROBATCHES
     with torch.no_grad():
-        for got, (x, _) in zip(last[0]["outputs"], worker.batches()):
+        for got, losses, (x, y) in zip(last[0]["outputs"], last[0]["losses"], worker.batches()):
             assert torch.allclose(torch.tensor(got), model(x), rtol=1e-5, atol=1e-6)
+            if worker.CASES[case][4] == "eval":
+                want = [float(worker.loss_fn(model(xm), ym)) for xm, ym in zip(x.chunk(m),
+                                                                                y.chunk(m))]
+                assert losses == pytest.approx(want, rel=1e-5)
+            else:
+                assert losses == ["evaluated"]
     assert len(last[0]["outputs"]) == worker.STEPS
     for r in ranks:
         for name, value in r["params"].items():
@@ -87,7 +101,8 @@ def expect_evaluates_as_plain_torch(case, ranks):
 
 
 def expect_case(case, ranks):
-    if worker.CASES[case][3].get("loss_fn", worker.loss_fn) is None:
+    _, _, _, keywords, call = worker.CASES[case]
+    if keywords.get("loss_fn", worker.loss_fn) is None or call == "eval":
         expect_evaluates_as_plain_torch(case, ranks)
     else:
         expect_equals_plain_torch(case, ranks)
@@ -197,6 +212,46 @@ def test_what_has_no_meaning_here():
         ValueError, lambda: pipelining.get_schedule_class("nope"))
 
 
+def test_backward_requires_autograd_and_step_without_gradients():
+    """backward_requires_autograd=False (torch's, for a dw_builder's backward) has no meaning
+    here; step() under torch.no_grad() stops, as torch's does, and eval() runs there."""
+    stage = pipelining.PipelineStage(worker.model(), 0, 1, "cpu")
+    assert "backward_requires_autograd=False is not supported" in one_line_error(
+        NotImplementedError, lambda: pipelining.ScheduleInterleaved1F1B(
+            [stage], 2, loss_fn=worker.loss_fn, backward_requires_autograd=False))
+    schedule = pipelining.ScheduleGPipe(stage, 2, loss_fn=worker.loss_fn)
+    x, y = torch.randn(4, worker.DIM), torch.randn(4, worker.DIM)
+    with torch.no_grad():
+        assert "call eval() for the forwards alone" in one_line_error(
+            RuntimeError, lambda: schedule.step(x, target=y))
+        assert torch.allclose(schedule.eval(x), worker.model()(x), rtol=1e-5, atol=1e-6)
+
+
+def test_eval_and_return_outputs_in_one_process():
+    """eval() gives the outputs and each microbatch's loss and leaves the gradients alone;
+    step(return_outputs=False) trains and returns None; eval() asked for losses without the
+    target stops with one line."""
+    stage = pipelining.PipelineStage(worker.model(), 0, 1, "cpu")
+    schedule = pipelining.Schedule1F1B(stage, 2, loss_fn=worker.loss_fn)
+    x, y = torch.randn(4, worker.DIM), torch.randn(4, worker.DIM)
+    model = worker.model()
+    grads = [torch.zeros_like(p) if p.grad is None else p.grad.clone()
+             for p in stage.submod.parameters()]
+    losses = []
+    assert torch.allclose(schedule.eval(x, target=y, losses=losses), model(x), rtol=1e-5,
+                          atol=1e-6)
+    want = [float(worker.loss_fn(model(xm), ym).detach()) for xm, ym in zip(x.chunk(2),
+                                                                            y.chunk(2))]
+    assert [float(loss) for loss in losses] == pytest.approx(want, rel=1e-5)
+    assert all(p.grad is None or torch.equal(p.grad, g)
+               for p, g in zip(stage.submod.parameters(), grads))
+    assert schedule.step(x, target=y, losses=losses, return_outputs=False) is None
+    assert len(losses) == 2
+    assert not all(torch.equal(p.grad, g) for p, g in zip(stage.submod.parameters(), grads))
+    assert "needs the schedule's loss_fn (given) and the target (none)" in one_line_error(
+        ValueError, lambda: schedule.eval(x, losses=[]))
+
+
 def test_schedule_names():
     assert pipelining.get_schedule_class("zbvzerobubble") is pipelining.ScheduleZBVZeroBubble
     assert pipelining.get_schedule_class("1F1B") is pipelining.Schedule1F1B
@@ -237,7 +292,7 @@ def test_keywords_of_step_reach_the_stage_that_reads_them():
     losses = []
     output = schedule.step(x, scale=scale, target=y, losses=losses)
     assert torch.allclose(output, model(x, scale=scale), rtol=1e-5, atol=1e-6)
-    want = [float(worker.loss_fn(model(xm, scale=sm), ym))
+    want = [float(worker.loss_fn(model(xm, scale=sm), ym).detach())
             for xm, sm, ym in zip(x.chunk(4), scale.chunk(4), y.chunk(4))]
     assert [float(loss) for loss in losses] == pytest.approx(want, rel=1e-5)
 

@@ -1,6 +1,7 @@
 """torch.distributed.pipelining's API over pptrain's runtime (docs/PYTHON.md, "torch's
-pipelining API"): a program written for torch's pipelining runs on torch 1.13 when its import
-line names pptrain.pipelining instead.
+pipelining API"): a program written for torch's pipelining runs on pptrain's runtime when its
+import line names pptrain.pipelining instead, with the names and signatures of the torch
+installed (python/tests/test_pipelining_names.py compares them).
 
     import torch.distributed as dist
     from pptrain.pipelining import pipeline, SplitPoint, ScheduleGPipe
@@ -18,6 +19,7 @@ line names pptrain.pipelining instead.
 Every schedule of pptrain's registry is reachable too: get_schedule_class("zb-h1").
 """
 
+from . import microbatch
 from ._split import Pipe, PipeInfo, SplitPoint, pipe_split, pipeline
 from .schedules import (PipelineScheduleMulti, PipelineScheduleSingle, Schedule1F1B,
                         ScheduleDualPipeV, ScheduleGPipe, ScheduleInterleaved1F1B,

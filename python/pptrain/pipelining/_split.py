@@ -154,12 +154,17 @@ class PipeInfo:
 
 class Pipe(torch.nn.Module):
     """A model cut into stages by pipeline(): split_gm holds stage i as `submod_i`; forward()
-    runs them one after the other (the whole model, in one process)."""
+    runs them one after the other (the whole model, in one process). pipeline() makes it;
+    has_loss_and_backward and loss_spec (torch's, for a model that computes its own loss) are
+    False and None here: the schedule's loss_fn computes the loss."""
 
-    def __init__(self, split_gm: torch.fx.GraphModule, num_stages: int) -> None:
+    def __init__(self, split_gm: torch.fx.GraphModule, num_stages: int,
+                 has_loss_and_backward: bool = False, loss_spec: Any = None) -> None:
         super().__init__()
         self.split_gm = split_gm
         self.num_stages = num_stages
+        self.has_loss_and_backward = has_loss_and_backward
+        self.loss_spec = loss_spec
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.split_gm(*args, **kwargs)

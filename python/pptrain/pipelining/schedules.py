@@ -7,9 +7,11 @@ an order of pptrain's registry (or a CSV) with torch's calling convention.
     schedule.step()                             # on the ranks between
 
 `losses` gets the loss of each microbatch (the list is cleared first) and step() returns the
-microbatches' outputs concatenated on the rank that holds the last stage, None elsewhere. The
-gradients are left in the stages' parameters: their mean over the microbatches, or their sum
-with scale_grads=False.
+microbatches' outputs concatenated on the rank that holds the last stage, None elsewhere (and
+with return_outputs=False). The gradients are left in the stages' parameters: their mean over
+the microbatches, or their sum with scale_grads=False. schedule.eval(...), called as step() is,
+runs the forwards alone (and the losses, given the target), as does step() on a schedule made
+without a loss_fn.
 """
 
 from __future__ import annotations
@@ -26,6 +28,19 @@ import torch.distributed as dist
 from .. import runtime as _pptrain
 from .stage import PipelineStage
 
+__all__ = [
+    "get_schedule_class",
+    "PipelineScheduleSingle",
+    "PipelineScheduleMulti",
+    "Schedule1F1B",
+    "ScheduleGPipe",
+    "ScheduleInterleaved1F1B",
+    "ScheduleLoopedBFS",
+    "ScheduleInterleavedZeroBubble",
+    "ScheduleZBVZeroBubble",
+    "ScheduleDualPipeV",
+]
+
 # torch's class -> pptrain's schedule of the same order (or None: an order written here).
 _ORDERS: dict[type, str] = {}
 
@@ -40,6 +55,14 @@ def _check_chunk_specs(name, args_chunk_spec, kwargs_chunk_spec, output_merge_sp
     if output_merge_spec is not None:
         raise NotImplementedError(f"{name}: output_merge_spec is not supported: the outputs are "
                                   "concatenated along dimension 0; give None")
+
+
+def _check_backward_requires_autograd(name, backward_requires_autograd):
+    """torch's False is for stages whose backward needs no autograd (a dw_builder's): pptrain's
+    backward always runs through autograd, and takes no dw_builder."""
+    if not backward_requires_autograd:
+        raise NotImplementedError(f"{name}: backward_requires_autograd=False is not supported: "
+                                  "pptrain's backward always runs through autograd; give True")
 
 
 def _detach(value):
@@ -69,9 +92,10 @@ _FORWARD_ONLY: Any = object()  # the order of a schedule made without a loss_fn
 
 
 def _chunk(value, n):
-    """A batch (a tensor, a tuple or a dict of them) as its n microbatches along dimension 0."""
+    """A batch (a tensor, a tuple or a dict of them) as its n microbatches along dimension 0
+    (torch.tensor_split's, as torch's schedules split)."""
     if isinstance(value, torch.Tensor):
-        return list(value.chunk(n))
+        return list(torch.tensor_split(value, n))
     if isinstance(value, (tuple, list)):
         parts = [_chunk(v, n) for v in value]
         return [type(value)(p[m] for p in parts) for m in range(n)]
@@ -192,7 +216,8 @@ class _PipelineSchedule:
         self._has_last = any(s.is_last for s in stages)
         self._outputs: list[Any] = []  # this step's microbatch outputs, on the last stage
         self._internal_losses: list[torch.Tensor] = []
-        self._schedule = None
+        self._keep_outputs = True  # this step's return_outputs
+        self._schedule: Any = None
 
     def _run(self, name="", schedule_file=""):
         """Makes pptrain's schedule of this order over the stages (without a loss_fn, the
@@ -209,7 +234,8 @@ class _PipelineSchedule:
         """The program's loss of one microbatch, kept for `losses` with its output; times the
         microbatches for scale_grads=False, since pptrain's gradients are their mean."""
         loss = self._loss_fn(output, target)
-        self._outputs.append(_detach(output))
+        if self._keep_outputs:
+            self._outputs.append(_detach(output))
         self._internal_losses.append(loss.detach())
         return loss if self.scale_grads else loss * self._n_microbatches
 
@@ -225,26 +251,60 @@ class _PipelineSchedule:
         return dict(bound.arguments)
 
     def step(self, *args: Any, target: Any = None, losses: Optional[list] = None,
-             **kwargs: Any) -> Any:
+             return_outputs: bool = True, **kwargs: Any) -> Any:
         """One training step on a batch split into the microbatches along dimension 0: the
         inputs on the first stage's rank, `target` (and `losses`) on the last stage's. Returns
-        the microbatches' outputs concatenated on the last stage's rank, None elsewhere."""
-        name = type(self).__name__
-        if self._schedule is None:
+        the microbatches' outputs concatenated on the last stage's rank (with
+        return_outputs=False, they are not kept: None), None elsewhere. Made without a
+        loss_fn, the schedule runs the forwards alone, as eval() does."""
+        if self._loss_fn is not None and not torch.is_grad_enabled():
+            raise RuntimeError(f"{type(self).__name__}.step(): gradients are disabled (under "
+                               "torch.no_grad()), and a step runs the backward; call eval() "
+                               "for the forwards alone")
+        return self._step("step", args, kwargs, target, losses, return_outputs,
+                          forward_only=self._loss_fn is None)
+
+    def eval(self, *args: Any, target: Any = None, losses: Optional[list] = None,
+             **kwargs: Any) -> Any:
+        """The forwards of one batch alone, without gradients, as step() takes it: returns the
+        microbatches' outputs concatenated on the last stage's rank, None elsewhere; with a
+        loss_fn and `target` there, `losses` gets each microbatch's loss. The parameters and
+        their gradients are left as they were."""
+        return self._step("eval", args, kwargs, target, losses, True, forward_only=True)
+
+    def _step(self, call, args, kwargs, target, losses, return_outputs, forward_only):
+        name = f"{type(self).__name__}.{call}()"
+        if self._schedule is None and not forward_only:
             raise RuntimeError(f"{name}: no order to run yet; call _load_csv(path) first (a "
                                "PipelineScheduleMulti runs the order of a CSV)")
         if self._has_first and not args and not kwargs:
-            raise ValueError(f"{name}.step(): this rank holds stage 0, the first; pass the "
-                             "batch's inputs: step(x)")
-        if self._has_last and target is None and self._loss_fn is not None:
+            raise ValueError(f"{name}: this rank holds stage 0, the first; pass the batch's "
+                             f"inputs: {call}(x)")
+        if self._has_last and target is None and not forward_only:
             last = self._stages[0].num_stages - 1
-            raise ValueError(f"{name}.step(): this rank holds stage {last}, the last; pass the "
+            raise ValueError(f"{name}: this rank holds stage {last}, the last; pass the "
                              "batch's target: step(target=y, losses=losses)")
+        if (self._has_last and forward_only and losses is not None
+                and (self._loss_fn is None or target is None)):
+            raise ValueError(f"{name}: `losses` takes each microbatch's loss, which needs the "
+                             f"schedule's loss_fn ({'none' if self._loss_fn is None else 'given'}) "
+                             f"and the target ({'none' if target is None else 'given'})")
         self._outputs, self._internal_losses = [], []
+        self._keep_outputs = return_outputs
         inputs = self._inputs(args, kwargs) if self._has_first else None
-        if self._schedule is _FORWARD_ONLY:
+        if forward_only:
             outputs = _forward_only(self._stages, self._n_microbatches, inputs)
-            return _merge(outputs) if self._has_last else None
+            if not self._has_last:
+                return None
+            if self._loss_fn is not None and target is not None:
+                with torch.no_grad():
+                    self._internal_losses = [
+                        self._loss_fn(output, part).detach()
+                        for output, part in zip(outputs, _chunk(target, self._n_microbatches))]
+            if losses is not None:
+                losses.clear()
+                losses.extend(self._internal_losses)
+            return _merge(outputs) if return_outputs else None
         given = () if inputs is None else (inputs,)
         self._schedule.step(*given, target=target if self._has_last else None)
         if not self._has_last:
@@ -285,9 +345,12 @@ class PipelineScheduleMulti(_PipelineSchedule):
                  loss_fn: Optional[Callable[..., torch.Tensor]] = None,
                  args_chunk_spec: Optional[tuple] = None,
                  kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
-                 use_full_backward: Optional[bool] = None, scale_grads: bool = True) -> None:
+                 use_full_backward: Optional[bool] = None, scale_grads: bool = True,
+                 backward_requires_autograd: bool = True) -> None:
+        # use_full_backward: deprecated in torch, which ignores it; so does pptrain.
         _check_chunk_specs(type(self).__name__, args_chunk_spec, kwargs_chunk_spec,
                            output_merge_spec)
+        _check_backward_requires_autograd(type(self).__name__, backward_requires_autograd)
         super().__init__(stages, n_microbatches, loss_fn, scale_grads, single=False)
         order = _ORDERS.get(type(self))
         if order is not None:
@@ -313,7 +376,6 @@ class PipelineScheduleMulti(_PipelineSchedule):
             self._run(schedule_file=path)
 
 
-
 class ScheduleGPipe(PipelineScheduleSingle):
     """GPipe: all forwards, then all backwards (pptrain's gpipe)."""
 
@@ -329,12 +391,13 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
                  loss_fn: Optional[Callable[..., torch.Tensor]] = None,
                  args_chunk_spec: Optional[tuple] = None,
                  kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
-                 scale_grads: bool = True) -> None:
+                 scale_grads: bool = True, backward_requires_autograd: bool = True) -> None:
         # Explicit: the classes of the same signature below share this method (torch's
         # signature for them, without the base's use_full_backward: hence their type: ignore).
-        PipelineScheduleMulti.__init__(self, stages, n_microbatches, loss_fn, args_chunk_spec,
-                                       kwargs_chunk_spec, output_merge_spec,
-                                       scale_grads=scale_grads)
+        PipelineScheduleMulti.__init__(
+            self, stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
+            output_merge_spec, scale_grads=scale_grads,
+            backward_requires_autograd=backward_requires_autograd)
 
 
 def _looped(schedule_name, stage, n_microbatches):
@@ -365,9 +428,11 @@ class ScheduleLoopedBFS(PipelineScheduleMulti):
 
     def __init__(self, stages: list[PipelineStage], n_microbatches: int,
                  loss_fn: Optional[Callable[..., torch.Tensor]] = None,
-                 output_merge_spec: Any = None, scale_grads: bool = True) -> None:
+                 output_merge_spec: Any = None, scale_grads: bool = True,
+                 backward_requires_autograd: bool = True) -> None:
         super().__init__(stages, n_microbatches, loss_fn, output_merge_spec=output_merge_spec,
-                         scale_grads=scale_grads)
+                         scale_grads=scale_grads,
+                         backward_requires_autograd=backward_requires_autograd)
 
 
 class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
@@ -453,7 +518,7 @@ _TORCH_NAMES = {
     "ZBVZeroBubble": ScheduleZBVZeroBubble,
     "DualPipeV": ScheduleDualPipeV,
 }
-_pptrain_classes = {}
+_pptrain_classes: dict[str, type] = {}
 
 
 def get_schedule_class(schedule_name: str) -> type:

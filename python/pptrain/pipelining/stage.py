@@ -4,10 +4,10 @@ process joins pptrain's runtime beside the program's own torch.distributed proce
 pptrain's runtime talks over its own transport (a c10d group of the C++ library), which meets
 through a TCPStore of its own. torch's default group, made by the program's
 `dist.init_process_group("gloo")`, already serves MASTER_PORT on rank 0, so pptrain's store goes
-to another port: rank 0 takes a free one and tells the others over torch's group
-(broadcast_object_list). A program that made no group gets one from torchrun's environment
-(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); without RANK and without a group, the world is
-this one process.
+to another port: rank 0 takes a free one, serves it (under torchrun too, whose agent serves
+MASTER_PORT) and tells the others over torch's group (broadcast_object_list). A program that
+made no group gets one from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT);
+without RANK and without a group, the world is this one process.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import torch.distributed as dist
 
 from .. import runtime as _pptrain
 
-_ENVIRONMENT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+__all__ = ["PipelineStage", "build_stage"]
+
+_ENVIRONMENT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")
 _joined = None  # (rank, size) once this process has joined pptrain's runtime
 
 
@@ -48,8 +50,9 @@ def _join_world() -> tuple[int, int]:
             # meets at rank 0's host name.
             where = [os.environ.get("MASTER_ADDR") or socket.gethostname(), _free_port()]
             dist.broadcast_object_list(where, src=0)
+            # That store is rank 0's, not torchrun's agent's (which serves MASTER_PORT).
             os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), MASTER_ADDR=where[0],
-                              MASTER_PORT=str(where[1]))
+                              MASTER_PORT=str(where[1]), TORCHELASTIC_USE_AGENT_STORE="False")
         _joined = _pptrain.world()
     finally:
         for name, value in saved.items():
