@@ -24,6 +24,7 @@ import argparse
 import datetime
 import importlib
 import json
+import math
 import os
 import traceback
 
@@ -32,6 +33,7 @@ import torch.distributed as dist
 
 DIM = 8
 BATCH = 8
+SEQ = 5  # the "causal" cut's model reads sequences: its batches are [BATCH, SEQ, DIM]
 MICROBATCHES = 4  # DualPipeV on 2 ranks needs 2 x 2
 STEPS = 3
 LR = 0.1
@@ -90,6 +92,50 @@ class MarkedModel(Transformerish):
         return self.output(self.norm(h))
 
 
+class CausalBlock(torch.nn.Module):
+    """A transformer block as a new user writes one: its attention's causal mask is built from
+    the length of the sequence it is given, in the two ways users write it (torch.triu of ones,
+    and torch's generate_square_subsequent_mask), shapes that torch.fx's symbolic tracing cannot
+    follow."""
+
+    def __init__(self, dim, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.ff = torch.nn.Linear(dim, dim)
+
+    def forward(self, h):  # h: [microbatch, seq, dim]
+        B, T, D = h.shape
+        # q, k, v: [microbatch, heads, seq, dim / heads] each
+        q, k, v = (t.view(B, T, self.heads, D // self.heads).transpose(1, 2)
+                   for t in self.qkv(h).chunk(3, dim=-1))
+        future = torch.triu(torch.ones(T, T), 1).bool()  # [seq, seq]: True above the diagonal
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(D // self.heads)  # [.., seq, seq]
+        scores = scores.masked_fill(future, float("-inf"))
+        scores = scores + torch.nn.Transformer.generate_square_subsequent_mask(h.size(1))
+        attended = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, D)
+        h = h + self.proj(attended)
+        return h + self.ff(torch.tanh(self.norm(h)))
+
+
+class CausalModel(torch.nn.Module):
+    """Two CausalBlocks between an input and an output projection."""
+
+    def __init__(self, dim=DIM, n_layers=2):
+        super().__init__()
+        self.embed = torch.nn.Linear(dim, dim)
+        self.layers = torch.nn.ModuleList([CausalBlock(dim) for _ in range(n_layers)])
+        self.output = torch.nn.Linear(dim, dim)
+
+    def forward(self, tokens):  # tokens: [microbatch, seq, dim]
+        h = self.embed(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.output(h)
+
+
 def model(marked=False, n_layers=4):
     torch.manual_seed(0)
     return MarkedModel() if marked else Transformerish(n_layers=n_layers)
@@ -97,14 +143,19 @@ def model(marked=False, n_layers=4):
 
 def model_of(cut):
     """The model a cut splits: 8 blocks for "deep8", the one marked by pipe_split() for
-    "marked", else 4 blocks."""
+    "marked", the causal transformer for "causal", else 4 blocks."""
+    if cut == "causal":
+        torch.manual_seed(0)
+        return CausalModel()
     return model(marked=cut == "marked", n_layers=8 if cut == "deep8" else 4)
 
 
-def batches():
+def batches(cut=None):
+    """STEPS batches (x, y): [BATCH, DIM] each, or [BATCH, SEQ, DIM] for the "causal" cut."""
+    shape = (BATCH, SEQ, DIM) if cut == "causal" else (BATCH, DIM)
     g = torch.Generator().manual_seed(1)
     for _ in range(STEPS):
-        yield torch.randn(BATCH, DIM, generator=g), torch.randn(BATCH, DIM, generator=g)
+        yield torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
 
 
 def loss_fn(output, target):
@@ -117,9 +168,10 @@ def loss_fn(output, target):
 # "marked" (at the model's pipe_split()), "split4" (pipeline() at layers.1, 2 and 3), "split8"
 # (also inside each block, before its ff2: the residual's input and ff1's output cross the cut
 # together; torch's schedules of several stages per rank take no such skip of a stage), "deep8"
-# (pipeline() at each block of an 8-block model). A rank holds one stage ("one"), or two: stage
-# s on rank s % P ("loop") or ranks r and 2P-1-r ("v"). The call: "step", "eval"
-# (schedule.eval(): forwards and losses only) or "step-no-outputs" (step(...,
+# (pipeline() at each block of an 8-block model), "causal" (pipeline() at layers.1 of
+# CausalModel, whose blocks build their masks from the sequence's length). A rank holds one
+# stage ("one"), or two: stage s on rank s % P ("loop") or ranks r and 2P-1-r ("v"). The call:
+# "step", "eval" (schedule.eval(): forwards and losses only) or "step-no-outputs" (step(...,
 # return_outputs=False)).
 CASES = {
     "gpipe-manual": ("manual", "one", "ScheduleGPipe", {}, "step"),
@@ -127,6 +179,7 @@ CASES = {
     "1f1b-sum": ("manual", "one", "Schedule1F1B", {"scale_grads": False}, "step"),
     "1f1b-split2": ("split2", "one", "Schedule1F1B", {}, "step"),
     "1f1b-marked": ("marked", "one", "Schedule1F1B", {}, "step"),
+    "1f1b-causal": ("causal", "one", "Schedule1F1B", {}, "step"),
     "interleaved-split4": ("split4", "loop", "ScheduleInterleaved1F1B", {}, "step"),
     "interleaved-zb-split4": ("split4", "loop", "ScheduleInterleavedZeroBubble", {}, "step"),
     "loopedbfs-split4": ("split4", "loop", "ScheduleLoopedBFS", {}, "step"),
@@ -188,6 +241,8 @@ def traced_stages(cut, placement, rank, world, x, group=None):
         spec = {}
     elif cut == "split2":
         spec = {"layers.2": SplitPoint.BEGINNING}
+    elif cut == "causal":
+        spec = {"layers.1": SplitPoint.BEGINNING}
     elif cut == "deep8":
         spec = {f"layers.{i}": SplitPoint.BEGINNING for i in range(1, 8)}
     else:
@@ -202,7 +257,7 @@ def traced_stages(cut, placement, rank, world, x, group=None):
 def make_schedule(case, out, rank, world, group=None):
     """This rank's stages of `case` and their schedule."""
     cut, placement, class_name, keywords, _ = CASES[case]
-    x0, _ = next(batches())
+    x0, _ = next(batches(cut))
     if cut == "manual":
         stages = manual_stage(rank, world, group)
     else:
@@ -222,7 +277,7 @@ def make_schedule(case, out, rank, world, group=None):
 
 
 def train(case, stages, schedule):
-    _, _, _, keywords, call = CASES[case]
+    cut, _, _, keywords, call = CASES[case]
     parameters = [p for s in stages for p in s.submod.parameters()]
     optimizer = torch.optim.SGD(parameters, lr=LR)
     holds_first = any(s.is_first for s in stages)
@@ -231,7 +286,7 @@ def train(case, stages, schedule):
     run = schedule.eval if call == "eval" else schedule.step
     more = {"return_outputs": False} if call == "step-no-outputs" else {}
     step_losses, outputs = [], []
-    for x, y in batches():
+    for x, y in batches(cut):
         optimizer.zero_grad()
         losses = []
         if holds_first and holds_last and evaluates:

@@ -1,6 +1,7 @@
 """pptrain.pipelining: a program written for torch.distributed.pipelining (pipelining_worker.py,
 its import line changed) trains on 2 and 4 ranks equal to plain torch in one process, with
-torch's schedule classes, a manual split, traced splits and two stages per rank, and evaluates
+torch's schedule classes, a manual split, traced splits (of a transformer whose blocks build
+their causal masks from the sequence's length, too) and two stages per rank, and evaluates
 (eval(), or a schedule without a loss_fn) as plain torch does; what has no meaning here, or is
 wrong, stops with a one-line error. test_pipelining_torch.py runs the same program on torch's
 own pipelining as well, and compares the two."""
@@ -38,7 +39,7 @@ def reference(cut="manual", scale_grads=True):
     optimizer = torch.optim.SGD(model.parameters(), lr=worker.LR)
     m = worker.MICROBATCHES
     step_losses, outputs = [], []
-    for x, y in worker.batches():
+    for x, y in worker.batches(cut):
         optimizer.zero_grad()
         losses, chunks = [], []
         for xm, ym in zip(x.chunk(m), y.chunk(m)):
@@ -81,12 +82,13 @@ def expect_evaluates_as_plain_torch(case, ranks):
     """A schedule without a loss_fn, or eval(): the merged output of each step on the last
     stage's rank equals the model's output in plain torch, and no parameter moved; eval() with
     the schedule's loss_fn gives each microbatch's loss as well."""
-    model = worker.model_of(worker.CASES[case][0])
+    cut = worker.CASES[case][0]
+    model = worker.model_of(cut)
     last = [r for r in ranks if r["losses"]]
     assert len(last) == 1, "exactly one rank holds the last stage"
     m = worker.MICROBATCHES
     with torch.no_grad():
-        for got, losses, (x, y) in zip(last[0]["outputs"], last[0]["losses"], worker.batches()):
+        for got, losses, (x, y) in zip(last[0]["outputs"], last[0]["losses"], worker.batches(cut)):
             assert torch.allclose(torch.tensor(got), model(x), rtol=1e-5, atol=1e-6)
             if worker.CASES[case][4] == "eval":
                 want = [float(worker.loss_fn(model(xm), ym)) for xm, ym in zip(x.chunk(m),
@@ -318,6 +320,50 @@ def test_a_parameter_of_two_stages_and_a_split_point_never_reached():
     assert "'unused', which Reused's forward never calls" in one_line_error(
         ValueError, lambda: pipelining.pipeline(
             Reused(), (x,), split_spec={"unused": pipelining.SplitPoint.END}))
+
+
+class Normalized(torch.nn.Module):
+    """A Linear, a BatchNorm1d (buffers updated in place), a tensor made in the forward (a
+    constant of the trace) and a buffer out of the state_dict."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(worker.DIM, worker.DIM)
+        self.bn = torch.nn.BatchNorm1d(worker.DIM)
+        self.register_buffer("scale", torch.tensor(2.0), persistent=False)
+
+    def forward(self, x):
+        return self.bn(self.linear(x)) * torch.tensor(3.0) * self.scale
+
+
+class Nested(torch.nn.Module):
+    """A forward that takes a dict and returns one."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = Normalized()
+        self.b = Normalized()
+
+    def forward(self, batch):
+        h = self.a(batch["x"]) + batch["y"]
+        return {"out": self.b(h), "mean": h.mean()}
+
+
+def test_nested_inputs_and_outputs_buffers_and_constants():
+    """The first stage takes the forward's dict, the last returns its dict; the BatchNorms'
+    running statistics are the model's, updated as plain torch updates them; the stages'
+    state_dicts are the model's, split."""
+    model, plain = Nested(), Nested()
+    batch = {"x": torch.randn(4, worker.DIM), "y": torch.randn(4, worker.DIM)}
+    pipe = pipelining.pipeline(model, (batch,), split_spec={"a": pipelining.SplitPoint.END})
+    got, want = pipe(batch), plain(batch)
+    assert sorted(got) == ["mean", "out"]
+    assert all(torch.allclose(got[k], want[k], rtol=1e-5, atol=1e-6) for k in want)
+    assert torch.allclose(model.b.bn.running_mean, plain.b.bn.running_mean)
+    assert int(model.a.bn.num_batches_tracked) == 1
+    names = [n for s in range(pipe.num_stages) for n in pipe.get_stage_module(s).state_dict()]
+    assert sorted(names) == sorted(model.state_dict())
 
 
 def test_a_schedule_class_of_ones_own():

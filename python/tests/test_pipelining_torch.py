@@ -2,7 +2,8 @@
 (pipelining_worker.py) runs twice, once on torch.distributed.pipelining (--api torch) and once on
 pptrain.pipelining, both started by torchrun on 2 and 4 ranks over Gloo on the CPU, and the two
 runs give equal losses, outputs and parameters (to 1e-5): manual splits, pipeline() at split
-points and at the model's pipe_split(), the schedules of one stage and of several per rank,
+points, at the model's pipe_split() and of a transformer whose blocks build their causal masks
+from the sequence's length, the schedules of one stage and of several per rank,
 scale_grads=False, return_outputs=False, eval(), and a schedule without a loss_fn.
 
 A class of torch's that fails a case (its run writes the error instead) is named in a line of

@@ -1,12 +1,22 @@
-"""pipeline(): a module cut into stages by tracing it with torch.fx (torch 1.13 has no
-torch.export), at the submodules `split_spec` names and at the pipe_split() calls of its forward.
+"""pipeline(): a module cut into stages as torch's pipelining cuts one: torch.export (non-strict)
+traces its forward on the example microbatch, and the ATen graph it records is cut before or
+after the submodules `split_spec` names and at the pipe_split() calls of the forward.
 
-Each stage is a torch.fx.GraphModule over the original module's own submodules and parameters,
+The trace follows shapes: a block that builds its causal mask from its input's length
+(`T = x.shape[1]; torch.triu(torch.ones(T, T), 1)`) is traced with the example's T. As in
+torch's, the graph holds every size the forward reads as the example's number, so each
+microbatch must have the example's size in the dimensions the forward reads (one it never reads,
+as the batch's of a stack of Linear layers, may vary); and the graph keeps the train() or eval()
+mode the module was traced in (a dropout's, a BatchNorm's). The forward runs once, on fake
+tensors: nothing is computed and the model's parameters and buffers are left as they were.
+
+Each stage is a torch.fx.GraphModule over the original module's own parameters and buffers,
 under their original names ("layers.2.ff.weight"), so a stage's state_dict is the part of the
 model's it runs. A stage takes what the one before it returns: the values computed before the
 cut that this stage or a later one still needs (a mask the last stage reads passes through the
-stages between); the first stage takes the model's inputs and the last returns the model's
-output.
+stages between); the first stage takes the model's inputs (as the forward does: positional and
+keyword, nested structures too) and the last returns the model's output (the forward's
+structure).
 """
 
 from __future__ import annotations
@@ -17,10 +27,20 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from .stage import PipelineStage
 
-_tracer = None  # the tracer of the pipeline() running now: pipe_split() marks its graph
+# pipe_split()'s marker in the traced graph: an operator of its own, which torch.export keeps
+# (as torch's pipelining keeps its pippy::_pipe_split) because fx counts it side-effectful.
+if not hasattr(torch.ops.pptrain, "pipe_split"):
+    torch.library.define("pptrain::pipe_split", "() -> ()")
+    torch.library.impl("pptrain::pipe_split", "BackendSelect")(lambda: None)
+    torch.library.register_fake("pptrain::pipe_split")(lambda: None)
+_MARK = torch.ops.pptrain.pipe_split.default
+torch.fx.node._side_effectful_functions.add(_MARK)
+
+_splitting = False  # True while pipeline() traces: pipe_split() marks the graph only then
 
 
 class SplitPoint(enum.Enum):
@@ -31,56 +51,61 @@ class SplitPoint(enum.Enum):
 
 def pipe_split() -> None:
     """A cut between two stages, called in a model's forward: nothing outside pipeline()."""
-    if _tracer is not None:
-        _tracer.create_node("call_function", pipe_split, (), {})
-
-
-class _SplittingTracer(torch.fx.Tracer):
-    """torch.fx's tracer with a pipe_split() node before or after each call of a submodule
-    `split_spec` names."""
-
-    def __init__(self, split_spec):
-        super().__init__()
-        self.split_spec = split_spec
-        self.called = set()
-
-    def call_module(self, m, forward, args, kwargs):
-        path = self.path_of_module(m)
-        point = self.split_spec.get(path)
-        if point is not None:
-            self.called.add(path)
-        if point is SplitPoint.BEGINNING:
-            pipe_split()
-        out = super().call_module(m, forward, args, kwargs)
-        if point is SplitPoint.END:
-            pipe_split()
-        return out
+    if _splitting:
+        _MARK()
 
 
 def _is_cut(node):
-    return node.op == "call_function" and node.target is pipe_split
+    """pipe_split()'s marker, or that of torch's own pipe_split() (a model written for torch's
+    pipelining, cut by pptrain's pipeline())."""
+    return node.op == "call_function" and (node.target is _MARK
+                                           or str(node.target) == "pippy._pipe_split.default")
 
 
-def _trace(module, split_spec):
-    global _tracer
-    tracer = _SplittingTracer(split_spec)
-    _tracer = tracer
+def _one_line(error):
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def _trace(module, mb_args, mb_kwargs, split_spec):
+    """The module's graph, traced by torch.export on the example microbatch with a pipe_split()
+    marker before (or after) each call of a submodule split_spec names: a GraphModule whose
+    get_attr nodes name the module's parameters and buffers by their qualified names."""
+    global _splitting
+    called = set()
+
+    def marker(name):
+        def mark(*_):
+            called.add(name)
+            pipe_split()
+        return mark
+
+    hooks = []
+    for name, point in split_spec.items():
+        submodule = module.get_submodule(name)
+        if point is SplitPoint.BEGINNING:
+            hooks.append(submodule.register_forward_pre_hook(marker(name)))
+        else:
+            hooks.append(submodule.register_forward_hook(marker(name)))
+    _splitting = True
     try:
-        graph = tracer.trace(module)
+        program = torch.export.export(module, mb_args, mb_kwargs, strict=False)
     except Exception as error:
-        raise ValueError(f"pipeline(): torch.fx could not trace {type(module).__name__}: "
-                         f"{type(error).__name__}: {error}") from error
+        raise ValueError(f"pipeline(): torch.export could not trace {type(module).__name__} on "
+                         f"the example microbatch: {_one_line(error)}") from error
     finally:
-        _tracer = None
-    missing = sorted(set(split_spec) - tracer.called)
+        _splitting = False
+        for hook in hooks:
+            hook.remove()
+    missing = sorted(set(split_spec) - called)
     if missing:
         raise ValueError(f"pipeline(): split_spec names {', '.join(map(repr, missing))}, which "
                          f"{type(module).__name__}'s forward never calls")
-    return graph
+    return program.module(check_guards=False)
 
 
 def _stage_graphs(graph):
-    """The graph cut at its pipe_split() nodes: one graph per stage, and their count."""
+    """The graph cut at its pipe_split() nodes: one graph per stage, in order."""
     nodes = [n for n in graph.nodes]
     stage_of = {}  # node -> the stage that computes it (placeholders: -1, before stage 0)
     stage = 0
@@ -112,6 +137,10 @@ def _stage_graphs(graph):
     live = [[v for v in nodes if v in needed_until and stage_of[v] <= s < needed_until[v]]
             for s in range(num_stages)]
 
+    # torch.export's graph takes and returns flat lists of tensors; its codegen turns the
+    # forward's arguments into that list (in_spec) and the list into its output (out_spec). The
+    # first stage keeps the first, the last stage the second.
+    pytree_info = getattr(graph._codegen, "pytree_info", None)
     graphs = []
     for s in range(num_stages):
         g = torch.fx.Graph()
@@ -140,8 +169,67 @@ def _stage_graphs(graph):
         else:
             values = [env[v] for v in live[s]]
             g.output(values[0] if len(values) == 1 else tuple(values))
+        if pytree_info is not None:
+            first, last = s == 0, s == num_stages - 1
+            if first or (last and pytree_info.out_spec is not None):
+                info = pytree_info  # a namedtuple of immutable specs: _replace copies
+                if not first:  # positional, as the stage before returns them
+                    inputs = [n.name for n in g.nodes if n.op == "placeholder"]
+                    info = info._replace(orig_args=inputs,
+                                         in_spec=pytree.tree_structure(tuple(inputs)))
+                if not last:
+                    info = info._replace(out_spec=None)
+                g._codegen = torch.fx.graph._PyTreeCodeGen(info)
         graphs.append(g)
     return graphs
+
+
+def _stage_module(module, traced, graph, s):
+    """Stage s's GraphModule: `graph` over the module's own parameters and buffers (and the
+    trace's constants, such as a tensor the forward makes from a literal)."""
+    # The attributes the graph reads, in the order it reads them (GraphModule's own order, so
+    # that the stages' parameters come in the model's order), from a root that holds them.
+    root = torch.nn.Module()
+    values = {}
+    for node in graph.nodes:
+        if node.op == "get_attr" and node.target not in values:
+            try:
+                values[node.target] = _attribute(module, node.target)
+            except AttributeError:
+                values[node.target] = _attribute(traced, node.target)
+            owner = root
+            *path, field = node.target.split(".")
+            for atom in path:
+                if not hasattr(owner, atom):
+                    owner.add_module(atom, torch.nn.Module())
+                owner = getattr(owner, atom)
+            setattr(owner, field, values[node.target])
+    stage = torch.fx.GraphModule(root, graph, class_name=f"submod_{s}")
+    # GraphModule registers every tensor that is no parameter as a buffer; one that is none of
+    # the model's persistent buffers (a constant of the trace) stays out of the stage's
+    # state_dict.
+    for target, value in values.items():
+        if (isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+                and not _is_persistent_buffer(module, target)):
+            owner, _, field = target.rpartition(".")
+            stage.get_submodule(owner)._non_persistent_buffers_set.add(field)
+    return stage
+
+
+def _attribute(module, target):
+    """The attribute of `module` a qualified name ("layers.0.ff1.weight") names."""
+    for atom in target.split("."):
+        module = getattr(module, atom)
+    return module
+
+
+def _is_persistent_buffer(module, target):
+    owner, _, field = target.rpartition(".")
+    try:
+        owner = module.get_submodule(owner)
+    except AttributeError:
+        return False
+    return field in owner._buffers and field not in owner._non_persistent_buffers_set
 
 
 class PipeInfo:
@@ -204,8 +292,8 @@ def pipeline(module: torch.nn.Module, mb_args: Union[tuple, Any],
              ) -> Pipe:
     """Cuts `module` into stages: before (SplitPoint.BEGINNING) or after (SplitPoint.END) each
     submodule `split_spec` names by its qualified name ({"layers.2": SplitPoint.BEGINNING}),
-    and at each pipe_split() its forward calls. `mb_args` and `mb_kwargs`, a microbatch's
-    inputs, are checked against the forward's parameters (fx traces without running it)."""
+    and at each pipe_split() its forward calls, tracing it with torch.export on `mb_args` and
+    `mb_kwargs`, a microbatch's inputs (the sizes its forward reads are theirs)."""
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"pipeline(): module must be a torch.nn.Module, got "
                         f"{type(module).__name__}")
@@ -223,23 +311,26 @@ def pipeline(module: torch.nn.Module, mb_args: Union[tuple, Any],
                              "SplitPoint.BEGINNING or SplitPoint.END")
     if not isinstance(mb_args, tuple):
         mb_args = (mb_args,)
-    graph = _trace(module, split_spec)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    given = len(mb_args) + len(mb_kwargs or {})
-    if given > len(placeholders):
-        raise ValueError(f"pipeline(): {given} example inputs for a forward of "
-                         f"{len(placeholders)} parameters")
-    graphs = _stage_graphs(graph)
-    stages = [torch.fx.GraphModule(module, g, class_name=f"submod_{s}")
-              for s, g in enumerate(graphs)]
+    traced = _trace(module, mb_args, mb_kwargs, split_spec)
+    stages = [_stage_module(module, traced, g, s)
+              for s, g in enumerate(_stage_graphs(traced.graph))]
     _check_no_shared_parameters(stages)
 
-    # The whole model as the stages in sequence: split_gm, as torch's Pipe has it.
+    # The whole model as the stages in sequence: split_gm, as torch's Pipe has it. It takes
+    # the forward's arguments as the first stage does, and passes them on as they came.
     top = torch.fx.Graph()
-    inputs = [top.node_copy(n) for n in placeholders]
-    values = inputs
+    inputs = [top.node_copy(n) for n in traced.graph.nodes if n.op == "placeholder"]
+    args, kwargs = tuple(inputs), {}
+    pytree_info = getattr(traced.graph._codegen, "pytree_info", None)
+    if pytree_info is not None:
+        top._codegen = torch.fx.graph._PyTreeCodeGen(pytree_info._replace(out_spec=None))
+        args, kwargs = pytree.tree_unflatten(inputs, pytree_info.in_spec)
+    values: list[Any] = []
     for s, stage in enumerate(stages):
-        out = top.call_module(f"submod_{s}", tuple(values))
+        if s == 0:
+            out = top.call_module("submod_0", tuple(args), dict(kwargs))
+        else:
+            out = top.call_module(f"submod_{s}", tuple(values))
         returns = [n for n in stage.graph.nodes if n.op == "output"][0].args[0]
         if s < len(stages) - 1 and isinstance(returns, tuple):
             values = [top.call_function(operator.getitem, (out, i)) for i in range(len(returns))]
