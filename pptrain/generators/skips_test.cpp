@@ -26,7 +26,7 @@ Schedule gpipe_with_skip() {
   return s;
 }
 
-void erase(std::vector<Action>& list, const std::string& text) {
+void erase_action(std::vector<Action>& list, const std::string& text) {
   const auto it = std::find(list.begin(), list.end(), parse_action(text));
   ASSERT_NE(it, list.end()) << text;
   list.erase(it);
@@ -121,7 +121,7 @@ TEST(SkipActions, EverySynchronousScheduleLowersAndValidatesWithASkip) {
 TEST(SkipActions, ASkipSendWithoutItsReceiveIsRefused) {
   // The receive is gone from rank 2: its forward waits for a message that never comes.
   Schedule no_recv = lower(gpipe_with_skip());
-  erase(no_recv.actions[2], "2RECV_F0<0");
+  erase_action(no_recv.actions[2], "2RECV_F0<0");
   ScheduleError e = error_of(parse_csv(to_csv(no_recv)));
   EXPECT_EQ(e.rank(), 2);
   EXPECT_EQ(to_string(no_recv.actions[2][e.position()]), "2F0") << e.what();
@@ -131,7 +131,7 @@ TEST(SkipActions, ASkipSendWithoutItsReceiveIsRefused) {
       << e.what();
   // The send is gone: the receive on rank 2 has no partner.
   Schedule no_send = lower(gpipe_with_skip());
-  erase(no_send.actions[0], "0SEND_F0>2");
+  erase_action(no_send.actions[0], "0SEND_F0>2");
   e = error_of(no_send);
   EXPECT_EQ(e.rank(), 2);
   EXPECT_EQ(to_string(no_send.actions[2][e.position()]), "2RECV_F0<0");
@@ -139,7 +139,7 @@ TEST(SkipActions, ASkipSendWithoutItsReceiveIsRefused) {
   // The gradient's receive is gone: the send of rank 2 has no receiver... and rank 0's
   // backward no gradient.
   Schedule no_grad = lower(gpipe_with_skip());
-  erase(no_grad.actions[0], "0RECV_B0<2");
+  erase_action(no_grad.actions[0], "0RECV_B0<2");
   e = error_of(no_grad);
   EXPECT_EQ(e.rank(), 0);
   EXPECT_TRUE(contains(e.message(), "needs 0RECV_B0<2")) << e.what();
@@ -176,7 +176,7 @@ TEST(SkipActions, AGradientAwaitedBeforeItsActivationIsSentIsADeadlock) {
   // forward (and so that gradient) needs.
   Schedule s = lower(gpipe_with_skip());
   auto& rank0 = s.actions[0];
-  erase(rank0, "0RECV_B0<2");
+  erase_action(rank0, "0RECV_B0<2");
   rank0.insert(rank0.begin() + 1, parse_action("0RECV_B0<2"));
   const ScheduleError e = error_of(s);
   EXPECT_TRUE(contains(e.message(), "deadlock")) << e.what();
