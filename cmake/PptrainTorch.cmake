@@ -118,6 +118,16 @@ foreach(_file IN LISTS _pptrain_torch_files)
                         "(${PPTRAIN_TORCH_DIR}); remove the other LibTorch from the search paths")
   endif()
 endforeach()
+# The wheel's libraries need the CUDA libraries of its nvidia-* packages (libtorch_cuda: NCCL,
+# cuBLAS, ...), which the CUDA toolkit also has, older: the linker must resolve them from the
+# wheel's (they are what runs, through libtorch_cuda's own RPATH), not from /usr/local/cuda.
+file(GLOB _pptrain_nvidia_lib_dirs LIST_DIRECTORIES true ${PPTRAIN_TORCH_DIR}/../nvidia/*/lib)
+set(PPTRAIN_TORCH_LINK_OPTIONS "")
+foreach(_dir IN LISTS _pptrain_nvidia_lib_dirs)
+  get_filename_component(_dir ${_dir} ABSOLUTE)
+  list(APPEND PPTRAIN_TORCH_LINK_OPTIONS "-Wl,-rpath-link,${_dir}")
+endforeach()
+
 # What `cmake --install` puts in place finds the wheel's libraries where the build found them.
 set(CMAKE_INSTALL_RPATH ${PPTRAIN_TORCH_DIR}/lib)
 message(STATUS "pptrain: torch ${PPTRAIN_TORCH_VERSION} from ${PPTRAIN_TORCH_DIR}")

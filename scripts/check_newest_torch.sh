@@ -2,8 +2,9 @@
 # Builds pptrain against the newest torch on the Python package registry (or PPTRAIN_TORCH=X.Y.Z)
 # in an environment and a build tree of its own (.venv-newest/, build-newest/), and runs the
 # planner's and the runtime's unit tests there. The project's own torch stays the one pinned in
-# requirements.txt; this says whether the code is ready for the next. About 25 minutes on two
-# cores (the wheel and its CUDA libraries are a few GB).
+# requirements.txt; this says whether the code is ready for the next. About 20 minutes on two
+# cores (the wheel and its CUDA libraries are a few GB; 2026-12-01, torch 2.15.0+cu132, built as
+# C++20 and 399/399 unit tests passed).
 #
 #   scripts/check_newest_torch.sh            # the newest torch
 #   PPTRAIN_TORCH=2.13.0 scripts/check_newest_torch.sh
