@@ -183,6 +183,22 @@ same_step_losses() {
                print "steps trained: " n ", the last " last; exit 1 } }' \
     steps="$steps" <(step_losses "$1") <(step_losses "$2")
 }
+
+# Case CASE's restarted run (metrics $dir/CASE.jsonl, checkpoint $dir/CASE_ckpt) began after a
+# checkpoint (after step 1, and by step LOST + 1 when LOST is given) and ended as the uninterrupted
+# --pp 1 run (e_one): every step's loss and the parameters. Sets `first`, its first step.
+expect_uninterrupted_end() {
+  local case=$1 lost=${2:-}
+  first=$(step_losses "$dir/$case.jsonl" | head -n 1 | cut -d' ' -f1)
+  [ -n "$first" ] && [ "$first" -gt 1 ] && { [ -z "$lost" ] || [ "$first" -le $((lost + 1)) ]; } ||
+    fail "$case) the restarted run began at step ${first:-none}, not after a checkpoint" \
+      "${lost:+(lost at step $lost)}"
+  same_step_losses "$dir/e_one.jsonl" "$dir/$case.jsonl" >"$dir/${case}_compare.txt" ||
+    fail "$case) the run is not the uninterrupted --pp 1 run: $(cat "$dir/${case}_compare.txt")"
+  "$python" "$tests/same_weights.py" "$dir/e_one" "$dir/${case}_ckpt" \
+    >"$dir/${case}_weights.txt" 2>&1 ||
+    fail "$case) the parameters differ from the --pp 1 run's: $(cat "$dir/${case}_weights.txt")"
+}
 # Nothing may fail before the loss: a restart then would be no test of losing a node.
 for _ in $(seq 600); do
   grep -q '"step":20,' "$dir/e.jsonl" 2>/dev/null && break
@@ -216,13 +232,7 @@ grep -q "Worker group FAILED. 1/1 attempts left; will restart worker group" "$di
 grep -q "^pptrain: .*the run goes on as --pp 1 --dp 1" "$dir/e0.err" ||
   fail "e) the rank restarted alone did not say it goes on as --pp 1"
 # The restarted rank wrote the metrics from the checkpoint it continued on to the last step.
-first=$(step_losses "$dir/e.jsonl" | head -n 1 | cut -d' ' -f1)
-[ -n "$first" ] && [ "$first" -gt 1 ] ||
-  fail "e) the restarted run began at step ${first:-none}, not after a checkpoint"
-same_step_losses "$dir/e_one.jsonl" "$dir/e.jsonl" >"$dir/e_compare.txt" ||
-  fail "e) the run on node1 alone is not the --pp 1 run: $(cat "$dir/e_compare.txt")"
-"$python" "$tests/same_weights.py" "$dir/e_one" "$dir/e_ckpt" >"$dir/e_weights.txt" 2>&1 ||
-  fail "e) the parameters differ from the --pp 1 run's: $(cat "$dir/e_weights.txt")"
+expect_uninterrupted_end e
 echo "e) torchrun --nnodes 1:2 --max-restarts 1, node2 lost at step $lost_at: node1 went on" \
   "from step $((first - 1)) and ended with the --pp 1 run's losses and parameters" \
   "($(cat "$dir/e_weights.txt"); $(took))"
@@ -259,14 +269,7 @@ grep -q "failed (exitcode: -9) local_rank: 1" "$dir/f.err" &&
   [ "$(grep -o "restart_count=[0-9]*" "$dir/f.err" | tail -n 1)" = restart_count=1 ] ||
   fail "f) torchrun did not restart the group once after rank 1 was killed:" \
     "$(grep -h "exitcode\|attempts left\|restart_count" "$dir/f.err")"
-first=$(step_losses "$dir/f.jsonl" | head -n 1 | cut -d' ' -f1)
-[ -n "$first" ] && [ "$first" -gt 1 ] && [ "$first" -le $((lost_at + 1)) ] ||
-  fail "f) the restarted run began at step ${first:-none}, not after a checkpoint of the" \
-    "first attempt (rank 1 lost at step $lost_at)"
-same_step_losses "$dir/e_one.jsonl" "$dir/f.jsonl" >"$dir/f_compare.txt" ||
-  fail "f) the restarted run is not the uninterrupted one: $(cat "$dir/f_compare.txt")"
-"$python" "$tests/same_weights.py" "$dir/e_one" "$dir/f_ckpt" >"$dir/f_weights.txt" 2>&1 ||
-  fail "f) the parameters differ from the uninterrupted run's: $(cat "$dir/f_weights.txt")"
+expect_uninterrupted_end f "$lost_at"
 echo "f) torchrun --nproc-per-node 2 --max-restarts 1, rank 1 killed at step $lost_at: the group" \
   "restarted went on from step $((first - 1)) and ended with the uninterrupted run's losses and" \
   "parameters ($(cat "$dir/f_weights.txt"); $(took))"
