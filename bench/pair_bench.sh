@@ -6,21 +6,17 @@
 # them alike.
 # Prints the median tokens/s of one run and of the pair (over the steps after the first of every
 # run), the pair's ratio to one run (how much the second core gave), and each pipeline's ratio
-# to the pair of its own round (the median over the rounds, and their range); and which BLAS
-# kernels ran.
+# to the pair of its own round (the median over the rounds, and their range); and which kernels
+# ran (the run's `kernels:` line, device/kernels.h).
 #
 #   bench/pair_bench.sh [path/to/pptrain]       # default: build/tools/pptrain/pptrain
 #   ROUNDS=3 STEPS=6 SEQ_LENS="8 32 128" TRANSPORTS="gloo shm" bench/pair_bench.sh
-#
-# OPENBLAS_CORETYPE is unset, so that pptrain chooses the kernels itself, as it does for a user
-# who sets nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh  # bench_start, field, median
 SEQ_LENS=${SEQ_LENS:-"8 32 128"}
 MODEL=${MODEL:-"--model gpt --layers 8 --d-model 256 --heads 4 --batch-size 32 --microbatches 8"}
 bench_start pair_bench "${1:-}"
-unset OPENBLAS_CORETYPE
 # TRANSPORTS="shm" leaves Gloo's runs out: shorter rounds, which the machine's drift spares more.
 pipelines=()
 for schedule in 1f1b zb-v; do
@@ -46,8 +42,8 @@ pair() {
 }
 
 # --quiet runs say nothing of their kernels: one step without it says which ran.
-"$PPTRAIN" train $MODEL --seq-len 8 --pp 1 --steps 1 | grep "^BLAS:" ||
-  echo "(pptrain named no BLAS kernels)"
+"$PPTRAIN" train $MODEL --seq-len 8 --pp 1 --steps 1 | grep "^kernels:" ||
+  echo "(pptrain named no kernels)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   ($(nproc) cores)"
 for round in $(seq "$ROUNDS"); do
   for seq in $SEQ_LENS; do

@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import python_speed  # noqa: E402  (the model, its cut, batches and loss)
 
-import pptrain  # noqa: E402  before torch: OpenBLAS's kernels (docs/PYTHON.md)
+import pptrain  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from pptrain import pipelining  # noqa: E402

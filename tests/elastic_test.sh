@@ -11,13 +11,19 @@
 # The last call is 600 s, so neither meeting can close by it: each must close because every node
 # it waits for came or is gone. Every step they train has the loss of the one-process run (1e-5
 # relative), the last included, and the parameters they end with are its parameters (1e-5; read
-# with python3-torch).
+# with the .venv's torch).
+# With --launcher, the agents are `pptrain run` (torchrun's part: the launcher, not pptrain
+# train, meets the others and restarts the ranks) of `pptrain train --pp 3 ... --max-restarts
+# 3`: the two left are started again in a world of 2, which the ranks re-plan for themselves
+# (rank 0 naming the layout and the checkpoint it continues from), and end the run there.
 #
-#   bash tests/elastic_test.sh PPTRAIN_BINARY
+#   bash tests/elastic_test.sh PPTRAIN_BINARY [--launcher]
 #
 # Every process it starts is in a process group of its own, killed when the test ends.
 set -uo pipefail
 binary=$1
+launcher=0
+[ "${2:-}" = --launcher ] && launcher=1
 source "$(dirname "$0")/process_groups.sh"
 
 steps=60
@@ -29,11 +35,16 @@ timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" --save "$dir/one"
 step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
 
 port=$(free_port)
+rendezvous="--nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$port
+  --rdzv-id elastic --rdzv-conf join_timeout=120,last_call_timeout=600"
+run_files="--metrics $dir/elastic.jsonl --save $dir/ckpt --save-every 2"
 agent() {
-  start "$1" timeout 240 "$binary" $train --pp 3 \
-    --metrics "$dir/elastic.jsonl" --save "$dir/ckpt" --save-every 2 --max-restarts 2 \
-    --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:"$port" \
-    --rdzv-id elastic --rdzv-conf join_timeout=120,last_call_timeout=600
+  if ((launcher)); then
+    start "$1" timeout 240 "$binary" run $rendezvous --max-restarts 3 \
+      "$binary" $train --pp 3 $run_files
+  else
+    start "$1" timeout 240 "$binary" $train --pp 3 $run_files --max-restarts 2 $rendezvous
+  fi
 }
 for n in 0 1 2; do agent "node$n"; done
 # The node to lose: one whose rank is not 0 (rank 0 writes the metrics); its agent says so.
@@ -49,36 +60,51 @@ done
 grep -q '"step":10,' "$dir/elastic.jsonl" || fail "the 3-node run did not reach step 10"
 kill -KILL -- "-${pid[$victim]}"
 echo "lost $victim at step $(step_losses "$dir/elastic.jsonl" | tail -n 1 | cut -d' ' -f1)"
-# The two left go on as the simulator's faster of --pp 2 --dp 1 and --pp 1 --dp 2, naming the
-# node they lost.
-for _ in $(seq 600); do
-  grep -q "2 nodes with 2 ranks: the run goes on as" "$dir"/node*.err 2>/dev/null && break
-  sleep 0.1
-done
-grep -h "the run goes on as" "$dir"/node*.err | head -n 1 |
-  grep -q "^pptrain: node 2 (host [^,]*, 127.0.0.1) is gone; 2 nodes with 2 ranks: the run goes on as --pp [12] --dp [12], stages .* (predicted .* ms a step; --pp [12] --dp [12]: .* ms)$" ||
-  fail "no line naming the lost node and the new layout: $(grep -h "pptrain:" "$dir"/node*.err | sort -u)"
-# A node that comes once they train rings; the two stop and the three meet.
-for _ in $(seq 600); do
-  [ "$(step_losses "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)" != 1 ] &&
-    [ "$(step_losses "$dir/elastic.jsonl" | wc -l)" -ge 2 ] && break
-  sleep 0.1
-done
-grep -q '"step":'"$steps"',' "$dir/elastic.jsonl" &&
-  fail "the run ended before the late node came (a machine too slow for this test)"
-agent node3
-for n in 0 1 2 3; do
-  [ "node$n" = "$victim" ] && continue
-  wait "${pid[node$n]}" || fail "node$n exited $? after $victim was lost"
-done
-grep -q "^pptrain: run 'elastic' is training at 127.0.0.1:$port: asked to join it" \
-  "$dir/node3.err" || fail "the node that came late did not ring: $(cat "$dir/node3.err")"
-grep -q "^pptrain: 3 nodes with 3 ranks: the run goes on as --pp 3 --dp 1, stages " \
-  "$dir/node3.err" || fail "the node that came late did not join: $(cat "$dir/node3.err")"
-grep -q "a node asks to join the run" "$dir"/node*.err ||
-  fail "no agent stopped its ranks for the node that came"
-echo "a node that came while the run trained joined it: $(cat "$dir"/node*.err |
-  grep -c "goes on as --pp 3") agents went on as --pp 3"
+if ((launcher)); then
+  # The launchers start the two ranks left again; the ranks re-plan for a world of 2, and rank
+  # 0 names the layout and the checkpoint it goes on from.
+  for n in 0 1 2; do
+    [ "node$n" = "$victim" ] && continue
+    wait "${pid[node$n]}" || fail "node$n exited $? after $victim was lost"
+  done
+  grep -h "pptrain: the launcher started" "$dir"/node*.err | grep -q \
+    "^pptrain: the launcher started 2 ranks, not --pp 3 x --dp 1: the run goes on as --pp [12] --dp [12] (predicted .* ms a step; --pp [12] --dp [12]: .* ms)$" ||
+    fail "no line naming the new layout: $(grep -h "pptrain:" "$dir"/node*.err | sort -u)"
+  grep -hq "^pptrain: --resume auto: continuing from step [0-9]* of $dir/ckpt" "$dir"/node*.err ||
+    fail "no line naming the checkpoint the restart continued: $(grep -h "pptrain:" "$dir"/node*.err | sort -u)"
+  echo "launcher: $(grep -h "pptrain: the launcher started" "$dir"/node*.err | head -n 1)"
+else
+  # The two left go on as the simulator's faster of --pp 2 --dp 1 and --pp 1 --dp 2, naming the
+  # node they lost.
+  for _ in $(seq 600); do
+    grep -q "2 nodes with 2 ranks: the run goes on as" "$dir"/node*.err 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -h "the run goes on as" "$dir"/node*.err | head -n 1 |
+    grep -q "^pptrain: node 2 (host [^,]*, 127.0.0.1) is gone; 2 nodes with 2 ranks: the run goes on as --pp [12] --dp [12], stages .* (predicted .* ms a step; --pp [12] --dp [12]: .* ms)$" ||
+    fail "no line naming the lost node and the new layout: $(grep -h "pptrain:" "$dir"/node*.err | sort -u)"
+  # A node that comes once they train rings; the two stop and the three meet.
+  for _ in $(seq 600); do
+    [ "$(step_losses "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)" != 1 ] &&
+      [ "$(step_losses "$dir/elastic.jsonl" | wc -l)" -ge 2 ] && break
+    sleep 0.1
+  done
+  grep -q '"step":'"$steps"',' "$dir/elastic.jsonl" &&
+    fail "the run ended before the late node came (a machine too slow for this test)"
+  agent node3
+  for n in 0 1 2 3; do
+    [ "node$n" = "$victim" ] && continue
+    wait "${pid[node$n]}" || fail "node$n exited $? after $victim was lost"
+  done
+  grep -q "^pptrain: run 'elastic' is training at 127.0.0.1:$port: asked to join it" \
+    "$dir/node3.err" || fail "the node that came late did not ring: $(cat "$dir/node3.err")"
+  grep -q "^pptrain: 3 nodes with 3 ranks: the run goes on as --pp 3 --dp 1, stages " \
+    "$dir/node3.err" || fail "the node that came late did not join: $(cat "$dir/node3.err")"
+  grep -q "a node asks to join the run" "$dir"/node*.err ||
+    fail "no agent stopped its ranks for the node that came"
+  echo "a node that came while the run trained joined it: $(cat "$dir"/node*.err |
+    grep -c "goes on as --pp 3") agents went on as --pp 3"
+fi
 # Every step the last layout trained (from the checkpoint it continued on) against one process.
 awk 'NR == FNR { want[$1] = $2; next }
      { n++; last = $1; d = $2 - want[$1]; if (d < 0) d = -d; s = want[$1] < 0 ? -want[$1] : want[$1]

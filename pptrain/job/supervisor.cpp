@@ -154,9 +154,25 @@ Relayout relayout_for_launcher(const TrainOptions& options, const TrainingPlan& 
   return laid;
 }
 
+// Says where --resume auto continues from (the launching process, or rank 0 of a launcher's).
+void tell_resume_auto(const TrainOptions& options, const TrainingPlan& plan) {
+  for (const std::string& why : plan.resume_skipped) {
+    std::fprintf(stderr, "pptrain: --resume auto: passing over a checkpoint: %s\n", why.c_str());
+  }
+  std::fprintf(
+      stderr, "pptrain: --resume auto: %s\n",
+      plan.resume_dir.empty()
+          ? ("no checkpoint to continue in " + options.save_dir + ": starting at step 0").c_str()
+          : ("continuing from step " + std::to_string(plan.first_step) + " of " + plan.resume_dir)
+                .c_str());
+}
+
 // This process's rank of the run: the whole run when it is one process, else the rank its
 // launcher names (a worker we forked, or one torchrun, `pptrain run`, srun or mpirun started).
-void train_here(const TrainOptions& launched_options, const TrainingPlan& launched_plan) {
+// `tell_resume`: rank 0 says where --resume auto continues from (a launcher's ranks, whose
+// launching process is not ours).
+void train_here(const TrainOptions& launched_options, const TrainingPlan& launched_plan,
+                bool tell_resume) {
   const TrainOptions* run_options = &launched_options;
   const TrainingPlan* run_plan = &launched_plan;
   std::optional<Relayout> relaid;  // the run re-planned for the launcher's world
@@ -187,6 +203,9 @@ void train_here(const TrainOptions& launched_options, const TrainingPlan& launch
                 " x --dp ", options.dp);
   if (!transport)
     transport = world == 1 ? std::move(make_loopback_transports(1).front()) : connect();
+  if (tell_resume && options.resume_dir == "auto" && transport->rank() == 0) {
+    tell_resume_auto(options, plan);
+  }
   // --replan auto: where the ranks leave the checkpoint a new cut starts from: in memory
   // (/dev/shm) where the host has it, the run's port telling runs on one host apart.
   std::string moves;
@@ -219,19 +238,6 @@ void train_here(const TrainOptions& launched_options, const TrainingPlan& launch
     return;
   }
   train(plan, *transport, raw_pointers(observers));
-}
-
-// Says where --resume auto continues from (the launching process only).
-void tell_resume_auto(const TrainOptions& options, const TrainingPlan& plan) {
-  for (const std::string& why : plan.resume_skipped) {
-    std::fprintf(stderr, "pptrain: --resume auto: passing over a checkpoint: %s\n", why.c_str());
-  }
-  std::fprintf(
-      stderr, "pptrain: --resume auto: %s\n",
-      plan.resume_dir.empty()
-          ? ("no checkpoint to continue in " + options.save_dir + ": starting at step 0").c_str()
-          : ("continuing from step " + std::to_string(plan.first_step) + " of " + plan.resume_dir)
-                .c_str());
 }
 
 // The workers of this node: all D x P on one node, else --nproc-per-node or an even share.
@@ -390,7 +396,7 @@ RunResult run_training(const TrainOptions& given, const NodeGroupOptions& nodes)
   if (!worker && (world > 1 || group.multi_node())) {
     return supervise_workers(options, plan, group, nproc);
   }
-  train_here(options, plan);
+  train_here(options, plan, /*tell_resume=*/worker);
   return {};
 }
 
