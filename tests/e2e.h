@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pptrain/common/check.h"
@@ -82,6 +83,14 @@ inline RunResult run_pptrain(const std::string& args, const TempDir& dir,
   result.out = read_text(out);
   result.err = read_text(err);
   return result;
+}
+
+// A test parameter of two strings ("gpt", "zb-v") as a GoogleTest name: "gpt_zb_v".
+template <typename Pair>
+std::string pair_test_name(const ::testing::TestParamInfo<Pair>& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
 }
 
 inline RunResult run_train(const std::string& args, const TempDir& dir,

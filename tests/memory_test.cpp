@@ -1,7 +1,8 @@
 // The memory model against measured peaks (sim/memory_model.h, api/pipeline.h): on gpt and mlp,
 // 2 and 4 ranks, for every kind of schedule (1F1B, zero bubble, V shapes, asynchronous weight
-// versions, Chimera's and BitPipe's replicas, data parallelism with ZeRO-1, recomputation), every
-// rank's predicted_peak_memory_bytes is within 10% of its peak_memory_bytes at every step.
+// versions, Chimera's and BitPipe's replicas, data parallelism with ZeRO-1, recomputation) and
+// at bf16, every rank's predicted_peak_memory_bytes is within 10% of its peak_memory_bytes at
+// every step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <ostream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "e2e.h"
 
@@ -73,7 +75,8 @@ std::vector<MemoryCase> cases() {
       for (const std::string flags :
            {"--schedule 1f1b", "--schedule zb-h1", "--schedule zb-v", "--schedule v-min",
             "--schedule pipedream", "--schedule chimera", "--schedule bitpipe",
-            "--schedule 1f1b --dp 2 --zero 1", "--schedule 1f1b --recompute"}) {
+            "--schedule 1f1b --dp 2 --zero 1", "--schedule 1f1b --recompute",
+            "--schedule 1f1b --precision bf16", "--schedule zb-v --precision bf16"}) {
         out.push_back({model, ranks, flags});
       }
     }
@@ -86,30 +89,32 @@ INSTANTIATE_TEST_SUITE_P(Memory, PredictedPeak, testing::ValuesIn(cases()), case
 // `pptrain plan` under a memory limit picks a plan whose measured peak fits on every rank, and
 // predicts each rank's peak within 10%: the memory model's figures from a profile of the same
 // model (its layers' stash, the bytes W keeps, their working memory, their parameters, the batch)
-// hold for the run. Three limits, from roomy to where only recomputation fits.
-TEST(PlanUnderALimit, FitsWhenRun) {
+// hold for the run; at `precision`, profiled, planned and trained at it.
+void expect_plans_fit(const std::string& precision, const std::vector<double>& limits) {
   TempDir dir;
   ModelOptions model = small_model("gpt");
   model.d_model = 64;
   model.seq_len = 32;
   const std::string profile = (dir / "prof.json").string();
+  const std::string at = " --precision " + precision;
   const auto profiled = run_pptrain("profile " + model_args(model) +
                                         " --microbatch-size 4 --warmup 1 --iters 3 "
                                         "--allreduce-ranks 0 --out " +
-                                        profile,
+                                        profile + at,
                                     dir);
   ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
-  for (const double limit : {4.0e6, 3.0e6, 2.5e6}) {
+  for (const double limit : limits) {
     const std::string out = (dir / ("plan" + std::to_string(static_cast<int>(limit)))).string();
     const auto planned = run_pptrain("plan --profile " + profile + " --workers 4 --batch 32 " +
                                          "--optimizer adamw --memory-limit " +
-                                         std::to_string(limit) + " --out " + out,
+                                         std::to_string(limit) + " --out " + out + at,
                                      dir);
     ASSERT_EQ(planned.exit_code, 0) << planned.err;
+    EXPECT_EQ(planned.err, "");  // the profile's precision is the plan's: nothing to scale
     const auto metrics = dir / "m.jsonl";
     const auto run = run_train(model_args(model) + " --plan " + out + "/plan.json" +
                                    " --steps 3 --optimizer adamw --data synthetic --quiet" +
-                                   " --metrics " + metrics.string(),
+                                   " --metrics " + metrics.string() + at,
                                dir);
     ASSERT_EQ(run.exit_code, 0) << run.err;
     // The planner's own figure for each rank is the run's peak within 10% (its model from the
@@ -136,6 +141,17 @@ TEST(PlanUnderALimit, FitsWhenRun) {
           << "limit " << limit << ", rank " << r << ": the plan's peak against the run's";
     }
   }
+}
+
+// Three limits, from roomy to where only recomputation fits.
+TEST(PlanUnderALimit, FitsWhenRun) {
+  expect_plans_fit("fp32", {4.0e6, 3.0e6, 2.5e6});
+}
+
+// At bf16 the activations are half the bytes: the same model under a limit that fp32 could meet
+// only by recomputing.
+TEST(PlanUnderALimit, FitsWhenRunAtBf16) {
+  expect_plans_fit("bf16", {3.0e6, 2.5e6});
 }
 
 }  // namespace

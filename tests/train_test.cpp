@@ -55,14 +55,7 @@ INSTANTIATE_TEST_SUITE_P(Schedules, MatchesReference,
                                             ::testing::Values("gpipe", "1f1b", "interleaved-1f1b",
                                                               "zb-h1", "zb-h2", "zb-v", "zb-auto",
                                                               "v-half", "v-min", "dualpipev")),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string name =
-                               std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                           for (char& c : name) {
-                             if (c == '-') c = '_';
-                           }
-                           return name;
-                         });
+                         pair_test_name<Case>);
 
 // --seq-len-range: every batch has its own length, which the messages' headers tell the next
 // stage; the pipelines equal one process, and tokens/s counts each batch's own tokens.
@@ -535,6 +528,9 @@ INSTANTIATE_TEST_SUITE_P(
                                    "--seed: rank 0 has 1, rank 1 has 2"},
                       Disagreement{"Schedule", "--d-model 32 --seed 1 --schedule zb-h1",
                                    "--schedule: rank 0 has 1f1b, rank 1 has zb-h1"},
+                      Disagreement{"Precision",
+                                   "--d-model 32 --seed 1 --schedule 1f1b --precision bf16",
+                                   "--precision: rank 0 has fp32, rank 1 has bf16"},
                       Disagreement{"DataParallelShares",
                                    "--d-model 32 --seed 1 --schedule 1f1b --dp-shares 6,2",
                                    "--dp-shares: rank 0 has (equal), rank 1 has 6,2",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <stdexcept>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/device/precision.h"
 #include "pptrain/generators/registry.h"
 #include "pptrain/partition/workers.h"
 #include "pptrain/planner/schedule_request.h"
@@ -28,6 +30,18 @@ namespace pptrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A test hook: PPTRAIN_TEST_OVERFLOW_STEP=k PPTRAIN_TEST_OVERFLOW_RANK=r makes world rank r start
+// the backwards of step k (1-based) from 2^100 times the loss scale: the fp16 gradients of that
+// rank's last stage overflow, as a real overflow does there, and the infinities go where a real
+// one's go (the earlier stages, the copies' averages). The factor to multiply the scale by.
+double overflow_factor_for_test(int step, int rank) {
+  const char* at_step = std::getenv("PPTRAIN_TEST_OVERFLOW_STEP");
+  const char* at_rank = std::getenv("PPTRAIN_TEST_OVERFLOW_RANK");
+  const bool now =
+      at_step && at_rank && std::atoi(at_step) == step + 1 && std::atoi(at_rank) == rank;
+  return now ? std::ldexp(1.0, 100) : 1.0;
+}
 
 std::vector<torch::nn::AnyModule> modules_of(const torch::nn::Sequential& part) {
   std::vector<torch::nn::AnyModule> out;
@@ -259,6 +273,7 @@ struct PipelineSchedule::Impl {
   std::map<int, int> owner;             // zero 1: model layer -> the copy keeping its state
   std::vector<torch::Tensor> counted;   // parameters whose gradient norm this rank adds
   RankCheckpoint saved;                 // what this rank writes to a checkpoint
+  std::optional<LossScale> loss_scale;  // fp16's (PipelineOptions::precision)
   std::optional<Executor> executor;     // made at the first step
   std::optional<NamedTensors> resumed;  // an asynchronous run's state in flight, for the executor
   int next_step = 0;
@@ -355,6 +370,16 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
   PPTRAIN_CHECK(options.zero == 0 || options.optimizer,
                 "zero 1 shards the optimizer state pptrain keeps, so set "
                 "PipelineOptions::optimizer for pptrain to run the optimizer");
+  if (scales_loss(options.precision)) {
+    PPTRAIN_CHECK(options.optimizer,
+                  "precision fp16 skips the steps whose gradients overflow, so set "
+                  "PipelineOptions::optimizer for pptrain to run (and skip) the optimizer");
+    PPTRAIN_CHECK(!asynchronous() && !averages,
+                  "precision fp16 takes one decision per step on "
+                  "every rank to skip an overflowed step, but ",
+                  schedule().name, " steps its stages at different times: use bf16");
+    loss_scale.emplace(options.loss_scale);
+  }
   check_stages();
   if (averages) averaging = copy_averaging(options.family, copies);
   make_groups();
@@ -589,6 +614,7 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
     }
   }
   executor_options.skips = options.skips;
+  executor_options.compute_dtype = compute_dtype(options.precision);
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = options.recompute || planned.weights.backward_reruns_forward();
   // An asynchronous schedule runs whole backwards (B), on weight versions: there is no split.
@@ -671,6 +697,10 @@ double PipelineSchedule::Impl::update(int step, const StepRecord& record, RankSt
   tied.sum_gradients();
   if (!weights) return 0;
   const OptimizerOptions& optimizer = *options.optimizer;
+  if (loss_scale) {  // fp16: the gradients of the scaled loss, back to the loss's own
+    unscale_gradients(weights->params, loss_scale->scale());
+    mine.loss_scale = loss_scale->scale();
+  }
   // The copies now hold the same gradients: the norm is the one pipeline's (avgpipe: each
   // copy's own). Every rank of a pipeline has the same norm (and with averaged gradients every
   // copy), so they take the same branch.
@@ -679,7 +709,12 @@ double PipelineSchedule::Impl::update(int step, const StepRecord& record, RankSt
           ? post_validated_step(optimizer, step, *weights, counted, *pipeline, mine.rollbacks)
           : clip_grad_norm(weights->params, optimizer.clip, pipeline.view, &counted);
   // (post_validated_step() has stepped already, or taken the step back when the norm is not
-  // finite.)
+  // finite.) fp16: an overflow anywhere made the global norm infinite on every rank, so every
+  // rank skips this step and halves its scale here.
+  if (loss_scale && !loss_scale->update(std::isfinite(norm))) {
+    mine.skipped = true;
+    return norm;
+  }
   if (!std::isfinite(norm)) {
     if (!optimizer.skip_nonfinite) throw std::runtime_error(nonfinite_message(step, norm, record));
   } else if (!optimizer.post_validation) {
@@ -721,6 +756,14 @@ RankCheckpoint PipelineSchedule::checkpoint() const {
   PPTRAIN_CHECK(impl_->weights,
                 "a checkpoint holds optimizer state: set PipelineOptions::optimizer");
   RankCheckpoint out = impl_->saved;
+  if (impl_->loss_scale && impl_->world.rank == 0) {
+    const LossScale* scale = &*impl_->loss_scale;
+    out.loss_scale = [scale] {
+      NamedTensors state;
+      scale->save_state(state);
+      return state;
+    };
+  }
   if (impl_->asynchronous()) {
     const Impl* impl = impl_.get();
     out.pipeline_rank = impl->pipeline_rank;
@@ -861,6 +904,11 @@ void PipelineSchedule::resume_from(const std::string& dir) {
   std::vector<StageOptimizer*> optimizers;
   for (auto& optimizer : impl.weights->optimizers) optimizers.push_back(&optimizer);
   impl.tied.agree_state(optimizers);
+  // fp16 goes on at the scale it had; a checkpoint of another precision has none, and the scale
+  // starts at its first value.
+  if (impl.loss_scale && std::filesystem::exists(loss_scale_file(dir))) {
+    impl.loss_scale->load_state(read_tensor_file(loss_scale_file(dir), "--resume"), "--resume");
+  }
   if (!impl.asynchronous()) return;
   PPTRAIN_CHECK(impl.tied.empty(), "tied parameters under ", impl.schedule().name,
                 " cannot resume: their checkpoints are taken after the run's last step only");
@@ -903,6 +951,10 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
   }
   const int64_t base_bytes = allocated_bytes();
   reset_peak();
+  if (impl.loss_scale) {
+    impl.executor->set_loss_scale(impl.loss_scale->scale() *
+                                  overflow_factor_for_test(step, impl.world.rank));
+  }
   StepRecord record = impl.executor->run_step(data, impl.step_start);
   RankStep mine;
   mine.peak_activation_bytes = peak_bytes() - base_bytes;

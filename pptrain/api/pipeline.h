@@ -60,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "pptrain/common/precision.h"
 #include "pptrain/models/tensor_bundle.h"
 #include "pptrain/planner/run_request.h"
 #include "pptrain/runtime/executor.h"
@@ -68,6 +69,7 @@
 #include "pptrain/schedule/validate.h"
 #include "pptrain/schedule/weight_versions.h"
 #include "pptrain/train/checkpoint.h"
+#include "pptrain/train/loss_scale.h"
 #include "pptrain/train/observers.h"
 #include "pptrain/train/optimizer.h"
 #include "pptrain/train/report.h"
@@ -209,6 +211,14 @@ struct PipelineOptions {
   // Parameters shared between stages (unreplicated schedules: synchronous, pipedream, 2bw);
   // a stage below 0 counts from the last ({0, -1}: the first stage and the last).
   std::vector<TiedParameter> tied;
+  // The precision the stages compute in (common/precision.h). bf16 and fp16: every forward runs
+  // under autocast to it, the activations between layers and so the messages between stages
+  // are in it (Stage::forward), the loss is taken in float32; parameters, gradients and the
+  // optimizer's state stay float32 (master weights). fp16 also scales the loss (`loss_scale`,
+  // train/loss_scale.h) and skips a step whose gradients overflowed on any rank, on every rank:
+  // it needs `optimizer` (pptrain must be the one to skip) and a synchronous schedule.
+  Precision precision = Precision::kFp32;
+  LossScaleOptions loss_scale;
   // Skip connections (synchronous schedules): the tensor `name` of stage `from`'s output (a
   // named bundle) goes straight to stage `to` > `from`, beside what stage to - 1 sends it, and
   // its gradient straight back; the stages between never see it.

@@ -267,6 +267,12 @@ const std::vector<TrainFlag>& train_flags() {
        "With --post-validation: undo a step from saved copies (bit for bit) instead of "
        "inverting the optimizer's update",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.exact_rollback; }, kSwitch},
+      {"--precision",
+       "What the stages compute in: fp32, bf16 or fp16 (forwards under autocast, the "
+       "activations and messages in it; parameters, gradients and optimizer state stay "
+       "float32; fp16 scales the loss and skips a step whose gradients overflow, on every "
+       "rank)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.precision; }, kShowDefault},
       {"--skip-nonfinite",
        "Skip the optimizer step of a step whose loss or gradients are not finite "
        "(default: stop the run, exit status 1, naming the step)",

@@ -60,6 +60,7 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
   options.weight_split = plan.autograd_weight_split ? ExecutorOptions::WeightSplit::kAutograd
                                                     : ExecutorOptions::WeightSplit::kDeferredLayers;
   options.recompute = plan.recompute;
+  options.precision = plan.precision;
   options.data_parallel = plan.copies;
   options.data_parallel_shares = plan.dp_shares;
   options.zero = plan.zero;

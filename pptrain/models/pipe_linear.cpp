@@ -4,6 +4,7 @@
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/device/precision.h"
 #include "pptrain/models/weight_grad_store.h"
 
 namespace pptrain {
@@ -37,7 +38,7 @@ void accumulate_grad(const torch::Tensor& parameter, torch::Tensor value) {
   if (grad.defined()) {
     grad.add_(value);
   } else {
-    grad = std::move(value);
+    grad = value.to(parameter.scalar_type());  // a bf16 or fp16 product into an fp32 master
   }
 }
 
@@ -46,23 +47,32 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight,
                                const c10::optional<torch::Tensor>& bias) {
-    ctx->save_for_backward({input, weight});
+    // Under autocast (device/precision.h) the product is in the compute dtype, as autocast's own
+    // linear computes it: the input is kept in that dtype for dW, and the backward casts the
+    // weight again rather than keeping a copy per microbatch.
+    const std::optional<c10::ScalarType> dtype = active_compute_dtype();
+    const torch::Tensor kept = dtype && input.is_floating_point() ? input.to(*dtype) : input;
+    ctx->save_for_backward({kept, weight});
+    ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
     // The bias is needed in backward only as the parameter whose .grad to fill. (It is an
     // optional because autograd refuses an undefined tensor as a Function input.)
     if (bias) ctx->saved_data["bias"] = *bias;
-    return torch::linear(input, weight, bias);
+    return torch::linear(kept, weight, bias);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto saved = ctx->get_saved_variables();
-    const torch::Tensor& input = saved[0];
+    const torch::Tensor& input = saved[0];  // in the compute dtype under autocast
     const torch::Tensor& weight = saved[1];
     torch::Tensor bias;
     if (ctx->saved_data.count("bias")) bias = ctx->saved_data["bias"].toTensor();
     const torch::Tensor& grad_output = grad_outputs[0];  // [..., out]
+    const auto input_dtype = static_cast<c10::ScalarType>(ctx->saved_data["input_dtype"].toInt());
 
     torch::Tensor grad_input;
-    if (ctx->needs_input_grad(0)) grad_input = grad_output.matmul(weight);  // [..., in]
+    if (ctx->needs_input_grad(0)) {  // [..., in]
+      grad_input = grad_output.matmul(weight.to(grad_output.scalar_type())).to(input_dtype);
+    }
 
     const bool weight_needs = ctx->needs_input_grad(1);
     const bool bias_needs = bias.defined() && ctx->needs_input_grad(2);  // no edge without bias
@@ -83,7 +93,10 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
       return {grad_input, torch::Tensor(), torch::Tensor()};
     }
     WeightGrads grads = compute_weight_grads(input, grad_output, weight_needs, bias_needs);
-    return {grad_input, grads.weight, grads.bias};
+    const auto as_parameter = [](const torch::Tensor& g, const torch::Tensor& p) {
+      return g.defined() ? g.to(p.scalar_type()) : g;
+    };
+    return {grad_input, as_parameter(grads.weight, weight), as_parameter(grads.bias, bias)};
   }
 };
 

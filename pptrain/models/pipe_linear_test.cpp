@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <thread>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/precision.h"
 #include "pptrain/models/model.h"
 #include "pptrain/models/weight_grad_store.h"
 
@@ -53,6 +55,51 @@ TEST(PipeLinear, MatchesTorchLinearWithoutDeferral) {
       expect_close(pipe->bias.grad(), reference->bias.grad());
     } else {
       EXPECT_FALSE(pipe->bias.defined());
+    }
+  }
+}
+
+// Under autocast (a bf16 or fp16 run) PipeLinear computes what torch's Linear does there: the
+// product in the compute dtype, and float32 gradients for its float32 (master) parameters,
+// deferred (I then W) or not.
+TEST(PipeLinear, UnderAutocastComputesAsTorchLinearDoes) {
+  for (c10::ScalarType dtype : {c10::kBFloat16, c10::kHalf}) {
+    for (bool defer : {false, true}) {
+      torch::manual_seed(4);
+      PipeLinear pipe(PipeLinearOptions(5, 7));
+      torch::nn::Linear reference(torch::nn::LinearOptions(5, 7));
+      {
+        torch::NoGradGuard no_grad;
+        reference->weight.copy_(pipe->weight);
+        reference->bias.copy_(pipe->bias);
+      }
+      auto x = torch::randn({2, 3, 5}, torch::requires_grad());
+      auto x_ref = x.detach().clone().requires_grad_(true);
+      torch::Tensor y, y_ref;
+      {
+        AutocastScope scope(dtype);
+        y = pipe(x);
+        y_ref = reference(x_ref);
+      }
+      ASSERT_EQ(y.scalar_type(), dtype);
+      ASSERT_EQ(y_ref.scalar_type(), dtype);
+      // (Not bit for bit: autocast's linear with autograd multiplies and adds in two kernels.)
+      expect_close(y.to(torch::kFloat), y_ref.to(torch::kFloat), 2e-2);
+      const auto grad = torch::randn_like(y);
+      WeightGradStore store;
+      {
+        std::optional<DeferWeightGrads> deferred;
+        if (defer) deferred.emplace(&store);
+        y.backward(grad);
+      }
+      store.run();
+      y_ref.backward(grad);
+      EXPECT_EQ(x.grad().scalar_type(), c10::kFloat);
+      EXPECT_EQ(pipe->weight.grad().scalar_type(), c10::kFloat);
+      EXPECT_EQ(pipe->bias.grad().scalar_type(), c10::kFloat);
+      expect_close(x.grad(), x_ref.grad(), 1e-3);
+      expect_close(pipe->weight.grad(), reference->weight.grad(), 1e-2);
+      expect_close(pipe->bias.grad(), reference->bias.grad(), 1e-2);
     }
   }
 }

@@ -12,6 +12,8 @@
 #include "pptrain/common/stats.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/device/precision.h"
+#include "pptrain/models/tensor_bundle.h"
 #include "pptrain/models/weight_grad_store.h"
 
 namespace pptrain {
@@ -32,6 +34,15 @@ torch::Tensor first_input(const ModelOptions& model, int64_t microbatch_size) {
   return torch::randn(shape);
 }
 
+// The layer's forward at the run's precision, as a stage runs it (runtime/stage.h): under
+// autocast, its float32 output in the compute dtype.
+torch::Tensor forward_at(torch::nn::AnyModule& layer, const torch::Tensor& x,
+                         std::optional<c10::ScalarType> compute) {
+  if (!compute) return layer.forward(x);
+  AutocastScope autocast(compute);
+  return with_dtype(layer.forward(x), torch::kFloat32, *compute).only();
+}
+
 LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::AnyModule& layer,
                            const torch::Tensor& input) {
   PPTRAIN_CHECK(!layer_takes_bundle(options.model, index), "pptrain profile: the ",
@@ -47,6 +58,7 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
   // what the loss's backward needs, and its backward starts from the loss): targets of the
   // model's kind (compute_loss), made outside the measured windows.
   const bool last = index == num_layers(options.model) - 1;
+  const std::optional<c10::ScalarType> compute = compute_dtype(options.precision);
   const torch::Tensor target =
       !last ? torch::Tensor()
       : options.model.kind == "gpt"
@@ -66,8 +78,9 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
     const int64_t before = allocated_bytes();
     reset_window_peak();
     double start = thread_cpu_ms();
-    torch::Tensor output = layer.forward(x);
-    const torch::Tensor loss = last ? compute_loss(options.model, output, target) : torch::Tensor();
+    torch::Tensor output = forward_at(layer, x, compute);
+    const torch::Tensor loss =
+        last ? compute_loss(options.model, output.to(torch::kFloat32), target) : torch::Tensor();
     const double f_ms = thread_cpu_ms() - start;
     const int64_t after = allocated_bytes();
     const int64_t forward_peak = window_peak_bytes();
@@ -141,7 +154,7 @@ ModelProfile profile_model(const ProfileOptions& options) {
     torch::nn::AnyModule layer = make_layer(options.model, index);
     profile.layers.push_back(profile_layer(options, index, layer, input));
     torch::NoGradGuard no_grad;
-    input = layer.forward(input);  // the next layer's real input
+    input = forward_at(layer, input, compute_dtype(options.precision));  // the next one's input
   }
   // The targets (models/model.h, compute_loss): gpt's are token ids as its inputs, the others'
   // have the last layer's output's shape.
@@ -189,6 +202,10 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
                          {{"input_bytes", static_cast<int64_t>(profile.input_bytes)},
                           {"target_bytes", static_cast<int64_t>(profile.target_bytes)}}},
                         {"layers", layers}};
+  // A profile at fp32 says none (and reads as one of an older pptrain's).
+  if (profile.options.precision != Precision::kFp32) {
+    out["settings"]["precision"] = precision_name(profile.options.precision);
+  }
   if (profile.network.measured()) {
     out["network"] = {{"allreduce_ranks", profile.network.ranks},
                       {"allreduce_bandwidth_bytes_per_s", profile.network.bandwidth_bytes_per_s},

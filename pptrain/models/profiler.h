@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/common/precision.h"
 #include "pptrain/models/model.h"
 #include "pptrain/partition/profile.h"  // LayerProfile: one per-layer cost type, shared with the partitioners
 
@@ -49,6 +50,9 @@ struct ProfileOptions {
   int microbatch_size = 4;  // samples per microbatch
   int warmup = 3;           // unmeasured iterations per layer
   int iters = 10;           // measured iterations per layer (median reported)
+  // What the layers compute in, as a run at that precision computes (runtime/stage.h): bf16 and
+  // fp16 under autocast, each output in that dtype ("settings": {"precision"} of the JSON).
+  Precision precision = Precision::kFp32;
 };
 
 struct ModelProfile {

@@ -173,4 +173,12 @@ int64_t bundle_bytes(const TensorBundle& bundle) {
   return bytes;
 }
 
+TensorBundle with_dtype(TensorBundle bundle, c10::ScalarType from, c10::ScalarType to) {
+  for (size_t i = 0; i < bundle.size(); ++i) {
+    torch::Tensor& t = bundle[i];
+    if (t.defined() && t.scalar_type() == from) t = t.to(to);
+  }
+  return bundle;
+}
+
 }  // namespace pptrain

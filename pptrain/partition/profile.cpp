@@ -183,6 +183,12 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
                   ": settings: microbatch_size must be a whole number >= 1, got ", size);
     profile.microbatch_size = static_cast<int>(size);
   }
+  if (doc.contains("settings") && doc["settings"].is_object() &&
+      doc["settings"].contains("precision")) {
+    const nlohmann::json& p = doc["settings"]["precision"];
+    PPTRAIN_CHECK(p.is_string(), source, ": settings: precision must be a string, got ", p.dump());
+    profile.precision = parse_precision(p.get<std::string>(), source + ": settings: precision");
+  }
   if (doc.contains("batch")) {
     const nlohmann::json& b = doc["batch"];
     const std::string where = source + ": batch";
@@ -356,6 +362,20 @@ bool Profile::splits_backward() const {
     if (layer.backward_weight_ms > 0) return true;
   }
   return false;
+}
+
+Profile at_precision(Profile profile, Precision precision) {
+  if (profile.precision == precision) return profile;
+  const double ratio = static_cast<double>(activation_element_bytes(precision)) /
+                       activation_element_bytes(profile.precision);
+  for (LayerProfile& layer : profile.layers) {
+    for (double* bytes : {&layer.activation_bytes, &layer.stash_bytes, &layer.weight_stash_bytes,
+                          &layer.forward_transient_bytes, &layer.backward_transient_bytes}) {
+      if (*bytes > 0) *bytes *= ratio;  // < 0: not measured, left so
+    }
+  }
+  profile.precision = precision;
+  return profile;
 }
 
 Profile read_profile(const std::string& path) {

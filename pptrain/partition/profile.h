@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/common/precision.h"
+
 namespace pptrain {
 
 struct LayerProfile {
@@ -76,12 +78,21 @@ struct Profile {
   // loss after the last) ("batch" object of our JSON); 0: not recorded.
   double input_bytes = 0;
   double target_bytes = 0;
+  // What the layers computed in ("settings": {"precision"}); fp32 when the profile says none.
+  Precision precision = Precision::kFp32;
   std::string source;  // where it came from (a path, or "<string>"), for messages
 
   // Whether any layer gives a W time apart from its I: a profile with one backward time per
   // layer (PipeDream's graph.txt) does not, and its backward_input_ms is the whole B.
   bool splits_backward() const;
 };
+
+// `profile` as a run at `precision` would have measured its bytes: the activations, messages,
+// stashes and transients scaled by the ratio of the two precisions' element bytes (exact for a
+// message of floating-point tensors, close for a stash that also keeps integer ids or float32
+// statistics); parameters (float32 master weights at every precision), the batch and the times
+// as measured. Itself when the precisions are the same.
+Profile at_precision(Profile profile, Precision precision);
 
 // Reads a file, choosing the format by its content: JSON if the first non-blank character is
 // '{', PipeDream graph.txt otherwise.

@@ -56,6 +56,32 @@ TEST(ProfileJson, ReadsEveryField) {
   EXPECT_DOUBLE_EQ(p.target_bytes, 128);
 }
 
+// A profile says what its layers computed in; taken at another precision its bytes scale by the
+// elements' sizes, its parameters, batch and times stay as measured.
+TEST(ProfileJson, ItsPrecisionIsReadAndItsBytesTakenAtAnother) {
+  Profile fp32 = parse_profile_json(kTwoLayers, "mlp.json");
+  EXPECT_EQ(fp32.precision, Precision::kFp32);  // says none
+  const Profile bf16 = at_precision(fp32, Precision::kBf16);
+  EXPECT_EQ(bf16.precision, Precision::kBf16);
+  EXPECT_DOUBLE_EQ(bf16.layers[0].activation_bytes, 2048);
+  EXPECT_DOUBLE_EQ(bf16.layers[0].stash_bytes, 4096);
+  EXPECT_DOUBLE_EQ(bf16.layers[0].weight_stash_bytes, -1);  // not measured: left so
+  EXPECT_DOUBLE_EQ(bf16.layers[1].weight_stash_bytes, 48);
+  EXPECT_DOUBLE_EQ(bf16.layers[1].backward_transient_bytes, 24);
+  EXPECT_DOUBLE_EQ(bf16.layers[0].parameter_bytes, 1000);
+  EXPECT_DOUBLE_EQ(bf16.layers[0].forward_ms, 1.5);
+  EXPECT_DOUBLE_EQ(bf16.input_bytes, 256);
+  EXPECT_DOUBLE_EQ(at_precision(bf16, Precision::kFp32).layers[0].stash_bytes, 8192);
+
+  std::string text = kTwoLayers;
+  text.insert(text.find("\"layers\""), R"("settings": {"precision": "fp16"}, )");
+  EXPECT_EQ(parse_profile_json(text, "mlp.json").precision, Precision::kFp16);
+  std::string bad = kTwoLayers;
+  bad.insert(bad.find("\"layers\""), R"("settings": {"precision": "fp8"}, )");
+  expect_user_error([&] { parse_profile_json(bad, "mlp.json"); },
+                    {"mlp.json: settings: precision fp8: expected fp32, bf16 or fp16"});
+}
+
 TEST(ProfileJson, RejectsBadProfilesNamingTheProblem) {
   auto without = [](const std::string& field) {
     std::string text = kTwoLayers;

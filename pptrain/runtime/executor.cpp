@@ -487,7 +487,7 @@ TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, co
   Stage& stage = options_.weights ? options_.weights(s, mb, backward) : *stages_.at(s);
   TensorBundle output;
   try {
-    output = stage.forward(with_batch_inputs(s, mb, input, data));
+    output = stage.forward(with_batch_inputs(s, mb, input, data), options_.compute_dtype);
   } catch (const InternalError&) {
     throw;
   } catch (const std::exception& e) {
@@ -511,7 +511,11 @@ TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, co
   const int index = mb - data.first_microbatch;
   PPTRAIN_ASSERT(index >= 0 && index < static_cast<int>(data.targets.size()),
                  "no targets for microbatch ", mb);
-  // Divided by M so the accumulated gradients are those of the mean over the mini-batch.
+  // Divided by M so the accumulated gradients are those of the mean over the mini-batch. The loss
+  // of a bf16 or fp16 forward is taken in float32, as autocast takes its losses.
+  if (options_.compute_dtype) {
+    output = with_dtype(std::move(output), *options_.compute_dtype, torch::kFloat32);
+  }
   return options_.loss(output, data.targets[index]) / microbatches_per_step_;
 }
 
@@ -610,6 +614,7 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
   std::vector<torch::Tensor> roots, grads;
   if (s == last) {
     roots.push_back(sl.output.only());
+    if (loss_scale_ != 1) grads.push_back(torch::full_like(roots.back(), loss_scale_));
   } else {
     const std::vector<torch::Tensor> all_grads = output_grads(s, mb, state);
     for (size_t i = 0; i < sl.output.size(); ++i) {

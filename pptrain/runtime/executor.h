@@ -55,6 +55,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "pptrain/planner/run_request.h"
@@ -129,6 +130,10 @@ struct ExecutorOptions {
   // Starts the all-reduce of `stage`'s gradients (REDUCE_GRAD) and returns without waiting.
   // Needed when the schedule has reductions (schedule/reductions.h).
   std::function<void(int stage)> reduce_gradients;
+  // A bf16 or fp16 run (device/precision.h): the stages' forwards run in that dtype
+  // (Stage::forward), so their outputs, the messages and their gradients are in it; the loss is
+  // computed on the last stage's output cast back to float32. Unset: float32 throughout.
+  std::optional<c10::ScalarType> compute_dtype;
 };
 
 // The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0
@@ -206,6 +211,11 @@ class Executor {
   const Schedule& schedule() const { return *schedule_; }
   const ValidatedSchedule& lowered() const { return schedule_; }
 
+  // fp16's loss scale (train/loss_scale.h): the backwards of the steps from now on start from
+  // a gradient of `scale` instead of 1, so every gradient is `scale` times the true one; the
+  // losses reported stay unscaled. 1 by default.
+  void set_loss_scale(double scale) { loss_scale_ = scale; }
+
   // Between two segments of an asynchronous schedule whose step ends form clean cuts
   // (schedule/semantics.h: first_crossed_step): what this rank holds that the rest of the run
   // needs. Each microbatch in flight, its stage input (the data on stage 0) and whether its
@@ -279,6 +289,7 @@ class Executor {
   std::map<size_t, std::vector<size_t>> release_after_;
   std::vector<size_t> posted_before_;  // [position]: receives posted before it runs
   int microbatches_per_step_ = 0;
+  double loss_scale_ = 1;  // set_loss_scale()
   // End position (exclusive) of each segment of our list; the last is the list's size.
   std::vector<size_t> segment_ends_;
   size_t next_segment_ = 0;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/precision.h"
 
 namespace pptrain {
 
@@ -18,17 +19,20 @@ Stage::Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layer
   PPTRAIN_ASSERT(bundle_layers_.size() == layers_.size());
 }
 
-TensorBundle Stage::forward(const TensorBundle& input) {
+TensorBundle Stage::forward(const TensorBundle& input, std::optional<c10::ScalarType> compute) {
+  std::optional<AutocastScope> autocast;
+  if (compute) autocast.emplace(compute);
   TensorBundle x = input;
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (bundle_layers_[i]) {
       x = layers_[i].forward<TensorBundle>(x);
-      continue;
+    } else {
+      PPTRAIN_CHECK(x.size() == 1, "stage ", index_, ": layer ", first_layer_ + static_cast<int>(i),
+                    " (", layers_[i].ptr()->name(), ") takes one tensor, but was given ",
+                    x.describe());
+      x = layers_[i].forward(x[0]);
     }
-    PPTRAIN_CHECK(x.size() == 1, "stage ", index_, ": layer ", first_layer_ + static_cast<int>(i),
-                  " (", layers_[i].ptr()->name(), ") takes one tensor, but was given ",
-                  x.describe());
-    x = layers_[i].forward(x[0]);
+    if (compute) x = with_dtype(std::move(x), torch::kFloat32, *compute);
   }
   return x;
 }

@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,8 +42,12 @@ class Stage {
   int last_layer() const { return first_layer_ + static_cast<int>(layers_.size()) - 1; }
 
   // Runs the layers in order. UserError naming the layer when a layer that takes one tensor is
-  // given a bundle of another size.
-  TensorBundle forward(const TensorBundle& input);
+  // given a bundle of another size. `compute` (a bf16 or fp16 run, device/precision.h): the
+  // layers run under autocast to it, and each layer's float32 outputs are cast to it, so that
+  // the activations between layers, and so the messages at any cut, are in that dtype whichever
+  // way the model is split (a pipeline computes what one process does).
+  TensorBundle forward(const TensorBundle& input,
+                       std::optional<c10::ScalarType> compute = std::nullopt);
   torch::Tensor forward(const torch::Tensor& input) { return forward(TensorBundle(input)).only(); }
   std::vector<torch::Tensor> parameters() const;
   int num_layers() const { return static_cast<int>(layers_.size()); }

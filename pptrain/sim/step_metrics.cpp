@@ -42,6 +42,10 @@ nlohmann::ordered_json to_json(const StepMetrics& m) {
   line["resident_bytes"] = m.resident_bytes;
   line["peak_memory_bytes"] = m.peak_memory_bytes;
   line["predicted_peak_memory_bytes"] = m.predicted_peak_memory_bytes;
+  if (m.loss_scale) {
+    line["loss_scale"] = *m.loss_scale;
+    line["skipped"] = m.skipped;
+  }
   return line;
 }
 
@@ -66,6 +70,8 @@ StepMetrics step_metrics_from_json(const std::string& text) {
   read_if_present(line, "resident_bytes", m.resident_bytes);
   read_if_present(line, "peak_memory_bytes", m.peak_memory_bytes);
   read_if_present(line, "predicted_peak_memory_bytes", m.predicted_peak_memory_bytes);
+  if (line.contains("loss_scale")) m.loss_scale = line["loss_scale"].get<double>();
+  read_if_present(line, "skipped", m.skipped);
   return m;
 }
 

@@ -38,6 +38,10 @@ struct StepMetrics {
   std::vector<int64_t> resident_bytes;               // [rank]: RSS at the step's end
   std::vector<int64_t> peak_memory_bytes;            // [rank]: the counting allocator's
   std::vector<int64_t> predicted_peak_memory_bytes;  // [rank]: the memory model's
+  // fp16 runs only (written only then): the loss scale the step ran at, and whether every rank
+  // skipped its optimizer step because the gradients overflowed.
+  std::optional<double> loss_scale;
+  bool skipped = false;
 };
 
 // The line's object, keys in the order above (an absent optional is left out).

@@ -130,6 +130,7 @@ Settings plan_settings(const TrainingPlan& plan) {
       {"--recompute", plan.recompute ? "on" : "off"},
       {"the weight rule (the family options)", plan.weights.name()},
       {"--skip-nonfinite", plan.optimizer.skip_nonfinite ? "on" : "off"},
+      {"--precision", precision_name(plan.precision)},
       {"--load", plan.load_dir.empty() ? "(none)" : plan.load_dir},
       {"--resume", plan.resume_dir.empty() ? "(none)" : plan.resume_dir},
       {"--save", plan.save_dir.empty() ? "(none)" : plan.save_dir},

@@ -82,6 +82,9 @@ nlohmann::ordered_json manifest_of(const TrainingPlan& plan, int steps_done) {
   out["pp"] = plan.ranks();
   out["step"] = steps_done;
   out["resume"] = resume_json(plan);
+  // What the run computed in; its parameters and optimizer state are float32 at every precision,
+  // so a run at another precision continues them as they are (checkpoint_precision()).
+  if (plan.precision != Precision::kFp32) out["precision"] = precision_name(plan.precision);
   if (plan.asynchronous()) out["asynchronous"] = asynchronous_json(plan);
   // The data of step k is drawn from a generator seeded with (seed, k): the next step's index is
   // the whole data position and random state.
@@ -338,6 +341,10 @@ bool holds_finished_run(const std::string& dir, const TrainingPlan& plan) {
   }
 }
 
+std::string checkpoint_precision(const std::string& dir) {
+  return read_manifest(dir, "--resume").value("precision", "fp32");
+}
+
 int check_resume(const std::string& dir, const TrainingPlan& plan) {
   // The manifest's settings first, then the files (reading every file is the slow part).
   const nlohmann::json m = manifest_of_same_run(dir, plan);
@@ -386,7 +393,15 @@ std::vector<std::vector<ArchiveFile>> checkpoint_files(const RankCheckpoint& min
     const std::string name = fs::path(in_flight_file("", mine.pipeline_rank)).filename().string();
     groups.push_back({archive_of(name, mine.in_flight(), copy)});
   }
+  if (mine.loss_scale) {
+    const std::string name = fs::path(loss_scale_file("")).filename().string();
+    groups.push_back({archive_of(name, mine.loss_scale(), copy)});
+  }
   return groups;
+}
+
+std::string loss_scale_file(const std::string& dir) {
+  return (fs::path(dir) / "loss_scale.pt").string();
 }
 
 namespace {

@@ -57,6 +57,9 @@ namespace pptrain {
 // file the manifest lists with its size and checksum.
 void check_checkpoint(const std::string& dir, const ModelOptions& model, const std::string& flag);
 
+// The precision the run that saved `dir` computed in ("fp32" for a checkpoint that says none).
+std::string checkpoint_precision(const std::string& dir);
+
 // For --resume: check_checkpoint(), and the settings a continued run must share with the one
 // that saved it (--optimizer, --momentum, --data, --seed, --batch-size) are the plan's, and it
 // holds fewer steps than plan.steps. UserError naming the field otherwise. Returns the steps
@@ -89,7 +92,13 @@ struct RankCheckpoint {
   // run's last step; unset for a synchronous schedule.
   std::function<NamedTensors()> in_flight;
   int pipeline_rank = 0;
+  // fp16's loss scale (train/loss_scale.h), the same on every rank: written by world rank 0 as
+  // loss_scale_file(dir); unset elsewhere and at other precisions.
+  std::function<NamedTensors()> loss_scale;
 };
+
+// The file of a checkpoint's loss scale in folder `dir`.
+std::string loss_scale_file(const std::string& dir);
 
 // This rank's files of a checkpoint after `steps_done` steps of a run of `run_steps`, in memory,
 // in groups (a stage's layers, an optimizer's state, the state in flight, which an asynchronous

@@ -95,6 +95,8 @@ StepMetrics step_metrics(const StepReport& r) {
   m.resident_bytes = r.resident_bytes;
   m.peak_memory_bytes = r.peak_memory_bytes;
   m.predicted_peak_memory_bytes = r.predicted_peak_memory_bytes;
+  if (r.loss_scale > 0) m.loss_scale = r.loss_scale;
+  m.skipped = r.skipped;
   return m;
 }
 

@@ -290,6 +290,11 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   PPTRAIN_CHECK(options.weight_split == "deferred" || options.weight_split == "autograd",
                 "--weight-split must be deferred or autograd, got '", options.weight_split, "'");
   plan.autograd_weight_split = options.weight_split == "autograd";
+  plan.precision = parse_precision(options.precision, "--precision");
+  PPTRAIN_CHECK(!scales_loss(plan.precision) || !plan.asynchronous(),
+                "--precision fp16 skips the steps whose gradients overflow, on every rank at "
+                "once, but ",
+                plan.schedule->name, " steps its stages at different times: use --precision bf16");
   PPTRAIN_CHECK(!plan.autograd_weight_split || !plan.asynchronous(),
                 "--weight-split autograd is for synchronous schedules; ", plan.schedule->name,
                 " runs whole backwards on weight versions");

@@ -6,6 +6,7 @@
 
 #include "pptrain/device/kernels.h"
 #include "pptrain/partition/workers.h"
+#include "pptrain/train/checkpoint.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
@@ -171,11 +172,23 @@ RunInfo run_info(const TrainingPlan& plan) {
                   plan.data.batch_size);
     run.header += std::string("\n") + line;
   }
+  if (plan.precision != Precision::kFp32) {
+    run.header += std::string("\nprecision ") + precision_name(plan.precision) +
+                  ": forwards under autocast, activations and messages in it, float32 master "
+                  "weights" +
+                  (scales_loss(plan.precision) ? ", the loss scaled" : "");
+  }
   // Which kernels compute the run (torch's wheel's own): figures of runs compare only with it.
   run.header += "\n" + compute_kernels_line();
   if (!plan.resume_dir.empty()) {
     run.header +=
         "\nresuming " + plan.resume_dir + " after step " + std::to_string(plan.first_step);
+    const std::string saved = checkpoint_precision(plan.resume_dir);
+    if (saved != precision_name(plan.precision)) {
+      run.header += " (trained at " + saved + ", going on at " + precision_name(plan.precision) +
+                    ": the float32 parameters and optimizer state carry over as they are" +
+                    (scales_loss(plan.precision) ? ", the loss scale starts afresh)" : ")");
+    }
   }
   run.save_dir = plan.save_dir;
   return run;
@@ -190,6 +203,8 @@ std::optional<StepReport> gather_step_report(const RunInfo& run, int step, doubl
   report.step = step + 1;
   report.steps = run.steps;
   report.grad_norm = grad_norm;
+  report.loss_scale = mine.loss_scale;  // every rank's
+  report.skipped = mine.skipped;
   Timeline& timeline = report.timeline;
   timeline.title = run.title() + " (measured, step " + std::to_string(report.step) + ")";
   // One row per world rank: with --dp, copy d's pipeline ranks are rows d x P .. d x P + P - 1.

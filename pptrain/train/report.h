@@ -45,6 +45,11 @@ struct RankStep {
   double compute_s = 0;
   // --post-validation: 1 when this rank took its optimizer step back (and redid it clipped).
   int rollbacks = 0;
+  // fp16 (api/pipeline.h, PipelineOptions::precision): the loss scale the step ran at, and
+  // whether its gradients overflowed, so that every rank skipped its optimizer step. The same on
+  // every rank.
+  double loss_scale = 0;
+  bool skipped = false;
   // Seconds the step loop waited for a checkpoint at the end of the step (PipelineOptions::
   // at_step_end): the copy of a background save, or the whole of a synchronous one.
   double checkpoint_stall_s = 0;
@@ -80,6 +85,8 @@ struct StepReport {
   std::vector<int64_t> weight_bytes;                 // [rank]: RankStep::weight_bytes
   std::vector<double> compute_s;                     // [rank]: RankStep::compute_s
   int rollbacks = 0;                                 // ranks that took their optimizer step back
+  double loss_scale = 0;                             // fp16's: RankStep::loss_scale (0: none)
+  bool skipped = false;                              // fp16: every rank skipped the step
   double checkpoint_stall_s = 0;                     // the longest RankStep::checkpoint_stall_s
   std::vector<int64_t> resident_bytes;               // [rank]: RankStep::resident_bytes
   std::vector<int64_t> peak_memory_bytes;            // [rank]: RankStep::peak_memory_bytes

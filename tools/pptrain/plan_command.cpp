@@ -45,6 +45,7 @@ struct PlanArgs {
   std::string workers_profile;
   bool json = false;
   bool explain = false;
+  std::string precision = "fp32";
 };
 
 int parse_count(const std::string& text, const std::string& flag_value) {
@@ -111,7 +112,16 @@ PlannerOptions options_from(const PlanArgs& args) {
 
 void run_plan_command(const PlanArgs& args) {
   const PlannerOptions options = options_from(args);
-  const Profile profile = read_profile(args.profile);
+  const Profile measured = read_profile(args.profile);
+  const Precision precision = parse_precision(args.precision, "--precision");
+  if (measured.precision != precision) {
+    std::fprintf(stderr,
+                 "pptrain: plan: %s was measured at %s: its activation bytes are taken at %s's "
+                 "(its times as measured: `pptrain profile --precision %s` measures both)\n",
+                 args.profile.c_str(), precision_name(measured.precision),
+                 precision_name(precision), precision_name(precision));
+  }
+  const Profile profile = at_precision(measured, precision);
   if (args.w_fraction_given) check_w_fraction_applies(profile, args.w_fraction);
 
   const auto start = std::chrono::steady_clock::now();
@@ -154,6 +164,11 @@ void add_plan_command(CLI::App& app) {
                    "Data-parallel copies of the pipeline (D), each on its own P workers: "
                    "--batch is then their batch together, and on unequal workers (a "
                    "--workers-profile of P x D) each copy gets a share for its pace")
+      ->capture_default_str();
+  command
+      ->add_option("--precision", args->precision,
+                   "What the run computes in: fp32, bf16 or fp16; a profile measured at another "
+                   "precision has its activation bytes scaled to it")
       ->capture_default_str();
   command->add_option("--workers-profile", args->workers_profile,
                       "The workers' relative speeds and memory limits (pptrain-workers-1 JSON, "

@@ -5,6 +5,7 @@
 //   pptrain profile --model gpt --layers 4 --d-model 64 --microbatch-size 4 --out gpt.json
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/kernels.h"
@@ -35,6 +36,12 @@ void add_profile_command(CLI::App& app) {
   command->add_option("--iters", options->iters, "Measured iterations per layer (median)")
       ->capture_default_str();
   command->add_option("--seed", options->model.seed, "Model seed")->capture_default_str();
+  auto precision = std::make_shared<std::string>("fp32");
+  command
+      ->add_option("--precision", *precision,
+                   "What the layers compute in: fp32, bf16 or fp16 (as `train --precision` "
+                   "computes: under autocast, each output in that dtype)")
+      ->capture_default_str();
   command->add_option("--out", *out_path, "Output profile JSON file")->required();
   auto allreduce_ranks = std::make_shared<int>(2);
   command
@@ -43,9 +50,10 @@ void add_profile_command(CLI::App& app) {
                    "copies averaging gradients; 0: skip)")
       ->capture_default_str();
 
-  command->callback([options, out_path, allreduce_ranks] {
+  command->callback([options, out_path, allreduce_ranks, precision] {
     PPTRAIN_CHECK(*allreduce_ranks == 0 || *allreduce_ranks >= 2,
                   "--allreduce-ranks must be 0 or >= 2, got ", *allreduce_ranks);
+    options->precision = parse_precision(*precision, "--precision");
     ModelProfile profile = profile_model(*options);
     if (*allreduce_ranks > 0) profile.network = measure_allreduce(*allreduce_ranks);
     profile.overheads = measure_overheads();
@@ -56,9 +64,13 @@ void add_profile_command(CLI::App& app) {
     }
     // The times hold for these kernels only.
     std::printf("%s\n", compute_kernels_line().c_str());
-    std::printf("profiled %zu layers of %s (F+I+W %.3f ms per microbatch of %d) -> %s\n",
+    std::printf("profiled %zu layers of %s (F+I+W %.3f ms per microbatch of %d%s) -> %s\n",
                 profile.layers.size(), options->model.kind.c_str(), total_ms,
-                options->microbatch_size, out_path->c_str());
+                options->microbatch_size,
+                options->precision == Precision::kFp32
+                    ? ""
+                    : (std::string(" at ") + precision_name(options->precision)).c_str(),
+                out_path->c_str());
     if (profile.network.measured()) {
       std::printf("all-reduce over %d ranks: %.1f MB/s, latency %.3f ms\n", profile.network.ranks,
                   profile.network.bandwidth_bytes_per_s / 1e6, profile.network.latency_ms);
