@@ -152,7 +152,8 @@ class Schedule:
                  data_parallel: int = 1, zero: int = 0,
                  tied: Mapping[str, Sequence[int]] | None = None,
                  skips: Sequence[tuple[str, int, int]] = (),
-                 data_parallel_shares: Sequence[int] = (), **family: Any) -> None:
+                 data_parallel_shares: Sequence[int] = (), precision: str = "fp32",
+                 **family: Any) -> None:
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
@@ -162,7 +163,7 @@ class Schedule:
             one_process=one_process, metrics=metrics, svg=svg, trace=trace, family=family,
             weight_split=weight_split, tokens_per_sample=tokens_per_sample,
             data_parallel=data_parallel, zero=zero, tied=dict(tied or {}), skips=list(skips),
-            data_parallel_shares=list(data_parallel_shares))
+            data_parallel_shares=list(data_parallel_shares), precision=precision)
 
     def step(self, *args: Any, target: Tensors | None = None) -> torch.Tensor | None:
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
@@ -308,7 +309,8 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
              data_parallel: int = 1, zero: int = 0,
              tied: Mapping[str, Sequence[int]] | None = None,
              skips: Sequence[tuple[str, int, int]] = (),
-             data_parallel_shares: Sequence[int] = (), **family: Any) -> Schedule:
+             data_parallel_shares: Sequence[int] = (), precision: str = "fp32",
+             **family: Any) -> Schedule:
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -337,6 +339,12 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
     arriving as the keyword `name` of its forward, and its gradient straight back (synchronous
     schedules).
 
+    precision: "fp32", "bf16" or "fp16": each stage's forward under autocast to that dtype, its
+    float32 outputs (so the messages and their gradients) in it, the loss in float32, the
+    parameters, gradients and pptrain's optimizer state float32 (docs/CLI.md, "Precision").
+    "fp16" also scales the loss and skips a step whose gradients overflowed on any rank, on
+    every rank: it needs `optimizer`.
+
     family: the schedule family's options, as `pptrain train`'s flags without their dashes, '_'
     for '-' (`pptrain train --help` lists them), e.g. update_interval=2 (ampnet), avg_alpha=0.3
     (avgpipe), no_lr_reschedule=True and pipemare_warmup=50 (pipemare); those not given take
@@ -346,7 +354,7 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
                     steps=steps, one_process=one_process, metrics=metrics, svg=svg, trace=trace,
                     weight_split=weight_split, tokens_per_sample=tokens_per_sample,
                     data_parallel=data_parallel, zero=zero, tied=tied, skips=skips,
-                    data_parallel_shares=data_parallel_shares, **family)
+                    data_parallel_shares=data_parallel_shares, precision=precision, **family)
 
 
 class TrainingFailed(RuntimeError):

@@ -126,3 +126,50 @@ def test_split_names_the_parts_as_the_whole_model():
     merged = {**parts[0].state_dict(), **parts[1].state_dict()}
     assert merged.keys() == model.state_dict().keys()
     assert parts[1][0] is model[3]
+
+
+def test_bf16_stages_compute_as_plain_torch_under_autocast():
+    """precision="bf16" on a user's modules: each stage under autocast, its output rounded to
+    bf16 where it crosses to the next stage, the loss in float32; the gradients those of plain
+    torch doing the same in one process, and float32 (master) parameters throughout."""
+    import pptrain
+    torch.set_num_threads(1)
+    stages = one_process_stages()
+    seen = []
+    stages[1].module.register_forward_pre_hook(lambda _, args: seen.append(args[0].dtype))
+    # one_process: a world of one runs the four stages in turn.
+    schedule = pptrain.schedule("1f1b", stages, 4, torch.nn.functional.mse_loss,
+                                one_process=True, precision="bf16")
+    x, y = next(parity_worker.batches())
+    loss = float(schedule.step(x, target=y))
+    assert set(seen) == {torch.bfloat16}
+
+    model = parity_worker.mlp()
+    parts = pptrain.split(model, [2, 4, 6])
+    total = 0.0
+    for k in range(4):
+        h = x.chunk(4)[k]
+        for part in parts:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                h = part(h)
+            h = h.to(torch.bfloat16) if h.dtype == torch.float32 else h
+        step_loss = torch.nn.functional.mse_loss(h.float(), y.chunk(4)[k]) / 4
+        step_loss.backward()
+        total += step_loss.item()
+    assert abs(loss - total) <= 1e-5 * abs(total)
+    # (pptrain.split keeps the whole model's names in each part.)
+    mine = {name: p for stage in stages for name, p in stage.module.named_parameters()}
+    assert mine.keys() == dict(model.named_parameters()).keys()
+    for name, p in model.named_parameters():
+        got = mine[name]
+        assert got.dtype == torch.float32 and got.grad.dtype == torch.float32
+        torch.testing.assert_close(got.grad, p.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_fp16_without_pptrain_optimizer_is_one_line():
+    import pptrain
+    with pytest.raises(pptrain.PipelineError) as error:
+        pptrain.schedule("1f1b", one_process_stages(), 4, torch.nn.functional.mse_loss,
+                         one_process=True, precision="fp16")
+    assert "precision fp16 skips the steps whose gradients overflow" in str(error.value)
+    assert "\n" not in str(error.value)
