@@ -5,7 +5,9 @@
 # in turn), and once a rank that aborts by itself (PPTRAIN_TEST_CRASH_RANK). Where the kill lands
 # is not deterministic (a receive, a send being posted, an all-reduce, a message half read), so
 # the test repeats it a bounded number of times (about 3 s a round); bench/peer_death.sh counts
-# the outcomes over many more.
+# the outcomes over many more. On one host a dead peer's connection breaks at once, so the
+# survivor must be gone within $notice_s seconds of the kill (its exit included), far under the
+# 30 s communication timeout: a survivor that only noticed through the timeout fails.
 #
 #   bash tests/peer_death_test.sh PPTRAIN_BINARY [ROUNDS]      # default 6 rounds
 #
@@ -13,6 +15,7 @@
 set -uo pipefail
 binary=$1
 rounds=${2:-6}
+notice_s=5
 source "$(dirname "$0")/process_groups.sh"  # dir, groups, free_port, fail
 
 # Messages of about 1 MB each way, so that a kill often lands in the middle of one.
@@ -56,11 +59,16 @@ for ((round = 0; round < rounds; round++)); do
   done
   [[ -s "$dir/metrics.jsonl" ]] || fail "round $round: no step within 60 s"
   sleep "$(awk -v s=$RANDOM 'BEGIN { printf "%.3f", (s % 1000) / 1000 }')"
+  killed=$EPOCHREALTIME
   kill -KILL "${pid[$victim]}"
   # The survivor sees the closed connection at once; 40 s is a hang.
-  timeout 40 tail --pid="${pid[$survivor]}" -f /dev/null || fail "round $round: rank $survivor hung"
+  timeout 40 tail --pid="${pid[$survivor]}" -s 0.05 -f /dev/null ||
+    fail "round $round: rank $survivor hung"
+  took=$(awk -v a="$killed" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
   check_survivor "$survivor" "$victim" "round $round (rank $victim killed)"
-  echo "round $round: rank $survivor after rank $victim was killed: $(grep '^pptrain: error' "$dir/$survivor.err" | cut -c1-120)"
+  awk -v t="$took" -v n="$notice_s" 'BEGIN { exit !(t < n) }' ||
+    fail "round $round: rank $survivor took $took s to stop after rank $victim was killed (at most $notice_s)"
+  echo "round $round: rank $survivor stopped $took s after rank $victim was killed: $(grep '^pptrain: error' "$dir/$survivor.err" | cut -c1-100)"
 done
 
 start_ranks PPTRAIN_TEST_CRASH_RANK=0 PPTRAIN_TEST_CRASH_STEP=2
