@@ -612,6 +612,9 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
     if (!stage->batch_inputs().empty()) {
       executor_options.batch_inputs[stage->index()] = stage->batch_inputs();
     }
+    if (!stage->kept_dtype().empty()) {
+      executor_options.kept_dtype[stage->index()] = stage->kept_dtype();
+    }
   }
   executor_options.skips = options.skips;
   executor_options.compute_dtype = compute_dtype(options.precision);

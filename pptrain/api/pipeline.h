@@ -154,6 +154,11 @@ class PipelineStage {
   // not pass through the stages before it. The rank holding it reads the batch.
   void take_from_batch(std::vector<std::string> names);
   const std::vector<std::string>& batch_inputs() const { return batch_inputs_; }
+  // At a bf16 or fp16 precision (PipelineOptions::precision), these tensors of this stage's
+  // output (a named bundle) keep their dtype where the stage's other float32 outputs are cast
+  // to the compute dtype: a float32 bias or scale the next stage needs in full precision.
+  void keep_dtype(std::vector<std::string> names) { kept_dtype_ = std::move(names); }
+  const std::vector<std::string>& kept_dtype() const { return kept_dtype_; }
   // Another Stage of the same layers (any values): what an asynchronous schedule keeps its
   // weight versions in. A clone of the modules, so they must be torch::nn::Cloneable (every
   // torch module is); UserError otherwise.
@@ -165,6 +170,7 @@ class PipelineStage {
   std::function<Stage()> make_copy_;
   std::vector<std::pair<std::string, torch::Tensor>> ties_;
   std::vector<std::string> batch_inputs_;
+  std::vector<std::string> kept_dtype_;
 };
 
 // TiedParameter (a parameter shared between stages) is planner/run_request.h's.

@@ -173,10 +173,13 @@ int64_t bundle_bytes(const TensorBundle& bundle) {
   return bytes;
 }
 
-TensorBundle with_dtype(TensorBundle bundle, c10::ScalarType from, c10::ScalarType to) {
+TensorBundle with_dtype(TensorBundle bundle, c10::ScalarType from, c10::ScalarType to,
+                        const std::vector<std::string>& keep) {
   for (size_t i = 0; i < bundle.size(); ++i) {
     torch::Tensor& t = bundle[i];
-    if (t.defined() && t.scalar_type() == from) t = t.to(to);
+    const bool kept =
+        bundle.named() && std::find(keep.begin(), keep.end(), bundle.names()[i]) != keep.end();
+    if (t.defined() && t.scalar_type() == from && !kept) t = t.to(to);
   }
   return bundle;
 }

@@ -21,6 +21,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+const std::vector<std::string> kNoNames;
+
 double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
@@ -487,7 +489,9 @@ TensorBundle Executor::stage_output(int s, int mb, const TensorBundle& input, co
   Stage& stage = options_.weights ? options_.weights(s, mb, backward) : *stages_.at(s);
   TensorBundle output;
   try {
-    output = stage.forward(with_batch_inputs(s, mb, input, data), options_.compute_dtype);
+    const auto kept = options_.kept_dtype.find(s);
+    output = stage.forward(with_batch_inputs(s, mb, input, data), options_.compute_dtype,
+                           kept == options_.kept_dtype.end() ? kNoNames : kept->second);
   } catch (const InternalError&) {
     throw;
   } catch (const std::exception& e) {

@@ -134,6 +134,9 @@ struct ExecutorOptions {
   // (Stage::forward), so their outputs, the messages and their gradients are in it; the loss is
   // computed on the last stage's output cast back to float32. Unset: float32 throughout.
   std::optional<c10::ScalarType> compute_dtype;
+  // With compute_dtype: stage -> the tensors of its output (a named bundle) that stay as they
+  // are (PipelineStage::keep_dtype).
+  std::map<int, std::vector<std::string>> kept_dtype;
 };
 
 // The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0

@@ -19,7 +19,8 @@ Stage::Stage(int index, int first_layer, std::vector<torch::nn::AnyModule> layer
   PPTRAIN_ASSERT(bundle_layers_.size() == layers_.size());
 }
 
-TensorBundle Stage::forward(const TensorBundle& input, std::optional<c10::ScalarType> compute) {
+TensorBundle Stage::forward(const TensorBundle& input, std::optional<c10::ScalarType> compute,
+                            const std::vector<std::string>& keep) {
   std::optional<AutocastScope> autocast;
   if (compute) autocast.emplace(compute);
   TensorBundle x = input;
@@ -32,7 +33,7 @@ TensorBundle Stage::forward(const TensorBundle& input, std::optional<c10::Scalar
                     x.describe());
       x = layers_[i].forward(x[0]);
     }
-    if (compute) x = with_dtype(std::move(x), torch::kFloat32, *compute);
+    if (compute) x = with_dtype(std::move(x), torch::kFloat32, *compute, keep);
   }
   return x;
 }

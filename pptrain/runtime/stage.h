@@ -45,9 +45,11 @@ class Stage {
   // given a bundle of another size. `compute` (a bf16 or fp16 run, device/precision.h): the
   // layers run under autocast to it, and each layer's float32 outputs are cast to it, so that
   // the activations between layers, and so the messages at any cut, are in that dtype whichever
-  // way the model is split (a pipeline computes what one process does).
+  // way the model is split (a pipeline computes what one process does); the tensors of a map
+  // named in `keep` (PipelineStage::keep_dtype) stay as they are.
   TensorBundle forward(const TensorBundle& input,
-                       std::optional<c10::ScalarType> compute = std::nullopt);
+                       std::optional<c10::ScalarType> compute = std::nullopt,
+                       const std::vector<std::string>& keep = {});
   torch::Tensor forward(const torch::Tensor& input) { return forward(TensorBundle(input)).only(); }
   std::vector<torch::Tensor> parameters() const;
   int num_layers() const { return static_cast<int>(layers_.size()); }

@@ -109,16 +109,22 @@ class PipelineStage:
 
     batch_inputs: names of the batch's inputs (a dict) this stage, not the first, also reads
     straight from the batch (a mask, position ids), beside what the previous stage sends it, so
-    that the stages before it need not pass them on; they reach its forward as keywords."""
+    that the stages before it need not pass them on; they reach its forward as keywords.
+
+    keep_dtype: names of this stage's outputs (a dict) that keep their dtype under a schedule's
+    precision="bf16" or "fp16", where its other float32 outputs are cast to it (a float32 scale
+    the next stage needs in full)."""
 
     def __init__(self, module: torch.nn.Module, stage_index: int, num_stages: int,
-                 batch_inputs: Iterable[str] = ()) -> None:
+                 batch_inputs: Iterable[str] = (), keep_dtype: Iterable[str] = ()) -> None:
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
         self.module = module
         self._stage = _runtime.Stage(module, stage_index, num_stages)
         if batch_inputs:
             self._stage.take_from_batch(list(batch_inputs))
+        if keep_dtype:
+            self._stage.keep_dtype(list(keep_dtype))
 
     @property
     def index(self) -> int:

@@ -510,6 +510,10 @@ PYBIND11_MODULE(_runtime, m) {
           [](PyStage& s, std::vector<std::string> names) {
             s.stage->take_from_batch(std::move(names));
           },
+          py::arg("names"))
+      .def(
+          "keep_dtype",
+          [](PyStage& s, std::vector<std::string> names) { s.stage->keep_dtype(std::move(names)); },
           py::arg("names"));
 
   py::class_<PySchedule>(m, "Schedule")

@@ -166,6 +166,33 @@ def test_bf16_stages_compute_as_plain_torch_under_autocast():
         torch.testing.assert_close(got.grad, p.grad, rtol=1e-5, atol=1e-7)
 
 
+class _Scaled(torch.nn.Module):
+    """A stage that returns its hidden state and a float32 scale for the next stage."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(parity_worker.WIDTH, parity_worker.WIDTH)
+
+    def forward(self, x, scale=None):
+        h = self.linear(x if scale is None else x * scale)
+        return {"x": h, "scale": torch.full((x.shape[0], 1), 0.5)}
+
+
+def test_a_marked_output_keeps_its_dtype_under_bf16():
+    import pptrain
+    seen = {}
+    stages = [pptrain.PipelineStage(_Scaled(), 0, 2, keep_dtype=["scale"]),
+              pptrain.PipelineStage(_Scaled(), 1, 2)]
+    stages[1].module.register_forward_pre_hook(
+        lambda _, args, kwargs: seen.update({k: v.dtype for k, v in kwargs.items()}),
+        with_kwargs=True)
+    schedule = pptrain.schedule("1f1b", stages, 4, lambda out, y: torch.nn.functional.mse_loss(
+        out["x"], y), one_process=True, precision="bf16")
+    x, y = next(parity_worker.batches())
+    schedule.step(x, target=y)
+    assert seen == {"x": torch.bfloat16, "scale": torch.float32}
+
+
 def test_fp16_without_pptrain_optimizer_is_one_line():
     import pptrain
     with pytest.raises(pptrain.PipelineError) as error:
