@@ -5,7 +5,7 @@ packages=(build-essential cmake ccache libgtest-dev
           libcli11-dev libbenchmark-dev nlohmann-json3-dev librsvg2-bin coinor-libcbc-dev pkg-config
           python3-dev python3-venv clang-format
           openmpi-bin slurmctld slurmd slurm-client munge
-          iproute2)
+          iproute2 procps)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
