@@ -171,8 +171,8 @@ def loss_fn(output, target):
 # (pipeline() at each block of an 8-block model), "causal" (pipeline() at layers.1 of
 # CausalModel, whose blocks build their masks from the sequence's length). A rank holds one
 # stage ("one"), or two: stage s on rank s % P ("loop") or ranks r and 2P-1-r ("v"). The call:
-# "step", "eval" (schedule.eval(): forwards and losses only) or "step-no-outputs" (step(...,
-# return_outputs=False)).
+# "step", "eval" (schedule.eval(): forwards and losses only), "step-no-outputs" (step(...,
+# return_outputs=False)) or "step-autocast" (step() under the program's torch.autocast to bf16).
 CASES = {
     "gpipe-manual": ("manual", "one", "ScheduleGPipe", {}, "step"),
     "1f1b-manual": ("manual", "one", "Schedule1F1B", {}, "step"),
@@ -180,6 +180,8 @@ CASES = {
     "1f1b-split2": ("split2", "one", "Schedule1F1B", {}, "step"),
     "1f1b-marked": ("marked", "one", "Schedule1F1B", {}, "step"),
     "1f1b-causal": ("causal", "one", "Schedule1F1B", {}, "step"),
+    # The program's own torch.autocast (bf16) around step(): the stages run under it.
+    "1f1b-autocast-manual": ("manual", "one", "Schedule1F1B", {}, "step-autocast"),
     "interleaved-split4": ("split4", "loop", "ScheduleInterleaved1F1B", {}, "step"),
     "interleaved-zb-split4": ("split4", "loop", "ScheduleInterleavedZeroBubble", {}, "step"),
     "loopedbfs-split4": ("split4", "loop", "ScheduleLoopedBFS", {}, "step"),
@@ -283,7 +285,14 @@ def train(case, stages, schedule):
     holds_first = any(s.is_first for s in stages)
     holds_last = any(s.is_last for s in stages)
     evaluates = keywords.get("loss_fn", loss_fn) is None
-    run = schedule.eval if call == "eval" else schedule.step
+    plain_run = schedule.eval if call == "eval" else schedule.step
+
+    def run(*args, **kwargs):
+        if call != "step-autocast":
+            return plain_run(*args, **kwargs)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return plain_run(*args, **kwargs)
+
     more = {"return_outputs": False} if call == "step-no-outputs" else {}
     step_losses, outputs = [], []
     for x, y in batches(cut):
