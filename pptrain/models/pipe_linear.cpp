@@ -53,7 +53,10 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     const std::optional<c10::ScalarType> dtype = active_compute_dtype();
     const torch::Tensor kept = dtype && input.is_floating_point() ? input.to(*dtype) : input;
     ctx->save_for_backward({kept, weight});
-    ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
+    // (Only a cast input's own dtype is kept: the fp32 path stores nothing more.)
+    if (kept.scalar_type() != input.scalar_type()) {
+      ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
+    }
     // The bias is needed in backward only as the parameter whose .grad to fill. (It is an
     // optional because autograd refuses an undefined tensor as a Function input.)
     if (bias) ctx->saved_data["bias"] = *bias;
@@ -67,7 +70,10 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     torch::Tensor bias;
     if (ctx->saved_data.count("bias")) bias = ctx->saved_data["bias"].toTensor();
     const torch::Tensor& grad_output = grad_outputs[0];  // [..., out]
-    const auto input_dtype = static_cast<c10::ScalarType>(ctx->saved_data["input_dtype"].toInt());
+    const c10::ScalarType input_dtype =
+        ctx->saved_data.count("input_dtype")
+            ? static_cast<c10::ScalarType>(ctx->saved_data["input_dtype"].toInt())
+            : input.scalar_type();
 
     torch::Tensor grad_input;
     if (ctx->needs_input_grad(0)) {  // [..., in]

@@ -189,7 +189,9 @@ struct TrainingPlan {
   // save_dir holds the checkpoint of the run's last step, so nothing is left to run.
   std::vector<std::string> resume_skipped;
   bool finished = false;
-  int first_step = 0;    // the step the run starts at: the resumed checkpoint's step
+  int first_step = 0;  // the step the run starts at: the resumed checkpoint's step
+  // The precision the resumed checkpoint was trained at (its manifest's); empty: no resume.
+  std::string resumed_precision;
   std::string save_dir;  // empty: do not save
   int save_every = 0;    // see TrainOptions
   int keep = 1;          // see TrainOptions

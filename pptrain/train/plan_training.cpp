@@ -335,7 +335,10 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
     if (plan.finished) return plan;
     plan.resume_dir = newest_resumable(options.save_dir, plan, &plan.resume_skipped);
   }
-  if (!plan.resume_dir.empty()) plan.first_step = check_resume(plan.resume_dir, plan);
+  if (!plan.resume_dir.empty()) {
+    plan.first_step = check_resume(plan.resume_dir, plan);
+    plan.resumed_precision = checkpoint_precision(plan.resume_dir);
+  }
   return plan;
 }
 

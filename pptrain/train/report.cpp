@@ -6,7 +6,6 @@
 
 #include "pptrain/device/kernels.h"
 #include "pptrain/partition/workers.h"
-#include "pptrain/train/checkpoint.h"
 #include "pptrain/train/control_tags.h"
 
 namespace pptrain {
@@ -183,9 +182,9 @@ RunInfo run_info(const TrainingPlan& plan) {
   if (!plan.resume_dir.empty()) {
     run.header +=
         "\nresuming " + plan.resume_dir + " after step " + std::to_string(plan.first_step);
-    const std::string saved = checkpoint_precision(plan.resume_dir);
-    if (saved != precision_name(plan.precision)) {
-      run.header += " (trained at " + saved + ", going on at " + precision_name(plan.precision) +
+    if (plan.resumed_precision != precision_name(plan.precision)) {
+      run.header += " (trained at " + plan.resumed_precision + ", going on at " +
+                    precision_name(plan.precision) +
                     ": the float32 parameters and optimizer state carry over as they are" +
                     (scales_loss(plan.precision) ? ", the loss scale starts afresh)" : ")");
     }
