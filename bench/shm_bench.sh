@@ -33,6 +33,9 @@ for round in $(seq "$ROUNDS"); do
         [[ $transport == gloo ]] && shm=0
         PPTRAIN_SHM=$shm "$PPTRAIN" train $MODEL --seq-len "$seq" --pp 2 --schedule "$schedule" \
           --steps "$STEPS" --quiet --metrics "$work/$seq.$schedule.$transport.$round.jsonl" >/dev/null
+        # A fallback would compare gloo with gloo: the run must say it used the link measured.
+        grep -q "\"links\":{\"0-1\":\"$transport\"}" "$work/$seq.$schedule.$transport.$round.jsonl" ||
+          { echo "shm_bench: the $transport run did not link its ranks through $transport" >&2; exit 1; }
       done
     done
   done

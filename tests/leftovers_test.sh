@@ -60,6 +60,7 @@ wait_for_steps() {
 # a) A normal run, its ranks linked by rings in shared memory.
 PPTRAIN_SHM=1 timeout 120 "$binary" $args --steps 3 --metrics "$dir/a.jsonl" --save "$dir/a" \
   >"$dir/a.out" 2>"$dir/a.err" || fail "a) the run failed"
+grep -q '"links":{"0-1":"shm"}' "$dir/a.jsonl" || fail "a) the ranks did not link through shm"
 check_clean "a) a normal run"
 
 # b) One worker killed: the launcher names it and stops the other.

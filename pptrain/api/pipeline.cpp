@@ -7,6 +7,7 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <utility>
 
@@ -20,7 +21,9 @@
 #include "pptrain/planner/schedule_request.h"
 #include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/group.h"
+#include "pptrain/runtime/links.h"
 #include "pptrain/runtime/loopback_transport.h"
+#include "pptrain/schedule/semantics.h"
 #include "pptrain/sim/memory_model.h"
 #include "pptrain/train/stage_copies.h"
 #include "pptrain/train/tied_parameters.h"
@@ -259,10 +262,12 @@ struct PipelineSchedule::Impl {
   ResolvedRun resolved;     // the run the options describe, checked (planner/run_request.h)
   PlannedSchedule planned;  // its schedule and weight rule
   RunInfo run;
-  int pipeline_rank = 0;  // this rank in its copy of the pipeline
-  int copy = 0;           // which copy of the pipeline
-  Group pipeline;         // the ranks of this copy of the pipeline
-  Group stage_copies;     // the D ranks holding this rank's pipeline position
+  std::string links_line;  // gather_links(): "links: shm between ranks 0-1"; empty for one rank
+  std::vector<std::pair<std::string, std::string>> links;  // RunInfo::links
+  int pipeline_rank = 0;                                   // this rank in its copy of the pipeline
+  int copy = 0;                                            // which copy of the pipeline
+  Group pipeline;                                          // the ranks of this copy of the pipeline
+  Group stage_copies;  // the D ranks holding this rank's pipeline position
   std::map<std::vector<int>, Group> replica_groups;
   std::vector<Group> tie_groups;  // per options.tied entry this rank holds a copy of
   TiedParameters tied;
@@ -298,6 +303,10 @@ struct PipelineSchedule::Impl {
 
   void check_stages() const;
   void make_groups();
+  // The links the pipeline's messages take between each pair of ranks that exchange them, as
+  // every rank's transport reports them (a sum over the world), for the start line and the
+  // metrics. A collective.
+  void gather_links();
   void make_ties();
   void make_weights();
   StepData step_data(int step, const BatchSource& batches);
@@ -383,6 +392,7 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
   check_stages();
   if (averages) averaging = copy_averaging(options.family, copies);
   make_groups();
+  gather_links();
   make_ties();
   make_weights();
   // avgpipe's copies combine no gradients: they pull their weights to a centre kept beside them.
@@ -412,6 +422,37 @@ void PipelineSchedule::Impl::check_stages() const {
                 world.rank, ", but it was given stages ", list_text(given));
   PPTRAIN_CHECK(loss || !holds(s.num_stages - 1),
                 "the rank of the last stage needs a loss function");
+}
+
+void PipelineSchedule::Impl::gather_links() {
+  if (world.size == 1) return;
+  LinkTable mine(world.size);
+  const std::vector<int> members = pipeline_of(copy);
+  for (int q = 0; q < ranks(); ++q) mine.set(world.rank, members[q], pipeline->link_to(q));
+  const std::vector<int64_t> codes = mine.codes();
+  torch::Tensor sum = torch::tensor(codes, torch::kInt64);
+  world.transport->allreduce_sum(sum);
+  const LinkTable table = LinkTable::from_codes(
+      world.size,
+      std::vector<int64_t>(sum.data_ptr<int64_t>(), sum.data_ptr<int64_t>() + sum.numel()));
+  std::set<std::pair<int, int>> pipeline_pairs;
+  const Schedule& s = schedule();
+  for (int p = 0; p < s.num_ranks; ++p) {
+    for (const Action& a : s.actions[p]) {
+      if (!is_send(a.op)) continue;
+      const int q = rank_of_peer(s, a);
+      if (q != p) pipeline_pairs.insert({std::min(p, q), std::max(p, q)});
+    }
+  }
+  std::vector<std::pair<int, int>> pairs;
+  for (int d = 0; d < copies; ++d) {
+    const std::vector<int> ranks_of_copy = pipeline_of(d);
+    for (const auto& [p, q] : pipeline_pairs) pairs.push_back({ranks_of_copy[p], ranks_of_copy[q]});
+  }
+  links_line = table.describe(pairs);
+  for (const auto& [a, b] : pairs) {
+    links.push_back({std::to_string(a) + "-" + std::to_string(b), table.pair_name(a, b)});
+  }
 }
 
 // Every rank makes the pipelines' groups, then the copies' groups: the groups each family makes
@@ -661,6 +702,8 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
                  (world.size == 1 ? "" : "s") + ", " + std::to_string(run.microbatches) +
                  " microbatches";
   }
+  if (!links_line.empty()) run.header += "\n" + links_line;
+  run.links = links;
   if (world.rank == 0) {
     for (StepObserver* o : options.observers) o->on_start(run);
   }

@@ -54,6 +54,7 @@ class PlacedTransport : public Transport {
   std::unique_ptr<Transport> independent(const std::string& name) override {
     return placed_transport(inner_->independent(name), process_of_);
   }
+  LinkKind link_to(int peer) const override { return inner_->link_to(process_of_.at(peer)); }
 
  private:
   std::unique_ptr<Transport> owned_;  // inner_, unless its owner is another

@@ -210,6 +210,8 @@ class LoopbackTransport : public Transport {
     return std::make_unique<LoopbackTransport>(hub_->independent(name), rank_);
   }
 
+  LinkKind link_to(int /*peer*/) const override { return LinkKind::kLocal; }
+
  private:
   void check_peer(int peer, const char* what) const {
     PPTRAIN_ASSERT(peer >= 0 && peer < hub_->world_size(), "rank ", rank_, " cannot ", what,

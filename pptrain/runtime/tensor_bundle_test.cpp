@@ -38,6 +38,7 @@ class CountingTransport : public Transport {
   std::unique_ptr<Transport> independent(const std::string& name) override {
     return inner_.independent(name);
   }
+  LinkKind link_to(int peer) const override { return inner_.link_to(peer); }
   int sends = 0;
 
  private:

@@ -544,6 +544,8 @@ class SharedMemoryLinks {
   SharedMemoryLinks(const SharedMemoryLinks&) = delete;
   SharedMemoryLinks& operator=(const SharedMemoryLinks&) = delete;
 
+  // Whether `peer` has a link here (messages of up to kShmMaxMessageBytes).
+  bool links(int peer) const { return peers_.count(peer) > 0; }
   // Whether a message of `bytes` to or from `peer` goes through shared memory.
   bool covers(int peer, int64_t bytes) const {
     return bytes <= kShmMaxMessageBytes && peers_.count(peer) > 0;
@@ -810,6 +812,11 @@ class C10dTransport : public Transport {
 
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
   std::unique_ptr<Transport> independent(const std::string& name) override;
+  LinkKind link_to(int peer) const override {
+    if (peer == options_.rank) return LinkKind::kLocal;
+    if (shm_ && shm_->links(peer)) return LinkKind::kShm;
+    return options_.backend == "nccl" ? LinkKind::kNccl : LinkKind::kGloo;
+  }
 
   // Once every rank has joined: from then on, each one's silence means something.
   void start_heartbeat() { heartbeat_ = std::make_unique<Heartbeat>(options_); }

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "pptrain/runtime/links.h"
 #include "pptrain/schedule/action.h"
 #include "pptrain/schedule/schedule.h"
 
@@ -102,6 +103,10 @@ class Transport {
   // collectives with the pipeline's. Every rank calls it with the same `name`, at the same
   // point of its run.
   virtual std::unique_ptr<Transport> independent(const std::string& name) = 0;
+  // What carries this rank's sends to and receives from `peer` (runtime/links.h): kShm when the
+  // pair's rings mapped (messages up to 4 MiB; larger ones go through Gloo), kGloo, kNccl; kLocal
+  // for ranks that are threads of one process, and for this rank itself.
+  virtual LinkKind link_to(int peer) const = 0;
 };
 
 struct TransportOptions {

@@ -214,8 +214,12 @@ TransportOptions pair_options(int rank, int port, std::chrono::milliseconds time
 // before and after their message, two messages of one tag in order, receives waited on in
 // another order than sent, a message above the shared-memory limit (4 MiB: Gloo), an empty
 // one, and more in flight than a ring holds (8 MiB), sent before the receiver posts anything.
-void check_messages(bool shared_memory) {
-  SCOPED_TRACE(shared_memory ? "shared memory" : "gloo");
+// `only_rank_0`: rank 1 turns shared memory off, so both fall back to Gloo. Each rank's
+// transport must say which link it used (link_to).
+void check_messages(bool shared_memory, bool only_rank_0 = false) {
+  SCOPED_TRACE(shared_memory ? (only_rank_0 ? "shared memory on rank 0 only" : "shared memory")
+                             : "gloo");
+  const LinkKind expected = shared_memory && !only_rank_0 ? LinkKind::kShm : LinkKind::kGloo;
   const int port = find_free_port();
   const auto message = [](int index, int64_t floats) {
     return torch::arange(floats, torch::kFloat32) + static_cast<float>(1000 * index);
@@ -225,8 +229,11 @@ void check_messages(bool shared_memory) {
   constexpr int kMany = 12;  // of 1 MiB each
   std::vector<torch::Tensor> got(sizes.size() + kMany);
   const std::string errors = testing::run_rank_threads(2, [&](int rank) {
-    auto transport =
-        connect_transport(pair_options(rank, port, std::chrono::seconds(30), shared_memory));
+    auto transport = connect_transport(pair_options(rank, port, std::chrono::seconds(30),
+                                                    shared_memory && (rank == 0 || !only_rank_0)));
+    PPTRAIN_CHECK(transport->link_to(1 - rank) == expected, "rank ", rank, " used ",
+                  link_name(transport->link_to(1 - rank)), ", not ", link_name(expected));
+    PPTRAIN_CHECK(transport->link_to(rank) == LinkKind::kLocal, "rank ", rank, " to itself");
     if (rank == 0) {
       std::vector<PendingComm> sent;
       for (size_t i = 0; i < sizes.size(); ++i) {
@@ -269,6 +276,12 @@ void check_messages(bool shared_memory) {
 TEST(Transport, SharedMemoryCarriesWhatGlooCarries) {
   check_messages(/*shared_memory=*/true);
   check_messages(/*shared_memory=*/false);
+}
+
+// A rank that turns shared memory off (PPTRAIN_SHM=0 on one rank only) makes its pair fall back
+// to Gloo on both ends, and the messages still arrive.
+TEST(Transport, SharedMemoryOnOneRankOnlyFallsBackToGlooOnBoth) {
+  check_messages(/*shared_memory=*/true, /*only_rank_0=*/true);
 }
 
 // A send the ring has no room for is written when the peer has read enough, even while its

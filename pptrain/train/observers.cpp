@@ -73,6 +73,8 @@ void MetricsWriter::on_start(const RunInfo& run) {
   if (out_.is_open()) out_.close();
   out_.open(path_, run.continues ? std::ios::app : std::ios::trunc);
   PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
+  links_ = nlohmann::ordered_json::object();
+  for (const auto& [pair, link] : run.links) links_[pair] = link;
 }
 
 StepMetrics step_metrics(const StepReport& r) {
@@ -102,6 +104,7 @@ StepMetrics step_metrics(const StepReport& r) {
 
 void MetricsWriter::on_step(const StepReport& r) {
   nlohmann::ordered_json line = to_json(step_metrics(r));
+  if (!links_.empty()) line["links"] = links_;
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
     line["compare_sim"]["memory"] = memory_json(r.predicted_memory, measured_peaks(r));

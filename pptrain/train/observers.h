@@ -70,6 +70,7 @@ class MetricsWriter : public StepObserver {
   std::string path_;
   const SimComparison* comparison_;
   std::ofstream out_;
+  nlohmann::ordered_json links_;  // RunInfo::links, on every line: {"0-1": "shm"}
 };
 
 class TraceWriter : public StepObserver {

@@ -115,7 +115,10 @@ struct RunInfo {
   std::vector<int> dp_shares;
   double tokens_per_sample = 1;
   bool asynchronous = false;
-  std::string header;    // what the log prints before the first step (lines, no final newline)
+  std::string header;  // what the log prints before the first step (lines, no final newline)
+  // The link of each pair of ranks that exchange the pipeline's messages, as their transports
+  // reported it (runtime/links.h): {"0-1", "shm"}, {"1-2", "gloo"}; empty for one rank.
+  std::vector<std::pair<std::string, std::string>> links;
   std::string save_dir;  // where the run saves at its end; empty: it does not
   // The run goes on after `train --replan auto` moved its layers (the same run, perhaps another
   // process reporting): what the observers write is continued, not started again.
