@@ -15,6 +15,7 @@
 #include "pptrain/common/files.h"
 #include "pptrain/common/malloc.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/device/placement.h"
 #include "pptrain/device/precision.h"
 #include "pptrain/generators/registry.h"
 #include "pptrain/partition/workers.h"
@@ -262,6 +263,7 @@ struct PipelineSchedule::Impl {
   ResolvedRun resolved;     // the run the options describe, checked (planner/run_request.h)
   PlannedSchedule planned;  // its schedule and weight rule
   RunInfo run;
+  torch::Device device = torch::kCPU;  // where the stages compute: place_on_device()
   std::string links_line;  // gather_links(): "links: shm between ranks 0-1"; empty for one rank
   std::vector<std::pair<std::string, std::string>> links;  // RunInfo::links
   int pipeline_rank = 0;                                   // this rank in its copy of the pipeline
@@ -302,6 +304,8 @@ struct PipelineSchedule::Impl {
   ModuleCheckpoint layout(int steps_done) const;
 
   void check_stages() const;
+  // PipelineOptions::device: the stages moved there; unset, the device their modules are on.
+  void place_on_device();
   void make_groups();
   // The links the pipeline's messages take between each pair of ranks that exchange them, as
   // every rank's transport reports them (a sum over the world), for the start line and the
@@ -390,6 +394,7 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
     loss_scale.emplace(options.loss_scale);
   }
   check_stages();
+  place_on_device();
   if (averages) averaging = copy_averaging(options.family, copies);
   make_groups();
   gather_links();
@@ -424,11 +429,34 @@ void PipelineSchedule::Impl::check_stages() const {
                 "the rank of the last stage needs a loss function");
 }
 
+void PipelineSchedule::Impl::place_on_device() {
+  std::optional<torch::Device> found = options.device;
+  for (PipelineStage* stage : stages) {
+    for (const auto& module : stage->stage().modules()) {
+      if (options.device) {
+        module->to(*options.device);
+        continue;
+      }
+      const torch::Device here = device_of(*module);
+      PPTRAIN_CHECK(!found || *found == here || module->parameters().empty(), "stage ",
+                    stage->index(), " is on ", here.str(),
+                    " but another of this rank's stages is on ", found->str(),
+                    ": give PipelineOptions::device, or move them to one device");
+      if (!module->parameters().empty() || !found) found = here;
+    }
+  }
+  device = found.value_or(torch::Device(torch::kCPU));
+}
+
 void PipelineSchedule::Impl::gather_links() {
   if (world.size == 1) return;
   LinkTable mine(world.size);
   const std::vector<int> members = pipeline_of(copy);
-  for (int q = 0; q < ranks(); ++q) mine.set(world.rank, members[q], pipeline->link_to(q));
+  for (int q = 0; q < ranks(); ++q) {
+    const LinkKind kind = pipeline->link_to(q);
+    // A rank on a GPU packs its messages into host memory and unpacks them there (Executor).
+    mine.set(world.rank, members[q], device.is_cuda() ? staged(kind) : kind);
+  }
   const std::vector<int64_t> codes = mine.codes();
   torch::Tensor sum = torch::tensor(codes, torch::kInt64);
   world.transport->allreduce_sum(sum);
@@ -624,10 +652,12 @@ StepData PipelineSchedule::Impl::step_data(int step, const BatchSource& batches)
     PPTRAIN_CHECK(!last || !targets.empty(), "rank ", world.rank,
                   " holds the last stage but step() was given no targets");
     if (first) {
-      for (auto& x : split_bundle(inputs, M, "input")) data.inputs.push_back(std::move(x));
+      for (auto& x : split_bundle(inputs, M, "input")) data.inputs.push_back(on_device(x, device));
     }
     if (last) {
-      for (auto& y : split_bundle(targets, M, "target")) data.targets.push_back(std::move(y));
+      for (auto& y : split_bundle(targets, M, "target")) {
+        data.targets.push_back(on_device(y, device));
+      }
     }
   }
   const Batch& batch = fetched.at(step);
@@ -659,6 +689,7 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
   }
   executor_options.skips = options.skips;
   executor_options.compute_dtype = compute_dtype(options.precision);
+  executor_options.device = device;
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = options.recompute || planned.weights.backward_reruns_forward();
   // An asynchronous schedule runs whole backwards (B), on weight versions: there is no split.

@@ -225,6 +225,11 @@ struct PipelineOptions {
   // it needs `optimizer` (pptrain must be the one to skip) and a synchronous schedule.
   Precision precision = Precision::kFp32;
   LossScaleOptions loss_scale;
+  // Where this rank's stages compute (device/placement.h): set, they are moved there (their
+  // parameters keep their identity, as Module::to keeps it); unset, the device their modules are
+  // on (all the same; a module without tensors goes anywhere). The batch's microbatches are moved
+  // there; messages between ranks cross through host memory.
+  std::optional<torch::Device> device;
   // Skip connections (synchronous schedules): the tensor `name` of stage `from`'s output (a
   // named bundle) goes straight to stage `to` > `from`, beside what stage to - 1 sends it, and
   // its gradient straight back; the stages between never see it.

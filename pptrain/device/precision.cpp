@@ -16,14 +16,22 @@ std::optional<c10::ScalarType> compute_dtype(Precision precision) {
   return std::nullopt;
 }
 
+namespace {
+// A stage computes on the CPU or on its CUDA device; one scope turns autocast on for both (a
+// device's flag changes nothing for another's tensors).
+constexpr c10::DeviceType kAutocastDevices[] = {c10::DeviceType::CPU, c10::DeviceType::CUDA};
+}  // namespace
+
 AutocastScope::AutocastScope(std::optional<c10::ScalarType> dtype)
-    : was_enabled_(at::autocast::is_autocast_enabled(c10::DeviceType::CPU)),
-      was_dtype_(at::autocast::get_autocast_dtype(c10::DeviceType::CPU)),
-      was_caching_(at::autocast::is_autocast_cache_enabled()),
-      counted_(dtype.has_value()) {
-  at::autocast::set_autocast_enabled(c10::DeviceType::CPU, dtype.has_value());
+    : was_caching_(at::autocast::is_autocast_cache_enabled()), counted_(dtype.has_value()) {
+  for (size_t i = 0; i < 2; ++i) {
+    const c10::DeviceType device = kAutocastDevices[i];
+    was_enabled_[i] = at::autocast::is_autocast_enabled(device);
+    was_dtype_[i] = at::autocast::get_autocast_dtype(device);
+    at::autocast::set_autocast_enabled(device, dtype.has_value());
+    if (dtype) at::autocast::set_autocast_dtype(device, *dtype);
+  }
   if (dtype) {
-    at::autocast::set_autocast_dtype(c10::DeviceType::CPU, *dtype);
     // A scope is one stage's forward of one microbatch, which uses each weight once: a cached
     // cast would save no work, and would hold every layer's cast until the scope ends.
     at::autocast::set_autocast_cache_enabled(false);
@@ -35,13 +43,15 @@ AutocastScope::~AutocastScope() {
   // The outermost scope drops the parameters' cached casts (torch.autocast's __exit__ does it).
   if (counted_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_cache_enabled(was_caching_);
-  at::autocast::set_autocast_dtype(c10::DeviceType::CPU, was_dtype_);
-  at::autocast::set_autocast_enabled(c10::DeviceType::CPU, was_enabled_);
+  for (size_t i = 0; i < 2; ++i) {
+    at::autocast::set_autocast_dtype(kAutocastDevices[i], was_dtype_[i]);
+    at::autocast::set_autocast_enabled(kAutocastDevices[i], was_enabled_[i]);
+  }
 }
 
-std::optional<c10::ScalarType> active_compute_dtype() {
-  if (!at::autocast::is_autocast_enabled(c10::DeviceType::CPU)) return std::nullopt;
-  return at::autocast::get_autocast_dtype(c10::DeviceType::CPU);
+std::optional<c10::ScalarType> active_compute_dtype(c10::DeviceType device) {
+  if (!at::autocast::is_autocast_enabled(device)) return std::nullopt;
+  return at::autocast::get_autocast_dtype(device);
 }
 
 }  // namespace pptrain

@@ -273,6 +273,11 @@ const std::vector<TrainFlag>& train_flags() {
        "float32; fp16 scales the loss and skips a step whose gradients overflow, on every "
        "rank)",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.precision; }, kShowDefault},
+      {"--device",
+       "Where each rank computes: cpu, cuda (rank LOCAL_RANK of a host on its GPU, ranks "
+       "beyond the GPUs sharing them; messages cross through host memory) or auto (cuda "
+       "when a GPU is visible, else cpu)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.device; }, kShowDefault},
       {"--skip-nonfinite",
        "Skip the optimizer step of a step whose loss or gradients are not finite "
        "(default: stop the run, exit status 1, naming the step)",

@@ -11,6 +11,8 @@
 #include "pptrain/common/check.h"
 #include "pptrain/data/data.h"
 #include "pptrain/device/compute_threads.h"
+#include "pptrain/device/placement.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/stage.h"
 #include "pptrain/train/agreement.h"
 #include "pptrain/train/checkpoint.h"
@@ -128,6 +130,9 @@ std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
     }
     pointers.push_back(stages.back().get());
   }
+  // This rank's device (device/placement.h); the schedule moves the stages there.
+  const RankDevice device =
+      decide_device(plan.device, cluster_env_of_process().local_rank, plan.precision);
   const ModelOptions model = plan.model;
   const LossFn loss = [model](const torch::Tensor& output, const torch::Tensor& target) {
     return compute_loss(model, output, target);
@@ -140,6 +145,11 @@ std::optional<MovedCut> train(const TrainingPlan& plan, Transport& transport,
   CheckpointWriter writer(plan, transport);
   std::optional<RankCheckpoint> to_save;
   PipelineOptions options = pipeline_options(plan, observers);
+  options.device = device.device;
+  if (device.device.is_cuda() && options.run_info) {
+    options.run_info->header += "\ndevice: rank " + std::to_string(rank) + " on " +
+                                device.description + "; each rank on the GPU of its LOCAL_RANK";
+  }
   // After --replan auto moved the layers, the run goes on: whichever process reports now appends.
   options.run_info->continues = watch != nullptr && plan.resume_dir == watch->dir;
   options.at_step_end = [&plan, &writer, &to_save](int done) {

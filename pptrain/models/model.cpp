@@ -72,7 +72,8 @@ struct AttentionImpl : torch::nn::Module {
     auto parts = qkv(norm(x)).view({batch, tokens, 3, heads, head_dim}).permute({2, 0, 3, 1, 4});
     auto q = parts[0], k = parts[1], v = parts[2];
     auto scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
-    auto future = torch::ones({tokens, tokens}, torch::kBool).triu(1);  // [T, T], true = masked
+    // [T, T], true = masked; on the activations' device
+    auto future = torch::ones({tokens, tokens}, x.options().dtype(torch::kBool)).triu(1);
     scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
     auto mixed = torch::softmax(scores, -1).matmul(v);  // [mb, H, T, head_dim]
     return x + proj(mixed.transpose(1, 2).reshape({batch, tokens, d_model}));

@@ -50,7 +50,7 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     // Under autocast (device/precision.h) the product is in the compute dtype, as autocast's own
     // linear computes it: the input is kept in that dtype for dW, and the backward casts the
     // weight again rather than keeping a copy per microbatch.
-    const std::optional<c10::ScalarType> dtype = active_compute_dtype();
+    const std::optional<c10::ScalarType> dtype = active_compute_dtype(input.device().type());
     const torch::Tensor kept = dtype && input.is_floating_point() ? input.to(*dtype) : input;
     ctx->save_for_backward({kept, weight});
     // (Only a cast input's own dtype is kept: the fp32 path stores nothing more.)

@@ -173,6 +173,14 @@ int64_t bundle_bytes(const TensorBundle& bundle) {
   return bytes;
 }
 
+TensorBundle on_device(TensorBundle bundle, const torch::Device& device) {
+  for (size_t i = 0; i < bundle.size(); ++i) {
+    torch::Tensor& t = bundle[i];
+    if (t.defined() && t.device() != device) t = t.to(device);
+  }
+  return bundle;
+}
+
 TensorBundle with_dtype(TensorBundle bundle, c10::ScalarType from, c10::ScalarType to,
                         const std::vector<std::string>& keep) {
   for (size_t i = 0; i < bundle.size(); ++i) {

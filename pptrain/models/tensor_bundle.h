@@ -85,6 +85,9 @@ std::vector<TensorBundle> split_bundle(const TensorBundle& bundle, int parts,
 // The bytes of a bundle's defined tensors.
 int64_t bundle_bytes(const TensorBundle& bundle);
 
+// `bundle` with its defined tensors on `device` (itself when they are there already).
+TensorBundle on_device(TensorBundle bundle, const torch::Device& device);
+
 // `bundle` with its tensors of dtype `from` in `to`, the others (integer ids, masks) and those
 // of a map named in `keep` as they are: a layer's float32 outputs in a bf16 run's compute dtype
 // (runtime/stage.h), and a last stage's output back in float32 for its loss.

@@ -9,9 +9,12 @@
 namespace pptrain {
 
 torch::Tensor ArchiveFile::keep(const torch::Tensor& tensor, bool copy) {
-  if (!copy || !tensor.defined()) return tensor;
-  // As the tensor itself would be written: the archive records requires_grad.
-  copies.push_back(tensor.detach().clone().requires_grad_(tensor.requires_grad()));
+  if (!tensor.defined() || (!copy && tensor.is_cpu())) return tensor;
+  // As the tensor itself would be written: the archive records requires_grad. A tensor on a
+  // GPU is written from a host copy, so that a checkpoint loads on any device.
+  copies.push_back(tensor.detach()
+                       .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/copy)
+                       .requires_grad_(tensor.requires_grad()));
   return copies.back();
 }
 

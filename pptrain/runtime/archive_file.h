@@ -25,7 +25,8 @@ struct ArchiveFile {
 
   // `tensor` itself, or with `copy` a copy of it that later training leaves alone (held in
   // `copies` as well: torch's pickler writes a tensor held only by the archive otherwise than
-  // one held elsewhere too, and a background save's files are to be the synchronous ones').
+  // one held elsewhere too, and a background save's files are to be the synchronous ones'). A
+  // tensor on a GPU is always copied, to the host: a checkpoint then loads on any device.
   torch::Tensor keep(const torch::Tensor& tensor, bool copy);
 
   std::string name;                                          // in the checkpoint folder

@@ -249,7 +249,7 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
       auto it = state.posted.find(p);
       PPTRAIN_ASSERT(it != state.posted.end());
       Slot& s = slot(state, action.stage, action.microbatch);
-      TensorBundle got = it->second.finish();
+      TensorBundle got = on_device(it->second.finish(), options_.device);
       state.posted.erase(it);
       const Clock::time_point got_it = Clock::now();
       state.record.costs.recv_wait_s += seconds_between(waiting, got_it);

@@ -137,6 +137,11 @@ struct ExecutorOptions {
   // With compute_dtype: stage -> the tensors of its output (a named bundle) that stay as they
   // are (PipelineStage::keep_dtype).
   std::map<int, std::vector<std::string>> kept_dtype;
+  // Where this rank's stages compute (device/placement.h), and so where StepData's tensors must
+  // be. A message is packed into host memory (copied off the device) and unpacked there, then
+  // moved to this device: the host staging of runtime/links.h. Stages of one rank hand their
+  // tensors over on the device.
+  torch::Device device = torch::kCPU;
 };
 
 // The data of one step, split into microbatches. `inputs` is needed on the rank holding stage 0

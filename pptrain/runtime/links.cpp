@@ -30,6 +30,12 @@ bool host_staged(LinkKind kind) {
   return kind == LinkKind::kStagedShm || kind == LinkKind::kStagedGloo;
 }
 
+LinkKind staged(LinkKind kind) {
+  if (kind == LinkKind::kShm) return LinkKind::kStagedShm;
+  if (kind == LinkKind::kGloo) return LinkKind::kStagedGloo;
+  return kind;
+}
+
 LinkKind choose_link(const RankPlace& a, const RankPlace& b, bool nccl_available) {
   const bool same_host = a.host == b.host;
   const bool cpu_path_shm = same_host && a.shared_memory && b.shared_memory;

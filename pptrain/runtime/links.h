@@ -46,6 +46,10 @@ const char* link_name(LinkKind kind);
 // Whether messages of this kind cross as CPU tensors copied off a CUDA device first.
 bool host_staged(LinkKind kind);
 
+// What a CPU path becomes for a rank on a CUDA device: shm -> host-staged shm, gloo -> host-staged
+// gloo; the others as they are.
+LinkKind staged(LinkKind kind);
+
 // Where one rank runs, as the link rules need it.
 struct RankPlace {
   std::string host;      // the host's identity (boot, namespaces): equal on ranks that share memory

@@ -38,6 +38,9 @@ TEST(ChooseLink, RanksSharingAGpuOrMixingCpuAndGpuStageThroughTheHost) {
   EXPECT_TRUE(host_staged(LinkKind::kStagedGloo));
   EXPECT_FALSE(host_staged(LinkKind::kShm));
   EXPECT_FALSE(host_staged(LinkKind::kNccl));
+  EXPECT_EQ(staged(LinkKind::kShm), LinkKind::kStagedShm);
+  EXPECT_EQ(staged(LinkKind::kGloo), LinkKind::kStagedGloo);
+  EXPECT_EQ(staged(LinkKind::kLocal), LinkKind::kLocal);
 }
 
 TEST(LinkTable, DescribesThePairsGroupedByLinkAndShowsEndsThatDisagree) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "pptrain/common/device.h"
 #include "pptrain/common/precision.h"
 #include "pptrain/data/data.h"
 #include "pptrain/generators/registry.h"
@@ -134,6 +135,8 @@ struct TrainOptions {
   // --precision: "fp32", "bf16" or "fp16" (common/precision.h; api/pipeline.h,
   // PipelineOptions::precision, says what each computes in).
   std::string precision = "fp32";
+  // --device: "cpu", "cuda" or "auto" (common/device.h; device/placement.h decides each rank's).
+  std::string device = "cpu";
 };
 
 // What a run is. Read-only once made.
@@ -180,10 +183,11 @@ struct TrainingPlan {
   // --post-validation, --exact-rollback, --skip-nonfinite.
   OptimizerOptions optimizer;
   bool recompute = false;
-  Precision precision = Precision::kFp32;  // --precision
-  bool autograd_weight_split = false;      // TrainOptions::weight_split == "autograd"
-  int threads = 1;                         // compute threads per process
-  std::string load_dir;                    // empty: start from the seeded initialisation
+  Precision precision = Precision::kFp32;      // --precision
+  DeviceRequest device = DeviceRequest::kCpu;  // --device
+  bool autograd_weight_split = false;          // TrainOptions::weight_split == "autograd"
+  int threads = 1;                             // compute threads per process
+  std::string load_dir;                        // empty: start from the seeded initialisation
   std::string resume_dir;  // empty: no resume; else also the optimizer state and the step
   // --resume auto: the checkpoints passed over (why each could not be continued); `finished`:
   // save_dir holds the checkpoint of the run's last step, so nothing is left to run.

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "pptrain/common/check.h"
+#include "pptrain/device/placement.h"
 #include "pptrain/generators/registry.h"
 #include "pptrain/partition/workers.h"
 #include "pptrain/planner/run_request.h"
@@ -291,6 +292,14 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
                 "--weight-split must be deferred or autograd, got '", options.weight_split, "'");
   plan.autograd_weight_split = options.weight_split == "autograd";
   plan.precision = parse_precision(options.precision, "--precision");
+  plan.device = parse_device(options.device, "--device");
+  // Before any worker starts, one line rather than one per rank, and without initialising CUDA
+  // in a process that forks its workers: CUDA asked for where there is none. (Each worker's
+  // decide_device checks the rest: the device itself, the precision on it.)
+  if (plan.device == DeviceRequest::kCuda) {
+    const std::string absent = cuda_absent_reason();
+    PPTRAIN_CHECK(absent.empty(), "--device cuda: ", absent, "; use --device cpu or auto");
+  }
   PPTRAIN_CHECK(!scales_loss(plan.precision) || !plan.asynchronous(),
                 "--precision fp16 skips the steps whose gradients overflow, on every rank at "
                 "once, but ",
