@@ -25,7 +25,11 @@
 # named by as many agents as it has nodes), and no process is left on the hosts. Each case
 # prints what it measured, in seconds from the fault, and fails past its stated margin.
 #
-#   bash tests/faults_test.sh PPTRAIN_BINARY cut|freeze|partition|endpoint|hung
+# With --launcher (cut, partition), the agents are `pptrain run` (torchrun's part) of `pptrain
+# train --pp 3` ranks, which re-plan themselves for the world their launcher starts (as
+# tests/elastic_test.sh --launcher).
+#
+#   bash tests/faults_test.sh PPTRAIN_BINARY cut|freeze|partition|endpoint|hung [--launcher]
 #
 # Needs root, else it fails; it exits 77 (skipped) only when the kernel lacks a feature it needs
 # (network, UTS or mount namespaces, veth, bridge). Every process and namespace it starts is gone
@@ -33,8 +37,13 @@
 set -uo pipefail
 binary=${1:-}
 fault=${2:-}
+launcher=0
+[ "${3:-}" = --launcher ] && launcher=1
+((launcher)) && [[ ! $fault =~ ^(cut|partition)$ ]] &&
+  { echo "usage: --launcher goes with cut or partition"; exit 2; }
 [ -n "$binary" ] && [ -x "$binary" ] && [[ $fault =~ ^(cut|freeze|partition|endpoint|hung)$ ]] || {
-  echo "usage: bash tests/faults_test.sh PPTRAIN_BINARY cut|freeze|partition|endpoint|hung"
+  echo "usage: bash tests/faults_test.sh PPTRAIN_BINARY cut|freeze|partition|endpoint|hung" \
+    "[--launcher]"
   exit 2
 }
 binary=$(realpath "$binary")
@@ -73,11 +82,14 @@ start one timeout 60 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" --save "
 finish one
 
 rendezvous="--nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d
-  --rdzv-endpoint ${node_addr[0]}:29400 --rdzv-id faults --rdzv-conf join_timeout=20,last_call_timeout=$last_call"
+  --rdzv-endpoint ${node_addr[0]}:29400 --rdzv-id faults
+  --rdzv-conf join_timeout=20,last_call_timeout=$last_call --max-restarts 2 --stopped-timeout 8"
+ranks="$train --pp 3 --metrics $dir/run.jsonl --save $dir/ckpt --save-every 2
+  --comm-timeout $comm_timeout"
+agent="$binary $ranks $rendezvous"
+((launcher)) && agent="$binary run $rendezvous $binary $ranks"
 for h in "${hosts[@]}"; do
-  start_host "$h" "$h" env PPTRAIN_TEST_SAVE_DELAY_MS=500 timeout 100 "$binary" $train --pp 3 \
-    --metrics "$dir/run.jsonl" --save "$dir/ckpt" --save-every 2 --max-restarts 2 --comm-timeout "$comm_timeout" \
-    --stopped-timeout 8 $rendezvous
+  start_host "$h" "$h" env PPTRAIN_TEST_SAVE_DELAY_MS=500 timeout 100 $agent
 done
 
 # Seconds since $1 (an $EPOCHREALTIME), to 0.1 s.
@@ -104,13 +116,15 @@ others_say() {
   for h in $(others); do grep -Eq "$1" "$dir/$h.err" || return 1; done
 }
 
-# The rank process of host $1: a fork of its agent, the one process there whose parent has its
-# command line.
+# The error lines of host $1's agent (under `pptrain run`, its ranks' own pass through too).
+agent_errors() {
+  grep "^pptrain: error: " "$dir/$1.err" | grep -v "^pptrain: error: rank [0-9]*: "
+}
+# The rank process of host $1: the child of its agent, which is the child of `timeout`.
 rank_of() {
-  local p parent
+  local p
   for p in $(ip netns pids "${host_ns[$1]}"); do
-    parent=$(ps -o ppid= -p "$p" | tr -d ' ')
-    [ "$(ps -o args= -p "$p")" = "$(ps -o args= -p "$parent")" ] && echo "$p"
+    [[ "$(ps -o args= -p "$p")" == "timeout 100 "* ]] && pgrep -P "$(pgrep -P "$p")"
   done
 }
 
@@ -129,7 +143,9 @@ survivors=$(for h in $(others); do rank_of "$h"; done)
 [ "$(wc -w <<<"$survivors")" = 2 ] || fail "not one rank on each other host: $survivors"
 stale=$(rank_of "$victim")
 case $fault in
-  cut | partition | endpoint) ip -n "$head_ns" link set "$victim" down || fail "cannot cut $victim's link" ;;
+  cut | partition | endpoint)
+    ip -n "$head_ns" link set "$victim" down || fail "cannot cut $victim's link"
+    ;;
   freeze) kill -STOP $(ip netns pids "${host_ns[$victim]}") || fail "cannot stop $victim" ;;
   hung) kill -STOP "$stale" || fail "cannot stop rank $victim_rank" ;;
 esac
@@ -160,11 +176,13 @@ if [ "$fault" = endpoint ]; then
   stopped_s=$(since "$fault_at")
   at_most "$stopped_s" $((comm_timeout + named_margin + 20 + 5)) "the agents stopped"
   for h in "${hosts[@]}"; do
-    errors=$(grep "^pptrain: error: " "$dir/$h.err")
+    errors=$(agent_errors "$h")
     [ "$(grep -c . <<<"$errors")" = 1 ] ||
       fail "$h: not one error line: $(grep "^pptrain:" "$dir/$h.err")"
-    want="restart 1/2 after: .*rank $victim_rank has not answered for .*; the nodes did not meet again: the rendezvous endpoint ${node_addr[0]}:29400 did not answer within 20 s"
-    [ "$h" = h1 ] && want="the rendezvous of run 'faults' at .* has 1 of at least 2 nodes after 20 s"
+    want="restart 1/2 after: .*rank $victim_rank has not answered for .*; the nodes did not meet "
+    want+="again: the rendezvous endpoint ${node_addr[0]}:29400 did not answer within 20 s"
+    [ "$h" = h1 ] &&
+      want="the rendezvous of run 'faults' at .* has 1 of at least 2 nodes after 20 s"
     grep -q "$want" <<<"$errors" || fail "$h: '$errors' is not '$want'"
     echo "endpoint: $h stopped: $errors"
   done
@@ -185,6 +203,9 @@ fi
 if [ "$fault" = hung ]; then
   goes_on="^pptrain: restart 1/2 after: .*; resuming from step"
   limit=$((comm_timeout + goes_on_margin + 8))  # the agent waits --stopped-timeout 8
+elif ((launcher)); then
+  goes_on="^pptrain: node [0-9] \(host $victim, $victim_addr\) is gone; going on with 2 nodes$"
+  limit=$((comm_timeout + goes_on_margin))
 else
   goes_on="^pptrain: (node [0-9] \(host $victim, $victim_addr\) is gone; )?2 nodes with 2 ranks: "
   goes_on+="the run goes on as --pp [12] --dp [12], stages "
@@ -199,11 +220,16 @@ if [ "$fault" = cut ] || [ "$fault" = partition ]; then
     fail "the others did not name $victim gone: $(grep -h "^pptrain:" "$dir"/h?.err | sort -u)"
 fi
 # (A rank that hears of it from the other one, whose connection broke, names that one.)
-grep -q "^pptrain: restart 1/2 after: .*rank $victim_rank has not answered for" \
+grep -q "pptrain: .*rank $victim_rank has not answered for" \
   $(others | sed "s|^|$dir/|; s|$|.err|") ||
   fail "no rank named rank $victim_rank: $(grep -h "^pptrain: restart" "$dir"/h?.err)"
 echo "$fault: the others named rank $victim_rank"
 echo "$fault: the run went on after $goes_on_s s: $(grep -Eh "$goes_on" "$dir/h1.err" | tail -n 1)"
+if ((launcher)); then
+  replan="^pptrain: the launcher started 2 ranks, not --pp 3 x --dp 1: the run goes on as "
+  wait_until 20 "re-plan of the ranks" eval 'grep -q "$replan" "$dir"/h?.err'
+  echo "$fault: $(grep -h "$replan" "$dir"/h?.err | head -n 1)"
+fi
 
 # Undo the fault once they train again (the metrics, appended by each restart, grow), and let
 # the run end.
@@ -241,7 +267,7 @@ case $fault in
       echo "$fault: $victim rang the doorbell $answered_s s after it came back, and joined"
     else
       [ "$status" != 0 ] || fail "$victim ended 0 without joining the run"
-      errors=$(grep "^pptrain: error: " "$dir/$victim.err")
+      errors=$(agent_errors "$victim")
       [ "$(grep -c . <<<"$errors")" = 1 ] ||
         fail "$victim: not one error line: $(grep "^pptrain:" "$dir/$victim.err")"
       echo "$fault: $victim refused $answered_s s after it came back (exit $status): $errors"
@@ -250,10 +276,13 @@ case $fault in
   partition)
     # It stopped within the join timeout (20 s) of its meeting, with one line.
     [ "$status" = 1 ] || fail "the lone host ended $status, not 1"
-    errors=$(grep "^pptrain: error: " "$dir/$victim.err")
+    errors=$(agent_errors "$victim")
     [ "$(grep -c . <<<"$errors")" = 1 ] ||
       fail "$victim: not one error line: $(grep "^pptrain:" "$dir/$victim.err")"
-    want="restart 1/2 after: .*; the nodes did not meet again: the rendezvous endpoint ${node_addr[0]}:29400 did not answer within 20 s"
+    want="restart 1/2 after: .*; the nodes did not meet again: the rendezvous endpoint "
+    # (`pptrain run` said why it restarts before it met.)
+    ((launcher)) && want=""
+    want+="${node_addr[0]}:29400 did not answer within 20 s"
     grep -q "$want" <<<"$errors" || fail "$victim: '$errors' is not '$want'"
     echo "partition: the lone host stopped $lone_s s after the cut: $errors"
     ;;
@@ -262,7 +291,8 @@ esac
 # No two meetings trained at once: every meeting an agent joined names a master that every node
 # of it names (a meeting of its own would name one of its own).
 grep -h "^pptrain: node [0-9] of [0-9] " "$dir"/h?.err |
-  sed 's/.*of \([0-9]\) (.*, master \([^,]*\).*/\2 \1/' | sort | uniq -c | awk '$1 != $3 { print; bad = 1 } END { exit bad }' >"$dir/meetings.txt" ||
+  sed 's/.*of \([0-9]\) (.*, master \([^,]*\).*/\2 \1/' | sort | uniq -c |
+  awk '$1 != $3 { print; bad = 1 } END { exit bad }' >"$dir/meetings.txt" ||
   fail "a meeting that not all its nodes joined: $(cat "$dir/meetings.txt")"
 same_step_losses "$dir/one.jsonl" "$dir/run.jsonl" "$steps" "$fault: the run after the fault"
 same_parameters "$dir/one" "$dir/ckpt" "$fault"
