@@ -69,9 +69,11 @@ class SilentPeers {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // Never destroyed: a heartbeat thread may outlive main() (a transport that Python never
+  // frees, or a thread its owner left to a stopped rank 0) and still write here at exit.
   static SilentPeers& instance() {
-    static SilentPeers peers;
-    return peers;
+    static SilentPeers* const peers = new SilentPeers;
+    return *peers;
   }
 
   // `moved[r]`: when rank r's counter last moved; Clock::time_point{} for this rank and the
