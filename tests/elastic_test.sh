@@ -31,9 +31,6 @@ model="--model gpt --layers 6 --d-model 32 --heads 4 --seq-len 16 --batch-size 8
 train="train $model --schedule 1f1b --steps $steps --quiet"
 timeout 120 "$binary" $train --pp 1 --metrics "$dir/one.jsonl" --save "$dir/one" >/dev/null \
   2>"$dir/one.err" || fail "the one-process run"
-# "step loss" per line of a metrics file.
-step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
-
 port=$(free_port)
 rendezvous="--nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:$port
   --rdzv-id elastic --rdzv-conf join_timeout=120,last_call_timeout=600"
@@ -105,29 +102,7 @@ else
   echo "a node that came while the run trained joined it: $(cat "$dir"/node*.err |
     grep -c "goes on as --pp 3") agents went on as --pp 3"
 fi
-# Every step the last layout trained (from the checkpoint it continued on) against one process.
-awk 'NR == FNR { want[$1] = $2; next }
-     { n++; last = $1; d = $2 - want[$1]; if (d < 0) d = -d; s = want[$1] < 0 ? -want[$1] : want[$1]
-       if (!($1 in want) || d > 1e-5 * s + 1e-12) { print "step " $1 ": " $2 " against " want[$1]; bad = 1 } }
-     END { if (bad || n == 0 || last != steps) { print "steps trained: " n ", the last " last; exit 1 } }' \
-  steps="$steps" <(step_losses "$dir/one.jsonl") <(step_losses "$dir/elastic.jsonl") >"$dir/compare.txt" ||
-  fail "the run on the nodes left is not the one-process run: $(cat "$dir/compare.txt")"
-echo "elastic: the run ended with the one-process losses (steps $(step_losses \
-  "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)-$steps)"
-# The parameters of the last step's checkpoint, layer by layer, against one process's.
-"${PPTRAIN_PYTHON:-python3}" - "$dir/one" "$dir/ckpt" >"$dir/params.txt" 2>&1 <<'PY' ||
-import glob, os, sys
-import torch
-want_dir, got_dir = sys.argv[1], sys.argv[2]
-files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(want_dir, "layer_*.pt")))
-assert files, "no layer files in " + want_dir
-for name in files:
-    want = dict(torch.jit.load(os.path.join(want_dir, name)).named_parameters())
-    got = dict(torch.jit.load(os.path.join(got_dir, name)).named_parameters())
-    assert want.keys() == got.keys(), f"{name}: {sorted(want)} against {sorted(got)}"
-    for key, w in want.items():
-        torch.testing.assert_close(got[key], w, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
-print(f"{len(files)} layers equal")
-PY
-  fail "the parameters differ from one process's: $(tail -n 3 "$dir/params.txt")"
-echo "elastic: the parameters of the last step are one process's ($(cat "$dir/params.txt"))"
+# Every step the last layout trained (from the checkpoint it continued on) and the parameters
+# of the last step's checkpoint, layer by layer, against one process's.
+same_step_losses "$dir/one.jsonl" "$dir/elastic.jsonl" "$steps" "elastic: the run on the nodes left"
+same_parameters "$dir/one" "$dir/ckpt" elastic

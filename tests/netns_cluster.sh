@@ -8,6 +8,7 @@
 #   source "$tests/netns_cluster.sh"
 #   netns_cluster pptrain-nodes 192.168.215 node1 node2   # head .1, node1 .2, node2 .3
 #   start_host agent1 node1 pptrain run ...            # as process_groups.sh's start
+#   nothing_left "what ran"                             # fails if a process is left on a node
 #
 # Needs root (the test checks it first, and fails without it); exits 77 (skipped) only when the
 # kernel lacks a feature: network, UTS or mount namespaces, veth pairs, bridges. Every process in
@@ -103,4 +104,17 @@ start_host() {
   start "$name" ip netns exec "${host_ns[$host]}" unshare --uts --mount sh -c \
     'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"' \
     sh "$host" "$hosts" "$@"
+}
+
+# Fails if any process is left in the nodes' namespaces (the head's is not looked at) once what
+# ran there ($1 names it) has ended; its ranks get 3 s to go.
+nothing_left() {
+  local left="" host _
+  for _ in $(seq 30); do
+    left=""
+    for host in "${nodes[@]}"; do left+=" $(ip netns pids "${host_ns[$host]}")"; done
+    [ -z "${left// /}" ] && return
+    sleep 0.1
+  done
+  fail "$1: processes left running: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"
 }

@@ -99,17 +99,6 @@ check_places() {
   echo "$name: node 0 on ${nodes[node0]}, both agents name the master ${masters[0]}"
   nothing_left "$name"
 }
-# Fails if any process is left in the hosts' namespaces once the agents have ended; their ranks
-# get a moment to go.
-nothing_left() {
-  local left="" _
-  for _ in $(seq 20); do
-    left=$(ip netns pids "${host_ns[node1]}"; ip netns pids "${host_ns[node2]}")
-    [ -z "$left" ] && return
-    sleep 0.1
-  done
-  fail "$1: processes left running: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"
-}
 
 # 1. Static rendezvous: two `pptrain run` agents, the master on node1's address.
 on_both_hosts static "pptrain run, static, 2 hosts" run --nnodes 2 --nproc-per-node 1 \

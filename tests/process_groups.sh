@@ -1,7 +1,8 @@
 # Sourced by the shell tests (and benchmarks) that start processes: a scratch folder `$dir`,
 # the array `groups` of process group ids, each killed with SIGKILL when the script ends, failed
 # or not, free_port, and the helpers of the tests that start ranks: fail, start, finish,
-# losses, reference_run and same_losses.
+# losses, reference_run, same_losses, and for runs that restart from a checkpoint step_losses,
+# same_step_losses and same_parameters.
 #
 #   source "$(dirname "$0")/process_groups.sh"
 #   setsid some-command & groups+=("$!")
@@ -70,4 +71,39 @@ same_losses() {
       s = y[i] < 0 ? -y[i] : y[i]; if (d > 1e-5 * s + 1e-12) exit 1 } }' ||
     fail "$2: losses $got differ from one process's $reference"
   echo "$2: the one-process losses"
+}
+
+# "step loss" per line of a metrics file.
+step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
+# Fails unless every step of metrics file $2 (a run that may have restarted from checkpoints) has
+# the loss of that step in $1 (one process's, 1e-5 relative) and its last step is $3; $4 names
+# the run.
+same_step_losses() {
+  awk 'NR == FNR { want[$1] = $2; next }
+       { n++; last = $1; d = $2 - want[$1]; if (d < 0) d = -d; s = want[$1] < 0 ? -want[$1] : want[$1]
+         if (!($1 in want) || d > 1e-5 * s + 1e-12) { print "step " $1 ": " $2 " against " want[$1]; bad = 1 } }
+       END { if (bad || n == 0 || last != steps) { print "steps trained: " n ", the last " last; exit 1 } }' \
+    steps="$3" <(step_losses "$1") <(step_losses "$2") >"$dir/compare.txt" ||
+    fail "$4 is not the one-process run: $(cat "$dir/compare.txt")"
+  echo "$4: the one-process losses (steps $(step_losses "$2" | head -n 1 | cut -d' ' -f1)-$3)"
+}
+# Fails unless the layer files of checkpoint $2 hold the parameters of checkpoint $1 (one
+# process's, 1e-5; read with the .venv's torch); $3 names the run.
+same_parameters() {
+  "${PPTRAIN_PYTHON:-python3}" - "$1" "$2" >"$dir/params.txt" 2>&1 <<'PY' ||
+import glob, os, sys
+import torch
+want_dir, got_dir = sys.argv[1], sys.argv[2]
+files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(want_dir, "layer_*.pt")))
+assert files, "no layer files in " + want_dir
+for name in files:
+    want = dict(torch.jit.load(os.path.join(want_dir, name)).named_parameters())
+    got = dict(torch.jit.load(os.path.join(got_dir, name)).named_parameters())
+    assert want.keys() == got.keys(), f"{name}: {sorted(want)} against {sorted(got)}"
+    for key, w in want.items():
+        torch.testing.assert_close(got[key], w, rtol=1e-5, atol=1e-7, msg=f"{name} {key}")
+print(f"{len(files)} layers equal")
+PY
+    fail "$3: the parameters differ from one process's: $(tail -n 3 "$dir/params.txt")"
+  echo "$3: the parameters of the last step are one process's ($(cat "$dir/params.txt"))"
 }

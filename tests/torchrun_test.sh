@@ -75,16 +75,6 @@ finish_agent() {
   wait "${pid[$name]}" || status=$?
   [ "$status" = 0 ] || fail "$name: torchrun exited $status: $(errors_of "$name")"
 }
-# Fails if any process is left in the hosts' namespaces once the agents have ended.
-nothing_left() {
-  local left="" _
-  for _ in $(seq 30); do
-    left=$(ip netns pids "${host_ns[node1]}"; ip netns pids "${host_ns[node2]}")
-    [ -z "$left" ] && return
-    sleep 0.1
-  done
-  fail "$1: processes left running: $(ps -o pid=,args= -p "$(echo $left | tr ' ' ,)")"
-}
 # Seconds since the case began (`began=$SECONDS` first).
 took() { echo "$((SECONDS - began)) s"; }
 

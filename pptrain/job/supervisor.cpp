@@ -103,6 +103,22 @@ std::string gone_text(const NodeAssignment& node) {
   return text;
 }
 
+// This node's place in the meeting of restart `restart` (of `max_restarts`) after the run
+// failed with `why`. A meeting that fails (the endpoint unreachable, too few nodes) ends the run
+// with one line that says why it was held as well (`pptrain run` says that before it meets).
+template <typename Place>
+NodeAssignment meet_again(Place&& place, int restart, int max_restarts, const std::string& why) {
+  try {
+    return place(restart);
+  } catch (const UserError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("restart " + std::to_string(restart) + "/" +
+                             std::to_string(max_restarts) + " after: " + why +
+                             "; the nodes did not meet again: " + e.what());
+  }
+}
+
 // Under --nnodes MIN:MAX with room for more nodes, the launcher stops the ranks for a node that
 // asks to join (rendezvous.h), while a restart is left to take it.
 void stop_for_joining_nodes(const NodeGroup& group, LaunchOptions& launch) {
@@ -341,7 +357,9 @@ RunResult supervise_workers(const TrainOptions& options, const TrainingPlan& pla
           return false;
         }
         // The nodes meet again first: a node lost or come changes the plan (place()).
-        if (group.dynamic) launch.node = place(restart);
+        if (group.dynamic) {
+          launch.node = meet_again(place, restart, options.max_restarts, failed.message);
+        }
         std::vector<std::string> skipped;
         const std::string dir = newest_resumable(options.save_dir, *current, &skipped);
         for (const std::string& why : skipped) {

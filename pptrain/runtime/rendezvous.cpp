@@ -232,11 +232,12 @@ std::string text(const std::vector<uint8_t>& bytes) {
 }
 
 // The agents' store at the endpoint: served here when the endpoint is this host's and its port
-// is free, else a client of the agent that serves it (connecting until the timeout).
-c10::intrusive_ptr<c10d::TCPStore> open_store(const NodeGroup& group, bool* serving) {
+// is free, else a client of the agent that serves it (connecting until `timeout`).
+c10::intrusive_ptr<c10d::TCPStore> open_store(const NodeGroup& group, bool* serving,
+                                              std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(group.endpoint_port);
-  options.timeout = std::chrono::seconds(group.join_timeout_s);
+  options.timeout = timeout;
   options.waitWorkers = false;
   *serving = false;
   // (A port taken already needs no attempt, which c10d would report on stderr.)
@@ -391,16 +392,33 @@ NodeAssignment c10d_rendezvous(const NodeGroup& group, int nproc, int round,
                       port_of(presence_fd()), nproc};
   std::vector<NodeMember> ringers;
   std::swap(ringers, doorbell().ringers);
-  // (Only a node that comes to an elastic run rings: a node of the meeting before comes anyway.)
+  // (A node that comes to an elastic run rings first; a node of the meeting before expects the
+  // store, and rings only when it finds none, below.)
   if (!last && group.min_nodes < group.max_nodes) ring_if_running(group, me, deadline);
   bool serving = false;
   c10::intrusive_ptr<c10d::TCPStore> store;
-  try {
-    store = open_store(group, &serving);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("the rendezvous endpoint " + where(group) + " did not answer within " +
-                             std::to_string(group.join_timeout_s) +
-                             " s (--rdzv-conf join_timeout): " + first_line(e));
+  // A node of the meeting before may find the doorbell instead of the store: the others went on
+  // without it while it could not be reached (a cut link, a frozen host) or its ranks were slow to
+  // fail. So it tries the store for 2 s at a time (a doorbell fails its ping at once) and, between
+  // tries, rings as a node that comes does, until the store answers or the join timeout is over:
+  // a host that comes back finds the doorbell within a round of that.
+  const bool may_ring = last && group.min_nodes < group.max_nodes;
+  for (bool first = true;; first = false) {
+    const auto left =
+        std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()),
+                 std::chrono::milliseconds(1000));
+    try {
+      if (may_ring && !first) ring_if_running(group, me, deadline);
+      store = open_store(
+          group, &serving,
+          may_ring ? std::min<std::chrono::milliseconds>(left, std::chrono::seconds(2)) : left);
+      break;
+    } catch (const std::exception& e) {
+      if (may_ring && Clock::now() + std::chrono::seconds(1) < deadline) continue;
+      throw std::runtime_error("the rendezvous endpoint " + where(group) +
+                               " did not answer within " + std::to_string(group.join_timeout_s) +
+                               " s (--rdzv-conf join_timeout): " + first_line(e));
+    }
   }
   NodeAssignment node;
   node.run_id = group.run_id;

@@ -29,7 +29,10 @@
 // endpoint while it trains: the agent that served the meeting listens on the endpoint's port. A
 // node that comes then rings it (c10d_rendezvous does at an agent's first meeting under MIN <
 // MAX, before it looks for the store), the agent stops its ranks (node_asks_to_join()), the
-// others' ranks fail with them, and all meet again, with the new node, in the next round.
+// others' ranks fail with them, and all meet again, with the new node, in the next round. A
+// node of an earlier meeting that the others went on without (its link was cut, its host
+// frozen) finds the doorbell too when it comes back: its short try at the store fails, and it
+// rings as a new node does.
 #pragma once
 
 #include <string>

@@ -61,16 +61,63 @@ std::string brief(const std::exception& e) {
   return text.substr(0, text.find('\n'));
 }
 
+// When each peer's heartbeat (below) last moved, as this process's heartbeat saw it: when a
+// communication times out, it names the peers that stopped answering (a collective of several
+// ranks, or a peer on a host that became unreachable, says nothing of whom it waited for),
+// whichever of the two timeouts fires first.
+class SilentPeers {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Never destroyed: a heartbeat thread may outlive main() (a transport that Python never
+  // frees, or a thread its owner left to a stopped rank 0) and still write here at exit.
+  static SilentPeers& instance() {
+    static SilentPeers* const peers = new SilentPeers;
+    return *peers;
+  }
+
+  // `moved[r]`: when rank r's counter last moved; Clock::time_point{} for this rank and the
+  // ranks done. Empty: no heartbeat runs.
+  void set(std::vector<Clock::time_point> moved) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    moved_ = std::move(moved);
+  }
+
+  // "; rank 2 has not answered for 4 s (stopped, hung or unreachable)" for each peer silent for
+  // 2.5 s or more (a live peer beats every second and is read every second: at most about 2 s
+  // between two moves); empty when none is.
+  std::string text() const {
+    const auto now = Clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string out;
+    for (size_t rank = 0; rank < moved_.size(); ++rank) {
+      if (moved_[rank] == Clock::time_point{} ||
+          now - moved_[rank] < std::chrono::milliseconds(2500))
+        continue;
+      out += "; rank " + std::to_string(rank) + " has not answered for " +
+             std::to_string(
+                 std::chrono::duration_cast<std::chrono::seconds>(now - moved_[rank]).count()) +
+             " s (stopped, hung or unreachable)";
+    }
+    return out;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<Clock::time_point> moved_;
+};
+
 // The failure `e` of a c10d operation (`what`: "receive from rank 1", "barrier", ...) as one
-// line that says which of the two it was: no answer within `timeout`, or a connection that broke
-// (its peer most likely exited, and said why).
+// line that says which of the two it was: no answer within `timeout` (naming the peers whose
+// heartbeat went silent), or a connection that broke (its peer most likely exited, and said why).
 std::runtime_error comm_failure(const std::string& what, std::chrono::milliseconds timeout,
                                 const std::exception& e) {
   const std::string cause = brief(e);
   const bool timed_out = cause.find("imed out") != std::string::npos;
   return std::runtime_error(
       timed_out ? what + ": no answer within " + std::to_string(timeout.count() / 1000) +
-                      " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): " + cause
+                      " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): " + cause +
+                      SilentPeers::instance().text()
                 : what + ": the connection broke (the peer may have exited): " + cause);
 }
 
@@ -207,6 +254,7 @@ class Heartbeat {
     std::vector<int64_t> seen(state.world_size, -1);  // each peer's counter when last read
     std::vector<Clock::time_point> moved(state.world_size, start);  // when it last changed
     std::vector<bool> done(state.world_size, false);
+    std::vector<Clock::time_point> heard(state.world_size);  // SilentPeers': moved, not done
     bool stopping = false;
     while (!stopping) {
       try {
@@ -215,6 +263,7 @@ class Heartbeat {
           if (peer == state.rank || done[peer]) continue;
           if (state.store->check({done_key(peer)})) {
             done[peer] = true;
+            heard[peer] = {};
             continue;
           }
           const int64_t count = state.store->add(beat_key(peer), 0);
@@ -226,7 +275,9 @@ class Heartbeat {
             lost(state, peer,
                  std::chrono::duration_cast<std::chrono::milliseconds>(now - moved[peer]));
           }
+          heard[peer] = moved[peer];
         }
+        SilentPeers::instance().set(heard);
       } catch (const std::exception&) {
         // The store is rank 0's, and it is gone: rank 0 has exited, and whoever waits on it
         // hears of that from the process group.
@@ -242,6 +293,7 @@ class Heartbeat {
       std::lock_guard<std::mutex> lock(state.mutex);
       state.store_watched = false;
     }
+    SilentPeers::instance().set({});
     try {
       state.store->add(done_key(state.rank), 1);
     } catch (const std::exception&) {
@@ -732,7 +784,8 @@ class SharedMemoryLinks {
         throw std::runtime_error(what + ": no answer within " +
                                  std::to_string(timeout_.count() / 1000) +
                                  " s (--comm-timeout, PPTRAIN_COMM_TIMEOUT_S): timed out in "
-                                 "shared memory");
+                                 "shared memory" +
+                                 SilentPeers::instance().text());
       }
       if (now - checked >= std::chrono::milliseconds(100)) {
         checked = now;
