@@ -221,6 +221,10 @@ def test_reports_reach_python_and_the_metrics_svg_and_trace_files(tmp_path):
             predicted = report["predicted_peak_memory_bytes"][r]
             assert abs(predicted - peak) <= 0.10 * peak, (r, report["step"], predicted, peak)
     lines = [json.loads(line) for line in open(files + ".jsonl")]
+    # The metrics file also says which link the two ranks' messages took (the start line's).
+    links = [line.pop("links") for line in lines]
+    assert all(l == links[0] for l in links) and list(links[0]) == ["0-1"], links
+    assert links[0]["0-1"] in ("shm", "gloo"), links
     assert lines == rank0["reports"]
     assert "</svg>" in open(files + ".svg").read()
     assert json.load(open(files + ".json"))["traceEvents"]
