@@ -435,14 +435,13 @@ void PipelineSchedule::Impl::place_on_device() {
     for (const auto& module : stage->stage().modules()) {
       if (options.device) {
         module->to(*options.device);
-        continue;
+      } else if (!module->parameters().empty() || !module->buffers().empty()) {
+        const torch::Device here = device_of(*module);
+        PPTRAIN_CHECK(!found || *found == here, "stage ", stage->index(), " is on ", here.str(),
+                      " but another of this rank's stages is on ", found->str(),
+                      ": give PipelineOptions::device, or move them to one device");
+        found = here;
       }
-      const torch::Device here = device_of(*module);
-      PPTRAIN_CHECK(!found || *found == here || module->parameters().empty(), "stage ",
-                    stage->index(), " is on ", here.str(),
-                    " but another of this rank's stages is on ", found->str(),
-                    ": give PipelineOptions::device, or move them to one device");
-      if (!module->parameters().empty() || !found) found = here;
     }
   }
   device = found.value_or(torch::Device(torch::kCPU));

@@ -7,7 +7,6 @@
 
 #if defined(PPTRAIN_CUDA)
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 #include "pptrain/common/check.h"
@@ -15,18 +14,9 @@
 namespace pptrain {
 namespace {
 
-std::string visible_devices_note() {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible == nullptr) return "";
-  return std::string(" (CUDA_VISIBLE_DEVICES='") + visible + "')";
-}
-
-}  // namespace
-
+// Why `--device cuda` cannot run here, without asking CUDA; "" when a GPU may be there.
 std::string cuda_absent_reason() {
-  if (!built_with_cuda()) {
-    return "this build of pptrain has no CUDA code (its torch has no CUDA)";
-  }
+  if (!built_with_cuda()) return "this build of pptrain has no CUDA code (its torch has no CUDA)";
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   if (visible != nullptr && (std::string(visible).empty() || std::string(visible) == "-1")) {
     return "CUDA_VISIBLE_DEVICES='" + std::string(visible) + "' hides every GPU";
@@ -38,8 +28,14 @@ std::string cuda_absent_reason() {
     node = node || (name.rfind("nvidia", 0) == 0 && name.size() > 6 &&
                     std::isdigit(static_cast<unsigned char>(name[6])));
   }
-  if (!node) return "no CUDA device on this host (no /dev/nvidia0)";
-  return "";
+  return node ? "" : "no CUDA device on this host (no /dev/nvidia0)";
+}
+
+}  // namespace
+
+void require_cuda_present() {
+  const std::string absent = cuda_absent_reason();
+  PPTRAIN_CHECK(absent.empty(), "--device cuda: ", absent, "; use --device cpu or auto");
 }
 
 bool built_with_cuda() {
@@ -50,25 +46,15 @@ bool built_with_cuda() {
 #endif
 }
 
-std::string cuda_build_line() {
-  if (!built_with_cuda()) return "cuda: not compiled in";
-  const int64_t visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
-  std::string text = "cuda: compiled in";
-#if defined(PPTRAIN_CUDA)
-  text += " (CUDA " + std::to_string(CUDA_VERSION / 1000) + "." +
-          std::to_string(CUDA_VERSION / 10 % 100) + ")";
-#endif
-  return text + ", " + std::to_string(visible) + " device" + (visible == 1 ? "" : "s") + " visible";
-}
-
 RankDevice decide_device(DeviceRequest request, int local_rank, Precision precision) {
   if (request == DeviceRequest::kCpu) return {};
-  const bool available = built_with_cuda() && torch::cuda::is_available();
+  if (request == DeviceRequest::kAuto && !cuda_absent_reason().empty()) return {};
+  if (request == DeviceRequest::kCuda) require_cuda_present();
+  const bool available = torch::cuda::is_available();
   if (request == DeviceRequest::kAuto && !available) return {};
-  const std::string absent = cuda_absent_reason();
-  PPTRAIN_CHECK(absent.empty(), "--device cuda: ", absent, "; use --device cpu or auto");
-  PPTRAIN_CHECK(available, "--device cuda: no CUDA device is visible to this process",
-                visible_devices_note(), "; use --device cpu or auto");
+  PPTRAIN_CHECK(available,
+                "--device cuda: no CUDA device is visible to this process; use "
+                "--device cpu or auto");
   const int visible = static_cast<int>(torch::cuda::device_count());
   const int index = cuda_index_for(local_rank, visible);
   RankDevice out;
@@ -103,32 +89,6 @@ torch::Device device_of(const torch::nn::Module& module) {
   for (const torch::Tensor& p : module.parameters()) look(p);
   for (const torch::Tensor& b : module.buffers()) look(b);
   return found.value_or(torch::Device(torch::kCPU));
-}
-
-int64_t device_peak_bytes(const torch::Device& device) {
-#if defined(PPTRAIN_CUDA)
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-        .peak;
-  }
-#endif
-  (void)device;
-  return 0;
-}
-
-void reset_device_peak(const torch::Device& device) {
-#if defined(PPTRAIN_CUDA)
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
-#endif
-  (void)device;
-}
-
-void synchronize_device(const torch::Device& device) {
-#if defined(PPTRAIN_CUDA)
-  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
-#endif
-  (void)device;
 }
 
 }  // namespace pptrain

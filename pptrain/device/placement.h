@@ -14,7 +14,6 @@
 
 #include <torch/torch.h>
 
-#include <cstdint>
 #include <string>
 
 #include "pptrain/common/device.h"
@@ -33,28 +32,18 @@ struct RankDevice {
 // device chosen (common/device.h: precision_unsupported_on_gpu).
 RankDevice decide_device(DeviceRequest request, int local_rank, Precision precision);
 
-// Why `--device cuda` cannot run here, found without initialising CUDA (a process that forks
-// its workers must not: their CUDA would fail): this build has no CUDA code, the host has no
-// NVIDIA device node (/dev/nvidia0, ...), or CUDA_VISIBLE_DEVICES hides them all. "" when a GPU
-// may be there (decide_device, in the worker, then asks CUDA itself).
-std::string cuda_absent_reason();
+// UserError in one line (starting "--device cuda: ") when `--device cuda` cannot run here, found
+// without initialising CUDA (a process that forks its workers must not: their CUDA would fail):
+// this build has no CUDA code, the host has no NVIDIA device node (/dev/nvidia0, ...), or
+// CUDA_VISIBLE_DEVICES hides them all. Passing it, a GPU may be there: decide_device, in the
+// worker, then asks CUDA itself.
+void require_cuda_present();
 
 // The device a program's own module is on: its first parameter's (or buffer's), the CPU when it
 // has neither. UserError naming both when its tensors are on two devices.
 torch::Device device_of(const torch::nn::Module& module);
 
-// This build's CUDA support in one line, for `pptrain --version` and the device check:
-// "cuda: compiled in (torch's CUDA 13.0), 0 devices visible" or "cuda: not compiled in".
-std::string cuda_build_line();
 // Whether the runtime was compiled with its CUDA code (PPTRAIN_CUDA).
 bool built_with_cuda();
-
-// The CUDA caching allocator's peak of allocated bytes on `device` since the last reset (0 on
-// the CPU, and without CUDA), and the reset.
-int64_t device_peak_bytes(const torch::Device& device);
-void reset_device_peak(const torch::Device& device);
-// Waits for the work queued on `device` (nothing on the CPU): before a clock read that must see
-// the device's work done.
-void synchronize_device(const torch::Device& device);
 
 }  // namespace pptrain

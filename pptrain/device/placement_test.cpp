@@ -63,10 +63,6 @@ TEST(DecideDevice, CudaWithoutADeviceIsOneLine) {
 TEST(Build, CudaCodeIsCompiledInWhenTorchHasCuda) {
   const std::string torch_cuda = PPTRAIN_TORCH_CUDA_VERSION;
   EXPECT_EQ(built_with_cuda(), !torch_cuda.empty()) << "torch's CUDA: '" << torch_cuda << "'";
-  EXPECT_EQ(cuda_build_line().find(built_with_cuda() ? "cuda: compiled in (CUDA " + torch_cuda
-                                                     : std::string("cuda: not compiled in")),
-            0u)
-      << cuda_build_line();
 }
 
 TEST(DeviceOf, AModuleIsWhereItsTensorsAreAndAnEmptyOneOnTheCpu) {
@@ -74,8 +70,6 @@ TEST(DeviceOf, AModuleIsWhereItsTensorsAreAndAnEmptyOneOnTheCpu) {
   EXPECT_EQ(device_of(*linear), torch::kCPU);
   torch::nn::Sequential empty;
   EXPECT_EQ(device_of(*empty), torch::kCPU);
-  EXPECT_EQ(device_peak_bytes(torch::kCPU), 0);
-  synchronize_device(torch::kCPU);  // nothing to wait for
 }
 
 }  // namespace

@@ -26,24 +26,10 @@ const char* link_name(LinkKind kind) {
   return "?";
 }
 
-bool host_staged(LinkKind kind) {
-  return kind == LinkKind::kStagedShm || kind == LinkKind::kStagedGloo;
-}
-
 LinkKind staged(LinkKind kind) {
   if (kind == LinkKind::kShm) return LinkKind::kStagedShm;
   if (kind == LinkKind::kGloo) return LinkKind::kStagedGloo;
   return kind;
-}
-
-LinkKind choose_link(const RankPlace& a, const RankPlace& b, bool nccl_available) {
-  const bool same_host = a.host == b.host;
-  const bool cpu_path_shm = same_host && a.shared_memory && b.shared_memory;
-  const bool a_cuda = a.cuda_device >= 0, b_cuda = b.cuda_device >= 0;
-  if (!a_cuda && !b_cuda) return cpu_path_shm ? LinkKind::kShm : LinkKind::kGloo;
-  const bool distinct_devices = a_cuda && b_cuda && (!same_host || a.cuda_device != b.cuda_device);
-  if (distinct_devices && nccl_available) return LinkKind::kNccl;
-  return cpu_path_shm ? LinkKind::kStagedShm : LinkKind::kStagedGloo;
 }
 
 LinkTable::LinkTable(int world_size)

@@ -1,27 +1,19 @@
-// Which path the messages between two ranks take, decided in one place, and the table of the
-// paths a run's pairs of ranks used, for its start line and its metrics.
-//
-// The rules (choose_link), from each rank's place (its host, its CUDA device if any, whether it
-// may map shared memory):
-//   two CPU ranks of one host, both allowing shared memory   shm    (rings in /dev/shm; a
-//                                                                   message over 4 MiB and a
-//                                                                   pair whose rings did not
-//                                                                   map go through Gloo)
-//   two CPU ranks otherwise                                  gloo   (TCP)
-//   two ranks on distinct CUDA devices, NCCL available       nccl
-//   two ranks on one CUDA device (NCCL refuses them), a      host-staged shm or host-staged
-//   CUDA rank and a CPU rank, or no NCCL                     gloo: the tensor is copied to the
-//                                                            host and crosses as a CPU one
-//   a rank and itself (a one-rank world, threads of one      local
-//   process)
-// What a transport finally used may differ from the choice (rings that did not map): the table
-// holds what each rank's transport reports (Transport::link_to), not the rule's prediction.
+// The path the messages between two ranks took, and the table of the paths a run's pairs of
+// ranks used, for its start line and its metrics. Each transport says what it used
+// (Transport::link_to):
+//   shm     two ranks of one host whose rings in /dev/shm mapped (both allowing shared memory);
+//           a message over 4 MiB still goes through Gloo
+//   gloo    Gloo's TCP: ranks of other hosts, a rank without shared memory, rings that did not map
+//   nccl    a transport of the nccl backend
+//   local   a rank and itself, or ranks that are threads of one process
+// A rank on a CUDA device packs its messages into host memory and unpacks them there, so its CPU
+// path becomes `host-staged shm` or `host-staged gloo` (staged()).
 //
 //   LinkTable links(world_size);
 //   links.set(0, 1, LinkKind::kShm);
 //   links.describe({{0, 1}})   // "links: shm between ranks 0-1"
 //
-// No LibTorch here: the unit tests and the planner's tools may use it.
+// No LibTorch here.
 #pragma once
 
 #include <cstdint>
@@ -43,22 +35,9 @@ enum class LinkKind : int {
 
 // "local", "shm", "gloo", "nccl", "host-staged shm", "host-staged gloo"; "?" for kNone.
 const char* link_name(LinkKind kind);
-// Whether messages of this kind cross as CPU tensors copied off a CUDA device first.
-bool host_staged(LinkKind kind);
-
 // What a CPU path becomes for a rank on a CUDA device: shm -> host-staged shm, gloo -> host-staged
 // gloo; the others as they are.
 LinkKind staged(LinkKind kind);
-
-// Where one rank runs, as the link rules need it.
-struct RankPlace {
-  std::string host;      // the host's identity (boot, namespaces): equal on ranks that share memory
-  int cuda_device = -1;  // the rank's CUDA device on its host; -1: it computes on the CPU
-  bool shared_memory = false;  // it allows shared memory (TransportOptions::shared_memory)
-};
-
-// The link between ranks of places `a` and `b` (two ranks), by the rules above.
-LinkKind choose_link(const RankPlace& a, const RankPlace& b, bool nccl_available);
 
 // Every pair's link, [from][to], as each rank's transport reported it (a rank fills its row).
 class LinkTable {

@@ -5,42 +5,13 @@
 namespace pptrain {
 namespace {
 
-RankPlace cpu(const std::string& host, bool shm = true) {
-  return {host, -1, shm};
-}
-RankPlace gpu(const std::string& host, int device, bool shm = true) {
-  return {host, device, shm};
-}
-
-TEST(ChooseLink, CpuRanksOfOneHostShareMemoryWhenBothAllowIt) {
-  EXPECT_EQ(choose_link(cpu("a"), cpu("a"), true), LinkKind::kShm);
-  EXPECT_EQ(choose_link(cpu("a"), cpu("a", false), true), LinkKind::kGloo);
-  EXPECT_EQ(choose_link(cpu("a", false), cpu("a"), false), LinkKind::kGloo);
-  EXPECT_EQ(choose_link(cpu("a"), cpu("b"), true), LinkKind::kGloo);
-}
-
-TEST(ChooseLink, DistinctGpusTakeNcclWhereItIsAvailable) {
-  EXPECT_EQ(choose_link(gpu("a", 0), gpu("a", 1), true), LinkKind::kNccl);
-  EXPECT_EQ(choose_link(gpu("a", 0), gpu("b", 0), true), LinkKind::kNccl);  // other hosts
-  // Without NCCL (a wheel built without it) the tensors cross through the host.
-  EXPECT_EQ(choose_link(gpu("a", 0), gpu("a", 1), false), LinkKind::kStagedShm);
-  EXPECT_EQ(choose_link(gpu("a", 0), gpu("b", 0), false), LinkKind::kStagedGloo);
-}
-
-// NCCL refuses two ranks on one device: their messages go through the host, in shared memory
-// when both ranks allow it. A CUDA rank and a CPU rank too.
-TEST(ChooseLink, RanksSharingAGpuOrMixingCpuAndGpuStageThroughTheHost) {
-  EXPECT_EQ(choose_link(gpu("a", 0), gpu("a", 0), true), LinkKind::kStagedShm);
-  EXPECT_EQ(choose_link(gpu("a", 0), gpu("a", 0, false), true), LinkKind::kStagedGloo);
-  EXPECT_EQ(choose_link(gpu("a", 0), cpu("a"), true), LinkKind::kStagedShm);
-  EXPECT_EQ(choose_link(cpu("b"), gpu("a", 0), true), LinkKind::kStagedGloo);
-  EXPECT_TRUE(host_staged(LinkKind::kStagedShm));
-  EXPECT_TRUE(host_staged(LinkKind::kStagedGloo));
-  EXPECT_FALSE(host_staged(LinkKind::kShm));
-  EXPECT_FALSE(host_staged(LinkKind::kNccl));
+// A rank on a GPU packs its messages into host memory: its CPU path becomes host-staged.
+TEST(Staged, TheCpuPathsOfARankOnAGpuCrossThroughTheHost) {
   EXPECT_EQ(staged(LinkKind::kShm), LinkKind::kStagedShm);
   EXPECT_EQ(staged(LinkKind::kGloo), LinkKind::kStagedGloo);
   EXPECT_EQ(staged(LinkKind::kLocal), LinkKind::kLocal);
+  EXPECT_EQ(staged(LinkKind::kNccl), LinkKind::kNccl);
+  EXPECT_STREQ(link_name(LinkKind::kStagedShm), "host-staged shm");
 }
 
 TEST(LinkTable, DescribesThePairsGroupedByLinkAndShowsEndsThatDisagree) {

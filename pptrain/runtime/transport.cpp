@@ -599,9 +599,7 @@ class SharedMemoryLinks {
   // Whether `peer` has a link here (messages of up to kShmMaxMessageBytes).
   bool links(int peer) const { return peers_.count(peer) > 0; }
   // Whether a message of `bytes` to or from `peer` goes through shared memory.
-  bool covers(int peer, int64_t bytes) const {
-    return bytes <= kShmMaxMessageBytes && peers_.count(peer) > 0;
-  }
+  bool covers(int peer, int64_t bytes) const { return bytes <= kShmMaxMessageBytes && links(peer); }
 
   PendingComm send(const torch::Tensor& tensor, int peer, int tag, std::string what) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -296,10 +296,7 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   // Before any worker starts, one line rather than one per rank, and without initialising CUDA
   // in a process that forks its workers: CUDA asked for where there is none. (Each worker's
   // decide_device checks the rest: the device itself, the precision on it.)
-  if (plan.device == DeviceRequest::kCuda) {
-    const std::string absent = cuda_absent_reason();
-    PPTRAIN_CHECK(absent.empty(), "--device cuda: ", absent, "; use --device cpu or auto");
-  }
+  if (plan.device == DeviceRequest::kCuda) require_cuda_present();
   PPTRAIN_CHECK(!scales_loss(plan.precision) || !plan.asynchronous(),
                 "--precision fp16 skips the steps whose gradients overflow, on every rank at "
                 "once, but ",
