@@ -472,6 +472,10 @@ if [ -x "$runtime" ]; then
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --microbatches 3
   expect_error "train --plan with --dp" "--dp 2 contradicts --plan" \
     "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --dp 2
+  grep -q '"precision": "fp32"' "$work/gptplan/plan.json" || fail "plan.json names no precision"
+  expect_error "train --plan at another --precision" \
+    "--precision bf16 contradicts --plan $work/gptplan/plan.json, which plans fp32; leave --precision out" \
+    "$pptrain" train --plan "$work/gptplan/plan.json" "${train_args[@]}" --precision bf16
   expect_error "train --plan of a missing file" "cannot read plan file" \
     "$pptrain" train --plan "$work/none/plan.json" "${train_args[@]}"
   # --partition workers under per-rank memory limits: a limit no cut fits stops every rank before

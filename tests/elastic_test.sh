@@ -9,9 +9,11 @@
 # two stop their ranks, and the three meet and end the run as --pp 3 (a batch of 8 does not
 # split over 3 copies).
 # The last call is 600 s, so neither meeting can close by it: each must close because every node
-# it waits for came or is gone. Every step they train has the loss of the one-process run (1e-5
-# relative), the last included, and the parameters they end with are its parameters (1e-5; read
-# with the .venv's torch).
+# it waits for came or is gone. The metrics file holds every start's steps, appended, each line
+# naming its restart and layout: every step of every layout has the loss of the one-process run
+# (1e-5 relative), the last included; the layout of 2 ranks is the one the agents named, the
+# faster of the two predictions they printed, and began after a checkpoint of the run before;
+# and the parameters they end with are the one-process run's (1e-5; read with the .venv's torch).
 # With --launcher, the agents are `pptrain run` (torchrun's part: the launcher, not pptrain
 # train, meets the others and restarts the ranks) of `pptrain train --pp 3 ... --max-restarts
 # 3`: the two left are started again in a world of 2, which the ranks re-plan for themselves
@@ -82,8 +84,7 @@ else
     fail "no line naming the lost node and the new layout: $(grep -h "pptrain:" "$dir"/node*.err | sort -u)"
   # A node that comes once they train rings; the two stop and the three meet.
   for _ in $(seq 600); do
-    [ "$(step_losses "$dir/elastic.jsonl" | head -n 1 | cut -d' ' -f1)" != 1 ] &&
-      [ "$(step_losses "$dir/elastic.jsonl" | wc -l)" -ge 2 ] && break
+    [ "$(grep -c '"restart":[1-9]' "$dir/elastic.jsonl")" -ge 2 ] && break
     sleep 0.1
   done
   grep -q '"step":'"$steps"',' "$dir/elastic.jsonl" &&
@@ -102,7 +103,37 @@ else
   echo "a node that came while the run trained joined it: $(cat "$dir"/node*.err |
     grep -c "goes on as --pp 3") agents went on as --pp 3"
 fi
-# Every step the last layout trained (from the checkpoint it continued on) and the parameters
-# of the last step's checkpoint, layer by layer, against one process's.
+# The layout the agents (or the ranks, under the launcher) named for the 2 ranks left, and its
+# predicted step times: "--pp P --dp D[, stages L] (predicted X ms a step; --pp Q --dp E: Y ms)".
+named=$(grep -h "the run goes on as --pp [12] --dp [12]" "$dir"/node*.err | head -n 1)
+IFS='|' read -r pp dp layers best other <<<"$(sed -n 's/.* goes on as --pp \([0-9]\) --dp \([0-9]\)\(, stages \([^ ]*\)\)\? (predicted \([0-9.]*\) ms a step; --pp [0-9] --dp [0-9]: \([0-9.]*\) ms)$/\1|\2|\4|\5|\6/p' <<<"$named")"
+[ -n "$other" ] || fail "no two predictions in: $named"
+awk -v best="$best" -v other="$other" 'BEGIN { exit !(best <= other) }' ||
+  fail "the layout chosen is not the faster prediction: $named"
+# Each start's steps, in order: --pp 3 from step 1, the layout of 2 ranks from after one of its
+# checkpoints, and (without --launcher) --pp 3 again from after one of the 2 ranks' checkpoints.
+metrics_starts "$dir/elastic.jsonl" >"$dir/starts.txt"
+echo "starts (restart pp dp stages first last):" $(tr '\n' ';' <"$dir/starts.txt")
+awk -v pp="$pp" -v dp="$dp" -v layers="$layers" -v launcher="$launcher" -v steps="$steps" '
+  { n++; restart[n] = $1; p[n] = $2; d[n] = $3; l[n] = $4; first[n] = $5; last[n] = $6 }
+  END {
+    if (n < 2 || restart[1] != 0 || p[1] != 3 || d[1] != 1 || first[1] != 1) exit 1
+    two = 0
+    for (i = 2; i <= n; i++) {
+      if (restart[i] <= restart[i - 1]) exit 2       # the starts in the order they ran
+      if ((first[i] - 1) % 2 != 0 || first[i] - 1 > last[i - 1]) exit 3  # after a checkpoint
+      if (p[i] * d[i] == 2) {
+        two++
+        if (p[i] != pp || d[i] != dp || (layers != "" && l[i] != layers)) exit 4
+      }
+    }
+    if (two == 0) exit 5
+    if (!launcher && (p[n] != 3 || d[n] != 1)) exit 6
+    if (last[n] != steps) exit 7
+  }' "$dir/starts.txt" ||
+  fail "the starts' layouts (exit $?) are not the run's: $(cat "$dir/starts.txt"); named: $named"
+echo "the 2 ranks trained as the layout named (--pp $pp --dp $dp), predicted $best ms against $other ms"
+# Every step each layout trained (from the checkpoint it continued on) and the parameters of the
+# last step's checkpoint, layer by layer, against one process's.
 same_step_losses "$dir/one.jsonl" "$dir/elastic.jsonl" "$steps" "elastic: the run on the nodes left"
 same_parameters "$dir/one" "$dir/ckpt" elastic

@@ -112,11 +112,15 @@ void expect_plans_fit(const std::string& precision, const std::vector<double>& l
     ASSERT_EQ(planned.exit_code, 0) << planned.err;
     EXPECT_EQ(planned.err, "");  // the profile's precision is the plan's: nothing to scale
     const auto metrics = dir / "m.jsonl";
+    // Without --precision: the plan's is the run's.
     const auto run = run_train(model_args(model) + " --plan " + out + "/plan.json" +
-                                   " --steps 3 --optimizer adamw --data synthetic --quiet" +
-                                   " --metrics " + metrics.string() + at,
+                                   " --steps 3 --optimizer adamw --data synthetic" + " --metrics " +
+                                   metrics.string(),
                                dir);
     ASSERT_EQ(run.exit_code, 0) << run.err;
+    if (precision != "fp32") {
+      EXPECT_NE(run.out.find("\nprecision " + precision), std::string::npos) << run.out;
+    }
     // The planner's own figure for each rank is the run's peak within 10% (its model from the
     // profile, the run's from its own step).
     std::ifstream plan_file(out + "/plan.json");

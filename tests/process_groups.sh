@@ -2,7 +2,7 @@
 # the array `groups` of process group ids, each killed with SIGKILL when the script ends, failed
 # or not, free_port, and the helpers of the tests that start ranks: fail, start, finish,
 # losses, reference_run, same_losses, and for runs that restart from a checkpoint step_losses,
-# same_step_losses and same_parameters.
+# metrics_starts, same_step_losses and same_parameters.
 #
 #   source "$(dirname "$0")/process_groups.sh"
 #   setsid some-command & groups+=("$!")
@@ -75,6 +75,16 @@ same_losses() {
 
 # "step loss" per line of a metrics file.
 step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
+# The starts of a run (its first, then each restart) in the order its metrics file holds their
+# steps, one line each: "RESTART PP DP STAGE_LAYERS FIRST_STEP LAST_STEP" (from each line's
+# "restart" and "layout", which `pptrain train` writes).
+metrics_starts() {
+  sed -n 's/.*"step":\([0-9]*\),.*"restart":\([0-9]*\),"layout":{"pp":\([0-9]*\),"dp":\([0-9]*\),"stages":[0-9]*,"stage_layers":"\([^"]*\)"}.*/\2 \3 \4 \5 \1/p' "$1" |
+    awk '{ key = $1 " " $2 " " $3 " " $4 }
+         key != prev { if (prev != "") print prev, first, last; prev = key; first = $5 }
+         { last = $5 }
+         END { if (prev != "") print prev, first, last }'
+}
 # Fails unless every step of metrics file $2 (a run that may have restarted from checkpoints) has
 # the loss of that step in $1 (one process's, 1e-5 relative) and its last step is $3; $4 names
 # the run.

@@ -159,8 +159,6 @@ for r in 0 1; do
     --rdzv-conf "$rdzv_conf" --no-python "$binary" $elastic --pp 2 \
     --metrics "$dir/e.jsonl" --save "$dir/e_ckpt" --save-every 5 --resume auto
 done
-# "step loss" per line of a metrics file.
-step_losses() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([0-9.eE+-]*\).*/\1 \2/p' "$1"; }
 # same_step_losses REFERENCE RUN: fails, the steps that differ on stdout, unless each step of
 # metrics file RUN has REFERENCE's loss of that step (1e-5 relative) and RUN ends at step $steps.
 same_step_losses() {
@@ -174,12 +172,14 @@ same_step_losses() {
     steps="$steps" <(step_losses "$1") <(step_losses "$2")
 }
 
-# Case CASE's restarted run (metrics $dir/CASE.jsonl, checkpoint $dir/CASE_ckpt) began after a
-# checkpoint (after step 1, and by step LOST + 1 when LOST is given) and ended as the uninterrupted
-# --pp 1 run (e_one): every step's loss and the parameters. Sets `first`, its first step.
+# Case CASE's restarted run (metrics $dir/CASE.jsonl, appended by each start, checkpoint
+# $dir/CASE_ckpt) began after a checkpoint (after step 1, and by step LOST + 1 when LOST is given)
+# and ended as the uninterrupted --pp 1 run (e_one): every step's loss, of every start, and the
+# parameters. Sets `first`, the last start's first step.
 expect_uninterrupted_end() {
-  local case=$1 lost=${2:-}
-  first=$(step_losses "$dir/$case.jsonl" | head -n 1 | cut -d' ' -f1)
+  local case=$1 lost=${2:-} restart
+  read -r restart _ _ _ first _ <<<"$(metrics_starts "$dir/$case.jsonl" | tail -n 1)"
+  [ "${restart:-0}" -gt 0 ] || fail "$case) no step of a restart in the metrics"
   [ -n "$first" ] && [ "$first" -gt 1 ] && { [ -z "$lost" ] || [ "$first" -le $((lost + 1)) ]; } ||
     fail "$case) the restarted run began at step ${first:-none}, not after a checkpoint" \
       "${lost:+(lost at step $lost)}"

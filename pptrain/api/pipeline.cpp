@@ -734,6 +734,7 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
   }
   if (!links_line.empty()) run.header += "\n" + links_line;
   run.links = links;
+  run.restart = cluster_env_of_process().restart_count;
   if (world.rank == 0) {
     for (StepObserver* o : options.observers) o->on_start(run);
   }

@@ -22,6 +22,7 @@
 #include "pptrain/job/relayout.h"
 #include "pptrain/job/trainer.h"
 #include "pptrain/job/worker_speeds.h"
+#include "pptrain/runtime/cluster_env.h"
 #include "pptrain/runtime/group.h"
 #include "pptrain/runtime/launcher.h"
 #include "pptrain/runtime/loopback_transport.h"
@@ -132,8 +133,7 @@ void stop_for_joining_nodes(const NodeGroup& group, LaunchOptions& launch) {
 // How many times an elastic launcher (torchrun, `pptrain run`) started this rank's group again,
 // 0 on the first start or without one (TORCHELASTIC_RESTART_COUNT).
 int launcher_restarts() {
-  const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  return count ? std::atoi(count) : 0;
+  return cluster_env_of_process().restart_count;
 }
 
 // A rank started by an elastic launcher (TORCHELASTIC_RUN_ID: torchrun, `pptrain run`) in a

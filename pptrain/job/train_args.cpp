@@ -318,6 +318,7 @@ TrainOptions resolve_train_args(const TrainArgs& args, const std::set<std::strin
     plan_given.partition = has("--partition");
     plan_given.stage_layers = has("--stage-layers");
     plan_given.dp = has("--dp");
+    plan_given.precision = has("--precision");
     apply_plan_file(read_plan_file(args.plan_path), plan_given, o);
   } else {
     for (const char* flag : {"--pp", "--microbatches", "--batch-size"}) {

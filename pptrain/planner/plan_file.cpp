@@ -70,6 +70,8 @@ std::string plan_json(const Profile& profile, const PlannerOptions& options,
   out["memory_limit_bytes"] = options.memory_limit_bytes;
   out["memory_margin"] = options.memory_margin;
   out["batch_size"] = search.batch_size * options.copies;  // over the copies
+  // What the activation bytes were taken at (`plan --precision`): the run must compute in it.
+  out["precision"] = precision_name(profile.precision);
   out["profile_microbatch_size"] = search.profile_microbatch_size;
   out["optimizer_state_factor"] = options.optimizer_state_factor;
   out["mem_w_ratio"] = options.mem_w_ratio;
@@ -133,6 +135,9 @@ PlanFile parse_plan_json(const std::string& body, const std::string& path) {
   plan.workers = whole_number(doc, "workers", path);
   if (doc.contains("dp")) plan.dp = whole_number(doc, "dp", path);
   plan.batch_size = whole_number(doc, "batch_size", path);
+  if (doc.contains("precision")) {
+    plan.precision = parse_precision(text(doc, "precision", path), path + ": precision");
+  }
   const std::string where = path + ": winner";
   const nlohmann::json& winner = field(doc, "winner", path);
   plan.schedule = text(winner, "schedule", where);

@@ -4,12 +4,13 @@
 //   PlanFile plan = read_plan_file("out/plan.json");
 //   plan.schedule_file;   // "out/schedule.csv": paths are resolved against the plan's folder
 //
-// The file ("format": "pptrain-plan-1") holds the settings of the search, the winner (schedule,
+// The file ("format": "pptrain-plan-1") holds the settings of the search (the precision its
+// activation bytes were counted at among them), the winner (schedule,
 // chunks, microbatches, batch, recompute, stage layers, predicted step time, bubble and peak
 // bytes per rank, with unequal workers its placement when not the identity, and with --dp copies
 // on unequal workers their shares of the batch when not equal), the files written
 // beside it (partition JSON, schedule CSV, SVG) and the ranked candidates. Only the winner and the
-// files are read back.
+// files and the precision are read back.
 #pragma once
 
 #include <string>
@@ -37,6 +38,8 @@ struct PlanFile {
   int chunks = 1;        // V
   int microbatches = 0;  // M
   int batch_size = 0;    // samples per step, over the copies
+  // What the plan's memory was counted at ("precision"); absent from older plans: fp32.
+  Precision precision = Precision::kFp32;
   bool recompute = false;
   std::vector<LayerRange> stage_layers;  // [P x V]
   // [pipeline rank] = the worker that runs it (Candidate::placement); empty, or absent from the

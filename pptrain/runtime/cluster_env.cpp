@@ -95,6 +95,7 @@ ClusterEnv torchrun_env(const Environment& env, const MasterHint& hint) {
   out.world_size = env_number(env, "WORLD_SIZE");
   out.local_rank = env_number(env, "LOCAL_RANK", out.rank);
   out.local_world_size = env_number(env, "LOCAL_WORLD_SIZE", std::max(out.world_size, 1));
+  out.restart_count = env_number(env, "TORCHELASTIC_RESTART_COUNT", 0);
   check_rank(out, "RANK", "WORLD_SIZE");
   find_master(env, hint, "", "", 0, "", "environment variable MASTER_ADDR is not set", out);
   return out;
@@ -404,7 +405,7 @@ Environment torchrun_variables(const NodeAssignment& node, int local_rank, int n
       {"ROLE_NAME", "default"},
       {"MASTER_ADDR", node.master_addr},
       {"MASTER_PORT", std::to_string(node.master_port)},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(std::max(restart_count, node.round))},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(max_restarts)},
       {"TORCHELASTIC_RUN_ID", node.run_id},
   };

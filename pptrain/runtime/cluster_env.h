@@ -44,6 +44,9 @@ struct ClusterEnv {
   // "MASTER_ADDR", "first host of SLURM_JOB_NODELIST", "--master-addr", ...
   std::string addr_from;
   std::string port_from;
+  // How many times the launcher started this rank's group again (TORCHELASTIC_RESTART_COUNT;
+  // 0 on the first start and under Slurm or MPI).
+  int restart_count = 0;
 };
 
 // What the command line says of the master, which beats the environment (pptrain train
@@ -152,9 +155,11 @@ struct NodeAssignment {
 };
 
 // The variables torchrun gives local rank `local_rank` of `nproc` on the node `node`, in its
-// `restart_count`-th start: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
-// ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID, TORCHELASTIC_MAX_RESTARTS.
+// `restart_count`-th start (or in the others' later round when the node came late: a rank counts
+// the run's restarts, whatever its own agent's count): RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, GROUP_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID,
+// TORCHELASTIC_MAX_RESTARTS.
 Environment torchrun_variables(const NodeAssignment& node, int local_rank, int nproc,
                                int restart_count, int max_restarts);
 

@@ -275,6 +275,12 @@ TEST(NodeGroup, WorkersGetTorchrunsVariables) {
   EXPECT_EQ(seen.world_size, 4);
   EXPECT_EQ(seen.local_rank, 1);
   EXPECT_EQ(seen.master_addr, "10.0.0.1");
+  EXPECT_EQ(seen.restart_count, 3);
+  // A node that came late to the others' fourth meeting starts its ranks in the run's count, not
+  // in its own agent's (0): their metrics and checkpoints are the run's fourth start's.
+  node.round = 4;
+  EXPECT_EQ(torchrun_variables(node, 1, 2, 0, 5).at("TORCHELASTIC_RESTART_COUNT"), "4");
+  EXPECT_EQ(detect_cluster_env(torchrun_variables(node, 1, 2, 0, 5)).restart_count, 4);
 }
 
 }  // namespace

@@ -68,13 +68,24 @@ MetricsWriter::MetricsWriter(std::string path, const SimComparison* comparison)
     : path_(std::move(path)), comparison_(comparison) {}
 
 void MetricsWriter::on_start(const RunInfo& run) {
-  // A run that moved to a new cut (--replan auto) goes on appending, in whichever process
-  // reports now: each line at the file's end, after another process's.
+  // A run that moved to a new cut (--replan auto) or that its launcher started again goes on
+  // appending, in whichever process reports now: each line at the file's end, after another
+  // process's. Only a run's first start begins the file anew.
   if (out_.is_open()) out_.close();
-  out_.open(path_, run.continues ? std::ios::app : std::ios::trunc);
+  out_.open(path_, run.continues || run.restart > 0 ? std::ios::app : std::ios::trunc);
   PPTRAIN_CHECK(out_.good(), "cannot write --metrics file '", path_, "'");
-  links_ = nlohmann::ordered_json::object();
-  for (const auto& [pair, link] : run.links) links_[pair] = link;
+  // What every line of this start carries: its links, its restart and its layout.
+  run_fields_ = nlohmann::ordered_json::object();
+  if (!run.links.empty()) {
+    nlohmann::ordered_json links = nlohmann::ordered_json::object();
+    for (const auto& [pair, link] : run.links) links[pair] = link;
+    run_fields_["links"] = links;
+  }
+  run_fields_["restart"] = run.restart;
+  nlohmann::ordered_json layout = {
+      {"pp", run.ranks()}, {"dp", run.copies}, {"stages", run.schedule->num_stages}};
+  if (!run.stage_layers.empty()) layout["stage_layers"] = run.stage_layers;
+  run_fields_["layout"] = layout;
 }
 
 StepMetrics step_metrics(const StepReport& r) {
@@ -104,7 +115,7 @@ StepMetrics step_metrics(const StepReport& r) {
 
 void MetricsWriter::on_step(const StepReport& r) {
   nlohmann::ordered_json line = to_json(step_metrics(r));
-  if (!links_.empty()) line["links"] = links_;
+  for (const auto& [name, value] : run_fields_.items()) line[name] = value;
   if (r.last() && comparison_ && comparison_->result()) {
     line["compare_sim"] = comparison_json(*comparison_->result());
     line["compare_sim"]["memory"] = memory_json(r.predicted_memory, measured_peaks(r));

@@ -70,7 +70,9 @@ class MetricsWriter : public StepObserver {
   std::string path_;
   const SimComparison* comparison_;
   std::ofstream out_;
-  nlohmann::ordered_json links_;  // RunInfo::links, on every line: {"0-1": "shm"}
+  // On every line: "links" ({"0-1": "shm"}), "restart" and "layout" ({"pp", "dp", "stages",
+  // "stage_layers"}) of the run's current start.
+  nlohmann::ordered_json run_fields_;
 };
 
 class TraceWriter : public StepObserver {

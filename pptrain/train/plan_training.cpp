@@ -367,6 +367,10 @@ void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOpt
   PPTRAIN_CHECK(!options.recompute || plan.recompute, "--recompute contradicts ", source,
                 ", which plans without recomputation; leave --recompute out");
   agree(given.dp, "--dp", options.dp, plan.dp);
+  // A plan's memory holds at its own precision only (at fp32 a bf16 plan's activations double).
+  agree(given.precision, "--precision", options.precision,
+        std::string(precision_name(plan.precision)));
+  options.precision = precision_name(plan.precision);
   options.pp = plan.workers;
   options.dp = plan.dp;
   options.data.microbatches = plan.microbatches;

@@ -22,13 +22,14 @@ namespace pptrain {
 // sets the user gave as well, so that one contradicting it is an error, not silently replaced.
 struct PlanFlagsGiven {
   bool pp = false, microbatches = false, batch_size = false, schedule = false,
-       schedule_file = false, chunks = false, partition = false, stage_layers = false, dp = false;
+       schedule_file = false, chunks = false, partition = false, stage_layers = false, dp = false,
+       precision = false;
 };
 
 // Sets --pp, --dp, --microbatches, --batch-size, the schedule (the plan's CSV as
-// --schedule-file), --chunks, the stage layers, --recompute, and the placement and --dp-shares
-// the plan chose, from the plan. UserError (one line naming the flag, its value and the plan's)
-// when a given flag contradicts the plan.
+// --schedule-file), --chunks, the stage layers, --recompute, --precision, and the placement and
+// --dp-shares the plan chose, from the plan. UserError (one line naming the flag, its value and the
+// plan's) when a given flag contradicts the plan.
 void apply_plan_file(const PlanFile& plan, const PlanFlagsGiven& given, TrainOptions& options);
 
 // Checks the options and resolves the plan. UserError (one line) for anything a user can get

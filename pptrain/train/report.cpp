@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "pptrain/device/kernels.h"
+#include "pptrain/partition/partition.h"
 #include "pptrain/partition/workers.h"
 #include "pptrain/train/control_tags.h"
 
@@ -135,6 +136,7 @@ RunInfo run_info(const TrainingPlan& plan) {
   run.dp_shares = plan.dp_shares;
   run.tokens_per_sample = plan.tokens_per_sample;
   run.asynchronous = plan.asynchronous();
+  run.stage_layers = format_stage_layers(plan.stage_layers);
   const int P = plan.ranks(), S = plan.num_stages();
   // Unequal shares: each copy's own ("6,2").
   std::string microbatch_sizes;

@@ -119,6 +119,12 @@ struct RunInfo {
   // The link of each pair of ranks that exchange the pipeline's messages, as their transports
   // reported it (runtime/links.h): {"0-1", "shm"}, {"1-2", "gloo"}; empty for one rank.
   std::vector<std::pair<std::string, std::string>> links;
+  // The layers of each stage, "0-2,3-5" (--stage-layers' form); empty when the stages are a
+  // program's own modules.
+  std::string stage_layers;
+  // How many times the launcher started the run again (cluster_env.h: restart_count): the
+  // metrics of a restart go on in the file its first start wrote.
+  int restart = 0;
   std::string save_dir;  // where the run saves at its end; empty: it does not
   // The run goes on after `train --replan auto` moved its layers (the same run, perhaps another
   // process reporting): what the observers write is continued, not started again.

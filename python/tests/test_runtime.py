@@ -225,6 +225,11 @@ def test_reports_reach_python_and_the_metrics_svg_and_trace_files(tmp_path):
     links = [line.pop("links") for line in lines]
     assert all(l == links[0] for l in links) and list(links[0]) == ["0-1"], links
     assert links[0]["0-1"] in ("shm", "gloo"), links
+    # And the start each line belongs to: the first (no launcher restarted it), 2 ranks of 1
+    # copy, 2 stages (the program's own modules, so no layer ranges).
+    for line in lines:
+        assert line.pop("restart") == 0, line
+        assert line.pop("layout") == {"pp": 2, "dp": 1, "stages": 2}, line
     assert lines == rank0["reports"]
     assert "</svg>" in open(files + ".svg").read()
     assert json.load(open(files + ".json"))["traceEvents"]

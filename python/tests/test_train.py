@@ -35,10 +35,20 @@ def test_a_failed_run_restarts_from_the_newest_checkpoint_and_ends_as_an_uninter
     assert crashed.exists()  # rank 1 did die once
     assert "pptrain: restart 1/2 after: worker rank 1 was killed by signal 6" in err, err
     assert f"resuming from step 2 of {tmp_path / 'ckpt'}" in err, err
-    # The restarted run's last steps have the uninterrupted run's losses.
-    whole, resumed = losses(tmp_path / "whole.jsonl"), losses(tmp_path / "ckpt.jsonl")
-    for step in (5, 6):
-        assert resumed[step] == pytest.approx(whole[step], rel=1e-6)
+    # The metrics hold both starts, each line naming its own: the first's steps 1 and 2 (rank 1
+    # died in step 3), then the restart's from the checkpoint of step 2 on, in one layout.
+    with open(tmp_path / "ckpt.jsonl") as lines:
+        starts = [(line["restart"], line["step"]) for line in map(json.loads, lines)]
+    assert [s for r, s in starts if r == 0][:2] == [1, 2], starts
+    assert [s for r, s in starts if r == 1] == [3, 4, 5, 6], starts
+    assert [r for r, _ in starts] == sorted(r for r, _ in starts), starts
+    layout = {"pp": 2, "dp": 1, "stages": 2, "stage_layers": "0-2,3-5"}
+    assert all(json.loads(line)["layout"] == layout for line in open(tmp_path / "ckpt.jsonl"))
+    # Every step of both starts has the uninterrupted run's loss.
+    whole = losses(tmp_path / "whole.jsonl")
+    with open(tmp_path / "ckpt.jsonl") as lines:
+        for line in map(json.loads, lines):
+            assert line["loss"] == pytest.approx(whole[line["step"]], rel=1e-6), line
     # And the checkpoint it ends with holds the same parameters as the uninterrupted run's.
     for layer in range(SMALL["layers"] + 2):  # gpt: the embedding, the blocks, the head
         got = torch.jit.load(str(tmp_path / "ckpt" / f"layer_{layer}.pt")).state_dict()
