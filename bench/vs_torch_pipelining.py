@@ -1,0 +1,398 @@
+"""torch.distributed.pipelining against pptrain.pipelining, side by side (issue 68): the same
+program, its import line swapped, on the same ranks over Gloo on this CPU.
+
+    .venv/bin/python bench/vs_torch_pipelining.py [--ranks 2,4] [--seq-lens 32,128]
+        [--schedules GPipe,1F1B,Interleaved1F1B,ZBVZeroBubble,DualPipeV] [--rounds 3]
+        [--steps 6] [--warmup 2] [--layers 8] [--d-model 256] [--heads 4] [--vocab 10000]
+        [--batch 16] [--microbatches 8] [--timeout 300]
+
+The model is the shape of torch's pipelining tutorial: an embedding, blocks in a ModuleDict
+(torch.nn.TransformerDecoderLayer, batch first, no dropout), a norm and the output layer; each
+stage a copy of the whole with the other blocks deleted, stage 0 keeping the embedding and the
+last stage the norm and output. For each rank count, sequence length and schedule class, the
+driver (this script without --worker) starts `pptrain run --nproc P` of itself; every rank
+builds the stages of its rank both ways (torch's PipelineStage and pptrain.pipelining's, from
+the same parameters) and trains them side by side, a step of one then a step of the other
+(each first in every other round), the program's own SGD after each step, ROUNDS rounds of
+fresh stages and schedules. A step's time is the slowest rank's wall clock around step() and
+the optimizer's step; medians of the steps after the first WARMUP of each round.
+
+Beside the two pipelines each rank runs its stages' work alone, with no pipeline ("stages
+alone": each stage's forward and backward of every microbatch, no message, all ranks at once);
+with pptrain's simulation of the schedule's bubble under those costs (forward F, backward
+split I = W = half, no communication time) it gives the limit the machine sets: the step of
+the busiest rank's work over one minus the bubble. Peak memory is each rank's resident set
+growth (ru_maxrss) in a run of one API alone (two more launches), the largest over the ranks.
+
+A torch class that fails is named with its error, in one line; one that hangs past --timeout is
+named as hanging; one whose losses differ from pptrain's beyond 1e-5 is named with the largest
+difference. The driver prints one line per case and a table of the ratios pptrain/torch.
+"""
+import argparse
+import copy
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+CLASSES = ["GPipe", "1F1B", "Interleaved1F1B", "ZBVZeroBubble", "DualPipeV"]
+# pptrain's registry name of each class, for the simulated bubble.
+REGISTRY = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved-1f1b",
+            "ZBVZeroBubble": "zb-v", "DualPipeV": "dualpipev"}
+LR = 0.01
+
+
+def flags(argv=None):
+    p = argparse.ArgumentParser(prog="vs_torch_pipelining.py")
+    p.add_argument("--ranks", default="2,4")
+    p.add_argument("--seq-lens", default="32,128")
+    p.add_argument("--schedules", default=",".join(CLASSES))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=10000)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--microbatches", type=int, default=8)
+    p.add_argument("--timeout", type=int, default=300)
+    # Worker mode (one rank of a launch): the case and where rank 0 writes its result.
+    p.add_argument("--worker", default="")
+    p.add_argument("--seq-len", type=int, default=32)
+    p.add_argument("--schedule", default="1F1B")
+    p.add_argument("--only", default="", choices=["", "torch", "pptrain"])
+    p.add_argument("--without-torch", action="store_true")
+    o = p.parse_args(argv)
+    if o.steps <= o.warmup:
+        p.error(f"--steps ({o.steps}) must exceed --warmup ({o.warmup})")
+    for name in o.schedules.split(","):
+        if name not in CLASSES:
+            p.error(f"--schedules: {name} is not one of {','.join(CLASSES)}")
+    most = 2 * max(int(r) for r in o.ranks.split(","))  # the stages of a V or interleaved run
+    if not o.worker and o.layers < most:
+        p.error(f"--layers ({o.layers}) must be at least {most}: a stage of every schedule on "
+                f"--ranks {o.ranks} holds a block")
+    return o
+
+
+# --- the worker: one rank ----------------------------------------------------------------------
+
+def transformer(o):
+    import torch
+
+    class Transformer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = torch.nn.Embedding(o.vocab, o.d_model)
+            self.layers = torch.nn.ModuleDict({
+                str(i): torch.nn.TransformerDecoderLayer(o.d_model, o.heads, dropout=0.0,
+                                                         batch_first=True)
+                for i in range(o.layers)})
+            self.norm = torch.nn.LayerNorm(o.d_model)
+            self.output = torch.nn.Linear(o.d_model, o.vocab)
+
+        def forward(self, tokens):
+            h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+            for layer in self.layers.values():
+                h = layer(h, h)
+            h = self.norm(h) if self.norm is not None else h
+            return self.output(h).float() if self.output is not None else h
+
+    torch.manual_seed(0)
+    return Transformer()
+
+
+def stage_module(whole, stage, num_stages, o):
+    """Stage `stage` of `num_stages`: a copy of the model without the other stages' parts."""
+    part = copy.deepcopy(whole)
+    per = o.layers // num_stages
+    keep = range(stage * per, (stage + 1) * per if stage < num_stages - 1 else o.layers)
+    for i in range(o.layers):
+        if i not in keep:
+            del part.layers[str(i)]
+    if stage > 0:
+        part.tok_embeddings = None
+    if stage < num_stages - 1:
+        part.norm = None
+        part.output = None
+    return part
+
+
+def stages_of_rank(name, rank, ranks):
+    """(this rank's stage indices, the number of stages) for torch's placement of `name`."""
+    if name in ("GPipe", "1F1B"):
+        return [rank], ranks
+    if name == "Interleaved1F1B":
+        return [rank, rank + ranks], 2 * ranks
+    return [rank, 2 * ranks - 1 - rank], 2 * ranks  # the V: ZBVZeroBubble, DualPipeV
+
+
+def loss_fn(output, target):
+    import torch
+    return torch.nn.functional.cross_entropy(output.flatten(0, 1), target.flatten())
+
+
+def batches(o):
+    import torch
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randint(0, o.vocab, (o.batch, o.seq_len), generator=g),
+             torch.randint(0, o.vocab, (o.batch, o.seq_len), generator=g))
+            for _ in range(o.steps)]
+
+
+class Run:
+    """One API's pipeline of this rank: fresh stages, schedule and SGD; step() times a step."""
+
+    def __init__(self, api, o, whole, rank, ranks):
+        import torch
+        import torch.distributed.pipelining as torch_pipelining
+        from pptrain import pipelining as pptrain_pipelining
+        lib = torch_pipelining if api == "torch" else pptrain_pipelining
+        self.api = api
+        mine, num_stages = stages_of_rank(o.schedule, rank, ranks)
+        self.stages = [lib.PipelineStage(stage_module(whole, s, num_stages, o), s, num_stages,
+                                         torch.device("cpu")) for s in mine]
+        self.first = any(s.is_first for s in self.stages)
+        self.last = any(s.is_last for s in self.stages)
+        self.optimizer = torch.optim.SGD(
+            [p for s in self.stages for p in s.submod.parameters()], lr=LR)
+        cls = getattr(lib, "Schedule" + o.schedule)
+        one = o.schedule in ("GPipe", "1F1B")
+        self.schedule = cls(self.stages[0] if one else self.stages,
+                            n_microbatches=o.microbatches, loss_fn=loss_fn)
+        self.losses = []
+
+    def step(self, x, y):
+        """Wall seconds of one step on this rank."""
+        start = time.perf_counter()
+        self.optimizer.zero_grad()
+        losses = []
+        self.schedule.step(*([x] if self.first else []), target=y if self.last else None,
+                           losses=losses if self.last else None)
+        self.optimizer.step()
+        if self.last:
+            self.losses.append(sum(float(l.detach()) for l in losses) / len(losses))
+        return time.perf_counter() - start
+
+
+def stages_alone(o, whole, rank, ranks, data):
+    """Seconds of this rank's stages' forward and backward of every microbatch, no pipeline:
+    (step seconds, mean forward s and backward s per microbatch and stage)."""
+    import torch
+    mine, num_stages = stages_of_rank(o.schedule, rank, ranks)
+    modules = [stage_module(whole, s, num_stages, o) for s in mine]
+    rows = o.batch // o.microbatches
+    times, f_s, b_s = [], [], []
+    for x, y in data:
+        start = time.perf_counter()
+        for m in range(o.microbatches):
+            for s, module in zip(mine, modules):
+                if s == 0:
+                    inputs = x[m * rows:(m + 1) * rows]
+                else:
+                    inputs = torch.randn(rows, o.seq_len, o.d_model, requires_grad=True)
+                t0 = time.perf_counter()
+                out = module(inputs)
+                t1 = time.perf_counter()
+                if s == num_stages - 1:
+                    loss_fn(out, y[m * rows:(m + 1) * rows]).backward()
+                else:
+                    out.backward(torch.ones_like(out))
+                f_s.append(t1 - t0)
+                b_s.append(time.perf_counter() - t1)
+        times.append(time.perf_counter() - start)
+    keep = times[o.warmup:]
+    return statistics.median(keep), statistics.median(f_s), statistics.median(b_s)
+
+
+def one_line(error):
+    text = f"{type(error).__name__}: {error}".strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def worker(o):
+    import torch
+    import torch.distributed as dist
+    from pptrain.pipelining import stage as pptrain_stage
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    if o.only != "torch":
+        pptrain_stage._join_world()  # pptrain's runtime beside torch's group
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    whole = transformer(o)
+    data = batches(o)
+    result = {"ranks": ranks, "seq_len": o.seq_len, "schedule": o.schedule}
+    apis = [o.only] if o.only else ["pptrain"] if o.without_torch else ["pptrain", "torch"]
+    if o.only:
+        # Memory: the resident set's growth over the run of one API alone.
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        run = Run(o.only, o, whole, rank, ranks)
+        for x, y in data[:3]:
+            run.step(x, y)
+        grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+        every = [None] * ranks
+        dist.all_gather_object(every, grown)
+        result["peak_rss_growth_bytes"] = max(every)
+    else:
+        times = {api: [] for api in apis}
+        losses = {api: [] for api in apis}
+        # (The driver has run each API alone first: a torch class that fails or hangs there is
+        # left out here, as a failure on one rank would leave the others waiting in its step.)
+        for round in range(o.rounds):
+            order = apis if round % 2 == 0 else apis[::-1]
+            runs = [Run(api, o, whole, rank, ranks) for api in order]
+            mine = {run.api: [] for run in runs}
+            for x, y in data:
+                for run in runs:
+                    mine[run.api].append(run.step(x, y))
+            for run in runs:
+                every = [None] * ranks
+                dist.all_gather_object(every, mine[run.api])
+                steps = [max(step) for step in zip(*every)]
+                times[run.api].extend(steps[o.warmup:])
+                if round == 0:
+                    owned = [None] * ranks
+                    dist.all_gather_object(owned, run.losses)
+                    losses[run.api] = next(l for l in owned if l)
+            del runs
+        alone, f_s, b_s = stages_alone(o, whole, rank, ranks, data)
+        every = [None] * ranks
+        dist.all_gather_object(every, (alone, f_s, b_s))
+        result["stages_alone_s"] = max(a for a, _, _ in every)
+        result["forward_s"] = max(f for _, f, _ in every)
+        result["backward_s"] = max(b for _, _, b in every)
+        result["step_s"] = {api: statistics.median(t) for api, t in times.items() if t}
+        if losses.get("torch") and losses.get("pptrain"):
+            result["loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12)
+                                          for a, b in zip(losses["pptrain"], losses["torch"]))
+        result["losses"] = losses
+    if rank == 0:
+        with open(o.worker, "w") as out:
+            json.dump(result, out)
+    dist.barrier()  # no rank leaves (rank 0 serves the store) before all are done
+    dist.destroy_process_group()
+
+
+# --- the driver --------------------------------------------------------------------------------
+
+def launch(o, ranks, seq_len, name, only="", without_torch=False):
+    """Runs one case on `ranks` processes; its result, or {"hung": True} / {"error": line}."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    pptrain = os.environ.get("PPTRAIN", os.path.join(here, "..", "build", "tools", "pptrain",
+                                                     "pptrain"))
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "result.json")
+        model = ["--layers", str(o.layers), "--d-model", str(o.d_model), "--heads", str(o.heads),
+                 "--vocab", str(o.vocab), "--batch", str(o.batch), "--microbatches",
+                 str(o.microbatches), "--rounds", str(o.rounds), "--steps", str(o.steps),
+                 "--warmup", str(o.warmup)]
+        command = [pptrain, "run", "--nproc", str(ranks), sys.executable, __file__,
+                   "--worker", out, "--seq-len", str(seq_len), "--schedule", name] + model
+        if only:
+            command += ["--only", only]
+        if without_torch:
+            command += ["--without-torch"]
+        # In this process's group (a caller that kills it kills the launch too); killed when it
+        # outlives the timeout, its ranks with it (they die with their launcher).
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        try:
+            _, err = process.communicate(timeout=o.timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            return {"hung": True}
+        if process.returncode != 0 or not os.path.exists(out):
+            # The exception a rank raised (its traceback's last line), else the launcher's line.
+            lines = err.splitlines()
+            raised = [l for l in lines if l and not l[0].isspace() and ("Error: " in l or
+                                                                        "Exception: " in l)]
+            said = raised or [l for l in lines if "error" in l.lower()] or lines
+            return {"error": (said[0] if said else f"exit {process.returncode}")[:300]}
+        with open(out) as f:
+            return json.load(f)
+
+
+def bubble(name, ranks, o, forward_s, backward_s):
+    from pptrain import plan
+    cost = f"F={forward_s},I={backward_s / 2},W={backward_s / 2},comm=0"
+    return plan.schedule(REGISTRY[name], pp=ranks, microbatches=o.microbatches,
+                         cost=cost).simulate().bubble_ratio
+
+
+def driver(o):
+    load_before = os.getloadavg()
+    rows = []
+    for ranks in [int(r) for r in o.ranks.split(",")]:
+        for seq_len in [int(s) for s in o.seq_lens.split(",")]:
+            for name in o.schedules.split(","):
+                started = time.perf_counter()
+                # Each API alone first (its memory): a class that fails or hangs there is named
+                # and left out of the side-by-side run.
+                memory = {api: launch(o, ranks, seq_len, name, only=api)
+                          for api in ("torch", "pptrain")}
+                peak = {api: m.get("peak_rss_growth_bytes") for api, m in memory.items()}
+                torch_note = ("torch hangs (no step within --timeout)" if memory["torch"].get("hung")
+                              else "torch fails: " + memory["torch"]["error"]
+                              if "error" in memory["torch"] else "")
+                r = launch(o, ranks, seq_len, name, without_torch=bool(torch_note))
+                if "step_s" not in r:
+                    print(f"{ranks} ranks seq {seq_len} {name}: pptrain's run "
+                          f"{'hung' if r.get('hung') else 'failed: ' + r.get('error', '')}",
+                          flush=True)
+                    continue
+                torch_s = r["step_s"].get("torch")
+                if not torch_note and r.get("loss_rel_diff", 0) > 1e-5:
+                    torch_note = f"losses differ by {r['loss_rel_diff']:.1e}"
+                b = bubble(name, ranks, o, r["forward_s"], r["backward_s"])
+                limit_s = r["stages_alone_s"] / (1 - b)
+                tokens = o.batch * seq_len
+                row = dict(ranks=ranks, seq_len=seq_len, schedule=name,
+                           pptrain_s=r["step_s"]["pptrain"], torch_s=torch_s,
+                           alone_s=r["stages_alone_s"], bubble=b, limit_s=limit_s,
+                           pptrain_peak=peak.get("pptrain"), torch_peak=peak.get("torch"),
+                           note=torch_note, tokens=tokens)
+                rows.append(row)
+                print(json.dumps(row), f"({time.perf_counter() - started:.0f} s)", flush=True)
+    print("load average before: {:.2f} {:.2f} {:.2f}, after: {:.2f} {:.2f} {:.2f} "
+          "({} cores)".format(*load_before, *os.getloadavg(), os.cpu_count()))
+    print(f"transformer layers={o.layers} d_model={o.d_model} heads={o.heads} vocab={o.vocab} "
+          f"batch={o.batch} microbatches={o.microbatches}, {o.rounds} rounds of {o.steps} steps "
+          f"(first {o.warmup} left out), SGD; one thread per rank")
+    print("| ranks | seq | schedule | pptrain tokens/s | torch tokens/s | pptrain/torch | "
+          "limit tokens/s | pptrain/limit | rule | peak MiB pptrain / torch | note |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        ours = row["tokens"] / row["pptrain_s"]
+        theirs = row["tokens"] / row["torch_s"] if row["torch_s"] and not row["note"] else None
+        limit = row["tokens"] / row["limit_s"]
+        ratio = f"{ours / theirs:.2f}x" if theirs else "-"
+        # The target: 1.2x torch, unless that passes the machine's limit (or torch has no
+        # figure); then 0.95 of the limit.
+        rule = "0.95 of limit" if not theirs or 1.2 * theirs > limit else "1.2x torch"
+        met = (ours >= 0.95 * limit) if rule == "0.95 of limit" else (
+            theirs is not None and ours >= 1.2 * theirs)
+        mib = [f"{row[k] / 2**20:.0f}" if row.get(k) is not None else "-"
+               for k in ("pptrain_peak", "torch_peak")]
+        print(f"| {row['ranks']} | {row['seq_len']} | {row['schedule']} | {ours:.0f} | "
+              f"{f'{theirs:.0f}' if theirs else '-'} | {ratio} | {limit:.0f} | "
+              f"{ours / limit:.2f} | {rule}: {'met' if met else 'not met'} | "
+              f"{mib[0]} / {mib[1]} | {row['note']} |")
+
+
+if __name__ == "__main__":
+    options = flags()
+    if options.worker:
+        try:
+            worker(options)
+        except Exception:
+            traceback.print_exc()
+            sys.exit(1)
+    else:
+        driver(options)
