@@ -6,26 +6,28 @@
 // partner runs on the other rank, and the next one on the stream starts after it. Operations
 // posted as one group (ncclGroupStart..End, torch's batch_isend_irecv) run as one kernel and
 // finish together. The k-th send from a to b meets the k-th receive on b from a, so both must
-// carry the same message. The runtime's tagged order (receives posted ahead, sends at their
-// action; runtime/executor.cpp) breaks that: in 1f1b on 2 ranks, rank 0 can queue SEND_F1 behind
-// a RECV_B0 whose send rank 1 makes only after a RECV_F0 waiting for rank 0's SEND_F0.
+// carry the same message. The runtime's tagged order over Gloo (receives posted ahead, sends at
+// their action; runtime/executor.cpp) breaks that: in 1f1b on 2 ranks, rank 0 posts 0RECV_B0
+// ahead and queues 0SEND_F0 behind it, while rank 1 makes 1SEND_B0 only after its 1F0, which
+// waits for that 0SEND_F0.
 //
 // A posting (PeerPosting) is plain data: for each rank, its groups in the order it posts them,
 // each with the position in its lowered list before which it is posted and its SEND/RECV
 // actions with the rank at their other end. check_posting() runs NCCL's rules on all ranks at
 // once and names the first deadlock or mismatch; nccl_posting() makes a posting that passes.
 //
-// The rule of nccl_posting(), in three lines:
+// The rule of nccl_posting(), in three steps:
 //   1. A reference run: the lowered schedule in rounds, each rank running in a round at most one
 //      compute action and the messages around it, a RECV only once its SEND ran in an earlier
 //      round, ranks in order within a round. It exists because validate() found no deadlock.
 //   2. A SEND is posted at its own action. A RECV is posted before the action its rank was about
 //      to run when the message's SEND ran in the reference run: never after the RECV itself, and
-//      never before the message could be sent (receives posted only as far ahead as the sender
-//      ran ahead, in 1f1b one forward).
+//      never before the message could be sent. Receives are thus posted only as far ahead as
+//      the sender ran ahead (in 1f1b one forward); a skip connection's, sent some P actions
+//      before their use, are held that long by the receiver rather than the sender.
 //   3. What a rank posts to one peer before one action is one group, ordered by when the SENDs
-//      ran in the reference run (its receives, then its own send, as torch batches a forward's
-//      send with the next backward's receive).
+//      ran in the reference run: its receives, then its own send (as torch batches a forward's
+//      send with a backward's receive).
 // Each pair's messages are thus posted in the order of their SENDs in the reference run on both
 // ends. Why that cannot deadlock: follow the reference run with NCCL's rules; when a SEND runs,
 // its receive was posted already (at the receiver's position then), every earlier message of the
