@@ -17,8 +17,9 @@ the same parameters) and trains them side by side, a step of one then a step of 
 fresh stages and schedules. A step's time is the slowest rank's wall clock around step() and
 the optimizer's step; medians of the steps after the first WARMUP of each round.
 
-Beside the two pipelines each rank runs its stages' work alone, with no pipeline ("stages
-alone": each stage's forward and backward of every microbatch, no message, all ranks at once);
+After the two pipelines, in every round, each rank runs its stages' work alone, with no pipeline
+("stages alone": each stage's forward and backward of every microbatch, no message, all ranks
+at once, the busiest rank's step taken);
 with pptrain's simulation of the schedule's bubble under those costs (forward F, backward
 split I = W = half, no communication time) it gives the limit the machine sets: the step of
 the busiest rank's work over one minus the bubble. Peak memory is each rank's resident set
@@ -182,8 +183,8 @@ class Run:
 
 
 def stages_alone(o, whole, rank, ranks, data):
-    """Seconds of this rank's stages' forward and backward of every microbatch, no pipeline:
-    (step seconds, mean forward s and backward s per microbatch and stage)."""
+    """This rank's stages' forward and backward of every microbatch of each batch, no pipeline:
+    ([seconds of each step], [forward s], [backward s] of each microbatch and stage)."""
     import torch
     mine, num_stages = stages_of_rank(o.schedule, rank, ranks)
     modules = [stage_module(whole, s, num_stages, o) for s in mine]
@@ -207,8 +208,7 @@ def stages_alone(o, whole, rank, ranks, data):
                 f_s.append(t1 - t0)
                 b_s.append(time.perf_counter() - t1)
         times.append(time.perf_counter() - start)
-    keep = times[o.warmup:]
-    return statistics.median(keep), statistics.median(f_s), statistics.median(b_s)
+    return times, f_s, b_s
 
 
 def one_line(error):
@@ -244,6 +244,8 @@ def worker(o):
         losses = {api: [] for api in apis}
         # (The driver has run each API alone first: a torch class that fails or hangs there is
         # left out here, as a failure on one rank would leave the others waiting in its step.)
+        # The stages alone run in every round too, after the pipelines, under the same load.
+        alone, f_s, b_s = [], [], []
         for round in range(o.rounds):
             order = apis if round % 2 == 0 else apis[::-1]
             runs = [Run(api, o, whole, rank, ranks) for api in order]
@@ -261,12 +263,18 @@ def worker(o):
                     dist.all_gather_object(owned, run.losses)
                     losses[run.api] = next(l for l in owned if l)
             del runs
-        alone, f_s, b_s = stages_alone(o, whole, rank, ranks, data)
+            dist.barrier()  # all ranks at once
+            steps_alone, forward, backward = stages_alone(o, whole, rank, ranks, data)
+            every = [None] * ranks
+            dist.all_gather_object(every, steps_alone)
+            alone.extend([max(step) for step in zip(*every)][o.warmup:])  # the busiest rank's
+            f_s += forward
+            b_s += backward
         every = [None] * ranks
-        dist.all_gather_object(every, (alone, f_s, b_s))
-        result["stages_alone_s"] = max(a for a, _, _ in every)
-        result["forward_s"] = max(f for _, f, _ in every)
-        result["backward_s"] = max(b for _, _, b in every)
+        dist.all_gather_object(every, (statistics.median(f_s), statistics.median(b_s)))
+        result["stages_alone_s"] = statistics.median(alone)
+        result["forward_s"] = max(f for f, _ in every)
+        result["backward_s"] = max(b for _, b in every)
         result["step_s"] = {api: statistics.median(t) for api, t in times.items() if t}
         if losses.get("torch") and losses.get("pptrain"):
             result["loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12)
