@@ -164,8 +164,7 @@ class Run:
         self.optimizer = torch.optim.SGD(
             [p for s in self.stages for p in s.submod.parameters()], lr=LR)
         cls = getattr(lib, "Schedule" + o.schedule)
-        one = o.schedule in ("GPipe", "1F1B")
-        self.schedule = cls(self.stages[0] if one else self.stages,
+        self.schedule = cls(self.stages[0] if len(self.stages) == 1 else self.stages,
                             n_microbatches=o.microbatches, loss_fn=loss_fn)
         self.losses = []
 
@@ -279,7 +278,6 @@ def worker(o):
         if losses.get("torch") and losses.get("pptrain"):
             result["loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12)
                                           for a, b in zip(losses["pptrain"], losses["torch"]))
-        result["losses"] = losses
     if rank == 0:
         with open(o.worker, "w") as out:
             json.dump(result, out)
