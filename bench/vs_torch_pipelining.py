@@ -63,6 +63,8 @@ def flags(argv=None):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--microbatches", type=int, default=8)
     p.add_argument("--timeout", type=int, default=300)
+    # How pptrain's zero-bubble classes split a backward (its default when not given: deferred).
+    p.add_argument("--weight-split", default="", choices=["", "deferred", "autograd"])
     # Worker mode (one rank of a launch): the case and where rank 0 writes its result.
     p.add_argument("--worker", default="")
     p.add_argument("--seq-len", type=int, default=32)
@@ -164,8 +166,9 @@ class Run:
         self.optimizer = torch.optim.SGD(
             [p for s in self.stages for p in s.submod.parameters()], lr=LR)
         cls = getattr(lib, "Schedule" + o.schedule)
+        options = {"weight_split": o.weight_split} if api == "pptrain" and o.weight_split else {}
         self.schedule = cls(self.stages[0] if len(self.stages) == 1 else self.stages,
-                            n_microbatches=o.microbatches, loss_fn=loss_fn)
+                            n_microbatches=o.microbatches, loss_fn=loss_fn, **options)
         self.losses = []
 
     def step(self, x, y):
@@ -298,6 +301,8 @@ def launch(o, ranks, seq_len, name, only="", without_torch=False):
                  "--vocab", str(o.vocab), "--batch", str(o.batch), "--microbatches",
                  str(o.microbatches), "--rounds", str(o.rounds), "--steps", str(o.steps),
                  "--warmup", str(o.warmup)]
+        if o.weight_split:
+            model += ["--weight-split", o.weight_split]
         command = [pptrain, "run", "--nproc", str(ranks), sys.executable, __file__,
                    "--worker", out, "--seq-len", str(seq_len), "--schedule", name] + model
         if only:

@@ -13,12 +13,14 @@ Every rank builds the same model (same seed) and calls step() with the same batc
 stage's rank reads the inputs, the last stage's rank the targets. A stage's input and output may
 be a tensor, a tuple of tensors or a dict of them (ids and masks travel forward only); their
 shapes may change from batch to batch. Any synchronous schedule of `pptrain schedule --list` runs;
-the zero-bubble ones split each backward through autograd. Errors in your module or loss stop
-the run with the Python traceback on that rank and a ValueError naming the stage.
+the zero-bubble ones split each backward into I and W, the linear layers' weight products
+waiting for W. Errors in your module or loss stop the run with the Python traceback on that
+rank and a ValueError naming the stage.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -95,13 +97,48 @@ def split(model: torch.nn.Module | Sequence[torch.nn.Module],
 
 class Linear(torch.nn.Linear):  # type: ignore[misc]  # torch has no types here
     """torch.nn.Linear (the same parameters, initialisation and state_dict) whose backward can
-    leave its weight gradients to the W of a zero-bubble schedule: with
-    `schedule(..., weight_split="deferred")` the I of a backward computes only the input's
-    gradient through these layers and W their weights' later, without autograd walking the
-    graph twice (docs/PYTHON.md). Elsewhere it computes what torch.nn.Linear does."""
+    leave its weight gradients to the W of a zero-bubble schedule, in every step (a
+    torch.nn.Linear does so only inside the step of a schedule with weight_split="deferred",
+    _deferred_linears()). Elsewhere it computes what torch.nn.Linear does."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return _runtime.linear(input, self.weight, self.bias)
+
+
+_plain_linear = torch.nn.functional.linear
+_deferring = 0  # the steps of deferring schedules under way (nested: one_process in a step)
+
+
+def _deferrable_linear(input: torch.Tensor, weight: torch.Tensor,
+                       bias: torch.Tensor | None = None) -> torch.Tensor:
+    """torch.nn.functional.linear as pptrain.Linear computes it when its weight (and bias) are
+    parameters themselves, leaves that take a gradient; a view of one (a slice of
+    MultiheadAttention's packed projection) or a weight without a gradient goes to torch's."""
+    if (torch.is_grad_enabled() and weight.requires_grad and weight.is_leaf
+            and (bias is None or bias.is_leaf)):
+        return _runtime.linear(input, weight, bias)
+    return _plain_linear(input, weight, bias)
+
+
+@contextlib.contextmanager
+def _deferred_linears() -> Any:
+    """While a step of a schedule with weight_split="deferred" runs: every product of
+    torch.nn.functional.linear whose weight is a parameter (torch.nn.Linear's, the projections
+    of torch.nn.MultiheadAttention and so of the Transformer layers, a module's own F.linear)
+    is pptrain.Linear's, so the I of a split backward computes only its input's gradient and W
+    its weight's. torch.nn.functional.linear is swapped for the step, in the whole process: a
+    product on another thread meanwhile computes what torch's does (no W guard there), and a
+    hook on such a parameter never sees its gradient, which W adds to .grad itself."""
+    global _deferring
+    if _deferring == 0:
+        torch.nn.functional.linear = _deferrable_linear
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if _deferring == 0:
+            torch.nn.functional.linear = _plain_linear
 
 
 class PipelineStage:
@@ -147,6 +184,11 @@ class PipelineStage:
 LossFn = Callable[[Any, Any], torch.Tensor]
 
 
+def _has_weight_actions(csv: str) -> bool:
+    """Whether a schedule's CSV (torch's form) splits a backward: it holds a W (such as 2W0)."""
+    return re.search(r"(^|[,;(])\d+W\d+", csv, re.MULTILINE) is not None
+
+
 class Schedule:
     """A schedule running this rank's stages; make it with pptrain.schedule()."""
 
@@ -154,7 +196,7 @@ class Schedule:
                  n_microbatches: int, loss_fn: LossFn, chunks: int = 0, schedule_file: str = "",
                  recompute: bool = False, optimizer: Mapping[str, Any] | None = None,
                  steps: int = 0, one_process: bool = False, metrics: str = "", svg: str = "",
-                 trace: str = "", weight_split: str = "autograd", tokens_per_sample: float = 1,
+                 trace: str = "", weight_split: str = "deferred", tokens_per_sample: float = 1,
                  data_parallel: int = 1, zero: int = 0,
                  tied: Mapping[str, Sequence[int]] | None = None,
                  skips: Sequence[tuple[str, int, int]] = (),
@@ -170,6 +212,11 @@ class Schedule:
             weight_split=weight_split, tokens_per_sample=tokens_per_sample,
             data_parallel=data_parallel, zero=zero, tied=dict(tied or {}), skips=list(skips),
             data_parallel_shares=list(data_parallel_shares), precision=precision)
+        # Whether this rank's steps run its linear layers' weight products in W.
+        self._defers = weight_split == "deferred" and _has_weight_actions(self._schedule.csv())
+
+    def _step_context(self) -> Any:
+        return _deferred_linears() if self._defers else contextlib.nullcontext()
 
     def step(self, *args: Any, target: Tensors | None = None) -> torch.Tensor | None:
         """One training step on a mini-batch split into the microbatches; returns the mean loss on
@@ -180,10 +227,11 @@ class Schedule:
         step(source), with `source(step)` returning (inputs, target), takes each step's batch
         from the source instead: what the asynchronous schedules need, since their first stage
         runs ahead into later steps' microbatches."""
-        if len(args) == 1 and target is None and callable(args[0]):
-            return self._schedule.step_from(args[0])
-        inputs = None if not args else args[0] if len(args) == 1 else tuple(args)
-        return self._schedule.step(inputs, target)
+        with self._step_context():
+            if len(args) == 1 and target is None and callable(args[0]):
+                return self._schedule.step_from(args[0])
+            inputs = None if not args else args[0] if len(args) == 1 else tuple(args)
+            return self._schedule.step(inputs, target)
 
     def report(self) -> dict[str, Any] | None:
         """The latest step's figures on rank 0 (None on the others, and before the first step):
@@ -311,7 +359,7 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
              loss_fn: LossFn, chunks: int = 0, schedule_file: str = "", recompute: bool = False,
              optimizer: Mapping[str, Any] | None = None, steps: int = 0,
              one_process: bool = False, metrics: str = "", svg: str = "", trace: str = "",
-             weight_split: str = "autograd", tokens_per_sample: float = 1,
+             weight_split: str = "deferred", tokens_per_sample: float = 1,
              data_parallel: int = 1, zero: int = 0,
              tied: Mapping[str, Sequence[int]] | None = None,
              skips: Sequence[tuple[str, int, int]] = (),
@@ -328,8 +376,11 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
     reproduce; give it all the stages). metrics, svg, trace: files rank 0 writes as `pptrain
     train` does (a JSON line per step; the measured timeline of the last step as an SVG picture
     and as a Chrome trace), the last two when the schedule is finished or dropped. weight_split: how
-    a zero-bubble schedule splits a backward into I and W, "autograd" (any module) or "deferred"
-    (pptrain.Linear layers defer their weight products to W, the others compute theirs in I).
+    a zero-bubble schedule splits a backward into I and W: "deferred" (the default: the weight
+    products of the linear layers, torch.nn.Linear's, pptrain.Linear's, the attention
+    projections, wait for W; the other layers compute their weight gradients in I; one pass
+    over the graph) or "autograd" (W walks the graph again to the parameters: for a module
+    whose parameters carry hooks, which never see a deferred product's gradient).
     tokens_per_sample: what the reports' tokens_per_s counts per sample (0: the length of the
     input's dimension 1, batch by batch).
 

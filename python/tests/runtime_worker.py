@@ -78,7 +78,7 @@ def train(schedule_name, args, rank):
         num_stages, local = pptrain.placement(schedule_name, args.microbatches)
     # Stage s of S holds blocks [s * 8 // S, (s + 1) * 8 // S).
     points = [s * LAYERS // num_stages for s in range(1, num_stages)]
-    parts = pptrain.split(mlp(pptrain.Linear if args.deferred else torch.nn.Linear), points)
+    parts = pptrain.split(mlp(pptrain.Linear if args.pptrain_linear else torch.nn.Linear), points)
     modules = {s: parts[s] for s in local}
     if args.fail_forward in modules:
         modules[args.fail_forward] = Failing(modules[args.fail_forward])
@@ -140,7 +140,9 @@ def main():
     parser.add_argument("--microbatches", type=int, default=MICROBATCHES)
     parser.add_argument("--vertical-sync", action="store_true", help="pipedream's family option")
     parser.add_argument("--deferred", action="store_true",
-                        help="pptrain.Linear layers, weight_split='deferred'")
+                        help="weight_split='deferred' (else 'autograd')")
+    parser.add_argument("--pptrain-linear", action="store_true",
+                        help="pptrain.Linear layers instead of torch.nn.Linear")
     parser.add_argument("--forever", action="store_true",
                         help="train until stopped, after writing OUT.RANK.pid at the first step")
     parser.add_argument("--reports", help="also write FILE.jsonl, FILE.svg and FILE.json")

@@ -145,10 +145,48 @@ DEFERRED = ["1f1b", "zb-h1", "zb-v"]
 
 
 @pytest.mark.parametrize("schedule", DEFERRED)
-def test_pptrain_linear_defers_its_weight_gradients_and_equals_one_process(trained, schedule):
-    """pptrain.Linear with weight_split="deferred": W computes its weight products, and the
-    training equals plain torch with torch.nn.Linear (the three schedules in one launch)."""
+def test_torch_linear_defers_its_weight_gradients_and_equals_one_process(trained, schedule):
+    """torch.nn.Linear layers with weight_split="deferred": W computes their weight products, and
+    the training equals plain torch (the three schedules in one launch)."""
     expect_ranks_equal_plain_torch(trained(2, [DEFERRED], schedule, "--deferred"))
+
+
+@pytest.mark.parametrize("schedule", DEFERRED)
+def test_pptrain_linear_defers_its_weight_gradients_and_equals_one_process(trained, schedule):
+    """pptrain.Linear layers, the same with its own PipeLinear product in every step."""
+    expect_ranks_equal_plain_torch(trained(2, [DEFERRED], schedule, "--deferred",
+                                           "--pptrain-linear"))
+
+
+def test_a_deferred_split_leaves_the_weight_products_of_torch_linears_to_w():
+    """In this process: zb-h1 on one stage (every backward split into I and W). With the
+    default weight_split="deferred" the weight products of the torch.nn.Linear layers wait for
+    W, which adds them to .grad itself, so a hook on a weight never sees a gradient (autograd
+    calls it with None); autograd's split (W a second backward to the parameters) passes it one
+    per microbatch. The gradients
+    are plain torch's either way, and F.linear is torch's own again after the step."""
+    import pptrain
+    torch.set_num_threads(1)
+    x, y = next(iter(runtime_worker.batches()))
+    m = runtime_worker.MICROBATCHES
+    plain = runtime_worker.mlp()
+    for xm, ym in zip(x.chunk(m), y.chunk(m)):
+        (torch.nn.functional.mse_loss(plain(xm), ym) / m).backward()
+    hook_calls = {}
+    for split in ("deferred", "autograd"):
+        model = runtime_worker.mlp()
+        hook_calls[split] = 0
+
+        def count(grad, split=split):
+            hook_calls[split] += grad is not None
+        model[3][0].weight.register_hook(count)
+        schedule = pptrain.schedule("zb-h1", [pptrain.PipelineStage(model, 0, 1)], m,
+                                    torch.nn.functional.mse_loss, weight_split=split)
+        schedule.step(x, target=y)
+        for (name, got), want in zip(model.named_parameters(), plain.parameters()):
+            assert torch.allclose(got.grad, want.grad, rtol=1e-5, atol=1e-7), f"{split}: {name}"
+        assert torch.nn.functional.linear is pptrain.runtime._plain_linear
+    assert hook_calls == {"deferred": 0, "autograd": m}
 
 
 def params_of(ranks):

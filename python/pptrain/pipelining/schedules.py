@@ -346,12 +346,16 @@ class PipelineScheduleMulti(_PipelineSchedule):
                  args_chunk_spec: Optional[tuple] = None,
                  kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
                  use_full_backward: Optional[bool] = None, scale_grads: bool = True,
-                 backward_requires_autograd: bool = True) -> None:
+                 backward_requires_autograd: bool = True, *,
+                 weight_split: str = "deferred") -> None:
         # use_full_backward: deprecated in torch, which ignores it; so does pptrain.
+        # weight_split (pptrain's, beyond torch's signature): how an order with I and W splits
+        # a backward, as pptrain.schedule() takes it.
         _check_chunk_specs(type(self).__name__, args_chunk_spec, kwargs_chunk_spec,
                            output_merge_spec)
         _check_backward_requires_autograd(type(self).__name__, backward_requires_autograd)
-        super().__init__(stages, n_microbatches, loss_fn, scale_grads, single=False)
+        super().__init__(stages, n_microbatches, loss_fn, scale_grads, single=False,
+                         options={"weight_split": weight_split})
         order = _ORDERS.get(type(self))
         if order is not None:
             self._run(name=order)
@@ -391,13 +395,14 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
                  loss_fn: Optional[Callable[..., torch.Tensor]] = None,
                  args_chunk_spec: Optional[tuple] = None,
                  kwargs_chunk_spec: Optional[dict] = None, output_merge_spec: Any = None,
-                 scale_grads: bool = True, backward_requires_autograd: bool = True) -> None:
+                 scale_grads: bool = True, backward_requires_autograd: bool = True, *,
+                 weight_split: str = "deferred") -> None:
         # Explicit: the classes of the same signature below share this method (torch's
         # signature for them, without the base's use_full_backward: hence their type: ignore).
         PipelineScheduleMulti.__init__(
             self, stages, n_microbatches, loss_fn, args_chunk_spec, kwargs_chunk_spec,
             output_merge_spec, scale_grads=scale_grads,
-            backward_requires_autograd=backward_requires_autograd)
+            backward_requires_autograd=backward_requires_autograd, weight_split=weight_split)
 
 
 def _looped(schedule_name, stage, n_microbatches):
