@@ -16,7 +16,8 @@ model's it runs. A stage takes what the one before it returns: the values comput
 cut that this stage or a later one still needs (a mask the last stage reads passes through the
 stages between); the first stage takes the model's inputs (as the forward does: positional and
 keyword, nested structures too) and the last returns the model's output (the forward's
-structure).
+structure; one holding a class of its own, as a Hugging Face ModelOutput, as torch's returns it:
+its tensors, the one alone, several in a tuple).
 """
 
 from __future__ import annotations
@@ -139,8 +140,13 @@ def _stage_graphs(graph):
 
     # torch.export's graph takes and returns flat lists of tensors; its codegen turns the
     # forward's arguments into that list (in_spec) and the list into its output (out_spec). The
-    # first stage keeps the first, the last stage the second.
+    # first stage keeps the first, the last stage the second, unless the output holds a class
+    # of its own: then the last stage returns the flat list as torch's does (the one tensor
+    # alone), since pptrain's runtime hands the loss_fn a tensor, a tuple or a dict.
     pytree_info = getattr(graph._codegen, "pytree_info", None)
+    flat_output = pytree_info is not None and not _plain(pytree_info.out_spec)
+    if flat_output:
+        pytree_info = pytree_info._replace(out_spec=None)
     graphs = []
     for s in range(num_stages):
         g = torch.fx.Graph()
@@ -165,7 +171,10 @@ def _stage_graphs(graph):
             if stage_of.get(node) == s:
                 env[node] = g.node_copy(node, lookup)
         if s == num_stages - 1:
-            g.output(torch.fx.node.map_arg(output.args[0], lookup))
+            returned = torch.fx.node.map_arg(output.args[0], lookup)
+            if flat_output:
+                returned = returned[0] if len(returned) == 1 else tuple(returned)
+            g.output(returned)
         else:
             values = [env[v] for v in live[s]]
             g.output(values[0] if len(values) == 1 else tuple(values))
@@ -182,6 +191,16 @@ def _stage_graphs(graph):
                 g._codegen = torch.fx.graph._PyTreeCodeGen(info)
         graphs.append(g)
     return graphs
+
+
+def _plain(spec):
+    """Whether an output of this pytree structure is made of tensors, tuples, lists and dicts
+    alone (None: the graph's own flat list), not of a class such as a Hugging Face ModelOutput
+    (a dict of its own class: pptrain's runtime would hand the loss_fn a plain dict, where
+    torch's pipeline() hands it the tensors)."""
+    if spec is None or spec.is_leaf():
+        return True
+    return spec.type in (tuple, list, dict) and all(_plain(c) for c in spec.children())
 
 
 def _stage_module(module, traced, graph, s):
