@@ -235,10 +235,12 @@ def manual_stage(rank, world, group=None):
     return [pipelining.PipelineStage(m, rank, world, torch.device("cpu"), group=group)]
 
 
-def traced_stages(cut, placement, rank, world, x, group=None):
-    """This rank's stages of a split by pipeline()."""
+def traced_stages(cut, placement, rank, world, x, group=None, microbatches=MICROBATCHES,
+                  module=None):
+    """This rank's stages of a split by pipeline(): of `module` (default: model_of(cut)) at
+    `cut`'s split points, traced on the first of x's `microbatches` microbatches."""
     SplitPoint = pipelining.SplitPoint
-    x_mb = x.chunk(MICROBATCHES)[0]
+    x_mb = x.chunk(microbatches)[0]
     if cut == "marked":
         spec = {}
     elif cut == "split2":
@@ -251,7 +253,8 @@ def traced_stages(cut, placement, rank, world, x, group=None):
         spec = {f"layers.{i}": SplitPoint.BEGINNING for i in (1, 2, 3)}
         if cut == "split8":
             spec.update({f"layers.{i}.ff2": SplitPoint.BEGINNING for i in range(4)})
-    pipe = pipelining.pipeline(model_of(cut), mb_args=(x_mb,), split_spec=spec)
+    module = model_of(cut) if module is None else module
+    pipe = pipelining.pipeline(module, mb_args=(x_mb,), split_spec=spec)
     mine = {"one": [rank], "loop": [rank, rank + world], "v": [rank, 2 * world - 1 - rank]}
     return [pipe.build_stage(s, torch.device("cpu"), group=group) for s in mine[placement]]
 

@@ -43,13 +43,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def torchrun(nproc, *program):
+    """The command that starts `program` (a script and its arguments) on `nproc` ranks of this
+    host with torchrun, meeting at a free port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *program]
+
+
 def launch(out, nproc, cases, api, timeout=150):
     """torchrun of the worker on `api`'s pipelining (torch's keeping going past a failed case),
     in a process group of its own killed whole if it outlives `timeout`; returns what the ranks
     wrote for each case (a list by rank), or a string saying why they wrote nothing."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-               os.path.join(HERE, "pipelining_worker.py"), out, ",".join(cases), "--api", api]
+    command = torchrun(nproc, os.path.join(HERE, "pipelining_worker.py"), out, ",".join(cases),
+                       "--api", api)
     if api == "torch":
         command.append("--keep-going")
     code, _, err = run(command, timeout)

@@ -4,10 +4,10 @@ after the submodules `split_spec` names and at the pipe_split() calls of the for
 
 The trace follows shapes: a block that builds its causal mask from its input's length
 (`T = x.shape[1]; torch.triu(torch.ones(T, T), 1)`) is traced with the example's T. As in
-torch's, the graph holds every size the forward reads as the example's number, so each
-microbatch must have the example's size in the dimensions the forward reads (one it never reads,
-as the batch's of a stack of Linear layers, may vary); and the graph keeps the train() or eval()
-mode the module was traced in (a dropout's, a BatchNorm's). The forward runs once, on fake
+torch's, the graph holds every size the forward reads as the example's number, and which ones
+it read it does not say, so a schedule's step() takes only microbatches of the example's shape
+(schedules.py refuses another); and the graph keeps the train() or eval() mode the module was
+traced in (a dropout's, a BatchNorm's). The forward runs once, on fake
 tensors: nothing is computed and the model's parameters and buffers are left as they were.
 
 Each stage is a torch.fx.GraphModule over the original module's own parameters and buffers,

@@ -24,6 +24,8 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.distributed as dist
+import torch.fx
+import torch.utils._pytree as pytree
 
 from .. import runtime as _pptrain
 from .stage import PipelineStage
@@ -89,6 +91,23 @@ def _merge(chunks):
 
 
 _FORWARD_ONLY: Any = object()  # the order of a schedule made without a loss_fn
+
+
+def _shape_text(shapes):
+    return ", ".join(str(list(shape)) for shape in shapes)
+
+
+def _example_shapes(module):
+    """The shapes of the example microbatch's tensors that pipeline() traced `module` (a first
+    stage) on, from its graph's placeholders, sorted; None for a module not traced so (a stage
+    made by hand, whose messages may take any shape) or traced with a size left symbolic."""
+    if not isinstance(module, torch.fx.GraphModule):
+        return None
+    shapes = [tuple(node.meta["val"].shape) for node in module.graph.nodes
+              if node.op == "placeholder" and isinstance(node.meta.get("val"), torch.Tensor)]
+    if not shapes or not all(isinstance(size, int) for shape in shapes for size in shape):
+        return None
+    return sorted(shapes)
 
 
 def _chunk(value, n):
@@ -250,6 +269,26 @@ class _PipelineSchedule:
         bound = inspect.signature(first.submod.forward).bind(*args, **kwargs)
         return dict(bound.arguments)
 
+    def _check_traced_shapes(self, name, inputs):
+        """A first stage traced by pipeline() holds the example microbatch's sizes as constants
+        of its graph: a microbatch of another shape would fail in it, or compute with the
+        example's sizes where its forward read one (a mean over `x.shape[1]`), silently. Which
+        sizes the forward read the graph does not say, so every microbatch must have the
+        example's shape, as torch's stages require."""
+        example = _example_shapes(next(s for s in self._stages if s.is_first).submod)
+        if example is None:
+            return
+        for m, chunk in enumerate(_chunk(inputs, self._n_microbatches)):
+            shapes = sorted(tuple(leaf.shape) for leaf in pytree.tree_leaves(chunk)
+                            if isinstance(leaf, torch.Tensor))
+            if len(shapes) == len(example) and shapes != example:
+                raise ValueError(
+                    f"{name}: microbatch {m} of this batch has the shape {_shape_text(shapes)}, "
+                    f"and stage 0 was traced by pipeline() on {_shape_text(example)}: a traced "
+                    "graph holds the example's sizes, so every microbatch must have its shape "
+                    "(split the batch so, or trace a new Pipe on this shape; stages made by hand, "
+                    "PipelineStage(module, ...), take any shape)")
+
     def step(self, *args: Any, target: Any = None, losses: Optional[list] = None,
              return_outputs: bool = True, **kwargs: Any) -> Any:
         """One training step on a batch split into the microbatches along dimension 0: the
@@ -292,6 +331,8 @@ class _PipelineSchedule:
         self._outputs, self._internal_losses = [], []
         self._keep_outputs = return_outputs
         inputs = self._inputs(args, kwargs) if self._has_first else None
+        if inputs is not None:
+            self._check_traced_shapes(name, inputs)
         if forward_only:
             outputs = _forward_only(self._stages, self._n_microbatches, inputs)
             if not self._has_last:
@@ -357,10 +398,16 @@ class PipelineScheduleMulti(_PipelineSchedule):
         super().__init__(stages, n_microbatches, loss_fn, scale_grads, single=False,
                          options={"weight_split": weight_split})
         order = _ORDERS.get(type(self))
-        if order is not None:
+        csv = self._order_csv()
+        if csv is not None:
+            self._run_text(csv)
+        elif order is not None:
             self._run(name=order)
-        elif isinstance(self, (ScheduleLoopedBFS, ScheduleInterleavedZeroBubble)):
-            self._run_text(self._order_csv())
+
+    def _order_csv(self) -> Optional[str]:
+        """The class's order written here as a CSV, or None: its order is the registry's (or,
+        made as such, a CSV's of _load_csv)."""
+        return None
 
     def _load_csv(self, filename: Union[str, os.PathLike], format: str = "compute_only") -> None:
         """Runs the order of a schedule CSV in torch's form: compute actions only
@@ -389,7 +436,8 @@ class Schedule1F1B(PipelineScheduleSingle):
 
 
 class ScheduleInterleaved1F1B(PipelineScheduleMulti):
-    """Interleaved 1F1B: stage s on rank s mod P (pptrain's interleaved-1f1b)."""
+    """Interleaved 1F1B: stage s on rank s mod P (pptrain's interleaved-1f1b; with fewer
+    microbatches than ranks, its order over one group of them, written here)."""
 
     def __init__(self, stages: list[PipelineStage], n_microbatches: int,
                  loss_fn: Optional[Callable[..., torch.Tensor]] = None,
@@ -404,6 +452,15 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
             output_merge_spec, scale_grads=scale_grads,
             backward_requires_autograd=backward_requires_autograd, weight_split=weight_split)
 
+    def _order_csv(self) -> Optional[str]:
+        """pptrain's interleaved-1f1b runs the microbatches in groups of P: fewer than P run
+        the same order over one group of them, written here."""
+        ranks, chunks = _looped(type(self).__name__, self._stage, self._n_microbatches)
+        if self._n_microbatches >= ranks:
+            return None
+        order = _interleaved_order(ranks, chunks, self._n_microbatches)
+        return "\n".join(",".join(actions) for actions in order) + "\n"
+
 
 def _looped(schedule_name, stage, n_microbatches):
     """(ranks, stages per rank) of a placement of stage s on rank s mod P."""
@@ -412,6 +469,31 @@ def _looped(schedule_name, stage, n_microbatches):
         raise ValueError(f"{schedule_name}: {num_stages} stages do not loop over {ranks} "
                          f"ranks; give a multiple of {ranks}")
     return ranks, num_stages // ranks
+
+
+def _interleaved_order(ranks, chunks, n_microbatches):
+    """Each rank's actions in interleaved 1F1B: pptrain's interleaved-1f1b, which runs the
+    microbatches in groups of P; with fewer microbatches than ranks (M < P), the same rule over
+    one group of M: a rank's forwards go through its chunks, each on every microbatch of the
+    group, its backwards through them in reverse, and it warms up with 2(P - r - 1) + (V - 1)M
+    forwards (all of them where that is more) before alternating one forward and one backward
+    (the rule by which pptrain's order runs each group of P, Megatron's)."""
+    from .. import plan
+    if n_microbatches >= ranks:
+        return plan.schedule("interleaved-1f1b", pp=ranks, microbatches=n_microbatches,
+                             chunks=chunks).actions()
+    microbatches = range(n_microbatches)
+    order = []
+    for rank in range(ranks):
+        local = [chunk * ranks + rank for chunk in range(chunks)]
+        forwards = [f"{s}F{m}" for s in local for m in microbatches]
+        backwards = [f"{s}B{m}" for s in reversed(local) for m in microbatches]
+        warmup = min(2 * (ranks - rank - 1) + (chunks - 1) * n_microbatches, len(forwards))
+        actions = forwards[:warmup]
+        for forward, backward in zip(forwards[warmup:], backwards):
+            actions += [forward, backward]
+        order.append(actions + backwards[len(forwards) - warmup:])
+    return order
 
 
 class ScheduleLoopedBFS(PipelineScheduleMulti):
@@ -452,10 +534,8 @@ class ScheduleInterleavedZeroBubble(PipelineScheduleMulti):
         to run while it waits for a message. At F = I = W the simulator finds a bubble of 0.077
         instead of interleaved-1f1b's 0.111 on 2 ranks and 4 microbatches, 0.111 instead of 0.158
         on 4 ranks and 8."""
-        from .. import plan
         ranks, chunks = _looped(type(self).__name__, self._stage, self._n_microbatches)
-        order = plan.schedule("interleaved-1f1b", pp=ranks, microbatches=self._n_microbatches,
-                              chunks=chunks).actions()
+        order = _interleaved_order(ranks, chunks, self._n_microbatches)
         rows = []
         for actions in order:
             row, held = [], []  # held: W's not placed yet, oldest first
