@@ -129,6 +129,20 @@ LayerProfile profile_layer(const ProfileOptions& options, int index, torch::nn::
   return result;
 }
 
+// Of each of `layer`'s bytes that grow with the microbatch, the part that does not (its fixed
+// part), from the same bytes measured at one sample (`at_one`): a line through the two sizes,
+// samples x per-sample + fixed, its fixed part kept within [0, bytes].
+void set_fixed_parts(LayerProfile& layer, const LayerProfile& at_one, int samples) {
+  const auto fixed = [samples](double bytes, double one) {
+    return std::clamp((samples * one - bytes) / (samples - 1), 0.0, std::max(bytes, 0.0));
+  };
+  layer.stash_fixed_bytes = fixed(layer.stash_bytes, at_one.stash_bytes);
+  layer.forward_transient_fixed_bytes =
+      fixed(layer.forward_transient_bytes, at_one.forward_transient_bytes);
+  layer.backward_transient_fixed_bytes =
+      fixed(layer.backward_transient_bytes, at_one.backward_transient_bytes);
+}
+
 }  // namespace
 
 ModelProfile profile_model(const ProfileOptions& options) {
@@ -152,7 +166,16 @@ ModelProfile profile_model(const ProfileOptions& options) {
   profile.input_bytes = static_cast<double>(tensor_bytes(input));
   for (int index = 0; index < num_layers(options.model); ++index) {
     torch::nn::AnyModule layer = make_layer(options.model, index);
-    profile.layers.push_back(profile_layer(options, index, layer, input));
+    LayerProfile measured = profile_layer(options, index, layer, input);
+    if (options.microbatch_size > 1) {
+      // The bytes again at one sample (memory is the same each time: two iterations).
+      ProfileOptions once = options;
+      once.warmup = 1;
+      once.iters = 2;
+      set_fixed_parts(measured, profile_layer(once, index, layer, input.narrow(0, 0, 1)),
+                      options.microbatch_size);
+    }
+    profile.layers.push_back(std::move(measured));
     torch::NoGradGuard no_grad;
     input = forward_at(layer, input, compute_dtype(options.precision));  // the next one's input
   }
@@ -178,6 +201,11 @@ nlohmann::json profile_to_json(const ModelProfile& profile) {
          {"weight_stash_bytes", static_cast<int64_t>(layer.weight_stash_bytes)},
          {"forward_transient_bytes", static_cast<int64_t>(layer.forward_transient_bytes)},
          {"backward_transient_bytes", static_cast<int64_t>(layer.backward_transient_bytes)},
+         {"stash_fixed_bytes", static_cast<int64_t>(layer.stash_fixed_bytes)},
+         {"forward_transient_fixed_bytes",
+          static_cast<int64_t>(layer.forward_transient_fixed_bytes)},
+         {"backward_transient_fixed_bytes",
+          static_cast<int64_t>(layer.backward_transient_fixed_bytes)},
          {"parameter_bytes", static_cast<int64_t>(layer.parameter_bytes)}});
   }
   nlohmann::json out = {{"format", "pptrain-profile-1"},

@@ -30,6 +30,10 @@
 //   forward_transient_bytes, backward_transient_bytes
 //                       the most F (and I or W) held above both the bytes it started and ended
 //                       with (the counting allocator's window peak), median over the iterations
+//   stash_fixed_bytes, forward_transient_fixed_bytes, backward_transient_fixed_bytes
+//                       of the three above, the part that does not grow with the samples: each
+//                       measured again at one sample, the line through the two sizes' fixed
+//                       part (0 when the microbatch is one sample)
 // and of the whole model (ModelProfile::input_bytes, target_bytes): one microbatch's inputs and
 // targets.
 #pragma once

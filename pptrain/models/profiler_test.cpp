@@ -51,6 +51,13 @@ TEST(Profiler, MeasuresEveryLayerOfGpt) {
   EXPECT_LE(profile.layers[1].weight_stash_bytes, profile.layers[1].stash_bytes);
   // A block's backward makes gradients of its intermediates on the way.
   EXPECT_GT(profile.layers[1].backward_transient_bytes, 0);
+  // Of each, what does not grow with the samples is a part of it.
+  for (const LayerProfile& layer : profile.layers) {
+    EXPECT_GE(layer.stash_fixed_bytes, 0) << layer.name;
+    EXPECT_LE(layer.stash_fixed_bytes, layer.stash_bytes) << layer.name;
+    EXPECT_LE(layer.forward_transient_fixed_bytes, layer.forward_transient_bytes) << layer.name;
+    EXPECT_LE(layer.backward_transient_fixed_bytes, layer.backward_transient_bytes) << layer.name;
+  }
   EXPECT_EQ(profile.input_bytes, mb * t * 8);  // int64 token ids
   EXPECT_EQ(profile.target_bytes, mb * t * 8);
 }
@@ -73,12 +80,28 @@ TEST(Profiler, WritesTheProfileFormat) {
   for (const char* field :
        {"name", "forward_ms", "backward_input_ms", "backward_weight_ms", "activation_bytes",
         "stash_bytes", "parameter_bytes", "weight_stash_bytes", "forward_transient_bytes",
-        "backward_transient_bytes"}) {
+        "backward_transient_bytes", "stash_fixed_bytes", "forward_transient_fixed_bytes",
+        "backward_transient_fixed_bytes"}) {
     EXPECT_TRUE(json["layers"][1].contains(field)) << field;
   }
   EXPECT_EQ(json["layers"][1]["activation_bytes"], 2 * 16 * 4);
   EXPECT_EQ(json["batch"]["input_bytes"], 2 * 16 * 4);  // [mb, D] floats in, and as targets
   EXPECT_EQ(json["batch"]["target_bytes"], 2 * 16 * 4);
+}
+
+// At bf16 a block's forward casts its weights for its products, once per microbatch whatever
+// its samples: most of its working memory at a small microbatch does not grow with them, and
+// the profile says so; at one sample there is no second size to tell, and nothing is fixed.
+TEST(Profiler, FindsWhatDoesNotGrowWithTheSamples) {
+  ProfileOptions options = tiny("gpt");
+  options.precision = Precision::kBf16;
+  const LayerProfile block = profile_model(options).layers[1];
+  EXPECT_GT(block.forward_transient_fixed_bytes, 0.5 * block.forward_transient_bytes);
+  options.microbatch_size = 1;
+  const LayerProfile one = profile_model(options).layers[1];
+  EXPECT_EQ(one.stash_fixed_bytes, 0);
+  EXPECT_EQ(one.forward_transient_fixed_bytes, 0);
+  EXPECT_EQ(one.backward_transient_fixed_bytes, 0);
 }
 
 TEST(Profiler, RejectsBadOptions) {

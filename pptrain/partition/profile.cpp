@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -173,6 +174,19 @@ Profile parse_profile_json(const std::string& text, const std::string& source) {
           std::pair{"forward_transient_bytes", &layer.forward_transient_bytes},
           std::pair{"backward_transient_bytes", &layer.backward_transient_bytes}}) {
       if (l.contains(field)) *value = layer_number(l, field, where);
+    }
+    for (auto [field, value, whole, whole_field] :
+         {std::tuple{"stash_fixed_bytes", &layer.stash_fixed_bytes, layer.stash_bytes,
+                     "stash_bytes"},
+          std::tuple{"forward_transient_fixed_bytes", &layer.forward_transient_fixed_bytes,
+                     layer.forward_transient_bytes, "forward_transient_bytes"},
+          std::tuple{"backward_transient_fixed_bytes", &layer.backward_transient_fixed_bytes,
+                     layer.backward_transient_bytes, "backward_transient_bytes"}}) {
+      if (!l.contains(field)) continue;
+      *value = layer_number(l, field, where);
+      PPTRAIN_CHECK(*value <= std::max(whole, 0.0), where, ": ", field, " (", *value, ") exceeds ",
+                    whole_field, " (", whole < 0 ? std::string("not given") : detail::concat(whole),
+                    "), of which it is a part");
     }
     profile.layers.push_back(std::move(layer));
   }
@@ -369,8 +383,10 @@ Profile at_precision(Profile profile, Precision precision) {
   const double ratio = static_cast<double>(activation_element_bytes(precision)) /
                        activation_element_bytes(profile.precision);
   for (LayerProfile& layer : profile.layers) {
-    for (double* bytes : {&layer.activation_bytes, &layer.stash_bytes, &layer.weight_stash_bytes,
-                          &layer.forward_transient_bytes, &layer.backward_transient_bytes}) {
+    for (double* bytes :
+         {&layer.activation_bytes, &layer.stash_bytes, &layer.weight_stash_bytes,
+          &layer.forward_transient_bytes, &layer.backward_transient_bytes, &layer.stash_fixed_bytes,
+          &layer.forward_transient_fixed_bytes, &layer.backward_transient_fixed_bytes}) {
       if (*bytes > 0) *bytes *= ratio;  // < 0: not measured, left so
     }
   }

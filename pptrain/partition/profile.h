@@ -41,6 +41,14 @@ struct LayerProfile {
   // with (the graph's intermediates, the gradients on the way); < 0: not measured (taken as 0).
   double forward_transient_bytes = -1;
   double backward_transient_bytes = -1;
+  // Of stash_bytes, forward_transient_bytes and backward_transient_bytes, the part that does not
+  // grow with the microbatch's samples (a mask made once per forward; at bf16, the weights cast
+  // for the forward's products): kept as it is when the planner scales the profile to another
+  // microbatch size, where the rest scales with the samples. 0: all of it grows (a profile
+  // measured at one sample, of an older pptrain, PipeDream's).
+  double stash_fixed_bytes = 0;
+  double forward_transient_fixed_bytes = 0;
+  double backward_transient_fixed_bytes = 0;
 
   double backward_ms() const { return backward_input_ms + backward_weight_ms; }
   double compute_ms() const { return forward_ms + backward_ms(); }
@@ -100,7 +108,9 @@ Profile read_profile(const std::string& path);
 
 // Our JSON. Every layer needs name, forward_ms, backward_input_ms, backward_weight_ms,
 // activation_bytes, stash_bytes and parameter_bytes, all >= 0; weight_stash_bytes,
-// forward_transient_bytes and backward_transient_bytes (>= 0) are optional, and so are the "batch"
+// forward_transient_bytes and backward_transient_bytes (>= 0) are optional, so are
+// stash_fixed_bytes, forward_transient_fixed_bytes and backward_transient_fixed_bytes (>= 0, at
+// most the field they are part of), and so are the "batch"
 // object {"input_bytes", "target_bytes"}, the "network" object and the "overheads" object
 // {"action_ms", "send_ms", "recv_ms"} (each a number >= 0).
 Profile parse_profile_json(const std::string& text, const std::string& source = "<string>");

@@ -32,7 +32,9 @@ const char* kTwoLayers = R"({"format": "pptrain-profile-1", "model": {"name": "m
      "activation_bytes": 4096, "stash_bytes": 8192, "parameter_bytes": 1000},
     {"name": "fc2", "forward_ms": 0.5, "backward_input_ms": 1, "backward_weight_ms": 0.25,
      "activation_bytes": 64, "stash_bytes": 128, "parameter_bytes": 10,
-     "weight_stash_bytes": 96, "forward_transient_bytes": 32, "backward_transient_bytes": 48}],
+     "weight_stash_bytes": 96, "forward_transient_bytes": 32, "backward_transient_bytes": 48,
+     "stash_fixed_bytes": 16, "forward_transient_fixed_bytes": 32,
+     "backward_transient_fixed_bytes": 8}],
   "batch": {"input_bytes": 256, "target_bytes": 128}})";
 
 TEST(ProfileJson, ReadsEveryField) {
@@ -52,6 +54,10 @@ TEST(ProfileJson, ReadsEveryField) {
   EXPECT_DOUBLE_EQ(p.layers[0].forward_transient_bytes, -1);
   EXPECT_DOUBLE_EQ(p.layers[1].forward_transient_bytes, 32);
   EXPECT_DOUBLE_EQ(p.layers[1].backward_transient_bytes, 48);
+  EXPECT_DOUBLE_EQ(p.layers[0].stash_fixed_bytes, 0);  // optional: all of it grows
+  EXPECT_DOUBLE_EQ(p.layers[1].stash_fixed_bytes, 16);
+  EXPECT_DOUBLE_EQ(p.layers[1].forward_transient_fixed_bytes, 32);
+  EXPECT_DOUBLE_EQ(p.layers[1].backward_transient_fixed_bytes, 8);
   EXPECT_DOUBLE_EQ(p.input_bytes, 256);
   EXPECT_DOUBLE_EQ(p.target_bytes, 128);
 }
@@ -68,6 +74,8 @@ TEST(ProfileJson, ItsPrecisionIsReadAndItsBytesTakenAtAnother) {
   EXPECT_DOUBLE_EQ(bf16.layers[0].weight_stash_bytes, -1);  // not measured: left so
   EXPECT_DOUBLE_EQ(bf16.layers[1].weight_stash_bytes, 48);
   EXPECT_DOUBLE_EQ(bf16.layers[1].backward_transient_bytes, 24);
+  EXPECT_DOUBLE_EQ(bf16.layers[1].stash_fixed_bytes, 8);
+  EXPECT_DOUBLE_EQ(bf16.layers[1].backward_transient_fixed_bytes, 4);
   EXPECT_DOUBLE_EQ(bf16.layers[0].parameter_bytes, 1000);
   EXPECT_DOUBLE_EQ(bf16.layers[0].forward_ms, 1.5);
   EXPECT_DOUBLE_EQ(bf16.input_bytes, 256);
@@ -111,6 +119,11 @@ TEST(ProfileJson, RejectsBadProfilesNamingTheProblem) {
                         "\"forward_transient_bytes\": \"x\"");
   expect_user_error([&] { parse_profile_json(bad_transient, "t.json"); },
                     {"layer 1", "forward_transient_bytes", "number"});
+  std::string bad_fixed = kTwoLayers;  // a part larger than its whole
+  bad_fixed.replace(bad_fixed.find("\"stash_fixed_bytes\": 16"), 23, "\"stash_fixed_bytes\": 200");
+  expect_user_error(
+      [&] { parse_profile_json(bad_fixed, "f.json"); },
+      {"f.json", "layer 1", "stash_fixed_bytes (200)", "exceeds", "stash_bytes (128)"});
   expect_user_error(
       [&] { parse_profile_json(R"({"layers": [{"name": "x", "forward_ms": "1"}]})"); },
       {"forward_ms", "number"});

@@ -69,6 +69,12 @@ Resolved resolve(const Profile& profile, const PlannerOptions& options) {
   return out;
 }
 
+// Bytes of a layer for microbatches `scale` times the profiled one: the part that does not grow
+// with the samples (LayerProfile::stash_fixed_bytes, ...) as it is, the rest scaled.
+void scale_bytes(double* bytes, double fixed, double scale) {
+  if (*bytes > 0) *bytes = fixed + (*bytes - fixed) * scale;  // < 0: not measured, left so
+}
+
 // The profile for microbatches `scale` times the profiled one: times and activations scale,
 // parameters do not. A profile with one backward time per layer gives w_fraction of it to W.
 Profile scaled_profile(const Profile& profile, double scale, const PlannerOptions& options) {
@@ -83,11 +89,10 @@ Profile scaled_profile(const Profile& profile, double scale, const PlannerOption
     layer.backward_input_ms *= scale;
     layer.backward_weight_ms *= scale;
     layer.activation_bytes *= scale;
-    layer.stash_bytes *= scale;
-    for (double* bytes : {&layer.weight_stash_bytes, &layer.forward_transient_bytes,
-                          &layer.backward_transient_bytes}) {
-      if (*bytes > 0) *bytes *= scale;
-    }
+    scale_bytes(&layer.stash_bytes, layer.stash_fixed_bytes, scale);
+    scale_bytes(&layer.weight_stash_bytes, 0, scale);
+    scale_bytes(&layer.forward_transient_bytes, layer.forward_transient_fixed_bytes, scale);
+    scale_bytes(&layer.backward_transient_bytes, layer.backward_transient_fixed_bytes, scale);
   }
   out.input_bytes *= scale;
   out.target_bytes *= scale;

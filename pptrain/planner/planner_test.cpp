@@ -239,6 +239,7 @@ TEST(Planner, PeakIsTheMemoryModelsOnTheLoweredSchedule) {
   profile.input_bytes = 100;
   profile.target_bytes = 300;
   profile.layers[2].backward_transient_bytes = 700;
+  profile.layers[2].backward_transient_fixed_bytes = 300;  // does not grow with the samples
   profile.layers[5].forward_transient_bytes = 900;
   PlannerOptions o = small_options();
   Candidate c;
@@ -257,7 +258,7 @@ TEST(Planner, PeakIsTheMemoryModelsOnTheLoweredSchedule) {
   stages[1].weight_stash = 2 * o.mem_w_ratio * (8000 + 9000 + 10000 + 11000);
   stages[0].weight_stash = 2 * o.mem_w_ratio * (4000 + 5000 + 6000 + 7000);
   stages[1].message = 2 * profile.layers[3].activation_bytes;
-  stages[0].transient = 2 * 700;
+  stages[0].transient = 300 + 2 * (700 - 300);
   stages[1].forward_transient = 2 * 900;
   stages[0].data = 4 * 2 * 100;  // M microbatches of inputs, and of targets
   stages[1].data = 4 * 2 * 300;
