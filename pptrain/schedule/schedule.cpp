@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "pptrain/common/check.h"
@@ -120,6 +121,19 @@ std::vector<std::string> split_cells(const std::string& line) {
   return cells;
 }
 
+// torch's lowering (_add_unshard_reshard) writes `<stage>UNSHARD` before a stage's first action
+// and `<stage>RESHARD` after its last: FSDP's all-gather of the stage's parameters and their
+// release. pptrain's stages hold their parameters whole, so such a cell is dropped on import, as an
+// empty one is; a stage number must lead it.
+bool is_fsdp_cell(std::string_view cell) {
+  while (!cell.empty() && (cell.front() == ' ' || cell.front() == '\t')) cell.remove_prefix(1);
+  while (!cell.empty() && (cell.back() == ' ' || cell.back() == '\t')) cell.remove_suffix(1);
+  size_t digits = 0;
+  while (digits < cell.size() && cell[digits] >= '0' && cell[digits] <= '9') ++digits;
+  const std::string_view op = cell.substr(digits);
+  return digits > 0 && (op == "UNSHARD" || op == "RESHARD");
+}
+
 // Where the actions of a CSV file are: maps, not vectors sized by the largest index, so that a
 // typo like `999999999F0` is an error message, not a 4 GB table.
 struct CsvPlaces {
@@ -160,6 +174,7 @@ Schedule parse_csv(const std::string& text, const std::string& name) {
     const auto cells = split_cells(line);
     for (size_t col = 0; col < cells.size(); ++col) {
       if (cells[col].find_first_not_of(" \t") == std::string::npos) continue;  // idle step
+      if (is_fsdp_cell(cells[col])) continue;
       Action a;
       try {
         a = parse_action(cells[col]);

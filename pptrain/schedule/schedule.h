@@ -95,7 +95,8 @@ Schedule strip_comms(const Schedule& schedule);
 std::string to_csv(const Schedule& schedule);
 // Parses CSV text. Infers P (rows), the number of stages and microbatches (largest index + 1),
 // stage_to_rank (the rank whose row holds the stage's actions) and the skips (from the skip
-// messages' actions). A stage whose actions are
+// messages' actions). torch's `<stage>UNSHARD` and `<stage>RESHARD` cells (FSDP's all-gather
+// and release of a stage's parameters) are dropped, as empty cells are. A stage whose actions are
 // on several rows is replicated: the placement is read from the row of each (stage, microbatch),
 // stage_to_rank is its lowest row. Throws UserError naming the row and cell for a bad action, a
 // (stage, microbatch) that appears on two ranks, or a REDUCE_GRAD on a rank without its stage.
