@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "pptrain/common/check.h"
+#include "pptrain/runtime/lost_peer.h"
 
 namespace pptrain {
 
@@ -271,13 +272,7 @@ int find_free_port() {
 
 // True when process `pid` is stopped by a signal (or a tracer): state T or t in /proc/PID/stat.
 bool is_stopped(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so look after the last ')'.
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  const char state = stat[paren + 2];
+  const char state = process_state(pid);
   return state == 'T' || state == 't';
 }
 

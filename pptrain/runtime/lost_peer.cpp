@@ -17,20 +17,24 @@
 #include <vector>
 
 namespace pptrain {
-namespace {
 
-// Whether process `pid` of this host has ended: /proc has no entry for it, or it is a zombie
-// (state Z, or X while its parent reaps it). /proc/PID/stat is "pid (name) S ...", and the name
-// may hold spaces and parentheses: the state follows the last ')'.
-bool process_ended(int pid) {
+// /proc/PID/stat is "pid (name) S ...", and the name may hold spaces and parentheses: the state
+// follows the last ')'.
+char process_state(int pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
-  if (!stat || !std::getline(stat, text)) return true;
+  if (!stat || !std::getline(stat, text)) return 0;
   const size_t close = text.rfind(')');
-  if (close == std::string::npos || close + 2 >= text.size()) return false;
-  const char state = text[close + 2];
-  return state == 'Z' || state == 'X';
+  if (close == std::string::npos || close + 2 >= text.size()) return '?';
+  return text[close + 2];
 }
+
+bool process_ended(int pid) {
+  const char state = process_state(pid);
+  return state == 0 || state == 'Z' || state == 'X';
+}
+
+namespace {
 
 // The text of the exception in flight: its what()'s first line (c10::Error's carries a
 // backtrace), or its type when it is no std::exception.

@@ -30,6 +30,14 @@ struct PeerProcess {
   int pid = 0;
 };
 
+// The state letter of process `pid` of this host in /proc/PID/stat (R, S, T, Z, ...); 0 when it
+// has no entry.
+char process_state(int pid);
+
+// Whether process `pid` of this host has ended: no entry in /proc, or a zombie (state Z, or X
+// while its parent reaps it) that still answers kill(pid, 0).
+bool process_ended(int pid);
+
 // The ranks among `peers` on `host` (this process's host) whose process has ended: no longer
 // there, or a zombie its parent has not reaped. A peer on another host is never among them.
 std::vector<int> ended_peers(const std::vector<PeerProcess>& peers, const std::string& host);

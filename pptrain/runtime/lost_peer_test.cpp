@@ -77,6 +77,17 @@ TEST(LostPeer, EndedPeersAreTheZombiesAndTheGoneOfThisHostOnly) {
   EXPECT_EQ(ended_peers(peers, host), std::vector<int>{0});
 }
 
+// A zombie still answers kill(pid, 0): the shared-memory receive asks process_ended(), which
+// reads its state, so a peer that exited is named at once even before its parent reaps it.
+TEST(LostPeer, AZombieHasEndedThoughKillStillFindsIt) {
+  EndedProcess ended;
+  EXPECT_EQ(::kill(ended.pid(), 0), 0);
+  EXPECT_EQ(process_state(ended.pid()), 'Z');
+  EXPECT_TRUE(process_ended(ended.pid()));
+  EXPECT_FALSE(process_ended(static_cast<int>(::getpid())));
+  EXPECT_NE(process_state(static_cast<int>(::getpid())), 0);
+}
+
 TEST(LostPeer, TheLineNamesTheLostRanksAndSaysTheConnectionBroke) {
   EXPECT_EQ(terminate_line(1, {0}, "std::bad_alloc"),
             "rank 1: lost rank 0 (its process ended): the connection broke (the peer may have "

@@ -787,7 +787,9 @@ class SharedMemoryLinks {
       }
       if (now - checked >= std::chrono::milliseconds(100)) {
         checked = now;
-        if (::kill(peers_.at(peer).pid, 0) != 0 && errno == ESRCH) {
+        // Ended, or a zombie its parent has not reaped yet (which kill(pid, 0) still finds):
+        // under torchrun, whose agent may reap the ranks one after another.
+        if (process_ended(peers_.at(peer).pid)) {
           throw std::runtime_error(what +
                                    ": the connection broke (the peer may have exited): its "
                                    "process ended");

@@ -46,9 +46,9 @@ TEST(ScheduleCsv, InfersShapeAndPlacement) {
 
 TEST(ScheduleCsv, DropsTorchsUnshardAndReshardCells) {
   // As torch's lowering writes them around a rank's actions (FSDP), quoted or spaced or not.
-  const Schedule s =
-      parse_csv("0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0RESHARD\n"
-                "1UNSHARD, 1RECV_F0,1F0,1B0,1SEND_B0,\"1RESHARD\"\n");
+  const Schedule s = parse_csv(
+      "0UNSHARD,0F0,0SEND_F0,0RECV_B0,0B0,0RESHARD\n"
+      "1UNSHARD, 1RECV_F0,1F0,1B0,1SEND_B0,\"1RESHARD\"\n");
   EXPECT_EQ(s, parse_csv("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n"));
   // Without a stage number, or with a microbatch, it is no such cell.
   for (const char* text : {"UNSHARD,0F0,0B0\n", "0F0,0B0,0RESHARD1\n", "0F0,0B0,0UNSHARDX\n"}) {
