@@ -268,6 +268,32 @@ def test_eval_and_return_outputs_in_one_process():
         ValueError, lambda: schedule.eval(x, losses=[]))
 
 
+def test_a_traced_stage_leaves_its_linear_weight_products_to_w():
+    """In this process: zb-h1 (each backward split into I and W) on the one stage pipeline()
+    makes. The graph's linear products are pptrain's, their weight gradients left to W, which
+    adds them to .grad itself: a hook on a weight never sees one, where autograd's split
+    (weight_split="autograd") passes it each; the gradients are plain torch's either way."""
+    x, y = torch.randn(worker.BATCH, worker.DIM), torch.randn(worker.BATCH, worker.DIM)
+    m = worker.MICROBATCHES
+    plain = worker.model()
+    for xm, ym in zip(x.chunk(m), y.chunk(m)):
+        (worker.loss_fn(plain(xm), ym) / m).backward()
+    seen = {}
+    for split in ("deferred", "autograd"):
+        model = worker.model()
+        stage = pipelining.pipeline(model, (x.chunk(m)[0],)).build_stage(0, "cpu")
+        weight = next(p for p in model.parameters() if p.dim() == 2)
+        seen[split] = []
+        weight.register_hook(lambda grad, split=split: seen[split].append(grad is not None))
+        schedule = pipelining.get_schedule_class("zb-h1")(stage, m, loss_fn=worker.loss_fn,
+                                                          weight_split=split)
+        schedule.step(x, target=y)
+        for (name, got), want in zip(model.named_parameters(), plain.parameters()):
+            assert torch.allclose(got.grad, want.grad, rtol=1e-5, atol=1e-7), f"{split}: {name}"
+    assert not any(seen["deferred"])
+    assert seen["autograd"] == [True] * m
+
+
 def test_schedule_names():
     assert pipelining.get_schedule_class("zbvzerobubble") is pipelining.ScheduleZBVZeroBubble
     assert pipelining.get_schedule_class("1F1B") is pipelining.Schedule1F1B

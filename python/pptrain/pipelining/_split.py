@@ -63,6 +63,14 @@ def _is_cut(node):
                                            or str(node.target) == "pippy._pipe_split.default")
 
 
+def _linear(input, weight, bias=None):
+    """A traced graph's linear product (aten.linear), as torch.nn.functional.linear computes it
+    at the call: in the step of a schedule whose backward is split (weight_split="deferred",
+    pptrain.runtime._deferred_linears) that is pptrain's product, its weight gradient left to
+    W, as for a stage made by hand."""
+    return torch.nn.functional.linear(input, weight, bias)
+
+
 def _one_line(error):
     lines = [line for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
@@ -223,6 +231,9 @@ def _stage_module(module, traced, graph, s):
                     owner.add_module(atom, torch.nn.Module())
                 owner = getattr(owner, atom)
             setattr(owner, field, values[node.target])
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.linear.default:
+            node.target = _linear
     stage = torch.fx.GraphModule(root, graph, class_name=f"submod_{s}")
     # GraphModule registers every tensor that is no parameter as a buffer; one that is none of
     # the model's persistent buffers (a constant of the trace) stays out of the stage's

@@ -106,7 +106,8 @@ class PipelineStage(_pptrain.PipelineStage):
         if dw_builder is not None:
             raise NotImplementedError(
                 f"{where}: dw_builder is not supported: pptrain splits a backward into its "
-                "input and weight parts itself (through autograd); give dw_builder=None")
+                "input and weight parts itself (the linear products' weight gradients wait for "
+                "W); give dw_builder=None")
         self.device = _check_device(device, where)
         _check_group(group, where)
         self.group_rank, self.group_size = _join_world()
