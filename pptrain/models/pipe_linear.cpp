@@ -1,6 +1,8 @@
 #include "pptrain/models/pipe_linear.h"
 
 #include <cmath>
+#include <cstdint>
+#include <optional>
 
 #include "pptrain/common/check.h"
 #include "pptrain/device/memory.h"
@@ -40,6 +42,43 @@ void accumulate_grad(const torch::Tensor& parameter, torch::Tensor value) {
   } else {
     grad = value.to(parameter.scalar_type());  // a bf16 or fp16 product into an fp32 master
   }
+}
+
+// Where a deferred gradient is added: a parameter itself, or the rows of one that a view of it
+// is (the query and the key-value parts of MultiheadAttention's packed projection, which its
+// cross-attention takes with split()).
+struct GradTarget {
+  torch::Tensor parameter;
+  int64_t first_row = 0;
+  int64_t rows = -1;  // -1: the whole parameter
+};
+
+// The GradTarget of `t`: a leaf, or a contiguous run of whole rows of a leaf it is a view of;
+// none for anything else (its gradient then goes through autograd).
+std::optional<GradTarget> grad_target(const torch::Tensor& t) {
+  if (t.is_leaf()) return GradTarget{t};
+  if (!t.is_view() || !t.is_contiguous()) return std::nullopt;
+  const torch::Tensor base(t._base());
+  if (!base.is_leaf() || !base.requires_grad() || !base.is_contiguous() || base.dim() != t.dim() ||
+      base.scalar_type() != t.scalar_type()) {
+    return std::nullopt;
+  }
+  const int64_t row = t.dim() == 2 ? base.size(1) : 1;
+  const int64_t offset = t.storage_offset() - base.storage_offset();
+  if ((t.dim() == 2 && t.size(1) != row) || offset % row != 0) return std::nullopt;
+  return GradTarget{base, offset / row, t.size(0)};
+}
+
+void accumulate_grad(const GradTarget& target, torch::Tensor value) {
+  if (!value.defined()) return;
+  if (target.rows < 0) {
+    accumulate_grad(target.parameter, std::move(value));
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  torch::Tensor& grad = target.parameter.mutable_grad();
+  if (!grad.defined()) grad = torch::zeros_like(target.parameter);
+  grad.narrow(0, target.first_row, target.rows).add_(value.to(grad.scalar_type()));
 }
 
 // y = x W^T + b whose backward can leave dW and db to a WeightGradStore.
@@ -84,16 +123,20 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     const bool bias_needs = bias.defined() && ctx->needs_input_grad(2);  // no edge without bias
     if (!weight_needs && !bias_needs) return {grad_input, torch::Tensor(), torch::Tensor()};
 
-    if (WeightGradStore* store = active_weight_grad_store()) {
-      // Deferred (the W of a zero-bubble schedule): hold x and dY until store->run(). Writing
-      // .grad directly bypasses autograd, so the parameters must be leaves.
-      PPTRAIN_ASSERT(weight.is_leaf() && (!bias.defined() || bias.is_leaf()),
-                     "deferred weight gradients need leaf parameters");
+    // Deferred (the W of a zero-bubble schedule): x and dY held until store->run(). Writing
+    // .grad directly bypasses autograd, so each gradient must go to a parameter or rows of one.
+    WeightGradStore* store = active_weight_grad_store();
+    const std::optional<GradTarget> weight_target =
+        store && weight_needs ? grad_target(weight) : std::nullopt;
+    const std::optional<GradTarget> bias_target =
+        store && bias_needs ? grad_target(bias) : std::nullopt;
+    if (store && weight_needs == weight_target.has_value() &&
+        bias_needs == bias_target.has_value()) {
       store->push(
-          [input, grad_output, weight, bias, weight_needs, bias_needs] {
+          [input, grad_output, weight_target, bias_target, weight_needs, bias_needs] {
             WeightGrads grads = compute_weight_grads(input, grad_output, weight_needs, bias_needs);
-            accumulate_grad(weight, std::move(grads.weight));
-            accumulate_grad(bias, std::move(grads.bias));
+            if (weight_target) accumulate_grad(*weight_target, std::move(grads.weight));
+            if (bias_target) accumulate_grad(*bias_target, std::move(grads.bias));
           },
           tensor_bytes(input) + tensor_bytes(grad_output));
       return {grad_input, torch::Tensor(), torch::Tensor()};

@@ -6,7 +6,10 @@
 // Forward is y = x W^T + b. Backward computes dX = dY W at once; dW = dY^T x and db = sum dY
 // (flattened over the leading dims) are computed at once too, unless a DeferWeightGrads guard is
 // alive, in which case a closure that accumulates them into weight.grad / bias.grad is pushed to
-// the guard's store. With no guard it behaves exactly like torch::nn::Linear, initialisation
+// the guard's store; the closure adds them to the parameter's .grad, or to the rows of one that
+// a weight given as a contiguous view of whole rows covers (pipe_linear() of a slice), and a
+// weight that is neither (one computed from parameters) gets its gradient through autograd at
+// once. With no guard it behaves exactly like torch::nn::Linear, initialisation
 // included (uniform(-1/sqrt(in), 1/sqrt(in)) for weight and bias).
 #pragma once
 

@@ -153,6 +153,45 @@ TEST(PipeLinear, DeferredWeightGradsArriveOnlyWhenRun) {
   for (const auto& item : grads_of(*net)) expect_close(item.second, reference[item.first]);
 }
 
+// A weight given as rows of a parameter (as cross-attention splits its packed projection into
+// the query's rows and the key-value's): W adds each product to those rows; a weight computed
+// from the parameter (no rows of it) gets its gradient in I, through autograd.
+TEST(PipeLinear, DeferredGradsOfASliceGoToItsRows) {
+  torch::manual_seed(3);
+  const auto packed = torch::randn({9, 4}).requires_grad_(true);  // three 3x4 projections
+  const auto bias = torch::randn({9}).requires_grad_(true);
+  const auto scaled = torch::randn({3, 4}).requires_grad_(true);
+  const auto x = torch::randn({5, 4});
+  const auto grad = torch::randn({5, 3});
+  const auto forward = [&] {
+    const auto parts = packed.split({3, 6});
+    const auto biases = bias.split({3, 6});
+    const auto kv = pipe_linear(x, parts[1], biases[1]);  // rows 3-8
+    return pipe_linear(x, parts[0], biases[0]) + kv.narrow(1, 0, 3) + kv.narrow(1, 3, 3) +
+           pipe_linear(x, scaled * 2, torch::Tensor());
+  };
+  forward().backward(grad);
+  const auto want_packed = packed.grad().clone(), want_bias = bias.grad().clone();
+  const auto want_scaled = scaled.grad().clone();
+  packed.mutable_grad().reset();
+  bias.mutable_grad().reset();
+  scaled.mutable_grad().reset();
+
+  WeightGradStore store;
+  const auto out = forward();
+  {
+    DeferWeightGrads defer(&store);
+    out.backward(grad);  // I
+  }
+  EXPECT_EQ(store.size(), 2);  // the two slices; the computed weight's went through autograd
+  expect_close(scaled.grad(), want_scaled);
+  // autograd's split() backward may have filled the parameters' gradients with zeros.
+  EXPECT_TRUE(!packed.grad().defined() || packed.grad().abs().max().item<double>() == 0);
+  store.run();  // W
+  expect_close(packed.grad(), want_packed, 1e-5);
+  expect_close(bias.grad(), want_bias, 1e-5);
+}
+
 TEST(PipeLinear, DeferredGradsAccumulateOverMicrobatches) {
   torch::manual_seed(3);
   PipeLinear layer(3, 2);

@@ -111,11 +111,12 @@ _deferring = 0  # the steps of deferring schedules under way (nested: one_proces
 
 def _deferrable_linear(input: torch.Tensor, weight: torch.Tensor,
                        bias: torch.Tensor | None = None) -> torch.Tensor:
-    """torch.nn.functional.linear as pptrain.Linear computes it when its weight (and bias) are
-    parameters themselves, leaves that take a gradient; a view of one (a slice of
-    MultiheadAttention's packed projection) or a weight without a gradient goes to torch's."""
-    if (torch.is_grad_enabled() and weight.requires_grad and weight.is_leaf
-            and (bias is None or bias.is_leaf)):
+    """torch.nn.functional.linear as pptrain.Linear computes it when its weight takes a gradient:
+    W adds the weight product to the parameter's .grad, or to the rows of it a weight that is a
+    slice of one covers (the query and key-value parts of MultiheadAttention's packed
+    projection); any other weight's gradient (one computed from parameters) goes through
+    autograd in I. A weight without a gradient goes to torch's."""
+    if torch.is_grad_enabled() and weight.requires_grad:
         return _runtime.linear(input, weight, bias)
     return _plain_linear(input, weight, bias)
 

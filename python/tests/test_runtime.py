@@ -189,6 +189,38 @@ def test_a_deferred_split_leaves_the_weight_products_of_torch_linears_to_w():
     assert hook_calls == {"deferred": 0, "autograd": m}
 
 
+def test_a_deferred_split_of_a_transformer_decoder_layer_equals_plain_torch():
+    """In this process: zb-h1 on a torch.nn.TransformerDecoderLayer. Its cross-attention takes
+    the query's and the key-value's projections as slices of one packed parameter, whose
+    products W adds to their rows; the gradients equal plain torch's."""
+    import pptrain
+    torch.set_num_threads(1)
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0,
+                                                          batch_first=True)
+
+        def forward(self, x):
+            return self.layer(x, x * 0.5)
+
+    def made():
+        torch.manual_seed(0)
+        return Decoder()
+    x, y = torch.randn(8, 5, 16), torch.randn(8, 5, 16)
+    m = 4
+    plain = made()
+    for xm, ym in zip(x.chunk(m), y.chunk(m)):
+        (torch.nn.functional.mse_loss(plain(xm), ym) / m).backward()
+    model = made()
+    schedule = pptrain.schedule("zb-h1", [pptrain.PipelineStage(model, 0, 1)], m,
+                                torch.nn.functional.mse_loss)
+    schedule.step(x, target=y)
+    for (name, got), want in zip(model.named_parameters(), plain.parameters()):
+        assert torch.allclose(got.grad, want.grad, rtol=1e-5, atol=1e-6), name
+
+
 def params_of(ranks):
     """The parameters of the runs' stages, in stage order: the model's parameters in order (of a
     replicated stage, its replica on the lowest rank: the replicas are equal)."""
