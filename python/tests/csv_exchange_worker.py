@@ -13,11 +13,8 @@ fails on a rank is written there as {"error": "<its one-line error>"}, the next 
 on pptrain's a failure stops the launch.
 """
 import argparse
-import datetime
-import json
 import os
 import sys
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -72,28 +69,6 @@ def make_schedule(api, case, csv_dir, rank, world, group=None):
     return stages, schedule
 
 
-def run_keeping_going(case, csv_dir, rank, world):
-    """As pipelining_worker.run_keeping_going: the case over a group of its own whose operations
-    time out, the default group's barriers keeping the ranks together."""
-    group = dist.new_group(backend="gloo",
-                           timeout=datetime.timedelta(seconds=worker.CASE_TIMEOUT_S))
-    result = None
-    try:
-        stages, schedule = make_schedule("torch", case, csv_dir, rank, world, group)
-    except Exception as error:
-        traceback.print_exc()
-        result = {"error": worker.one_line(error)}
-    dist.barrier()
-    if result is None:
-        try:
-            result = worker.train(case, stages, schedule)
-        except Exception as error:
-            traceback.print_exc()
-            result = {"error": worker.one_line(error)}
-    dist.barrier()
-    return result
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -107,14 +82,13 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     for case in args.cases.split(","):
         if args.api == "torch":
-            result = run_keeping_going(case, args.csv_dir, rank, world)
+            # torch's runtime may fail a case: the next one still runs, in step on every rank.
+            result = worker.run_keeping_going(
+                case, lambda group: make_schedule("torch", case, args.csv_dir, rank, world, group))
         else:
             result = worker.train(case, *make_schedule("pptrain", case, args.csv_dir, rank,
                                                        world))
-        path = f"{args.out}.{case}.{rank}.json"
-        with open(path + ".part", "w") as f:
-            json.dump(result, f)
-        os.replace(path + ".part", path)
+        worker.write_result(args.out, case, rank, result)
     if args.api == "pptrain":
         dist.destroy_process_group()
 

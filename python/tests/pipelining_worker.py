@@ -328,16 +328,16 @@ def one_line(error):
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
-def run_keeping_going(case, out, rank, world):
-    """`case` over a process group of its own, whose operations time out: what train() gives,
-    or {"error": ...} with the first failure of this rank. The default group's barriers keep the
-    ranks together: every rank has its stages before the first step, and has finished (or
-    failed) the case before the next one."""
+def run_keeping_going(case, make):
+    """`case` over a process group of its own, whose operations time out: what train() gives
+    on the (stages, schedule) that make(group) builds, or {"error": ...} with the first failure
+    of this rank. The default group's barriers keep the ranks together: every rank has its
+    stages before the first step, and has finished (or failed) the case before the next one."""
     group = dist.new_group(backend="gloo",
                            timeout=datetime.timedelta(seconds=CASE_TIMEOUT_S))
     result = None
     try:
-        stages, schedule = make_schedule(case, out, rank, world, group)
+        stages, schedule = make(group)
     except Exception as error:
         traceback.print_exc()
         result = {"error": one_line(error)}
@@ -350,6 +350,15 @@ def run_keeping_going(case, out, rank, world):
             result = {"error": one_line(error)}
     dist.barrier()
     return result
+
+
+def write_result(out, case, rank, result):
+    """OUT.<case>.<rank>.json, written whole or not at all: a file that exists holds the case's
+    finished run on that rank."""
+    path = f"{out}.{case}.{rank}.json"
+    with open(path + ".part", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".part", path)
 
 
 def main():
@@ -368,13 +377,11 @@ def main():
     for case in args.cases.split(","):
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         if args.keep_going:
-            result = run_keeping_going(case, args.out, rank, world)
+            result = run_keeping_going(
+                case, lambda group: make_schedule(case, args.out, rank, world, group))
         else:
             result = train(case, *make_schedule(case, args.out, rank, world))
-        path = f"{args.out}.{case}.{rank}.json"
-        with open(path + ".part", "w") as f:
-            json.dump(result, f)
-        os.replace(path + ".part", path)
+        write_result(args.out, case, rank, result)
     if args.step_without_input:
         stages = manual_stage(dist.get_rank(), dist.get_world_size())
         schedule = schedules.Schedule1F1B(stages[0], n_microbatches=MICROBATCHES,

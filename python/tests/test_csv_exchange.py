@@ -26,7 +26,8 @@ What torch 2.11 does that the test asserts as it is:
   a rank without warm-up forwards steps its microbatch counter before its first forward. pptrain
   refuses the file (microbatch M has no actions), so does torch's own _PipelineScheduleRuntime
   ("Running Full Backward for stage P-1, microbatch 0 without first running Forward"), and
-  renumbered it is pptrain's 1f1b action for action. What Schedule1F1B runs (its _step_microbatches) is right; only the order is not.
+  renumbered it is pptrain's 1f1b action for action. What Schedule1F1B runs (its
+  _step_microbatches) is right; only the order is not.
 - ScheduleGPipe's and Schedule1F1B's orders hold a REDUCE_GRAD per stage, which torch's own
   `_load_csv(format="compute_only")` refuses ("Expected compute-only schedule but found
   communication action '0REDUCE_GRAD'"); their communication form here is torch's lowering of
@@ -44,7 +45,6 @@ import csv
 import json
 import os
 import re
-import socket
 import sys
 import warnings
 
@@ -58,7 +58,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import csv_exchange_worker as csv_worker  # noqa: E402
 import pipelining_worker as worker  # noqa: E402
-from processes import run  # noqa: E402
+from processes import case_results, run, torchrun  # noqa: E402
 from test_pipelining import expect_case  # noqa: E402
 
 PPTRAIN = os.environ.get("PPTRAIN", "pptrain")
@@ -288,30 +288,15 @@ def test_torchs_schedule_trains_as_one_rank(torch_csvs, one_rank, tmp_path, size
         assert (params[key] - want).abs().max().item() / scale <= 1e-5, key
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(out, csv_dir, api, timeout=200):
     """torchrun of csv_exchange_worker.py on 2 ranks of `api`'s runtime, in a process group of
     its own killed whole if it outlives `timeout`: what the ranks wrote for each case, or a
     string saying why they wrote nothing."""
     cases = list(csv_worker.CASES)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-               str(csv_worker.RANKS), "--master-addr", "127.0.0.1", "--master-port",
-               str(free_port()), os.path.join(HERE, "csv_exchange_worker.py"), out,
-               ",".join(cases), "--csv-dir", csv_dir, "--api", api]
+    command = torchrun(csv_worker.RANKS, os.path.join(HERE, "csv_exchange_worker.py"), out,
+                       ",".join(cases), "--csv-dir", csv_dir, "--api", api)
     code, _, err = run(command, timeout)
-    results = {}
-    for case in cases:
-        paths = [f"{out}.{case}.{rank}.json" for rank in range(csv_worker.RANKS)]
-        if all(os.path.exists(p) for p in paths):
-            results[case] = [json.load(open(p)) for p in paths]
-        else:
-            results[case] = f"{api}'s launch exited with {code} before {case}:\n{err[-4000:]}"
-    return results
+    return case_results(out, cases, csv_worker.RANKS, code, err, api)
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,7 @@ process instead, as test_pipelining.py does. With torch 2.11:
   residual blocks, so a block's input goes from the stage before the block to the one after
   its cut; pptrain passes it through the stage between.
 """
-import json
 import os
-import socket
 import sys
 
 import pytest
@@ -30,24 +28,11 @@ pytest.importorskip("torch.distributed.pipelining")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import pipelining_worker as worker  # noqa: E402
-from processes import run  # noqa: E402
+from processes import case_results, run, torchrun  # noqa: E402
 from test_pipelining import expect_case  # noqa: E402
 
 worker.use("pptrain")
 TWINS = {2: [c for c in worker.RANKS2 if c not in worker.PPTRAIN_ONLY], 4: worker.RANKS4}
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(nproc, *program):
-    """The command that starts `program` (a script and its arguments) on `nproc` ranks of this
-    host with torchrun, meeting at a free port."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *program]
 
 
 def launch(out, nproc, cases, api, timeout=150):
@@ -59,14 +44,7 @@ def launch(out, nproc, cases, api, timeout=150):
     if api == "torch":
         command.append("--keep-going")
     code, _, err = run(command, timeout)
-    results = {}
-    for case in cases:
-        paths = [f"{out}.{case}.{rank}.json" for rank in range(nproc)]
-        if all(os.path.exists(p) for p in paths):
-            results[case] = [json.load(open(p)) for p in paths]
-        else:
-            results[case] = f"{api}'s launch exited with {code} before {case}:\n{err[-4000:]}"
-    return results
+    return case_results(out, cases, nproc, code, err, api)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import importlib.util
 import json
 import os
 import re
-import socket
 import sys
 
 import pytest
@@ -29,17 +28,11 @@ pytest.importorskip("torch.distributed.pipelining")
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "..", "examples", "python")
 sys.path.insert(0, HERE)
-from processes import run  # noqa: E402
+from processes import run, torchrun  # noqa: E402
 
 PROGRAMS = {"tutorial": "04_torch_tutorial_gpipe.py", "gpt2": "05_pippy_gpt2.py"}
 # Errors of the ranks that another rank's failure stopped, not the failure itself.
 KNOCK_ON = ("Connection closed by peer", "Connection reset by peer", "Timed out")
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_error(err):
@@ -55,9 +48,8 @@ def launch(out, example, nproc, api, timeout=150):
     """torchrun of `example` on `api`'s pipelining, in a process group of its own killed whole
     if it outlives `timeout`: what each rank wrote (a list by rank), or the first error in one
     line if a rank wrote nothing."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-               os.path.join(EXAMPLES, PROGRAMS[example]), "--api", api, "--out", out]
+    command = torchrun(nproc, os.path.join(EXAMPLES, PROGRAMS[example]), "--api", api,
+                       "--out", out)
     code, _, err = run(command, timeout)
     paths = [f"{out}.{rank}.json" for rank in range(nproc)]
     if code != 0 or not all(os.path.exists(p) for p in paths):

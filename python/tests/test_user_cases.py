@@ -36,8 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import pipelining_worker as worker  # noqa: E402
 import user_cases_worker as user  # noqa: E402
-from processes import run  # noqa: E402
-from test_pipelining_torch import torchrun  # noqa: E402
+from processes import run, torchrun  # noqa: E402
 
 worker.use("pptrain")
 

@@ -23,7 +23,6 @@ the program ends after the case.
 import argparse
 import datetime
 import functools
-import json
 import os
 import signal
 import time
@@ -211,10 +210,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     for name in args.cases.split(","):
         result = run_case(name, args.api, rank, world)
-        path = f"{args.out}.{name}.{rank}.json"
-        with open(path + ".part", "w") as f:
-            json.dump(result, f)
-        os.replace(path + ".part", path)
+        worker.write_result(args.out, name, rank, result)
         if "error" in result and (args.api == "pptrain" or CASES[name].dies):
             raise SystemExit(f"rank {rank}: {name}: {result['error']}")
     dist.destroy_process_group()
