@@ -6,7 +6,9 @@
 #      last 10 steps' losses, which smooths one batch's luck) and its difference to fp32's.
 #   2. Speed: ROUNDS rounds of STEPS steps of each precision, alternated, the median tokens/s
 #      over the steps after the first of every round, its ratio to fp32's, and the bytes sent
-#      per step on rank 0.
+#      per step on rank 0; bf16 and fp16 also with --weight-casts step (each weight cast once
+#      per step, not at every use: the rows "bf16 step", "fp16 step", and their ratio to the
+#      same precision's casts per use).
 # Prints the kernels that ran (the run's `kernels:` line) and the load before and after.
 #
 #   bench/precision_bench.sh [path/to/pptrain]
@@ -40,13 +42,18 @@ echo "fp16 skipped $skipped of $LONG_STEPS steps (overflows); its last loss scal
 
 configs=()
 for p in $precisions; do configs+=("$p:$LAYOUT --precision $p"); done
+configs+=("bf16-step:$LAYOUT --precision bf16 --weight-casts step")
+configs+=("fp16-step:$LAYOUT --precision fp16 --weight-casts step")
 run_rounds
 echo "$ROUNDS round(s) of $STEPS steps, the first of each excluded"
-printf '%-10s %12s %10s %16s\n' precision tokens/s "vs fp32" "bytes sent r0"
+printf '%-10s %12s %10s %16s %14s\n' precision tokens/s "vs fp32" "bytes sent r0" "vs per use"
 base=$(median_field fp32 tokens_per_s)
-for p in $precisions; do
-  rate=$(median_field "$p" tokens_per_s)
-  sent=$(sed -n 's/.*"bytes_sent":\[\([0-9]*\).*/\1/p' "$work/$p.1.jsonl" | tail -n 1)
-  printf '%-10s %12.0f %9.2fx %16s\n' "$p" "$rate" "$(awk -v a="$rate" -v b="$base" 'BEGIN {print a / b}')" "$sent"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2fx", a / b}'; }
+for name in $precisions bf16-step fp16-step; do
+  rate=$(median_field "$name" tokens_per_s)
+  sent=$(sed -n 's/.*"bytes_sent":\[\([0-9]*\).*/\1/p' "$work/$name.1.jsonl" | tail -n 1)
+  per_use=""
+  [ "${name%-step}" != "$name" ] && per_use=$(ratio "$rate" "$(median_field "${name%-step}" tokens_per_s)")
+  printf '%-10s %12.0f %10s %16s %14s\n' "${name/-/ }" "$rate" "$(ratio "$rate" "$base")" "$sent" "$per_use"
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -384,7 +384,7 @@ expect_error "plan: margin of the whole limit" "memory margin must be in \[0, 1)
 # --explain: the winner's memory model in parts, a line per rank that sums to its peak.
 "$pptrain" plan --profile "$vgg" --workers 4 --memory-limit 20e9 --batch 16 --schedules 1f1b \
   --explain --out "$work/plan6" >"$work/plan6.txt" || fail "plan --explain exited $?"
-grep -q "weights + gradients + optimizer + data + activations + messages + transient = predicted" \
+grep -q "weights + casts + gradients + optimizer + data + activations + messages + transient = predicted" \
   "$work/plan6.txt" || fail "plan --explain: no memory parts: $(cat "$work/plan6.txt")"
 [ "$(grep -cE '^  rank [0-3] ' "$work/plan6.txt")" -eq 4 ] || fail "plan --explain: not a line per rank"
 expect_error "plan: negative limit" "--memory-limit must be >= 0 bytes" \

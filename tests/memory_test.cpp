@@ -2,7 +2,7 @@
 // 2 and 4 ranks, for every kind of schedule (1F1B, zero bubble, V shapes, asynchronous weight
 // versions, Chimera's and BitPipe's replicas, data parallelism with ZeRO-1, recomputation) and
 // at bf16, every rank's predicted_peak_memory_bytes is within 10% of its peak_memory_bytes at
-// every step.
+// every step, also when a step casts each weight once and keeps the copies (--weight-casts step).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -76,7 +76,9 @@ std::vector<MemoryCase> cases() {
            {"--schedule 1f1b", "--schedule zb-h1", "--schedule zb-v", "--schedule v-min",
             "--schedule pipedream", "--schedule chimera", "--schedule bitpipe",
             "--schedule 1f1b --dp 2 --zero 1", "--schedule 1f1b --recompute",
-            "--schedule 1f1b --precision bf16", "--schedule zb-v --precision bf16"}) {
+            "--schedule 1f1b --precision bf16", "--schedule zb-v --precision bf16",
+            "--schedule 1f1b --precision bf16 --weight-casts step",
+            "--schedule zb-v --precision bf16 --weight-casts step --recompute"}) {
         out.push_back({model, ranks, flags});
       }
     }

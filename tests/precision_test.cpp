@@ -189,6 +189,28 @@ TEST(Precision, Bf16AsynchronousRulesAndSplitsEqualTheirReferences) {
   }
 }
 
+// A step that casts each weight once (--weight-casts step) computes what casting at every use
+// does, so it too equals the one-process run at its precision: with the I/W split either way,
+// recomputation, and fp16's loss scale.
+TEST(Precision, WeightsCastOncePerStepTrainAsCastsPerUseDo) {
+  for (const std::string precision : {"bf16", "fp16"}) {
+    TempDir dir;
+    const std::string args = common_args("zb-v", 6) + " --precision " + precision;
+    run_reference(args + " --pp 1", dir);
+    for (const std::string flags : {" --pp 2", " --pp 2 --recompute",
+                                    " --pp 2 --weight-split autograd", " --pp 4 --recompute"}) {
+      SCOPED_TRACE(precision + flags);
+      expect_run_matches_reference(small_model("gpt"), args + flags + " --weight-casts step",
+                                   "step", dir);
+    }
+  }
+  TempDir dir;
+  const auto run =
+      run_train(loud_args("1f1b", 1) + " --pp 2 --precision bf16 --weight-casts step", dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("each weight cast once per step"), std::string::npos) << run.out;
+}
+
 TEST(Precision, BadInputIsOneLineError) {
   TempDir dir;
   expect_one_line_error(run_train(common_args("1f1b", 2) + " --pp 2 --precision fp8", dir),
@@ -197,6 +219,16 @@ TEST(Precision, BadInputIsOneLineError) {
       run_train(common_args("pipedream", 2) + " --pp 2 --precision fp16", dir),
       "--precision fp16 skips the steps whose gradients overflow, on every rank at once, but "
       "pipedream steps its stages at different times: use --precision bf16");
+  expect_one_line_error(run_train(common_args("1f1b", 2) + " --pp 2 --weight-casts layer", dir),
+                        "--weight-casts must be microbatch or step, got 'layer'");
+  expect_one_line_error(run_train(common_args("1f1b", 2) + " --pp 2 --weight-casts step", dir),
+                        "--weight-casts step keeps each weight's cast to the compute dtype for "
+                        "the step, but --precision fp32 casts nothing: use --precision bf16 or "
+                        "fp16");
+  expect_one_line_error(
+      run_train(common_args("pipedream", 2) + " --pp 2 --precision bf16 --weight-casts step", dir),
+      "--weight-casts step is for synchronous schedules; pipedream runs microbatches on weight "
+      "versions that change within a step");
 }
 
 }  // namespace

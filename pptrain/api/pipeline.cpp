@@ -383,6 +383,8 @@ PipelineSchedule::Impl::Impl(World w, std::vector<PipelineStage*> s, PipelineOpt
   PPTRAIN_CHECK(options.zero == 0 || options.optimizer,
                 "zero 1 shards the optimizer state pptrain keeps, so set "
                 "PipelineOptions::optimizer for pptrain to run the optimizer");
+  PPTRAIN_CHECK(!options.casts_per_step || options.precision != Precision::kFp32,
+                "weights cast once per step need precision bf16 or fp16: fp32 casts nothing");
   if (scales_loss(options.precision)) {
     PPTRAIN_CHECK(options.optimizer,
                   "precision fp16 skips the steps whose gradients overflow, so set "
@@ -688,6 +690,7 @@ void PipelineSchedule::Impl::start(int64_t batch_size) {
   }
   executor_options.skips = options.skips;
   executor_options.compute_dtype = compute_dtype(options.precision);
+  executor_options.casts_per_step = options.casts_per_step;
   executor_options.device = device;
   // A backward on other weights than its forward's rebuilds the graph on them.
   executor_options.recompute = options.recompute || planned.weights.backward_reruns_forward();
@@ -867,7 +870,7 @@ void PipelineSchedule::Impl::predict_memory(const StepRecord& record, const Step
   if (!counting_allocator_installed()) return;
   if (!asynchronous() || !async_prediction) {
     std::vector<StageBytes> bytes =
-        measured_stage_bytes(record.action_bytes, schedule().num_stages);
+        measured_stage_bytes(record.action_bytes, schedule().num_stages, options.casts_per_step);
     const double state_per_byte =
         options.optimizer ? state_bytes_per_parameter_byte(*options.optimizer) : 0;
     // The batch is read by the first stage (inputs) and the last (targets); a rank holding both

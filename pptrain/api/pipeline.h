@@ -224,6 +224,9 @@ struct PipelineOptions {
   // train/loss_scale.h) and skips a step whose gradients overflowed on any rank, on every rank:
   // it needs `optimizer` (pptrain must be the one to skip) and a synchronous schedule.
   Precision precision = Precision::kFp32;
+  // bf16 and fp16 on a synchronous schedule: cast each weight once per step, the copy shared by
+  // all the step's microbatches (ExecutorOptions::casts_per_step), instead of at each use.
+  bool casts_per_step = false;
   LossScaleOptions loss_scale;
   // Where this rank's stages compute (device/placement.h): set, they are moved there (their
   // parameters keep their identity, as Module::to keeps it); unset, the device their modules are

@@ -20,7 +20,33 @@ namespace {
 // A stage computes on the CPU or on its CUDA device; one scope turns autocast on for both (a
 // device's flag changes nothing for another's tensors).
 constexpr c10::DeviceType kAutocastDevices[] = {c10::DeviceType::CPU, c10::DeviceType::CUDA};
+
+thread_local bool step_casts_open_ = false;
 }  // namespace
+
+bool step_casts_open() {
+  return step_casts_open_;
+}
+
+torch::Tensor step_cast(const torch::Tensor& parameter, c10::ScalarType dtype) {
+  if (!step_casts_open_ || !parameter.defined()) return torch::Tensor();
+  const at::AutoGradMode with_history(true);
+  return at::autocast::cached_cast(dtype, parameter, parameter.device().type());
+}
+
+StepCasts::StepCasts(std::optional<c10::ScalarType> dtype)
+    : outer_(dtype.has_value() && !step_casts_open_) {
+  if (!outer_) return;
+  step_casts_open_ = true;
+  // Counted as a scope, so that the stages' own scopes ending do not drop the step's casts.
+  at::autocast::increment_nesting();
+}
+
+StepCasts::~StepCasts() {
+  if (!outer_) return;
+  step_casts_open_ = false;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
 
 AutocastScope::AutocastScope(std::optional<c10::ScalarType> dtype)
     : was_caching_(at::autocast::is_autocast_cache_enabled()), counted_(dtype.has_value()) {
@@ -33,8 +59,9 @@ AutocastScope::AutocastScope(std::optional<c10::ScalarType> dtype)
   }
   if (dtype) {
     // A scope is one stage's forward of one microbatch, which uses each weight once: a cached
-    // cast would save no work, and would hold every layer's cast until the scope ends.
-    at::autocast::set_autocast_cache_enabled(false);
+    // cast would save no work, and would hold every layer's cast until the scope ends; unless
+    // the step's microbatches share the casts (StepCasts).
+    at::autocast::set_autocast_cache_enabled(step_casts_open_);
     at::autocast::increment_nesting();
   }
 }

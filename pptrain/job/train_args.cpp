@@ -273,6 +273,11 @@ const std::vector<TrainFlag>& train_flags() {
        "float32; fp16 scales the loss and skips a step whose gradients overflow, on every "
        "rank)",
        [](TrainArgs& a) -> TrainFlagTarget { return &a.options.precision; }, kShowDefault},
+      {"--weight-casts",
+       "With bf16 or fp16: microbatch (each use casts the float32 weight) or step (each "
+       "weight cast once per step and kept until its end: less work, the copies' memory; "
+       "synchronous schedules)",
+       [](TrainArgs& a) -> TrainFlagTarget { return &a.options.weight_casts; }, kShowDefault},
       {"--device",
        "Where each rank computes: cpu, cuda (rank LOCAL_RANK of a host on its GPU, ranks "
        "beyond the GPUs sharing them; messages cross through host memory) or auto (cuda "

@@ -63,6 +63,7 @@ PipelineOptions pipeline_options(const TrainingPlan& plan,
                                                     : ExecutorOptions::WeightSplit::kDeferredLayers;
   options.recompute = plan.recompute;
   options.precision = plan.precision;
+  options.casts_per_step = plan.casts_per_step;
   options.data_parallel = plan.copies;
   options.data_parallel_shares = plan.dp_shares;
   options.zero = plan.zero;

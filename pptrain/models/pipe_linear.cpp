@@ -91,7 +91,10 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     // weight again rather than keeping a copy per microbatch.
     const std::optional<c10::ScalarType> dtype = active_compute_dtype(input.device().type());
     const torch::Tensor kept = dtype && input.is_floating_point() ? input.to(*dtype) : input;
-    ctx->save_for_backward({kept, weight});
+    // In a step that casts each weight once (StepCasts), the backward takes the step's copy.
+    const torch::Tensor step_weight = dtype ? step_cast(weight, *dtype) : torch::Tensor();
+    const torch::Tensor step_bias = dtype && bias ? step_cast(*bias, *dtype) : torch::Tensor();
+    ctx->save_for_backward({kept, weight, step_weight});
     // (Only a cast input's own dtype is kept: the fp32 path stores nothing more.)
     if (kept.scalar_type() != input.scalar_type()) {
       ctx->saved_data["input_dtype"] = static_cast<int64_t>(input.scalar_type());
@@ -99,6 +102,10 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     // The bias is needed in backward only as the parameter whose .grad to fill. (It is an
     // optional because autograd refuses an undefined tensor as a Function input.)
     if (bias) ctx->saved_data["bias"] = *bias;
+    if (step_weight.defined()) {
+      return torch::linear(kept, step_weight,
+                           step_bias.defined() ? c10::optional<torch::Tensor>(step_bias) : bias);
+    }
     return torch::linear(kept, weight, bias);
   }
 
@@ -106,6 +113,7 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
     auto saved = ctx->get_saved_variables();
     const torch::Tensor& input = saved[0];  // in the compute dtype under autocast
     const torch::Tensor& weight = saved[1];
+    const torch::Tensor& product_weight = saved[2].defined() ? saved[2] : weight;
     torch::Tensor bias;
     if (ctx->saved_data.count("bias")) bias = ctx->saved_data["bias"].toTensor();
     const torch::Tensor& grad_output = grad_outputs[0];  // [..., out]
@@ -116,7 +124,7 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
 
     torch::Tensor grad_input;
     if (ctx->needs_input_grad(0)) {  // [..., in]
-      grad_input = grad_output.matmul(weight.to(grad_output.scalar_type())).to(input_dtype);
+      grad_input = grad_output.matmul(product_weight.to(grad_output.scalar_type())).to(input_dtype);
     }
 
     const bool weight_needs = ctx->needs_input_grad(1);

@@ -104,6 +104,40 @@ TEST(PipeLinear, UnderAutocastComputesAsTorchLinearDoes) {
   }
 }
 
+// A step whose casts are kept (StepCasts) computes bit for bit what casting at every use does:
+// the same bf16 copy of the weight, made once. Two microbatches, deferred or not.
+TEST(PipeLinear, StepCastsComputeWhatCastsPerUseDo) {
+  for (bool defer : {false, true}) {
+    std::vector<std::map<std::string, torch::Tensor>> grads;
+    std::vector<torch::Tensor> outputs;
+    for (bool per_step : {false, true}) {
+      torch::manual_seed(5);
+      PipeLinear pipe(PipeLinearOptions(5, 7));
+      const StepCasts casts(per_step ? std::optional<c10::ScalarType>(c10::kBFloat16)
+                                     : std::nullopt);
+      WeightGradStore store;
+      for (int mb = 0; mb < 2; ++mb) {
+        const auto x = torch::randn({2, 3, 5}, torch::requires_grad());
+        torch::Tensor y;
+        {
+          AutocastScope scope(c10::kBFloat16);
+          y = pipe(x);
+        }
+        outputs.push_back(y);
+        std::optional<DeferWeightGrads> deferred;
+        if (defer) deferred.emplace(&store);
+        y.backward(torch::ones_like(y));
+      }
+      store.run();
+      grads.push_back(grads_of(*pipe));
+    }
+    for (size_t mb = 0; mb < 2; ++mb) EXPECT_TRUE(torch::equal(outputs[mb], outputs[mb + 2]));
+    for (const auto& [name, grad] : grads[0]) {
+      EXPECT_TRUE(torch::equal(grad, grads[1].at(name))) << name << " defer " << defer;
+    }
+  }
+}
+
 TEST(PipeLinear, InitialisesLikeTorchLinear) {
   PipeLinear pipe(64, 16);
   const double bound = 1.0 / 8.0;

@@ -12,6 +12,7 @@
 #include "pptrain/common/stats.h"
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/memory.h"
+#include "pptrain/device/precision.h"
 #include "pptrain/models/weight_grad_store.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -162,6 +163,9 @@ Executor::Executor(ValidatedSchedule schedule, ExecutorOptions options)
   plan_send_releases();
   plan_segments();
   check_skips();
+  PPTRAIN_CHECK(!options_.casts_per_step || (segment_ends_.size() == 1 && !options_.weights),
+                "weights cast once per step are for synchronous schedules: ", sched.name,
+                " runs microbatches on weight versions that change within a step");
 }
 
 Executor::~Executor() = default;
@@ -238,6 +242,8 @@ StepRecord Executor::run_step(const StepData& data, Clock::time_point step_start
   state.record = StepRecord();
   const size_t begin = next_segment_ == 0 ? 0 : segment_ends_[next_segment_ - 1];
   const size_t end = segment_ends_[next_segment_];
+  // The weights do not change until the step ends: one cast of each serves all its actions.
+  const StepCasts casts(options_.casts_per_step ? options_.compute_dtype : std::nullopt);
   replay_forwards(data, state);
   for (size_t p = begin; p < end; ++p) {
     post_receives_through(p, state);
@@ -810,8 +816,8 @@ std::vector<torch::Tensor> Executor::output_grads(int s, int mb, StepState& stat
   return out;
 }
 
-std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes,
-                                             int num_stages) {
+std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes, int num_stages,
+                                             bool casts_per_step) {
   std::vector<std::vector<double>> forward_kept(num_stages), weight_freed(num_stages);
   std::vector<double> received(num_stages, 0), messages(num_stages, 0);
   std::vector<int> receives(num_stages, 0), message_count(num_stages, 0);
@@ -838,7 +844,15 @@ std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& byt
   }
   for (int s = 0; s < num_stages; ++s) {
     const double input = receives[s] > 0 ? received[s] / receives[s] : 0;
-    out[s].activation = median(forward_kept[s]) + input;
+    // A step that casts its weights once does it in each stage's first forward, which keeps
+    // them: that forward's excess over the others' is the casts, the others are activations.
+    std::vector<double>& kept = forward_kept[s];
+    if (casts_per_step && kept.size() > 1) {
+      const double first = kept.front();
+      kept.erase(kept.begin());
+      out[s].weight_casts = std::max(0.0, first - median(kept));
+    }
+    out[s].activation = median(kept) + input;
     out[s].weight_stash = std::max(0.0, median(weight_freed[s]));
     out[s].message = message_count[s] > 0 ? messages[s] / message_count[s] : 0;
   }

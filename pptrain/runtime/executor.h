@@ -137,6 +137,11 @@ struct ExecutorOptions {
   // With compute_dtype: stage -> the tensors of its output (a named bundle) that stay as they
   // are (PipelineStage::keep_dtype).
   std::map<int, std::vector<std::string>> kept_dtype;
+  // With compute_dtype, on a synchronous schedule: each weight is cast to the compute dtype once
+  // per step (device/precision.h, StepCasts) and the copy shared by all the step's microbatches
+  // and their backwards, instead of once per use. Costs the copies' bytes for the whole step.
+  // UserError on an asynchronous schedule (its weight versions are rewritten in place).
+  bool casts_per_step = false;
   // Where this rank's stages compute (device/placement.h), and so where StepData's tensors must
   // be. A message is packed into host memory (copied off the device) and unpacked there, then
   // moved to this device: the host staging of runtime/links.h. Stages of one rank hand their
@@ -200,9 +205,12 @@ struct StepRecord {
 // stage's F kept bytes, plus the mean input it received; weight_stash = the median of what its
 // W freed; transient and forward_transient = the most any of its backwards (I, B, W) or
 // forwards held above their ends; message = the mean
-// message into it, received or sent. Only those fields are set; a stage without actions in
+// message into it, received or sent; with casts_per_step, weight_casts = what its first F kept
+// beyond the median of the others (the step's casts of its weights, made there), that F left
+// out of the activation's median. Only those fields are set; a stage without actions in
 // `bytes` stays zero. [num_stages]
-std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes, int num_stages);
+std::vector<StageBytes> measured_stage_bytes(const std::vector<ActionBytes>& bytes, int num_stages,
+                                             bool casts_per_step = false);
 
 class Executor {
  public:

@@ -254,6 +254,7 @@ std::vector<RankMemory> predict_memory(const MemoryWalk& walk,
       m.gradients += (copies + (rules.gradient_buffers ? 1 : 0)) * stage.weights;
       m.optimizer += stage.optimizer_state;
       m.data += stage.data;
+      m.casts += stage.weight_casts;
     }
   }
   return out;
@@ -277,14 +278,15 @@ std::string format_memory(const std::vector<RankMemory>& predicted,
                           const std::vector<double>& measured) {
   const bool both = measured.size() == predicted.size();
   std::string out =
-      "memory per rank (MiB): weights + gradients + optimizer + data + activations "
+      "memory per rank (MiB): weights + casts + gradients + optimizer + data + activations "
       "+ messages + transient = predicted";
   out += both ? "  measured  difference\n" : "\n";
   char line[256];
   for (size_t r = 0; r < predicted.size(); ++r) {
     const RankMemory& m = predicted[r];
-    std::snprintf(line, sizeof line, "  rank %zu  %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %8.2f",
-                  r, mib(m.weights), mib(m.gradients), mib(m.optimizer), mib(m.data),
+    std::snprintf(line, sizeof line,
+                  "  rank %zu  %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f  %8.2f", r,
+                  mib(m.weights), mib(m.casts), mib(m.gradients), mib(m.optimizer), mib(m.data),
                   mib(m.activations), mib(m.messages), mib(m.transient), mib(m.total()));
     out += line;
     if (both && measured[r] > 0) {
@@ -302,10 +304,10 @@ nlohmann::ordered_json memory_json(const std::vector<RankMemory>& predicted,
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (size_t r = 0; r < predicted.size(); ++r) {
     const RankMemory& m = predicted[r];
-    nlohmann::ordered_json rank = {{"weights", m.weights},         {"gradients", m.gradients},
-                                   {"optimizer", m.optimizer},     {"data", m.data},
-                                   {"activations", m.activations}, {"messages", m.messages},
-                                   {"transient", m.transient},     {"total", m.total()}};
+    nlohmann::ordered_json rank = {
+        {"weights", m.weights},     {"casts", m.casts},         {"gradients", m.gradients},
+        {"optimizer", m.optimizer}, {"data", m.data},           {"activations", m.activations},
+        {"messages", m.messages},   {"transient", m.transient}, {"total", m.total()}};
     if (r < measured.size()) rank["measured"] = measured[r];
     out.push_back(rank);
   }

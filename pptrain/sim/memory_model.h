@@ -15,6 +15,9 @@
 //                than one version of s (schedule/weight_versions.h: versions_kept) a snapshot of
 //                each beside the live weights (runtime/stage_versions.h), all held all the time,
 //                as in the rule's steady state
+//   casts        sum of weight_casts(s): the copies of the weights in the compute dtype that a
+//                step casting them once (--weight-casts step) holds from its first forward to
+//                its end, through its activations' peak
 //   gradients    one .grad per copy of the weights, and one more for the flat buffer in which a
 //                stage's copies (--dp, or a replicated schedule's replicas) all-reduce them
 //                (MemoryRules::gradient_buffers)
@@ -63,6 +66,7 @@ struct StageBytes {
   double forward_transient = 0;
   double message = 0;  // one microbatch's message into it from stage s - 1 (0: none)
   double data = 0;     // the step's inputs and targets it reads from the batch (all microbatches)
+  double weight_casts = 0;  // its weights cast for the whole step (ExecutorOptions::casts_per_step)
 };
 
 // How the runtime holds gradients and messages (runtime/executor.h).
@@ -80,6 +84,7 @@ struct MemoryRules {
 
 struct RankMemory {
   double weights = 0;
+  double casts = 0;
   double gradients = 0;
   double optimizer = 0;
   double data = 0;
@@ -90,7 +95,7 @@ struct RankMemory {
   // (set by the caller; predict_memory leaves it false).
   bool fresh_state = false;
   double total() const {
-    const double step = activations + messages + transient;
+    const double step = casts + activations + messages + transient;
     return weights + gradients + data +
            (fresh_state ? std::max(step, optimizer) : step + optimizer);
   }

@@ -135,6 +135,9 @@ struct TrainOptions {
   // --precision: "fp32", "bf16" or "fp16" (common/precision.h; api/pipeline.h,
   // PipelineOptions::precision, says what each computes in).
   std::string precision = "fp32";
+  // --weight-casts: "microbatch" (each use casts the float32 weight) or "step" (each weight cast
+  // once per step, ExecutorOptions::casts_per_step).
+  std::string weight_casts = "microbatch";
   // --device: "cpu", "cuda" or "auto" (common/device.h; device/placement.h decides each rank's).
   std::string device = "cpu";
 };
@@ -184,6 +187,7 @@ struct TrainingPlan {
   OptimizerOptions optimizer;
   bool recompute = false;
   Precision precision = Precision::kFp32;      // --precision
+  bool casts_per_step = false;                 // --weight-casts step
   DeviceRequest device = DeviceRequest::kCpu;  // --device
   bool autograd_weight_split = false;          // TrainOptions::weight_split == "autograd"
   int threads = 1;                             // compute threads per process

@@ -293,6 +293,15 @@ TrainingPlan plan_training(const TrainOptions& options, bool may_profile) {
   plan.autograd_weight_split = options.weight_split == "autograd";
   plan.precision = parse_precision(options.precision, "--precision");
   plan.device = parse_device(options.device, "--device");
+  PPTRAIN_CHECK(options.weight_casts == "microbatch" || options.weight_casts == "step",
+                "--weight-casts must be microbatch or step, got '", options.weight_casts, "'");
+  plan.casts_per_step = options.weight_casts == "step";
+  PPTRAIN_CHECK(!plan.casts_per_step || plan.precision != Precision::kFp32,
+                "--weight-casts step keeps each weight's cast to the compute dtype for the step, "
+                "but --precision fp32 casts nothing: use --precision bf16 or fp16");
+  PPTRAIN_CHECK(!plan.casts_per_step || !plan.asynchronous(),
+                "--weight-casts step is for synchronous schedules; ", plan.schedule->name,
+                " runs microbatches on weight versions that change within a step");
   // Before any worker starts, one line rather than one per rank, and without initialising CUDA
   // in a process that forks its workers: CUDA asked for where there is none. (Each worker's
   // decide_device checks the rest: the device itself, the precision on it.)

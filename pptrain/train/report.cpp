@@ -17,7 +17,7 @@ namespace {
 // stall seconds, resident bytes, peak memory bytes, predicted peak memory bytes and its parts
 // (weights, gradients, optimizer, data, activations, messages, transient, whether the state
 // came after the backwards)
-constexpr int kHeaderFields = 25;
+constexpr int kHeaderFields = 26;
 constexpr int kEventFields = 5;  // op, stage, microbatch, start, end
 
 // Every rank sends its measurements to rank 0 as float64 messages (a header, then [n, 5]
@@ -49,7 +49,8 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
                                mine.predicted_memory.activations,
                                mine.predicted_memory.messages,
                                mine.predicted_memory.transient,
-                               mine.predicted_memory.fresh_state ? 1.0 : 0.0},
+                               mine.predicted_memory.fresh_state ? 1.0 : 0.0,
+                               mine.predicted_memory.casts},
                               torch::kFloat64);
   if (rank != 0) {
     auto events =
@@ -105,6 +106,7 @@ std::vector<RankStep> gather(const RankStep& mine, Transport& transport,
     m.messages = h[22].item<double>();
     m.transient = h[23].item<double>();
     m.fresh_state = h[24].item<double>() != 0;
+    m.casts = h[25].item<double>();
     auto events =
         torch::empty({static_cast<int64_t>(h[4].item<double>()), kEventFields}, torch::kFloat64);
     transport.recv(events, peer, tag_of(ControlTag::kReportEvents)).wait();
@@ -177,7 +179,8 @@ RunInfo run_info(const TrainingPlan& plan) {
     run.header += std::string("\nprecision ") + precision_name(plan.precision) +
                   ": forwards under autocast, activations and messages in it, float32 master "
                   "weights" +
-                  (scales_loss(plan.precision) ? ", the loss scaled" : "");
+                  (scales_loss(plan.precision) ? ", the loss scaled" : "") +
+                  (plan.casts_per_step ? ", each weight cast once per step" : "");
   }
   // Which kernels compute the run (torch's wheel's own): figures of runs compare only with it.
   run.header += "\n" + compute_kernels_line();

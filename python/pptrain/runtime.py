@@ -202,7 +202,7 @@ class Schedule:
                  tied: Mapping[str, Sequence[int]] | None = None,
                  skips: Sequence[tuple[str, int, int]] = (),
                  data_parallel_shares: Sequence[int] = (), precision: str = "fp32",
-                 **family: Any) -> None:
+                 weight_casts: str = "microbatch", **family: Any) -> None:
         if isinstance(stages, PipelineStage):
             stages = [stages]
         self.stages = list(stages)
@@ -212,7 +212,8 @@ class Schedule:
             one_process=one_process, metrics=metrics, svg=svg, trace=trace, family=family,
             weight_split=weight_split, tokens_per_sample=tokens_per_sample,
             data_parallel=data_parallel, zero=zero, tied=dict(tied or {}), skips=list(skips),
-            data_parallel_shares=list(data_parallel_shares), precision=precision)
+            data_parallel_shares=list(data_parallel_shares), precision=precision,
+            weight_casts=weight_casts)
         # Whether this rank's steps run its linear layers' weight products in W.
         self._defers = weight_split == "deferred" and _has_weight_actions(self._schedule.csv())
 
@@ -365,7 +366,7 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
              tied: Mapping[str, Sequence[int]] | None = None,
              skips: Sequence[tuple[str, int, int]] = (),
              data_parallel_shares: Sequence[int] = (), precision: str = "fp32",
-             **family: Any) -> Schedule:
+             weight_casts: str = "microbatch", **family: Any) -> Schedule:
     """A schedule of pptrain's registry by name ("gpipe", "1f1b", "zb-h1", "zb-v", "pipedream",
     ...), or a CSV file in torch's format, over this rank's stages.
 
@@ -401,7 +402,10 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
     float32 outputs (so the messages and their gradients) in it, the loss in float32, the
     parameters, gradients and pptrain's optimizer state float32 (docs/CLI.md, "Precision").
     "fp16" also scales the loss and skips a step whose gradients overflowed on any rank, on
-    every rank: it needs `optimizer`.
+    every rank: it needs `optimizer`. weight_casts="step" (bf16, fp16, synchronous schedules):
+    each float32 weight is cast once per step and the copy kept for all its microbatches
+    (torch's autocast cache), instead of at every use ("microbatch"): the same results, less
+    casting, the copies' memory for the step.
 
     family: the schedule family's options, as `pptrain train`'s flags without their dashes, '_'
     for '-' (`pptrain train --help` lists them), e.g. update_interval=2 (ampnet), avg_alpha=0.3
@@ -412,7 +416,8 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
                     steps=steps, one_process=one_process, metrics=metrics, svg=svg, trace=trace,
                     weight_split=weight_split, tokens_per_sample=tokens_per_sample,
                     data_parallel=data_parallel, zero=zero, tied=tied, skips=skips,
-                    data_parallel_shares=data_parallel_shares, precision=precision, **family)
+                    data_parallel_shares=data_parallel_shares, precision=precision,
+                    weight_casts=weight_casts, **family)
 
 
 class TrainingFailed(RuntimeError):

@@ -524,10 +524,14 @@ PYBIND11_MODULE(_runtime, m) {
                        const std::string& svg, const std::string& trace, const py::dict& family,
                        const std::string& weight_split, double tokens_per_sample, int data_parallel,
                        int zero, const py::dict& tied, const py::list& skips,
-                       std::vector<int> data_parallel_shares, const std::string& precision) {
+                       std::vector<int> data_parallel_shares, const std::string& precision,
+                       const std::string& weight_casts) {
              PipelineOptions options =
                  options_of(name, microbatches, chunks, schedule_file, recompute, data_parallel);
              options.precision = parse_precision(precision, "precision");
+             PPTRAIN_CHECK(weight_casts == "microbatch" || weight_casts == "step",
+                           "weight_casts must be microbatch or step, got '", weight_casts, "'");
+             options.casts_per_step = weight_casts == "step";
              options.data_parallel_shares = std::move(data_parallel_shares);
              options.zero = zero;
              options.tied = tied_of(tied);
@@ -559,7 +563,8 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("family") = py::dict(), py::arg("weight_split") = "autograd",
            py::arg("tokens_per_sample") = 1.0, py::arg("data_parallel") = 1, py::arg("zero") = 0,
            py::arg("tied") = py::dict(), py::arg("skips") = py::list(),
-           py::arg("data_parallel_shares") = std::vector<int>(), py::arg("precision") = "fp32")
+           py::arg("data_parallel_shares") = std::vector<int>(), py::arg("precision") = "fp32",
+           py::arg("weight_casts") = "microbatch")
       .def("report", &PySchedule::report)
       .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))

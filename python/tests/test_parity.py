@@ -200,3 +200,29 @@ def test_fp16_without_pptrain_optimizer_is_one_line():
                          one_process=True, precision="fp16")
     assert "precision fp16 skips the steps whose gradients overflow" in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_weights_cast_once_per_step_give_the_same_gradients():
+    """weight_casts="step" on a user's modules (torch.nn.Linear, deferred or autograd split):
+    the step's microbatches share one bf16 copy of each weight, and compute what casting at
+    every use computes, bit for bit."""
+    import pptrain
+    torch.set_num_threads(1)
+    x, y = next(parity_worker.batches())
+    for split in ("deferred", "autograd"):
+        grads = []
+        for casts in ("microbatch", "step"):
+            torch.manual_seed(0)
+            stages = one_process_stages()
+            schedule = pptrain.schedule("zb-h1", stages, 4, torch.nn.functional.mse_loss,
+                                        one_process=True, precision="bf16", weight_split=split,
+                                        weight_casts=casts)
+            schedule.step(x, target=y)
+            grads.append({n: p.grad.clone() for s in stages
+                          for n, p in s.module.named_parameters()})
+        for name, grad in grads[0].items():
+            assert torch.equal(grad, grads[1][name]), (split, name)
+    with pytest.raises(pptrain.PipelineError) as error:
+        pptrain.schedule("1f1b", one_process_stages(), 4, torch.nn.functional.mse_loss,
+                         one_process=True, weight_casts="step")
+    assert "weights cast once per step need precision bf16 or fp16" in str(error.value)
