@@ -28,6 +28,15 @@ growth (ru_maxrss) in a run of one API alone (two more launches), the largest ov
 A torch class that fails is named with its error, in one line; one that hangs past --timeout is
 named as hanging; one whose losses differ from pptrain's beyond 1e-5 is named with the largest
 difference. The driver prints one line per case and a table of the ratios pptrain/torch.
+
+Then, unless --without-train, each case once more as `pptrain train` runs it on pptrain's own
+gpt of the same blocks, width, heads, sequence, batch and microbatches (its byte vocabulary of
+256, its blocks a GPT's: no cross-attention, so less work per block than the tutorial's decoder
+layers), ROUNDS runs of STEPS steps after the case's Python runs: its tokens/s
+(the median step after the first WARMUP of each run), the idle fraction the run measured (the
+metrics' bubble_ratio), and each rank's peak from pptrain's counting allocator (what the
+tensors held, not the resident set: not comparable with the table above), in a second table
+beside pptrain.pipelining's tokens/s of the case.
 """
 import argparse
 import copy
@@ -65,6 +74,7 @@ def flags(argv=None):
     p.add_argument("--timeout", type=int, default=300)
     # How pptrain's zero-bubble classes split a backward (its default when not given: deferred).
     p.add_argument("--weight-split", default="", choices=["", "deferred", "autograd"])
+    p.add_argument("--without-train", action="store_true", help="no `pptrain train` table")
     # Worker mode (one rank of a launch): the case and where rank 0 writes its result.
     p.add_argument("--worker", default="")
     p.add_argument("--seq-len", type=int, default=32)
@@ -290,11 +300,58 @@ def worker(o):
 
 # --- the driver --------------------------------------------------------------------------------
 
+def pptrain_binary():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.environ.get("PPTRAIN", os.path.join(here, "..", "build", "tools", "pptrain",
+                                                  "pptrain"))
+
+
+def communicate(command, timeout):
+    """(return code, stderr) of a command in this process's group, killed past `timeout`
+    (its ranks die with their launcher); None when it was."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        _, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return None
+    return process.returncode, err
+
+
+def train_case(o, ranks, seq_len, name):
+    """`pptrain train` of pptrain's gpt in the case's shape, ROUNDS runs: {"step_s", "idle",
+    "peaks"} (medians; the largest peak of each rank), or {"error": line} / {"hung": True}."""
+    steps, idle, peaks = [], [], [0] * ranks
+    for _ in range(o.rounds):
+        with tempfile.TemporaryDirectory() as folder:
+            metrics = os.path.join(folder, "m.jsonl")
+            command = [pptrain_binary(), "train", "--model", "gpt", "--layers", str(o.layers),
+                       "--d-model", str(o.d_model), "--heads", str(o.heads), "--seq-len",
+                       str(seq_len), "--batch-size", str(o.batch), "--microbatches",
+                       str(o.microbatches), "--pp", str(ranks), "--schedule", REGISTRY[name],
+                       "--steps", str(o.steps), "--lr", str(LR), "--data", "synthetic",
+                       "--quiet", "--metrics", metrics]
+            if o.weight_split:
+                command += ["--weight-split", o.weight_split]
+            done = communicate(command, o.timeout)
+            if done is None:
+                return {"hung": True}
+            if done[0] != 0:
+                return {"error": (done[1].strip().splitlines() or [f"exit {done[0]}"])[-1][:300]}
+            with open(metrics) as f:
+                lines = [json.loads(line) for line in f][o.warmup:]
+        steps += [line["step_time_s"] for line in lines]
+        idle += [line["bubble_ratio"] for line in lines]
+        for line in lines:
+            peaks = [max(a, b) for a, b in zip(peaks, line["peak_memory_bytes"])]
+    return {"step_s": statistics.median(steps), "idle": statistics.median(idle), "peaks": peaks}
+
+
 def launch(o, ranks, seq_len, name, only="", without_torch=False):
     """Runs one case on `ranks` processes; its result, or {"hung": True} / {"error": line}."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    pptrain = os.environ.get("PPTRAIN", os.path.join(here, "..", "build", "tools", "pptrain",
-                                                     "pptrain"))
+    pptrain = pptrain_binary()
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "result.json")
         model = ["--layers", str(o.layers), "--d-model", str(o.d_model), "--heads", str(o.heads),
@@ -309,23 +366,18 @@ def launch(o, ranks, seq_len, name, only="", without_torch=False):
             command += ["--only", only]
         if without_torch:
             command += ["--without-torch"]
-        # In this process's group (a caller that kills it kills the launch too); killed when it
-        # outlives the timeout, its ranks with it (they die with their launcher).
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
-        try:
-            _, err = process.communicate(timeout=o.timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+        # In this process's group (a caller that kills it kills the launch too).
+        done = communicate(command, o.timeout)
+        if done is None:
             return {"hung": True}
-        if process.returncode != 0 or not os.path.exists(out):
+        returncode, err = done
+        if returncode != 0 or not os.path.exists(out):
             # The exception a rank raised (its traceback's last line), else the launcher's line.
             lines = err.splitlines()
             raised = [l for l in lines if l and not l[0].isspace() and ("Error: " in l or
                                                                         "Exception: " in l)]
             said = raised or [l for l in lines if "error" in l.lower()] or lines
-            return {"error": (said[0] if said else f"exit {process.returncode}")[:300]}
+            return {"error": (said[0] if said else f"exit {returncode}")[:300]}
         with open(out) as f:
             return json.load(f)
 
@@ -369,6 +421,8 @@ def driver(o):
                            alone_s=r["stages_alone_s"], bubble=b, limit_s=limit_s,
                            pptrain_peak=peak.get("pptrain"), torch_peak=peak.get("torch"),
                            note=torch_note, tokens=tokens)
+                if not o.without_train:
+                    row["train"] = train_case(o, ranks, seq_len, name)
                 rows.append(row)
                 print(json.dumps(row), f"({time.perf_counter() - started:.0f} s)", flush=True)
     print("load average before: {:.2f} {:.2f} {:.2f}, after: {:.2f} {:.2f} {:.2f} "
@@ -395,6 +449,25 @@ def driver(o):
               f"{f'{theirs:.0f}' if theirs else '-'} | {ratio} | {limit:.0f} | "
               f"{ours / limit:.2f} | {rule}: {'met' if met else 'not met'} | "
               f"{mib[0]} / {mib[1]} | {row['note']} |")
+    if o.without_train:
+        return
+    print("`pptrain train`, pptrain's gpt of the same blocks, width, heads and sequence (256-token "
+          "vocabulary, GPT blocks), beside pptrain.pipelining's tutorial transformer above")
+    print("| ranks | seq | schedule | train tokens/s | train step s | idle | peak MiB per rank "
+          "(counted) | pptrain.pipelining tokens/s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        train = row["train"]
+        ours = row["tokens"] / row["pptrain_s"]
+        if "step_s" not in train:
+            said = "hangs" if train.get("hung") else "fails: " + train.get("error", "")
+            print(f"| {row['ranks']} | {row['seq_len']} | {row['schedule']} | {said} | - | - | "
+                  f"- | {ours:.0f} |")
+            continue
+        peaks = " / ".join(f"{p / 2**20:.1f}" for p in train["peaks"])
+        print(f"| {row['ranks']} | {row['seq_len']} | {row['schedule']} | "
+              f"{row['tokens'] / train['step_s']:.0f} | {train['step_s']:.3f} | "
+              f"{train['idle']:.2f} | {peaks} | {ours:.0f} |")
 
 
 if __name__ == "__main__":

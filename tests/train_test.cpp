@@ -57,6 +57,23 @@ INSTANTIATE_TEST_SUITE_P(Schedules, MatchesReference,
                                                               "v-half", "v-min", "dualpipev")),
                          pair_test_name<Case>);
 
+// Fewer microbatches than ranks (a user's small batch): interleaved-1f1b runs them as one group
+// through the chunks (generators.h), 1f1b warms up with all of them; both equal one process.
+TEST(FewerMicrobatchesThanRanks, PipelinesEqualOneProcess) {
+  const ModelOptions model = small_model("gpt");
+  TempDir dir;
+  const std::string common =
+      model_args(model) + " --batch-size 4 --microbatches 2 --steps 5 --quiet --schedule ";
+  run_reference(common + "interleaved-1f1b --pp 1", dir);
+  for (const std::string flags : {"interleaved-1f1b --pp 4", "interleaved-1f1b --pp 4 --recompute",
+                                  "1f1b --pp 4", "interleaved-1f1b --pp 3 --chunks 2"}) {
+    SCOPED_TRACE(flags);
+    std::string tag = flags;
+    for (char& c : tag) c = c == ' ' ? '_' : c;
+    expect_run_matches_reference(model, common + flags, tag, dir);
+  }
+}
+
 // --seq-len-range: every batch has its own length, which the messages' headers tell the next
 // stage; the pipelines equal one process, and tokens/s counts each batch's own tokens.
 TEST(VariableLengths, EachBatchHasItsOwnLengthAndPipelinesEqualOneProcess) {

@@ -307,28 +307,32 @@ Schedule make_interleaved_1f1b(int ranks, int microbatches, int chunks) {
   check_generator_sizes("interleaved-1f1b", ranks, microbatches, std::max(chunks, 1));
   PPTRAIN_CHECK(chunks >= 2, "schedule 'interleaved-1f1b' needs chunks >= 2 (virtual stages per ",
                 "rank), got chunks=", chunks, "; use '1f1b' for one chunk");
-  PPTRAIN_CHECK(microbatches % ranks == 0, "schedule 'interleaved-1f1b' needs microbatches to be ",
-                "a multiple of ranks (Megatron's schedule runs microbatches in groups of P per ",
+  PPTRAIN_CHECK(microbatches < ranks || microbatches % ranks == 0,
+                "schedule 'interleaved-1f1b' needs microbatches to be a multiple of ranks, or ",
+                "fewer than ranks (Megatron's schedule runs microbatches in groups of P per ",
                 "chunk), got microbatches=", microbatches, " with ranks=", ranks);
   const int P = ranks, V = chunks;
   // Megatron-LM runs every forward first when M == P; the general warm-up below already gives
   // the (P-1)(F+B)/V bubble there, so there is no special case.
   Schedule s = empty_schedule("interleaved-1f1b", P, microbatches, V);
-  // Each rank walks k = 0 .. M*V-1 "virtual microbatches": groups of P microbatches go through
-  // chunk 0, then the same group through chunk 1, ..., then the next group. Backwards visit the
-  // chunks in reverse. This grouping is why M must be a multiple of P.
+  // Each rank walks k = 0 .. M*V-1 "virtual microbatches": groups of G = P microbatches go
+  // through chunk 0, then the same group through chunk 1, ..., then the next group. Backwards
+  // visit the chunks in reverse. This grouping is why M must be a multiple of P; fewer than P
+  // microbatches make one group of G = M, walked by the same rule (as torch's
+  // ScheduleInterleaved1F1B, whose rounds are min(M, P) microbatches).
+  const int G = std::min(microbatches, P);
   const int total = microbatches * V;
   for (int r = 0; r < P; ++r) {
-    const auto microbatch_of = [&](int k) { return (k / (P * V)) * P + k % P; };
+    const auto microbatch_of = [&](int k) { return (k / (G * V)) * G + k % G; };
     const auto forward = [&](int k) {
-      return Action::make(Op::F, ((k / P) % V) * P + r, microbatch_of(k));
+      return Action::make(Op::F, ((k / G) % V) * P + r, microbatch_of(k));
     };
     const auto backward = [&](int k) {
-      return Action::make(Op::B, (V - 1 - (k / P) % V) * P + r, microbatch_of(k));
+      return Action::make(Op::B, (V - 1 - (k / G) % V) * P + r, microbatch_of(k));
     };
     // Enough warm-up forwards that the first backward on every chunk finds its gradient ready:
-    // one round of P per extra chunk, plus two for every rank after this one (1F1B's offset).
-    const int warmup = std::min(total, (V - 1) * P + 2 * (P - 1 - r));
+    // one group per extra chunk, plus two for every rank after this one (1F1B's offset).
+    const int warmup = std::min(total, (V - 1) * G + 2 * (P - 1 - r));
     auto& list = s.actions[r];
     for (int k = 0; k < warmup; ++k) list.push_back(forward(k));
     for (int k = 0; k < total - warmup; ++k) {

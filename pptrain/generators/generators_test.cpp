@@ -34,14 +34,15 @@ bool bidirectional_fits(const std::string& name, int p, int m) {
   return p % 2 == 0 && m % (name == "chimera" ? p : 2) == 0;
 }
 
-// The (P, M) grid every generator is checked on; interleaved-1f1b takes only multiples of P.
+// The (P, M) grid every generator is checked on; interleaved-1f1b takes multiples of P and
+// fewer than P.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
   for (const auto& name : schedule_names()) {
     for (int p : {1, 2, 3, 4, 5, 8}) {
       for (int m : {1, 2, 3, p, p + 1, 2 * p - 1, 2 * p, 3 * p, 4 * p + 3}) {
         if (m < 1) continue;
-        if (name == "interleaved-1f1b" && m % p != 0) continue;
+        if (name == "interleaved-1f1b" && m > p && m % p != 0) continue;
         if (name == "dualpipev" && m < 2 * p) continue;
         if (is_bidirectional(name) && !bidirectional_fits(name, p, m)) continue;
         cases.push_back({name, p, m});
@@ -453,13 +454,32 @@ TEST(Generators, BadOptionsAreUserErrors) {
   expect_user_error({"interleaved-1f1b", 2, 4, 1}, "needs chunks >= 2");
   expect_user_error({"dualpipev", 3, 5}, "(2 x ranks = 6), got microbatches=5");
   expect_user_error({"interleaved-1f1b", 4, 6}, "multiple of ranks");
-  expect_user_error({"interleaved-1f1b", 4, 2}, "microbatches=2 with ranks=4");
+  expect_user_error({"interleaved-1f1b", 4, 5}, "microbatches=5 with ranks=4");
   expect_user_error({"1f1b", 100000, 1000}, "more than the 1024 ranks");
   expect_user_error({"interleaved-1f1b", 2, 2, 1000000000}, "stage-microbatches, more than");
   // Explicit defaults are accepted.
   EXPECT_NO_THROW(make_schedule({"1f1b", 2, 4, 1}));
   EXPECT_NO_THROW(make_schedule({"zb-v", 2, 4, 2}));
   EXPECT_NO_THROW(make_schedule({"interleaved-1f1b", 2, 4, 4}));
+}
+
+// Fewer microbatches than ranks: one group of M through the chunks. Rank 0 of P = 4, V = 2,
+// M = 2 warms up with (V - 1) M + 2 (P - 1) = 8 forwards, all four of its own: every forward
+// first, then the backwards, the last chunk's first.
+TEST(Generators, InterleavedWithFewerMicrobatchesThanRanksIsOneGroup) {
+  const Schedule s = make_schedule({"interleaved-1f1b", 4, 2, 2});
+  const std::vector<Action> rank0 = {Action::make(Op::F, 0, 0), Action::make(Op::F, 0, 1),
+                                     Action::make(Op::F, 4, 0), Action::make(Op::F, 4, 1),
+                                     Action::make(Op::B, 4, 0), Action::make(Op::B, 4, 1),
+                                     Action::make(Op::B, 0, 0), Action::make(Op::B, 0, 1)};
+  EXPECT_EQ(s.actions[0], rank0);
+  // Rank 3 warms up with (V - 1) M = 2: its first chunk's forwards, then alternates.
+  const std::vector<Action> rank3 = {Action::make(Op::F, 3, 0), Action::make(Op::F, 3, 1),
+                                     Action::make(Op::F, 7, 0), Action::make(Op::B, 7, 0),
+                                     Action::make(Op::F, 7, 1), Action::make(Op::B, 7, 1),
+                                     Action::make(Op::B, 3, 0), Action::make(Op::B, 3, 1)};
+  EXPECT_EQ(s.actions[3], rank3);
+  EXPECT_NO_THROW(validate(s));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 """The short version of bench/vs_torch_pipelining.py (docs/PERFORMANCE.md): a tiny transformer
 on 2 ranks, one round, so that the benchmark keeps running as torch and pptrain change. It times
-nothing: it checks that both APIs trained 1F1B with the same losses and that torch's
-ScheduleZBVZeroBubble, which fails on Gloo, is named with its error while pptrain's runs."""
+nothing: it checks that both APIs trained 1F1B with the same losses, that torch's
+ScheduleZBVZeroBubble, which fails on Gloo, is named with its error while pptrain's runs, and
+that `pptrain train` ran both cases on its own gpt."""
 import os
 import signal
 import subprocess
@@ -28,10 +29,16 @@ def test_the_benchmark_runs_both_apis_and_names_torchs_failure():
             pass
     assert process.returncode == 0, out
     rows = {line.split(" | ")[2]: line.split(" | ") for line in out.splitlines()
-            if line.startswith("| 2 | 16 |")}
+            if line.startswith("| 2 | 16 |") and line.count(" | ") == 10}
     assert set(rows) == {"1F1B", "ZBVZeroBubble"}, out
     one = rows["1F1B"]
     assert one[5].endswith("x") and one[-1].strip(" |") == "", out  # a ratio, no note
     zbv = rows["ZBVZeroBubble"]
     assert zbv[4] == "-" and "torch fails: " in zbv[-1], out  # torch named, pptrain measured
     assert float(zbv[3]) > 0, out
+    # `pptrain train` of pptrain's own gpt in the same shape: a figure for each case.
+    trained = [line.split(" | ") for line in out.splitlines() if line.startswith("| 2 | 16 |")
+               and line.count(" | ") == 7]
+    assert {row[2] for row in trained} == {"1F1B", "ZBVZeroBubble"}, out
+    for row in trained:
+        assert float(row[3]) > 0 and 0 <= float(row[5]) < 1, out

@@ -235,9 +235,9 @@ def test_traced_stage_refuses_another_batch_size_in_one_process():
 
 @pytest.mark.parametrize("ranks,chunks,microbatches", [(4, 2, 2), (4, 2, 1), (4, 3, 3), (2, 2, 1)])
 def test_interleaved_order_of_fewer_microbatches_than_ranks(ranks, chunks, microbatches):
-    """ScheduleInterleaved1F1B's order for M < P (pptrain's interleaved-1f1b takes multiples of
-    P): each rank runs each of its stages' forward and backward of every microbatch once, and
-    the simulator runs the order to its end."""
+    """ScheduleInterleaved1F1B's order for M < P (pptrain's interleaved-1f1b, one group of M):
+    each rank runs each of its stages' forward and backward of every microbatch once, and the
+    simulator runs the order to its end."""
     from pptrain import plan
     from pptrain.pipelining import schedules
     order = schedules._interleaved_order(ranks, chunks, microbatches)

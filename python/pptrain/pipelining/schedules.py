@@ -436,8 +436,8 @@ class Schedule1F1B(PipelineScheduleSingle):
 
 
 class ScheduleInterleaved1F1B(PipelineScheduleMulti):
-    """Interleaved 1F1B: stage s on rank s mod P (pptrain's interleaved-1f1b; with fewer
-    microbatches than ranks, its order over one group of them, written here)."""
+    """Interleaved 1F1B: stage s on rank s mod P (pptrain's interleaved-1f1b, which takes fewer
+    microbatches than ranks as one group of them)."""
 
     def __init__(self, stages: list[PipelineStage], n_microbatches: int,
                  loss_fn: Optional[Callable[..., torch.Tensor]] = None,
@@ -452,15 +452,6 @@ class ScheduleInterleaved1F1B(PipelineScheduleMulti):
             output_merge_spec, scale_grads=scale_grads,
             backward_requires_autograd=backward_requires_autograd, weight_split=weight_split)
 
-    def _order_csv(self) -> Optional[str]:
-        """pptrain's interleaved-1f1b runs the microbatches in groups of P: fewer than P run
-        the same order over one group of them, written here."""
-        ranks, chunks = _looped(type(self).__name__, self._stage, self._n_microbatches)
-        if self._n_microbatches >= ranks:
-            return None
-        order = _interleaved_order(ranks, chunks, self._n_microbatches)
-        return "\n".join(",".join(actions) for actions in order) + "\n"
-
 
 def _looped(schedule_name, stage, n_microbatches):
     """(ranks, stages per rank) of a placement of stage s on rank s mod P."""
@@ -472,28 +463,11 @@ def _looped(schedule_name, stage, n_microbatches):
 
 
 def _interleaved_order(ranks, chunks, n_microbatches):
-    """Each rank's actions in interleaved 1F1B: pptrain's interleaved-1f1b, which runs the
-    microbatches in groups of P; with fewer microbatches than ranks (M < P), the same rule over
-    one group of M: a rank's forwards go through its chunks, each on every microbatch of the
-    group, its backwards through them in reverse, and it warms up with 2(P - r - 1) + (V - 1)M
-    forwards (all of them where that is more) before alternating one forward and one backward
-    (the rule by which pptrain's order runs each group of P, Megatron's)."""
+    """Each rank's actions in interleaved 1F1B: pptrain's interleaved-1f1b (Megatron's rule,
+    microbatches in groups of P; fewer than P, one group of them)."""
     from .. import plan
-    if n_microbatches >= ranks:
-        return plan.schedule("interleaved-1f1b", pp=ranks, microbatches=n_microbatches,
-                             chunks=chunks).actions()
-    microbatches = range(n_microbatches)
-    order = []
-    for rank in range(ranks):
-        local = [chunk * ranks + rank for chunk in range(chunks)]
-        forwards = [f"{s}F{m}" for s in local for m in microbatches]
-        backwards = [f"{s}B{m}" for s in reversed(local) for m in microbatches]
-        warmup = min(2 * (ranks - rank - 1) + (chunks - 1) * n_microbatches, len(forwards))
-        actions = forwards[:warmup]
-        for forward, backward in zip(forwards[warmup:], backwards):
-            actions += [forward, backward]
-        order.append(actions + backwards[len(forwards) - warmup:])
-    return order
+    return plan.schedule("interleaved-1f1b", pp=ranks, microbatches=n_microbatches,
+                         chunks=chunks).actions()
 
 
 class ScheduleLoopedBFS(PipelineScheduleMulti):
