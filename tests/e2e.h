@@ -223,6 +223,19 @@ inline void expect_run_matches_reference(const ModelOptions& model, const std::s
   expect_same_parameters(model, dir / tag, dir / "ref");
 }
 
+// expect_run_matches_reference() of `common` followed by each of `variants`, each tagged by its
+// own flags (spaces as '_') and traced by them.
+inline void expect_runs_match_reference(const ModelOptions& model, const std::string& common,
+                                        const std::vector<std::string>& variants,
+                                        const TempDir& dir) {
+  for (const std::string& flags : variants) {
+    SCOPED_TRACE(flags);
+    std::string tag = flags;
+    for (char& c : tag) c = c == ' ' ? '_' : c;
+    expect_run_matches_reference(model, common + " " + flags, tag, dir);
+  }
+}
+
 // The ids of the running processes whose command line contains `text`.
 inline std::vector<pid_t> processes_mentioning(const std::string& text) {
   std::vector<pid_t> found;

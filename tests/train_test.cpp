@@ -63,15 +63,12 @@ TEST(FewerMicrobatchesThanRanks, PipelinesEqualOneProcess) {
   const ModelOptions model = small_model("gpt");
   TempDir dir;
   const std::string common =
-      model_args(model) + " --batch-size 4 --microbatches 2 --steps 5 --quiet --schedule ";
-  run_reference(common + "interleaved-1f1b --pp 1", dir);
-  for (const std::string flags : {"interleaved-1f1b --pp 4", "interleaved-1f1b --pp 4 --recompute",
-                                  "1f1b --pp 4", "interleaved-1f1b --pp 3 --chunks 2"}) {
-    SCOPED_TRACE(flags);
-    std::string tag = flags;
-    for (char& c : tag) c = c == ' ' ? '_' : c;
-    expect_run_matches_reference(model, common + flags, tag, dir);
-  }
+      model_args(model) + " --batch-size 4 --microbatches 2 --steps 5 --quiet --schedule";
+  run_reference(common + " interleaved-1f1b --pp 1", dir);
+  expect_runs_match_reference(model, common,
+                              {"interleaved-1f1b --pp 4", "interleaved-1f1b --pp 4 --recompute",
+                               "1f1b --pp 4", "interleaved-1f1b --pp 3 --chunks 2"},
+                              dir);
 }
 
 // --seq-len-range: every batch has its own length, which the messages' headers tell the next
@@ -132,14 +129,11 @@ TEST(Unet, SkipConnectionsAcrossStagesEqualOneProcess) {
   const std::string common =
       model_args(model) + " --batch-size 8 --microbatches 4 --steps 5 --quiet";
   run_reference(common + " --pp 1 --schedule 1f1b", dir);
-  for (const std::string flags :
-       {"--pp 2 --schedule 1f1b", "--pp 4 --schedule zb-v",
-        "--pp 4 --schedule interleaved-1f1b --recompute", "--pp 2 --dp 2 --schedule zb-h1"}) {
-    SCOPED_TRACE(flags);
-    std::string tag = flags;
-    for (char& c : tag) c = c == ' ' ? '_' : c;
-    expect_run_matches_reference(model, common + " " + flags, tag, dir);
-  }
+  expect_runs_match_reference(
+      model, common,
+      {"--pp 2 --schedule 1f1b", "--pp 4 --schedule zb-v",
+       "--pp 4 --schedule interleaved-1f1b --recompute", "--pp 2 --dp 2 --schedule zb-h1"},
+      dir);
   expect_one_line_error(
       run_train("--model unet --layers 7 --pp 2 --schedule 1f1b --microbatches 2 --batch-size 4 "
                 "--steps 1",
