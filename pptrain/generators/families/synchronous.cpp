@@ -32,7 +32,7 @@ std::vector<ScheduleEntry> synchronous_family() {
        without_chunks<make_1f1b>},
       {"interleaved-1f1b", 2, 2, 0,
        "Megatron's virtual stages: stage s on rank s mod P, 1/V of 1F1B's bubble; M a multiple "
-       "of P",
+       "of P, or fewer than P (one group of M)",
        with_chunks},
       {"zb-h1", 1, 1, 1,
        "zero bubble H1: backward split into I and W, the W's fill 1F1B's bubble; 1F1B's memory",
