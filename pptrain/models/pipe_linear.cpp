@@ -88,7 +88,8 @@ struct PipeLinearFunction : public torch::autograd::Function<PipeLinearFunction>
                                const c10::optional<torch::Tensor>& bias) {
     // Under autocast (device/precision.h) the product is in the compute dtype, as autocast's own
     // linear computes it: the input is kept in that dtype for dW, and the backward casts the
-    // weight again rather than keeping a copy per microbatch.
+    // weight again rather than keeping a copy per microbatch (unless the step keeps one copy of
+    // each weight for all its microbatches: StepCasts, below).
     const std::optional<c10::ScalarType> dtype = active_compute_dtype(input.device().type());
     const torch::Tensor kept = dtype && input.is_floating_point() ? input.to(*dtype) : input;
     // In a step that casts each weight once (StepCasts), the backward takes the step's copy.
