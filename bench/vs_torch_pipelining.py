@@ -19,11 +19,23 @@ the optimizer's step; medians of the steps after the first WARMUP of each round.
 
 After the two pipelines, in every round, each rank runs its stages' work alone, with no pipeline
 ("stages alone": each stage's forward and backward of every microbatch, no message, all ranks
-at once, the busiest rank's step taken);
-with pptrain's simulation of the schedule's bubble under those costs (forward F, backward
-split I = W = half, no communication time) it gives the limit the machine sets: the step of
-the busiest rank's work over one minus the bubble. Peak memory is each rank's resident set
+at once; with more ranks than cores, also one rank after the other, so that each has a core).
+pptrain's simulation of the schedule with each stage's median forward and backward alone (the
+backward split into I and W as pptrain's run split it: that stage's measured I over I + W, or
+half and half without a W), no communication time, gives the limit the machine sets: its
+makespan is the shortest step those costs allow in that order, the stages' imbalance included
+(the last stage's output layer makes it the heaviest). With more ranks than cores the
+simulation shares the cores out among the ranks computing at each moment (processor sharing),
+so that one rank's idle time is another's compute. Peak memory is each rank's resident set
 growth (ru_maxrss) in a run of one API alone (two more launches), the largest over the ranks.
+
+A third table says where pptrain.pipelining's step went (its compare_sim(), the figures of
+`pptrain train --compare-sim`, over each round's steps after the first): the schedule simulated
+with the costs the run measured against the step (a step much longer than its simulation waited
+where the simulation does not), the compute of a step on all ranks in the pipeline (its measured
+busy time) against all stages alone, each with a core (above 1: the pipeline's actions cost
+more than the same work alone, such as a backward split into I and W), I's share of a
+backward, and the gaps the runtime leaves after a compute action, a send and a receive.
 
 A torch class that fails is named with its error, in one line; one that hangs past --timeout is
 named as hanging; one whose losses differ from pptrain's beyond 1e-5 is named with the largest
@@ -196,12 +208,12 @@ class Run:
 
 def stages_alone(o, whole, rank, ranks, data):
     """This rank's stages' forward and backward of every microbatch of each batch, no pipeline:
-    ([seconds of each step], [forward s], [backward s] of each microbatch and stage)."""
+    ([seconds of each step], {stage: ([forward s], [backward s]) of each microbatch})."""
     import torch
     mine, num_stages = stages_of_rank(o.schedule, rank, ranks)
     modules = [stage_module(whole, s, num_stages, o) for s in mine]
     rows = o.batch // o.microbatches
-    times, f_s, b_s = [], [], []
+    times, samples = [], {s: ([], []) for s in mine}
     for x, y in data:
         start = time.perf_counter()
         for m in range(o.microbatches):
@@ -217,10 +229,23 @@ def stages_alone(o, whole, rank, ranks, data):
                     loss_fn(out, y[m * rows:(m + 1) * rows]).backward()
                 else:
                     out.backward(torch.ones_like(out))
-                f_s.append(t1 - t0)
-                b_s.append(time.perf_counter() - t1)
+                samples[s][0].append(t1 - t0)
+                samples[s][1].append(time.perf_counter() - t1)
         times.append(time.perf_counter() - start)
-    return times, f_s, b_s
+    return times, samples
+
+
+def median_costs(rounds):
+    """The median over the rounds of each figure of pptrain's compare_sim() (each stage's, for
+    the per-stage lists)."""
+    rounds = [r for r in rounds if r]
+    out = {}
+    for key, value in rounds[0].items():
+        if isinstance(value, list):
+            out[key] = [statistics.median(r[key][s] for r in rounds) for s in range(len(value))]
+        elif isinstance(value, (int, float)):
+            out[key] = statistics.median(r[key] for r in rounds)
+    return out
 
 
 def one_line(error):
@@ -257,7 +282,8 @@ def worker(o):
         # (The driver has run each API alone first: a torch class that fails or hangs there is
         # left out here, as a failure on one rank would leave the others waiting in its step.)
         # The stages alone run in every round too, after the pipelines, under the same load.
-        alone, f_s, b_s = [], [], []
+        alone, own_alone, stage_f, stage_b = [], [], {}, {}
+        costs = []  # rank 0: pptrain's compare_sim() of each round
         for round in range(o.rounds):
             order = apis if round % 2 == 0 else apis[::-1]
             runs = [Run(api, o, whole, rank, ranks) for api in order]
@@ -274,19 +300,40 @@ def worker(o):
                     owned = [None] * ranks
                     dist.all_gather_object(owned, run.losses)
                     losses[run.api] = next(l for l in owned if l)
+                if run.api == "pptrain" and rank == 0:
+                    costs.append(run.schedule.compare_sim())
             del runs
             dist.barrier()  # all ranks at once
-            steps_alone, forward, backward = stages_alone(o, whole, rank, ranks, data)
+            steps_alone, samples = stages_alone(o, whole, rank, ranks, data)
             every = [None] * ranks
             dist.all_gather_object(every, steps_alone)
             alone.extend([max(step) for step in zip(*every)][o.warmup:])  # the busiest rank's
-            f_s += forward
-            b_s += backward
-        every = [None] * ranks
-        dist.all_gather_object(every, (statistics.median(f_s), statistics.median(b_s)))
+            if ranks > os.cpu_count():
+                # More ranks than cores: the stages' costs with a core each, for the simulation
+                # of the limit (which shares the cores out itself), one rank after the other.
+                for r in range(ranks):
+                    dist.barrier()
+                    if r == rank:
+                        steps_alone, samples = stages_alone(o, whole, rank, ranks, data)
+                dist.barrier()
+            own_alone.extend(steps_alone[o.warmup:])
+            for s, (forward, backward) in samples.items():
+                stage_f.setdefault(s, []).extend(forward)
+                stage_b.setdefault(s, []).extend(backward)
         result["stages_alone_s"] = statistics.median(alone)
-        result["forward_s"] = max(f for f, _ in every)
-        result["backward_s"] = max(b for _, b in every)
+        # Every rank's stages alone, each with a core: the work of a step on one core.
+        owns = [None] * ranks
+        dist.all_gather_object(owns, statistics.median(own_alone))
+        result["alone_total_s"] = sum(owns)
+        # Each stage's median forward and backward alone, with a core.
+        every = [None] * ranks
+        dist.all_gather_object(every, {s: (statistics.median(stage_f[s]),
+                                           statistics.median(stage_b[s])) for s in stage_f})
+        stages = {s: fb for mine in every for s, fb in mine.items()}
+        result["stage_forward_s"] = [stages[s][0] for s in sorted(stages)]
+        result["stage_backward_s"] = [stages[s][1] for s in sorted(stages)]
+        if costs:
+            result["pptrain_costs"] = median_costs(costs)
         result["step_s"] = {api: statistics.median(t) for api, t in times.items() if t}
         if losses.get("torch") and losses.get("pptrain"):
             result["loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12)
@@ -382,11 +429,30 @@ def launch(o, ranks, seq_len, name, only="", without_torch=False):
             return json.load(f)
 
 
-def bubble(name, ranks, o, forward_s, backward_s):
+def input_shares(costs, num_stages):
+    """Each stage's share of a backward that pptrain's I took in its run (its measured I over
+    I + W), or 1/2 on a stage without a W (or a run that measured none)."""
+    i = (costs or {}).get("stage_backward_input_s") or [0] * num_stages
+    w = (costs or {}).get("stage_backward_weight_s") or [0] * num_stages
+    return [a / (a + b) if b > 0 else 0.5 for a, b in zip(i, w)]
+
+
+def machine_limit(name, ranks, o, r, shares):
+    """The shortest step the machine allows, and the schedule's bubble in it: pptrain's
+    simulation of the schedule with each stage's forward and backward alone (the backward split
+    into I and W by `shares`), no communication time, and with more ranks than cores the cores
+    shared out among the ranks that compute (the simulator's processor sharing: one rank's idle
+    time is another's compute)."""
     from pptrain import plan
-    cost = f"F={forward_s},I={backward_s / 2},W={backward_s / 2},comm=0"
-    return plan.schedule(REGISTRY[name], pp=ranks, microbatches=o.microbatches,
-                         cost=cost).simulate().bubble_ratio
+    per_stage = lambda values: ":".join(repr(v) for v in values)
+    forward, backward = r["stage_forward_s"], r["stage_backward_s"]
+    cost = (f"F={per_stage(forward)},"
+            f"I={per_stage(b * x for b, x in zip(backward, shares))},"
+            f"W={per_stage(b * (1 - x) for b, x in zip(backward, shares))},comm=0")
+    cores = os.cpu_count() if ranks > os.cpu_count() else 0
+    simulated = plan.schedule(REGISTRY[name], pp=ranks, microbatches=o.microbatches,
+                              cost=cost).simulate(cores=cores)
+    return simulated["makespan"], simulated["bubble_ratio"]
 
 
 def driver(o):
@@ -413,12 +479,16 @@ def driver(o):
                 torch_s = r["step_s"].get("torch")
                 if not torch_note and r.get("loss_rel_diff", 0) > 1e-5:
                     torch_note = f"losses differ by {r['loss_rel_diff']:.1e}"
-                b = bubble(name, ranks, o, r["forward_s"], r["backward_s"])
-                limit_s = r["stages_alone_s"] / (1 - b)
+                costs = r.get("pptrain_costs")
+                shares = input_shares(costs, len(r["stage_forward_s"]))
+                limit_s, b = machine_limit(name, ranks, o, r, shares)
                 tokens = o.batch * seq_len
                 row = dict(ranks=ranks, seq_len=seq_len, schedule=name,
                            pptrain_s=r["step_s"]["pptrain"], torch_s=torch_s,
-                           alone_s=r["stages_alone_s"], bubble=b, limit_s=limit_s,
+                           alone_s=r["stages_alone_s"], stage_forward_s=r["stage_forward_s"],
+                           stage_backward_s=r["stage_backward_s"], bubble=b,
+                           input_shares=shares, limit_s=limit_s, costs=costs,
+                           alone_total_s=r["alone_total_s"],
                            pptrain_peak=peak.get("pptrain"), torch_peak=peak.get("torch"),
                            note=torch_note, tokens=tokens)
                 if not o.without_train:
@@ -449,6 +519,28 @@ def driver(o):
               f"{f'{theirs:.0f}' if theirs else '-'} | {ratio} | {limit:.0f} | "
               f"{ours / limit:.2f} | {rule}: {'met' if met else 'not met'} | "
               f"{mib[0]} / {mib[1]} | {row['note']} |")
+    print("Where pptrain.pipelining's step went: its step against the schedule simulated with "
+          "the costs it measured (compare_sim(): a gap is waiting the simulation has not), the "
+          "compute of a step on all ranks in the pipeline against all stages alone, "
+          "I's share of a backward, and the mean gaps after a compute action, a send and a "
+          "receive")
+    print("| ranks | seq | schedule | step s | simulated s | simulated / step | compute pipeline "
+          "/ alone | I share | gaps ms: action / send / recv |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        c = row["costs"]
+        if not c:
+            continue
+        # A step's compute on all ranks: its makespan times the ranks, less the bubble.
+        compute = c["measured_makespan_s"] * row["ranks"] * (1 - c["measured_bubble_ratio"])
+        alone = row["alone_total_s"]
+        i, w = sum(c["stage_backward_input_s"]), sum(c["stage_backward_weight_s"])
+        share = f"{i / (i + w):.2f}" if w > 0 else "-"
+        print(f"| {row['ranks']} | {row['seq_len']} | {row['schedule']} | "
+              f"{row['pptrain_s']:.3f} | {c['predicted_makespan_s']:.3f} | "
+              f"{c['predicted_makespan_s'] / row['pptrain_s']:.2f} | {compute / alone:.2f} | "
+              f"{share} | {1e3 * c['action_overhead_s']:.2f} / "
+              f"{1e3 * c['send_overhead_s']:.2f} / {1e3 * c['recv_overhead_s']:.2f} |")
     if o.without_train:
         return
     print("`pptrain train`, pptrain's gpt of the same blocks, width, heads and sequence (256-token "

@@ -39,6 +39,27 @@ const std::pair<const char*, double CostModel::*> kKeys[] = {
 };
 constexpr const char* kKeyList = "F, I, W, comm, skip, weights, reduce, action, send or recv";
 
+// The keys that also take one value per stage, "F=1:2:3", and the vector each one sets.
+const std::pair<const char*, std::vector<double> CostModel::*> kStageKeys[] = {
+    {"F", &CostModel::stage_forward},
+    {"I", &CostModel::stage_backward_input},
+    {"W", &CostModel::stage_backward_weight},
+};
+
+// A value of the text form: a finite number >= 0; UserError naming `key` otherwise.
+double number_of(const std::string& key, const std::string& text) {
+  double value = 0;
+  size_t used = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  PPTRAIN_CHECK(used > 0 && used == text.size() && std::isfinite(value) && value >= 0,
+                "cost model: value of ", key, " must be a finite number >= 0, got '", text, "'");
+  return value;
+}
+
 }  // namespace
 
 CostModel CostModel::parse(const std::string& text) {
@@ -53,16 +74,24 @@ CostModel CostModel::parse(const std::string& text) {
                   "' (keys: ", kKeyList, ")");
     const std::string key = trim(piece.substr(0, eq));
     const std::string value_text = trim(piece.substr(eq + 1));
-    double value = 0;
-    size_t used = 0;
-    try {
-      value = std::stod(value_text, &used);
-    } catch (const std::exception&) {
-      used = 0;
+    if (value_text.find(':') != std::string::npos) {  // one value per stage
+      std::vector<double> CostModel::*stages = nullptr;
+      for (const auto& [name, member] : kStageKeys) {
+        if (key == name) stages = member;
+      }
+      PPTRAIN_CHECK(stages != nullptr, "cost model: only F, I and W take a value per stage ",
+                    "(F=1:2:3), got '", piece, "'");
+      std::vector<double> values;
+      std::stringstream parts(value_text);
+      for (std::string part; std::getline(parts, part, ':');) {
+        values.push_back(number_of(key, trim(part)));
+      }
+      PPTRAIN_CHECK(value_text.back() != ':', "cost model: value of ", key,
+                    " must be a finite number >= 0, got ''");
+      cost.*stages = std::move(values);
+      continue;
     }
-    PPTRAIN_CHECK(used > 0 && used == value_text.size() && std::isfinite(value) && value >= 0,
-                  "cost model: value of ", key, " must be a finite number >= 0, got '", value_text,
-                  "'");
+    const double value = number_of(key, value_text);
     double CostModel::*field = nullptr;
     for (const auto& [name, member] : kKeys) {
       if (key == name) field = member;

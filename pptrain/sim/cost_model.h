@@ -93,8 +93,9 @@ struct CostModel {
   std::vector<double> stage_reduce;
 
   // Parses "F=1,I=1,W=1,comm=0,weights=4,reduce=2": any subset of the keys F, I, W, comm, skip,
-  // weights, reduce, action, send, recv in any order, values finite and >= 0. Throws UserError
-  // naming the bad piece.
+  // weights, reduce, action, send, recv in any order, values finite and >= 0. F, I and W also
+  // take one value per stage, "F=1:1:1:2" (stage_forward, ...: as many as the schedule's
+  // stages). Throws UserError naming the bad piece.
   static CostModel parse(const std::string& text);
   // "F=1,I=1,W=1,comm=0", then ",skip=3", ",weights=4", ",reduce=2", ",action=0.1", ",send=0.1"
   // and ",recv=0.1" when non-zero (replicas and per-stage vectors are not printed).

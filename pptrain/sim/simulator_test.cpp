@@ -106,6 +106,17 @@ TEST(CostModel, Parse) {
   for (const char* bad : {"F", "F=", "F=x", "F=1x", "F=-1", "F=inf", "B=2", "f=1", "F=1;I=2"}) {
     EXPECT_THROW(CostModel::parse(bad), UserError) << bad;
   }
+  // One value per stage for F, I and W: a 2-stage GPipe of one microbatch takes stage 0's F,
+  // stage 1's F and backward (I + W), then stage 0's backward.
+  const CostModel stages = CostModel::parse("F=1:3,I=2 : 4,W=0.5:0,comm=0");
+  EXPECT_EQ(stages.stage_forward, (std::vector<double>{1, 3}));
+  EXPECT_EQ(stages.stage_backward_input, (std::vector<double>{2, 4}));
+  EXPECT_EQ(stages.stage_backward_weight, (std::vector<double>{0.5, 0}));
+  EXPECT_DOUBLE_EQ(run("gpipe", 2, 1, stages).makespan, 1 + 3 + 4 + 0 + 2 + 0.5);
+  EXPECT_THROW(run("gpipe", 4, 1, stages), UserError);  // 2 values, 4 stages
+  for (const char* bad : {"F=1:", "F=:1", "F=1::2", "F=1:x", "F=1:-2", "comm=1:2"}) {
+    EXPECT_THROW(CostModel::parse(bad), UserError) << bad;
+  }
   try {
     CostModel::parse("F=1,X=2");
     FAIL();

@@ -241,6 +241,17 @@ class Schedule:
         bubble_ratio, grad_norm, and per rank peak_activation_bytes, bytes_sent, ...)."""
         return self._schedule.report()
 
+    def compare_sim(self) -> dict[str, Any] | None:
+        """Where the steps' time went: the schedule simulated with the costs measured in the
+        steps since the last call (the first step of the schedule left out as a warm-up; the
+        latest 64 at most) against their measured makespan, the dict `pptrain train
+        --compare-sim` writes in its --metrics line's "compare_sim" (predicted_makespan_s,
+        measured_makespan_s, predicted_bubble_ratio, measured_bubble_ratio, action_overhead_s,
+        send_overhead_s, recv_overhead_s, comm_latency_s, stage_forward_s,
+        stage_backward_input_s, stage_backward_weight_s, stage_backward_s, ...; docs/PYTHON.md).
+        On rank 0; None on the others and when no such step ran."""
+        return self._schedule.compare_sim()
+
     def finish(self) -> None:
         """Waits until every rank is done with the schedule (optional: dropping it waits for
         nobody, so that a rank that failed never hangs the others)."""

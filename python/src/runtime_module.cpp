@@ -28,6 +28,7 @@
 #include "pptrain/job/supervisor.h"
 #include "pptrain/job/train_args.h"
 #include "pptrain/models/pipe_linear.h"
+#include "pptrain/sim/compare.h"
 #include "pptrain/train/observers.h"
 #include "python/src/family_keywords.h"
 
@@ -170,16 +171,39 @@ struct PyStage {
   std::unique_ptr<PipelineStage> stage;
 };
 
-// Keeps the latest step's report (rank 0 gets them all) as its --metrics line.
+// Keeps the latest step's report (rank 0 gets them all) as its --metrics line, and the measured
+// timelines of the steps since the last comparison, for compare_sim().
 class LatestReport : public StepObserver {
  public:
+  void on_start(const RunInfo& run) override {
+    schedule_ = run.schedule;  // a new start (a run moved to a new cut) is compared on its own
+    steps_.clear();
+    seen_ = 0;
+  }
   void on_step(const StepReport& report) override {
     latest_ = to_json(step_metrics(report)).dump();
+    if (++seen_ == 1) return;  // a start's first step is a warm-up (first touches, cold caches)
+    if (steps_.size() == kKept) steps_.erase(steps_.begin());
+    steps_.push_back(report.timeline);
   }
   const std::string& latest() const { return latest_; }
 
+  // `pptrain train --compare-sim`'s figures over the steps kept (then forgotten): the schedule
+  // simulated with their measured costs against their measured makespan; empty when no step
+  // after the first was seen since the last call.
+  std::string compare_sim() {
+    if (steps_.empty() || !schedule_) return "";
+    const Comparison comparison = compare_to_simulation(*schedule_, steps_);
+    steps_.clear();
+    return comparison_json(comparison).dump();
+  }
+
  private:
+  static constexpr size_t kKept = 64;  // the latest steps' timelines, at most
   std::string latest_;
+  std::optional<ValidatedSchedule> schedule_;
+  int seen_ = 0;
+  std::vector<Timeline> steps_;
 };
 
 // Where a schedule's observers write: `pptrain train`'s --metrics, --svg and --trace files.
@@ -281,11 +305,9 @@ class PySchedule {
   }
 
   // The latest step's figures as a dict (its --metrics line) on rank 0; None elsewhere.
-  py::object report() const {
-    const std::string& line = static_cast<const LatestReport&>(*observers_.front()).latest();
-    if (line.empty()) return py::none();
-    return py::module_::import("json").attr("loads")(line);
-  }
+  py::object report() const { return json_or_none(latest_report().latest()); }
+  // LatestReport::compare_sim() as a dict on rank 0; None elsewhere and before a second step.
+  py::object compare_sim() { return json_or_none(latest_report().compare_sim()); }
 
  private:
   // One step without the GIL; a step that fails marks the schedule failed.
@@ -298,6 +320,12 @@ class PySchedule {
       failed_ = true;
       throw;
     }
+  }
+
+  LatestReport& latest_report() const { return static_cast<LatestReport&>(*observers_.front()); }
+  static py::object json_or_none(const std::string& text) {
+    if (text.empty()) return py::none();
+    return py::module_::import("json").attr("loads")(text);
   }
 
   std::vector<std::shared_ptr<PyStage>> stages_;
@@ -566,6 +594,7 @@ PYBIND11_MODULE(_runtime, m) {
            py::arg("data_parallel_shares") = std::vector<int>(), py::arg("precision") = "fp32",
            py::arg("weight_casts") = "microbatch")
       .def("report", &PySchedule::report)
+      .def("compare_sim", &PySchedule::compare_sim)
       .def("step_from", &PySchedule::step_from, py::arg("source"))
       .def("step", &PySchedule::step, py::arg("inputs"), py::arg("target"))
       .def("finish", &PySchedule::finish)

@@ -85,7 +85,7 @@ def train(schedule_name, args, rank):
     if args.bad_output in modules:
         modules[args.bad_output] = WrongOutput(modules[args.bad_output])
     stages = [pptrain.PipelineStage(modules[s], s, num_stages) for s in local]
-    losses, reports = [], []
+    losses, reports, compared = [], [], []
     if args.pptrain_sgd:
         schedule = pptrain.schedule(schedule_name, stages, n_microbatches=args.microbatches,
                                     loss_fn=torch.nn.functional.mse_loss,
@@ -122,10 +122,13 @@ def train(schedule_name, args, rank):
             losses.append(None if loss is None else float(loss))
             if schedule.report() is not None:
                 reports.append(schedule.report())
+        if args.reports:  # the steps' measured costs against their simulation, then nothing
+            compared = [schedule.compare_sim(), schedule.compare_sim()]
         del schedule  # writes the SVG and the trace
     params = {f"{s.index}/{name}": p.detach().tolist()
               for s in stages for name, p in s.module.named_parameters()}
-    return {"losses": losses, "params": params, "stages": local, "reports": reports}
+    return {"losses": losses, "params": params, "stages": local, "reports": reports,
+            "compare_sim": compared}
 
 
 def main():

@@ -2,7 +2,8 @@
 on 2 ranks, one round, so that the benchmark keeps running as torch and pptrain change. It times
 nothing: it checks that both APIs trained 1F1B with the same losses, that torch's
 ScheduleZBVZeroBubble, which fails on Gloo, is named with its error while pptrain's runs, and
-that `pptrain train` ran both cases on its own gpt."""
+that pptrain's step is compared with its simulation, and that `pptrain train` ran both cases on
+its own gpt."""
 import os
 import signal
 import subprocess
@@ -36,6 +37,14 @@ def test_the_benchmark_runs_both_apis_and_names_torchs_failure():
     zbv = rows["ZBVZeroBubble"]
     assert zbv[4] == "-" and "torch fails: " in zbv[-1], out  # torch named, pptrain measured
     assert float(zbv[3]) > 0, out
+    # Where pptrain's step went (its compare_sim()): a simulation of its measured costs for
+    # each case, and I's share of ZBVZeroBubble's backward measured, not assumed.
+    went = {line.split(" | ")[2]: line.split(" | ") for line in out.splitlines()
+            if line.startswith("| 2 | 16 |") and line.count(" | ") == 8}
+    assert set(went) == {"1F1B", "ZBVZeroBubble"}, out
+    for row in went.values():
+        assert float(row[4]) > 0 and float(row[6]) > 0, out
+    assert went["1F1B"][7] == "-" and 0 < float(went["ZBVZeroBubble"][7]) < 1, out
     # `pptrain train` of pptrain's own gpt in the same shape: a figure for each case.
     trained = [line.split(" | ") for line in out.splitlines() if line.startswith("| 2 | 16 |")
                and line.count(" | ") == 7]

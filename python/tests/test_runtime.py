@@ -303,6 +303,14 @@ def test_reports_reach_python_and_the_metrics_svg_and_trace_files(tmp_path):
     assert lines == rank0["reports"]
     assert "</svg>" in open(files + ".svg").read()
     assert json.load(open(files + ".json"))["traceEvents"]
+    # compare_sim(): on rank 0, the costs of steps 2 and 3 (the first is a warm-up), simulated;
+    # a second call has no new step.
+    compared, again = rank0["compare_sim"]
+    assert rank1["compare_sim"] == [None, None] and again is None, rank0["compare_sim"]
+    assert compared["steps"] == 2, compared
+    assert len(compared["stage_forward_s"]) == 2 and min(compared["stage_forward_s"]) > 0
+    assert min(compared["stage_backward_s"]) > 0 and compared["stage_backward_weight_s"] == [0, 0]
+    assert 0 < compared["predicted_makespan_s"] and 0 < compared["measured_makespan_s"]
 
 
 def test_an_exception_in_forward_stops_every_rank_with_its_traceback(tmp_path):

@@ -311,6 +311,17 @@ class _PipelineSchedule:
         their gradients are left as they were."""
         return self._step("eval", args, kwargs, target, losses, True, forward_only=True)
 
+    def compare_sim(self) -> Optional[dict[str, Any]]:
+        """pptrain's, beyond torch's API: where the steps' time went. The schedule simulated
+        with the costs measured in the steps since the last call (the first step left out as a
+        warm-up) against their measured makespan, as `pptrain train --compare-sim` reports it:
+        per-stage F, I, W and B seconds, the overheads between actions, the predicted and
+        measured makespan and bubble (pptrain.Schedule.compare_sim()). On rank 0; None
+        elsewhere, before a second step, and for a schedule made without a loss_fn."""
+        if self._schedule is None or self._schedule is _FORWARD_ONLY:
+            return None
+        return self._schedule.compare_sim()
+
     def _step(self, call, args, kwargs, target, losses, return_outputs, forward_only):
         name = f"{type(self).__name__}.{call}()"
         if self._schedule is None and not forward_only:
