@@ -32,10 +32,12 @@ growth (ru_maxrss) in a run of one API alone (two more launches), the largest ov
 A third table says where pptrain.pipelining's step went (its compare_sim(), the figures of
 `pptrain train --compare-sim`, over each round's steps after the first): the schedule simulated
 with the costs the run measured against the step (a step much longer than its simulation waited
-where the simulation does not), the compute of a step on all ranks in the pipeline (its measured
-busy time) against all stages alone, each with a core (above 1: the pipeline's actions cost
-more than the same work alone, such as a backward split into I and W), I's share of a
-backward, and the gaps the runtime leaves after a compute action, a send and a receive.
+where the simulation does not), the thread CPU time of a step's compute actions on all ranks
+(the reports' compute_s) against all stages alone, each with a core (above 1: the same work
+costs more in the pipeline, such as a backward split into I and W, or caches shared by ranks on
+one core), the share of the cores (one per rank, at most the machine's) that this CPU time
+filled, I's share of a backward, and the gaps the runtime leaves after a compute action, a send
+and a receive.
 
 A torch class that fails is named with its error, in one line; one that hangs past --timeout is
 named as hanging; one whose losses differ from pptrain's beyond 1e-5 is named with the largest
@@ -192,6 +194,7 @@ class Run:
         self.schedule = cls(self.stages[0] if len(self.stages) == 1 else self.stages,
                             n_microbatches=o.microbatches, loss_fn=loss_fn, **options)
         self.losses = []
+        self.cpu_s = []  # rank 0, pptrain: the thread CPU seconds of each step's compute
 
     def step(self, x, y):
         """Wall seconds of one step on this rank."""
@@ -201,9 +204,12 @@ class Run:
         self.schedule.step(*([x] if self.first else []), target=y if self.last else None,
                            losses=losses if self.last else None)
         self.optimizer.step()
+        took = time.perf_counter() - start
         if self.last:
             self.losses.append(sum(float(l.detach()) for l in losses) / len(losses))
-        return time.perf_counter() - start
+        if self.api == "pptrain" and self.schedule.report():  # rank 0: every rank's CPU time
+            self.cpu_s.append(sum(self.schedule.report()["compute_s"]))
+        return took
 
 
 def stages_alone(o, whole, rank, ranks, data):
@@ -283,7 +289,7 @@ def worker(o):
         # left out here, as a failure on one rank would leave the others waiting in its step.)
         # The stages alone run in every round too, after the pipelines, under the same load.
         alone, own_alone, stage_f, stage_b = [], [], {}, {}
-        costs = []  # rank 0: pptrain's compare_sim() of each round
+        costs, cpu_s = [], []  # rank 0: pptrain's compare_sim() of each round, CPU of steps
         for round in range(o.rounds):
             order = apis if round % 2 == 0 else apis[::-1]
             runs = [Run(api, o, whole, rank, ranks) for api in order]
@@ -302,6 +308,7 @@ def worker(o):
                     losses[run.api] = next(l for l in owned if l)
                 if run.api == "pptrain" and rank == 0:
                     costs.append(run.schedule.compare_sim())
+                    cpu_s.extend(run.cpu_s[o.warmup:])
             del runs
             dist.barrier()  # all ranks at once
             steps_alone, samples = stages_alone(o, whole, rank, ranks, data)
@@ -334,6 +341,7 @@ def worker(o):
         result["stage_backward_s"] = [stages[s][1] for s in sorted(stages)]
         if costs:
             result["pptrain_costs"] = median_costs(costs)
+            result["pptrain_cpu_s"] = statistics.median(cpu_s)
         result["step_s"] = {api: statistics.median(t) for api, t in times.items() if t}
         if losses.get("torch") and losses.get("pptrain"):
             result["loss_rel_diff"] = max(abs(a - b) / max(abs(b), 1e-12)
@@ -488,7 +496,7 @@ def driver(o):
                            alone_s=r["stages_alone_s"], stage_forward_s=r["stage_forward_s"],
                            stage_backward_s=r["stage_backward_s"], bubble=b,
                            input_shares=shares, limit_s=limit_s, costs=costs,
-                           alone_total_s=r["alone_total_s"],
+                           alone_total_s=r["alone_total_s"], cpu_s=r.get("pptrain_cpu_s"),
                            pptrain_peak=peak.get("pptrain"), torch_peak=peak.get("torch"),
                            note=torch_note, tokens=tokens)
                 if not o.without_train:
@@ -520,27 +528,27 @@ def driver(o):
               f"{ours / limit:.2f} | {rule}: {'met' if met else 'not met'} | "
               f"{mib[0]} / {mib[1]} | {row['note']} |")
     print("Where pptrain.pipelining's step went: its step against the schedule simulated with "
-          "the costs it measured (compare_sim(): a gap is waiting the simulation has not), the "
-          "compute of a step on all ranks in the pipeline against all stages alone, "
-          "I's share of a backward, and the mean gaps after a compute action, a send and a "
-          "receive")
-    print("| ranks | seq | schedule | step s | simulated s | simulated / step | compute pipeline "
-          "/ alone | I share | gaps ms: action / send / recv |")
+          "the costs it measured (compare_sim(): below 1, waiting the simulation has not), the "
+          "CPU time of a step's compute on all ranks against all stages alone with a core each "
+          "(above 1: the same work costs more in the pipeline), the share of the cores that "
+          "compute kept busy, I's share of a backward, and the mean gaps after a compute "
+          "action, a send and a receive")
+    print("| ranks | seq | schedule | step s | simulated / step | CPU pipeline / alone | "
+          "cores busy | I share | gaps ms: action / send / recv |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         c = row["costs"]
         if not c:
             continue
-        # A step's compute on all ranks: its makespan times the ranks, less the bubble.
-        compute = c["measured_makespan_s"] * row["ranks"] * (1 - c["measured_bubble_ratio"])
-        alone = row["alone_total_s"]
         i, w = sum(c["stage_backward_input_s"]), sum(c["stage_backward_weight_s"])
         share = f"{i / (i + w):.2f}" if w > 0 else "-"
+        cores = min(row["ranks"], os.cpu_count())
         print(f"| {row['ranks']} | {row['seq_len']} | {row['schedule']} | "
-              f"{row['pptrain_s']:.3f} | {c['predicted_makespan_s']:.3f} | "
-              f"{c['predicted_makespan_s'] / row['pptrain_s']:.2f} | {compute / alone:.2f} | "
-              f"{share} | {1e3 * c['action_overhead_s']:.2f} / "
-              f"{1e3 * c['send_overhead_s']:.2f} / {1e3 * c['recv_overhead_s']:.2f} |")
+              f"{row['pptrain_s']:.3f} | {c['predicted_makespan_s'] / row['pptrain_s']:.2f} | "
+              f"{row['cpu_s'] / row['alone_total_s']:.2f} | "
+              f"{row['cpu_s'] / (cores * row['pptrain_s']):.2f} | {share} | "
+              f"{1e3 * c['action_overhead_s']:.2f} / {1e3 * c['send_overhead_s']:.2f} / "
+              f"{1e3 * c['recv_overhead_s']:.2f} |")
     if o.without_train:
         return
     print("`pptrain train`, pptrain's gpt of the same blocks, width, heads and sequence (256-token "

@@ -311,6 +311,15 @@ class _PipelineSchedule:
         their gradients are left as they were."""
         return self._step("eval", args, kwargs, target, losses, True, forward_only=True)
 
+    def report(self) -> Optional[dict[str, Any]]:
+        """pptrain's, beyond torch's API: the latest step's figures on rank 0 (the line `pptrain
+        train --metrics` writes: step_time_s, bubble_ratio, and per rank compute_s,
+        peak_memory_bytes, ...; pptrain.Schedule.report()). None elsewhere, before the first
+        step, and for a schedule made without a loss_fn."""
+        if self._schedule is None or self._schedule is _FORWARD_ONLY:
+            return None
+        return self._schedule.report()
+
     def compare_sim(self) -> Optional[dict[str, Any]]:
         """pptrain's, beyond torch's API: where the steps' time went. The schedule simulated
         with the costs measured in the steps since the last call (the first step left out as a
