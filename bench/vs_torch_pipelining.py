@@ -207,8 +207,9 @@ class Run:
         took = time.perf_counter() - start
         if self.last:
             self.losses.append(sum(float(l.detach()) for l in losses) / len(losses))
-        if self.api == "pptrain" and self.schedule.report():  # rank 0: every rank's CPU time
-            self.cpu_s.append(sum(self.schedule.report()["compute_s"]))
+        report = self.schedule.report() if self.api == "pptrain" else None
+        if report:  # rank 0: every rank's CPU time
+            self.cpu_s.append(sum(report["compute_s"]))
         return took
 
 
