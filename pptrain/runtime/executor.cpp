@@ -13,6 +13,7 @@
 #include "pptrain/device/compute_threads.h"
 #include "pptrain/device/memory.h"
 #include "pptrain/device/precision.h"
+#include "pptrain/models/autograd_split.h"
 #include "pptrain/models/weight_grad_store.h"
 #include "pptrain/schedule/semantics.h"
 
@@ -117,9 +118,7 @@ struct Executor::Slot {
   std::map<std::string, torch::Tensor> skip_output_grads;
   std::map<int, TensorBundle> skip_outputs;
   std::map<int, TensorBundle> skip_input_grads;
-  // WeightSplit::kAutograd: the outputs and their gradients that I kept for W's pass.
-  std::vector<torch::Tensor> weight_roots;
-  std::vector<torch::Tensor> weight_root_grads;
+  WeightPass weight_pass;  // WeightSplit::kAutograd: what I kept for W
 };
 
 struct Executor::StepState {
@@ -327,7 +326,7 @@ NamedTensors Executor::in_flight() const {
   if (!state_) return out;
   for (const auto& [key, s] : state_->slots) {
     const auto [stage, mb] = key;
-    PPTRAIN_ASSERT(s.weight_grads.empty() && s.weight_roots.empty() && s.input_grad.empty(),
+    PPTRAIN_ASSERT(s.weight_grads.empty() && s.weight_pass.empty() && s.input_grad.empty(),
                    "stage ", stage, " microbatch ", mb, " is between a backward and its end");
     put_bundle(slot_name(stage, mb, "input"), s.input, out);
     put_bundle(slot_name(stage, mb, "output_grad"), s.output_grad, out);
@@ -644,14 +643,9 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
   if (roots.empty()) {
     // Nothing of this stage's output needs a gradient: no backward to run.
   } else if (autograd_split) {
-    // I: the input gradients alone, the graph kept for W.
-    if (!leaves.empty()) {
-      const auto input_grads = torch::autograd::grad(roots, leaves, grads, /*retain_graph=*/true,
-                                                     /*create_graph=*/false, /*allow_unused=*/true);
-      for (size_t i = 0; i < leaves.size(); ++i) leaves[i].mutable_grad() = input_grads[i];
-    }
-    sl.weight_roots = roots;
-    sl.weight_root_grads = grads;
+    // I: the input gradients alone; what W needs of the graph is kept in the weight pass.
+    const auto input_grads = input_backward(roots, grads, leaves, sl.weight_pass);
+    for (size_t i = 0; i < leaves.size(); ++i) leaves[i].mutable_grad() = input_grads[i];
   } else {
     std::optional<DeferWeightGrads> defer;
     if (defer_weight_grads) defer.emplace(&sl.weight_grads);
@@ -682,20 +676,11 @@ void Executor::backward(int s, int mb, bool defer_weight_grads, const StepData& 
 
 void Executor::weight_backward(int s, int mb, StepState& state) {
   Slot& sl = slot(state, s, mb);
-  if (sl.weight_roots.empty()) {
+  if (sl.weight_pass.empty()) {
     sl.weight_grads.run();  // the deferred layers' closures (none if the stage has no PipeLinear)
     return;
   }
-  std::vector<torch::Tensor> params;
-  for (const auto& p : stages_.at(s)->parameters()) {
-    if (p.requires_grad()) params.push_back(p);
-  }
-  if (!params.empty()) {
-    torch::autograd::backward(sl.weight_roots, sl.weight_root_grads, /*retain_graph=*/false,
-                              /*create_graph=*/false, params);
-  }
-  sl.weight_roots.clear();
-  sl.weight_root_grads.clear();
+  run_weight_pass(sl.weight_pass, stages_.at(s)->parameters());
 }
 
 // Skip connections. One to the very next stage is none: its tensor rides in the ordinary message.
