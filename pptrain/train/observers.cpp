@@ -45,20 +45,33 @@ void LogPrinter::on_end(const RunInfo& run) {
   std::fflush(stdout);
 }
 
-void SimComparison::on_start(const RunInfo& run) {
+void MeasuredSteps::start(const RunInfo& run) {
   schedule_ = run.schedule;
-  first_step_ = run.first_step + 1;
-  measured_.clear();  // a run that moved to a new cut (--replan auto) is compared on it alone
+  seen_ = 0;
+  warmup_.reset();
+  steps_.clear();
+}
+
+void MeasuredSteps::add(const StepReport& report) {
+  if (++seen_ == 1) {
+    warmup_ = report.timeline;
+    return;
+  }
+  if (steps_.size() == kept_) steps_.erase(steps_.begin());
+  steps_.push_back(report.timeline);
+}
+
+std::optional<Comparison> MeasuredSteps::compare(bool or_warmup) const {
+  if (!schedule_) return std::nullopt;
+  if (!steps_.empty()) return compare_to_simulation(*schedule_, steps_);
+  if (or_warmup && warmup_) return compare_to_simulation(*schedule_, {*warmup_});
+  return std::nullopt;
 }
 
 void SimComparison::on_step(const StepReport& report) {
-  // The costs are read off every step but the first (a warm-up: first-touch allocations, cold
-  // caches), or off the only one.
-  if (report.step > first_step_ || (report.last() && measured_.empty())) {
-    measured_.push_back(report.timeline);
-  }
+  steps_.add(report);
   if (!report.last()) return;
-  result_ = compare_to_simulation(*schedule_, measured_);
+  result_ = steps_.compare(/*or_warmup=*/true);  // a run of one step is compared on it
   std::printf("%s", format_comparison(*result_).c_str());
   std::printf("%s", format_memory(report.predicted_memory, measured_peaks(report)).c_str());
   std::fflush(stdout);

@@ -13,6 +13,7 @@
 //                       with --compare-sim)
 #pragma once
 
+#include <cstdint>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -42,17 +43,37 @@ class LogPrinter : public StepObserver {
   void on_end(const RunInfo& run) override;
 };
 
+// The measured steps of a start that a comparison with the simulation reads: every step but
+// the start's first (a warm-up: first touches, cold caches), at most the latest `kept`.
+// SimComparison compares them at the run's last step, a Python schedule's compare_sim() when
+// the program asks.
+class MeasuredSteps {
+ public:
+  explicit MeasuredSteps(size_t kept = SIZE_MAX) : kept_(kept) {}
+  void start(const RunInfo& run);  // a new start (a run moved to a new cut) is compared alone
+  void add(const StepReport& report);
+  // The schedule simulated with the kept steps' costs against their makespan, or with the
+  // warm-up's when it is the only step and `or_warmup`; none without a step.
+  std::optional<Comparison> compare(bool or_warmup) const;
+  void clear() { steps_.clear(); }  // the next comparison reads the steps after this
+
+ private:
+  size_t kept_;
+  std::optional<ValidatedSchedule> schedule_;
+  int seen_ = 0;  // steps of this start
+  std::optional<Timeline> warmup_;
+  std::vector<Timeline> steps_;
+};
+
 class SimComparison : public StepObserver {
  public:
-  void on_start(const RunInfo& run) override;
+  void on_start(const RunInfo& run) override { steps_.start(run); }
   void on_step(const StepReport& report) override;
   // The comparison, once the last step has been seen.
   const std::optional<Comparison>& result() const { return result_; }
 
  private:
-  std::optional<ValidatedSchedule> schedule_;
-  int first_step_ = 1;  // the run's first step (1-based): a warm-up, left out when others ran
-  std::vector<Timeline> measured_;
+  MeasuredSteps steps_;
   std::optional<Comparison> result_;
 };
 

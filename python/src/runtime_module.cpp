@@ -175,16 +175,10 @@ struct PyStage {
 // timelines of the steps since the last comparison, for compare_sim().
 class LatestReport : public StepObserver {
  public:
-  void on_start(const RunInfo& run) override {
-    schedule_ = run.schedule;  // a new start (a run moved to a new cut) is compared on its own
-    steps_.clear();
-    seen_ = 0;
-  }
+  void on_start(const RunInfo& run) override { steps_.start(run); }
   void on_step(const StepReport& report) override {
     latest_ = to_json(step_metrics(report)).dump();
-    if (++seen_ == 1) return;  // a start's first step is a warm-up (first touches, cold caches)
-    if (steps_.size() == kKept) steps_.erase(steps_.begin());
-    steps_.push_back(report.timeline);
+    steps_.add(report);
   }
   const std::string& latest() const { return latest_; }
 
@@ -192,18 +186,14 @@ class LatestReport : public StepObserver {
   // simulated with their measured costs against their measured makespan; empty when no step
   // after the first was seen since the last call.
   std::string compare_sim() {
-    if (steps_.empty() || !schedule_) return "";
-    const Comparison comparison = compare_to_simulation(*schedule_, steps_);
+    const std::optional<Comparison> comparison = steps_.compare(/*or_warmup=*/false);
     steps_.clear();
-    return comparison_json(comparison).dump();
+    return comparison ? comparison_json(*comparison).dump() : "";
   }
 
  private:
-  static constexpr size_t kKept = 64;  // the latest steps' timelines, at most
   std::string latest_;
-  std::optional<ValidatedSchedule> schedule_;
-  int seen_ = 0;
-  std::vector<Timeline> steps_;
+  MeasuredSteps steps_{/*kept=*/64};  // the latest steps' timelines, at most 64
 };
 
 // Where a schedule's observers write: `pptrain train`'s --metrics, --svg and --trace files.
