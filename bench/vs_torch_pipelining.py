@@ -27,7 +27,9 @@ makespan is the shortest step those costs allow in that order, the stages' imbal
 (the last stage's output layer makes it the heaviest). With more ranks than cores the
 simulation shares the cores out among the ranks computing at each moment (processor sharing),
 so that one rank's idle time is another's compute. Peak memory is each rank's resident set
-growth (ru_maxrss) in a run of one API alone (two more launches), the largest over the ranks.
+growth (ru_maxrss) in a run of one API alone (more launches), the largest over the ranks: for
+pptrain twice, with its workers' malloc settings (they keep what they free for the next step's
+tensors, common/malloc.h) and with glibc's own (PPTRAIN_MALLOC=system), which torch's run has.
 
 A third table says where pptrain.pipelining's step went (its compare_sim(), the figures of
 `pptrain train --compare-sim`, over each round's steps after the first): the schedule simulated
@@ -362,11 +364,11 @@ def pptrain_binary():
                                                   "pptrain"))
 
 
-def communicate(command, timeout):
+def communicate(command, timeout, env=None):
     """(return code, stderr) of a command in this process's group, killed past `timeout`
     (its ranks die with their launcher); None when it was."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, env=env)
     try:
         _, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -405,8 +407,9 @@ def train_case(o, ranks, seq_len, name):
     return {"step_s": statistics.median(steps), "idle": statistics.median(idle), "peaks": peaks}
 
 
-def launch(o, ranks, seq_len, name, only="", without_torch=False):
-    """Runs one case on `ranks` processes; its result, or {"hung": True} / {"error": line}."""
+def launch(o, ranks, seq_len, name, only="", without_torch=False, glibc_malloc=False):
+    """Runs one case on `ranks` processes; its result, or {"hung": True} / {"error": line}.
+    `glibc_malloc`: pptrain leaves glibc's malloc settings as they are (PPTRAIN_MALLOC=system)."""
     pptrain = pptrain_binary()
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "result.json")
@@ -423,7 +426,8 @@ def launch(o, ranks, seq_len, name, only="", without_torch=False):
         if without_torch:
             command += ["--without-torch"]
         # In this process's group (a caller that kills it kills the launch too).
-        done = communicate(command, o.timeout)
+        env = dict(os.environ, PPTRAIN_MALLOC="system") if glibc_malloc else None
+        done = communicate(command, o.timeout, env)
         if done is None:
             return {"hung": True}
         returncode, err = done
@@ -475,6 +479,11 @@ def driver(o):
                 # and left out of the side-by-side run.
                 memory = {api: launch(o, ranks, seq_len, name, only=api)
                           for api in ("torch", "pptrain")}
+                # pptrain's workers keep the memory they free for their next steps (glibc's
+                # malloc settings, common/malloc.h): its peak again with glibc's own, as torch
+                # runs alone.
+                memory["pptrain-glibc"] = launch(o, ranks, seq_len, name, only="pptrain",
+                                                 glibc_malloc=True)
                 peak = {api: m.get("peak_rss_growth_bytes") for api, m in memory.items()}
                 torch_note = ("torch hangs (no step within --timeout)" if memory["torch"].get("hung")
                               else "torch fails: " + memory["torch"]["error"]
@@ -499,6 +508,7 @@ def driver(o):
                            input_shares=shares, limit_s=limit_s, costs=costs,
                            alone_total_s=r["alone_total_s"], cpu_s=r.get("pptrain_cpu_s"),
                            pptrain_peak=peak.get("pptrain"), torch_peak=peak.get("torch"),
+                           pptrain_glibc_peak=peak.get("pptrain-glibc"),
                            note=torch_note, tokens=tokens)
                 if not o.without_train:
                     row["train"] = train_case(o, ranks, seq_len, name)
@@ -510,7 +520,8 @@ def driver(o):
           f"batch={o.batch} microbatches={o.microbatches}, {o.rounds} rounds of {o.steps} steps "
           f"(first {o.warmup} left out), SGD; one thread per rank")
     print("| ranks | seq | schedule | pptrain tokens/s | torch tokens/s | pptrain/torch | "
-          "limit tokens/s | pptrain/limit | rule | peak MiB pptrain / torch | note |")
+          "limit tokens/s | pptrain/limit | rule | peak MiB pptrain / with glibc's malloc / torch | "
+          "note |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         ours = row["tokens"] / row["pptrain_s"]
@@ -523,11 +534,11 @@ def driver(o):
         met = (ours >= 0.95 * limit) if rule == "0.95 of limit" else (
             theirs is not None and ours >= 1.2 * theirs)
         mib = [f"{row[k] / 2**20:.0f}" if row.get(k) is not None else "-"
-               for k in ("pptrain_peak", "torch_peak")]
+               for k in ("pptrain_peak", "pptrain_glibc_peak", "torch_peak")]
         print(f"| {row['ranks']} | {row['seq_len']} | {row['schedule']} | {ours:.0f} | "
               f"{f'{theirs:.0f}' if theirs else '-'} | {ratio} | {limit:.0f} | "
               f"{ours / limit:.2f} | {rule}: {'met' if met else 'not met'} | "
-              f"{mib[0]} / {mib[1]} | {row['note']} |")
+              f"{' / '.join(mib)} | {row['note']} |")
     print("Where pptrain.pipelining's step went: its step against the schedule simulated with "
           "the costs it measured (compare_sim(): below 1, waiting the simulation has not), the "
           "CPU time of a step's compute on all ranks against all stages alone with a core each "

@@ -60,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(Models, RecomputeMatchesReference, ::testing::Values("g
                            return info.param;
                          });
 
-// The I/W split any module gets (two passes of autograd) trains like --pp 1 too, on pptrain's
+// The I/W split any module gets (models/autograd_split.h) trains like --pp 1 too, on pptrain's
 // own models, whose PipeLinear layers would otherwise defer their own weight gradients.
 TEST(AutogradWeightSplit, MatchesReference) {
   for (const std::string kind : {"gpt", "mlp"}) {

@@ -392,8 +392,10 @@ def schedule(name: str, stages: PipelineStage | Sequence[PipelineStage], n_micro
     a zero-bubble schedule splits a backward into I and W: "deferred" (the default: the weight
     products of the linear layers, torch.nn.Linear's, pptrain.Linear's, the attention
     projections, wait for W; the other layers compute their weight gradients in I; one pass
-    over the graph) or "autograd" (W walks the graph again to the parameters: for a module
-    whose parameters carry hooks, which never see a deferred product's gradient).
+    over the graph) or "autograd" (I keeps the gradient that reached each node that also leads to a
+    parameter, and W runs those nodes again for the parameters alone: every weight gradient
+    in W; for a module whose parameters carry hooks, which never see a deferred product's
+    gradient).
     tokens_per_sample: what the reports' tokens_per_s counts per sample (0: the length of the
     input's dimension 1, batch by batch).
 

@@ -3,7 +3,7 @@ on 2 ranks, one round, so that the benchmark keeps running as torch and pptrain 
 nothing: it checks that both APIs trained 1F1B with the same losses, that torch's
 ScheduleZBVZeroBubble, which fails on Gloo, is named with its error while pptrain's runs, and
 that pptrain's step is compared with its simulation, and that `pptrain train` ran both cases on
-its own gpt."""
+its own gpt; and that the peaks of both, pptrain with two malloc settings, are measured."""
 import os
 import signal
 import subprocess
@@ -34,6 +34,8 @@ def test_the_benchmark_runs_both_apis_and_names_torchs_failure():
     assert set(rows) == {"1F1B", "ZBVZeroBubble"}, out
     one = rows["1F1B"]
     assert one[5].endswith("x") and one[-1].strip(" |") == "", out  # a ratio, no note
+    # Peaks: pptrain with its malloc settings and with glibc's, and torch.
+    assert all(part.isdigit() for part in one[9].split(" / ")) and one[9].count(" / ") == 2, out
     zbv = rows["ZBVZeroBubble"]
     assert zbv[4] == "-" and "torch fails: " in zbv[-1], out  # torch named, pptrain measured
     assert float(zbv[3]) > 0, out
