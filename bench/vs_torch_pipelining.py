@@ -28,8 +28,9 @@ makespan is the shortest step those costs allow in that order, the stages' imbal
 simulation shares the cores out among the ranks computing at each moment (processor sharing),
 so that one rank's idle time is another's compute. Peak memory is each rank's resident set
 growth (ru_maxrss) in a run of one API alone (more launches), the largest over the ranks: for
-pptrain twice, with its workers' malloc settings (they keep what they free for the next step's
-tensors, common/malloc.h) and with glibc's own (PPTRAIN_MALLOC=system), which torch's run has.
+pptrain twice, with its workers' memory settings (they keep what their tensors free for the
+next step's: the large blocks by size, device/memory.h, the small in glibc's heap,
+common/malloc.h) and with glibc's own (PPTRAIN_MALLOC=system), which torch's run has.
 
 A third table says where pptrain.pipelining's step went (its compare_sim(), the figures of
 `pptrain train --compare-sim`, over each round's steps after the first): the schedule simulated

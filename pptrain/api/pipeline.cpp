@@ -1029,6 +1029,7 @@ torch::Tensor PipelineSchedule::step(const BatchSource& batches) {
       if (optimizer.state_bytes() > 0) fresh_state = false;
     }
   }
+  release_unused_blocks();  // large blocks the last step kept but did not take (memory.h)
   const int64_t base_bytes = allocated_bytes();
   reset_peak();
   if (impl.loss_scale) {

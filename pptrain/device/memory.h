@@ -24,9 +24,16 @@
 
 namespace pptrain {
 
-// Idempotent; safe to call from any thread before or after tensors exist.
+// Idempotent; safe to call from any thread before or after tensors exist. With pptrain's malloc
+// settings in effect (keep_freed_memory(), common/malloc.h) the allocator also keeps the large
+// blocks (1 MiB and more) that tensors free, each a mapping of its own, for the next tensor of the
+// same size: a step's large tensors reuse the last step's pages without the holes a heap keeps.
 void install_counting_allocator();
 bool counting_allocator_installed();
+int64_t cached_block_bytes();  // bytes of freed large blocks kept for reuse
+// Gives back the kept blocks that no tensor took since the last call (the runtime calls it at
+// every step's start: what waited a whole step is not coming back, such as a shape that changed).
+void release_unused_blocks();
 int64_t allocated_bytes();  // bytes currently held through the counting allocator
 int64_t peak_bytes();       // highest allocated_bytes() since the last reset_peak()
 void reset_peak();          // peak := current

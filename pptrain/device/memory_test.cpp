@@ -46,5 +46,34 @@ TEST(KeepFreedMemory, LaterRoundsReuseTheFirstRoundsPages) {
   EXPECT_TRUE(keep_freed_memory());  // idempotent
 }
 
+// A large tensor freed leaves its block for the next tensor of the same size; small ones go to
+// the wrapped allocator; a block that waited from one release_unused_blocks() to the next without
+// being taken is given back.
+TEST(CountingAllocator, KeepsLargeBlocksForTheSameSize) {
+  if (!keep_freed_memory()) GTEST_SKIP() << "the environment chose its own malloc settings";
+  install_counting_allocator();
+  release_unused_blocks();
+  release_unused_blocks();  // nothing kept from before
+  ASSERT_EQ(cached_block_bytes(), 0);
+  void* first = nullptr;
+  {
+    torch::Tensor t = torch::empty({1 << 19});  // 2 MiB
+    first = t.data_ptr();
+  }
+  EXPECT_GE(cached_block_bytes(), int64_t{2} << 20);
+  torch::Tensor again = torch::empty({1 << 19});
+  EXPECT_EQ(again.data_ptr(), first) << "the freed block was not reused";
+  EXPECT_EQ(cached_block_bytes(), 0);
+  { torch::Tensor small = torch::empty({1024}); }
+  EXPECT_EQ(cached_block_bytes(), 0) << "a 4 KiB tensor was kept";
+  again = torch::Tensor();
+  const int64_t kept = cached_block_bytes();
+  EXPECT_GE(kept, int64_t{2} << 20);
+  release_unused_blocks();  // kept during this "step": stays for the next
+  EXPECT_EQ(cached_block_bytes(), kept);
+  release_unused_blocks();  // a whole step without a taker: given back
+  EXPECT_EQ(cached_block_bytes(), 0);
+}
+
 }  // namespace
 }  // namespace pptrain
